@@ -1,0 +1,216 @@
+import { readdir } from "node:fs/promises";
+import type { Logger } from "pino";
+import { exec } from "../util/exec.js";
+import {
+  GUEST_GATEWAY,
+  GUEST_IP,
+  GUEST_PREFIX,
+  MAX_SLOTS,
+  parseCidr16,
+  type SlotAddresses,
+  slotAddresses,
+} from "./addresses.js";
+
+export interface Slot extends SlotAddresses {
+  netnsPath: string;
+}
+
+export interface EgressPolicy {
+  allowInternet: boolean;
+}
+
+const ROUTER_TABLE = (cidr: string, hostIp: string) => `
+table ip aenv {
+  chain to_guest { type nat hook prerouting priority dstnat; iifname "uplink" ip daddr != ${GUEST_IP} dnat to ${GUEST_IP}; }
+  chain from_guest { type nat hook postrouting priority srcnat; oifname "uplink" masquerade; }
+  chain egress { drop; }
+  chain forwarding {
+    type filter hook forward priority filter; policy drop;
+    ct state established,related accept;
+    iifname "uplink" oifname "gw" accept;
+    iifname "gw" ip daddr ${cidr} drop;
+    iifname "gw" ip daddr ${hostIp} drop;
+    iifname "gw" oifname "uplink" jump egress;
+  }
+  chain guard_in { type filter hook input priority filter; policy accept; iifname "gw" ct state new drop; }
+}
+`;
+
+/**
+ * Allocates per-sandbox network slots and keeps a small pool of prepared ones, so that
+ * creating a sandbox does not pay for namespace setup (~60 ms of `ip` calls).
+ */
+export class SlotPool {
+  private readonly base: number;
+  private readonly free: Slot[] = [];
+  private readonly inUse = new Map<number, Slot>();
+  private next = 0;
+  private refilling: Promise<void> | undefined;
+
+  constructor(
+    private readonly cidr: string,
+    private readonly log: Logger,
+    private readonly warm = 4,
+  ) {
+    this.base = parseCidr16(cidr);
+  }
+
+  /** Removes every namespace and link a previous server run left behind, then sets up the host side. */
+  async init(): Promise<void> {
+    await this.cleanupAll();
+    await exec("sysctl", ["-qw", "net.ipv4.ip_forward=1"]);
+    await exec("nft", ["-f", "-"], {
+      input: `
+table inet aenv-host
+delete table inet aenv-host
+table inet aenv-host {
+  chain guard_in { type filter hook input priority filter; policy accept; iifname "aenv-h*" ct state new drop; }
+  chain guard_fwd {
+    type filter hook forward priority filter; policy accept;
+    iifname "aenv-h*" oifname "aenv-h*" drop;
+  }
+  chain masq { type nat hook postrouting priority srcnat; ip saddr ${this.cidr} oifname != "aenv-h*" masquerade; }
+}
+`,
+    });
+    this.refill();
+  }
+
+  async cleanupAll(): Promise<void> {
+    let names: string[] = [];
+    try {
+      names = await readdir("/var/run/netns");
+    } catch {
+      names = [];
+    }
+    const ours = names.filter((n) => /^aenv-[rs]\d+$/.test(n));
+    await Promise.all(ours.map((n) => exec("ip", ["netns", "delete", n], { allowFail: true })));
+    const links = await exec("ip", ["-o", "link", "show"], { allowFail: true });
+    const stale = [...links.stdout.matchAll(/^\d+: (aenv-h\d+)[@:]/gm)].map((m) => m[1] as string);
+    await Promise.all(stale.map((l) => exec("ip", ["link", "delete", l], { allowFail: true })));
+  }
+
+  async acquire(policy: EgressPolicy): Promise<Slot> {
+    let slot = this.free.shift();
+    if (!slot) slot = await this.create(this.allocateIndex());
+    this.inUse.set(slot.index, slot);
+    this.refill();
+    try {
+      await this.applyPolicy(slot, policy);
+    } catch (err) {
+      await this.release(slot);
+      throw err;
+    }
+    return slot;
+  }
+
+  async applyPolicy(slot: Slot, policy: EgressPolicy): Promise<void> {
+    const verdict = policy.allowInternet ? "accept" : "drop";
+    await exec("ip", ["netns", "exec", slot.routerNetns, "nft", "-f", "-"], {
+      input: `flush chain ip aenv egress\nadd rule ip aenv egress ${verdict}\n`,
+    });
+  }
+
+  /** Gives a slot back. netstack took the guest address off eth0, so it is re-applied first. */
+  async release(slot: Slot): Promise<void> {
+    this.inUse.delete(slot.index);
+    try {
+      await exec("ip", ["-n", slot.sandboxNetns, "-batch", "-"], {
+        input: [
+          "addr flush dev eth0",
+          `addr add ${GUEST_IP}/${GUEST_PREFIX} dev eth0`,
+          "link set eth0 up",
+          `route replace default via ${GUEST_GATEWAY}`,
+        ].join("\n"),
+      });
+      await exec("ip", ["netns", "exec", slot.routerNetns, "conntrack", "-F"], { allowFail: true });
+      this.free.push(slot);
+    } catch (err) {
+      this.log.warn({ err, slot: slot.index }, "slot reset failed; destroying it");
+      await this.destroy(slot);
+    }
+  }
+
+  async destroy(slot: Slot): Promise<void> {
+    this.inUse.delete(slot.index);
+    await exec("ip", ["netns", "delete", slot.sandboxNetns], { allowFail: true });
+    await exec("ip", ["netns", "delete", slot.routerNetns], { allowFail: true });
+    await exec("ip", ["link", "delete", slot.hostIf], { allowFail: true });
+  }
+
+  async close(): Promise<void> {
+    await this.refilling;
+    const all = [...this.free, ...this.inUse.values()];
+    this.free.length = 0;
+    await Promise.all(all.map((s) => this.destroy(s)));
+    await exec("nft", ["delete", "table", "inet", "aenv-host"], { allowFail: true });
+  }
+
+  private allocateIndex(): number {
+    const taken = new Set([...this.inUse.keys(), ...this.free.map((s) => s.index)]);
+    for (let i = 0; i < MAX_SLOTS; i++) {
+      const idx = (this.next + i) % MAX_SLOTS;
+      if (!taken.has(idx)) {
+        this.next = idx + 1;
+        taken.add(idx);
+        return idx;
+      }
+    }
+    throw new Error("no free network slots");
+  }
+
+  private refill(): void {
+    if (this.refilling) return;
+    this.refilling = (async () => {
+      try {
+        while (this.free.length < this.warm) this.free.push(await this.create(this.allocateIndex()));
+      } catch (err) {
+        this.log.error({ err }, "slot pool refill failed");
+      } finally {
+        this.refilling = undefined;
+      }
+    })();
+  }
+
+  private async create(index: number): Promise<Slot> {
+    const a = slotAddresses(this.base, index);
+    const s = { ...a, netnsPath: `/var/run/netns/${a.sandboxNetns}` };
+    try {
+      await exec("ip", ["-batch", "-"], {
+        input: [
+          `netns add ${a.routerNetns}`,
+          `netns add ${a.sandboxNetns}`,
+          `link add ${a.hostIf} type veth peer name uplink netns ${a.routerNetns}`,
+          `addr add ${a.hostIp}/30 dev ${a.hostIf}`,
+          `link set ${a.hostIf} up`,
+        ].join("\n"),
+      });
+      await exec("ip", ["-n", a.routerNetns, "-batch", "-"], {
+        input: [
+          `link add gw type veth peer name eth0 netns ${a.sandboxNetns}`,
+          `addr add ${a.slotIp}/30 dev uplink`,
+          `addr add ${GUEST_GATEWAY}/${GUEST_PREFIX} dev gw`,
+          "link set lo up",
+          "link set uplink up",
+          "link set gw up",
+          `route add default via ${a.hostIp}`,
+        ].join("\n"),
+      });
+      await exec("ip", ["-n", a.sandboxNetns, "-batch", "-"], {
+        input: [
+          `addr add ${GUEST_IP}/${GUEST_PREFIX} dev eth0`,
+          "link set lo up",
+          "link set eth0 up",
+          `route add default via ${GUEST_GATEWAY}`,
+        ].join("\n"),
+      });
+      await exec("ip", ["netns", "exec", a.routerNetns, "sh", "-c", 'echo 1 > /proc/sys/net/ipv4/ip_forward && exec nft -f -'], {
+        input: ROUTER_TABLE(this.cidr, a.hostIp),
+      });
+      return s;
+    } catch (err) {
+      await this.destroy(s);
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * The seam between the orchestrator and an isolation technology. gVisor implements it on
+ * hosts without KVM; a microVM driver will implement it where /dev/kvm exists.
+ * Checkpoint/restore join this interface with the lifecycle issue.
+ */
+export interface SandboxLaunch {
+  /** Fixed-length unique ID (runsc matches IDs by prefix). */
+  id: string;
+  /** Template root filesystem; never written to. */
+  rootfs: string;
+  /** Per-sandbox host directory: bundle, writable-layer store, logs. */
+  dir: string;
+  /** Network namespace the sandbox joins (already addressed). */
+  netnsPath: string;
+  cpuCount: number;
+  memoryMB: number;
+  hostname: string;
+  /** Host directory mounted read-only at /.aenv (node, its libraries, envd). */
+  runtimeDir: string;
+  /** Host file bound read-only at /etc/resolv.conf. */
+  resolvConf: string;
+}
+
+export interface RuntimeInfo {
+  driver: string;
+  version: string;
+  platform: string;
+}
+
+export interface SandboxStats {
+  cpuUsedPct: number;
+  memUsedBytes: number;
+  memCacheBytes: number;
+}
+
+export interface RuntimeDriver {
+  readonly name: string;
+  /** Checks the runtime works on this host; throws a clear error otherwise. */
+  probe(): Promise<RuntimeInfo>;
+  /** Boots the sandbox with envd as its init; resolves once the sandbox process runs. */
+  start(launch: SandboxLaunch): Promise<void>;
+  /** Stops and removes the sandbox; idempotent. */
+  destroy(id: string): Promise<void>;
+  isRunning(id: string): Promise<boolean>;
+  stats(id: string): Promise<SandboxStats | undefined>;
+  /** IDs of every sandbox this driver's state knows about (to clean up after a restart). */
+  list(): Promise<string[]>;
+}
+
+export class RuntimeUnavailableError extends Error {}

@@ -1,0 +1,85 @@
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { basename, dirname, join } from "node:path";
+
+const require = createRequire(import.meta.url);
+
+export interface EnvdArtifacts {
+  bundle: string;
+  nodePtyDir: string;
+}
+
+export function envdArtifacts(): EnvdArtifacts {
+  const envdDir = dirname(require.resolve("@aenv/envd/package.json"));
+  const bundle = join(envdDir, "dist", "envd.js");
+  if (!existsSync(bundle)) throw new Error(`envd bundle missing at ${bundle}: run npm run build`);
+  const envdRequire = createRequire(join(envdDir, "package.json"));
+  const nodePtyDir = dirname(envdRequire.resolve("node-pty/package.json"));
+  return { bundle, nodePtyDir };
+}
+
+/** Shared libraries the host's node binary loads, from ldd (the loader included). */
+function nodeLibraries(node: string): string[] {
+  const out = execFileSync("ldd", [node], { encoding: "utf8" });
+  const libs: string[] = [];
+  for (const line of out.split("\n")) {
+    const m = /=>\s+(\/\S+)/.exec(line) ?? /^\s*(\/\S+)\s+\(/.exec(line);
+    if (m?.[1]) libs.push(m[1]);
+  }
+  return libs;
+}
+
+/**
+ * Builds the folder mounted read-only at /.aenv in every sandbox: the host's node binary
+ * with its libraries (so envd runs in any rootfs, glibc or musl or none) and the envd bundle.
+ * Content-addressed by what went in, so a running sandbox's folder never changes under it
+ * (restored images expect identical files).
+ */
+export function prepareEnvdRuntime(dataDir: string): string {
+  const node = realpathSync(process.execPath);
+  const libs = nodeLibraries(node);
+  const art = envdArtifacts();
+  const h = createHash("sha256");
+  for (const f of [node, ...libs, art.bundle, join(art.nodePtyDir, "build/Release/pty.node")]) {
+    h.update(f);
+    h.update(readFileSync(f));
+  }
+  const id = h.digest("hex").slice(0, 16);
+  const root = join(dataDir, "runtime");
+  const dir = join(root, id);
+  if (existsSync(join(dir, ".complete"))) return dir;
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(join(tmp, "bin"), { recursive: true });
+  mkdirSync(join(tmp, "lib"), { recursive: true });
+  mkdirSync(join(tmp, "envd", "node_modules"), { recursive: true });
+  cpSync(node, join(tmp, "bin", "node"));
+  for (const lib of libs) {
+    const name = basename(lib);
+    cpSync(realpathSync(lib), join(tmp, "lib", name));
+  }
+  if (!existsSync(join(tmp, "lib", "ld-linux-x86-64.so.2"))) {
+    throw new Error("node's dynamic loader ld-linux-x86-64.so.2 not found via ldd");
+  }
+  cpSync(art.bundle, join(tmp, "envd", "envd.js"));
+  cpSync(art.nodePtyDir, join(tmp, "envd", "node_modules", "node-pty"), { recursive: true, dereference: true });
+  // The bundle is ESM or CJS depending on its build; a package.json pins the module type.
+  writeFileSync(join(tmp, "envd", "package.json"), JSON.stringify({ type: bundleType(art.bundle) }));
+  writeFileSync(join(tmp, ".complete"), "");
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return dir;
+}
+
+function bundleType(bundle: string): "module" | "commonjs" {
+  const pkg = join(dirname(bundle), "..", "package.json");
+  try {
+    const head = readFileSync(bundle, "utf8").slice(0, 4000);
+    if (/^\s*(import|export)\s/m.test(head)) return "module";
+    return "commonjs";
+  } catch {
+    return existsSync(pkg) ? "module" : "commonjs";
+  }
+}

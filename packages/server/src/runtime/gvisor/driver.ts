@@ -1,0 +1,147 @@
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { exec } from "../../util/exec.js";
+import {
+  type RuntimeDriver,
+  type RuntimeInfo,
+  RuntimeUnavailableError,
+  type SandboxLaunch,
+  type SandboxStats,
+} from "../driver.js";
+import { ociSpec } from "./oci-spec.js";
+import { Runsc } from "./runsc.js";
+
+export interface GvisorOptions {
+  binary?: string;
+  stateDir: string;
+  /** systrap | ptrace | auto */
+  platform?: string;
+  log: Logger;
+}
+
+interface RunscEvent {
+  data?: {
+    cpu?: { usage?: { total?: number } };
+    memory?: { usage?: { usage?: number }; cache?: number };
+  };
+}
+
+export class GvisorDriver implements RuntimeDriver {
+  readonly name = "gvisor";
+  private runsc: Runsc;
+  private readonly lastCpu = new Map<string, { t: number; ns: number }>();
+
+  constructor(private readonly opts: GvisorOptions) {
+    this.runsc = new Runsc({ binary: opts.binary ?? "runsc", root: opts.stateDir, platform: "systrap" });
+  }
+
+  async probe(): Promise<RuntimeInfo> {
+    const bin = this.runsc.cfg.binary;
+    let version: string;
+    try {
+      version = (await exec(bin, ["--version"])).stdout.split("\n")[0] ?? "";
+    } catch (err) {
+      throw new RuntimeUnavailableError(
+        `runsc not found or not executable (${(err as Error).message}); run scripts/install-deps.sh`,
+      );
+    }
+    const m = /version (\S+)/.exec(version);
+    if (m && m[1] && m[1] < "0.0~2024") {
+      throw new RuntimeUnavailableError(
+        `runsc ${m[1]} is too old (bookworm's build breaks coreutils and netstack); install bookworm-backports runsc`,
+      );
+    }
+    mkdirSync(this.opts.stateDir, { recursive: true });
+    const wanted = this.opts.platform ?? "auto";
+    const candidates = wanted === "auto" ? ["systrap", "ptrace"] : [wanted];
+    const errors: string[] = [];
+    for (const platform of candidates) {
+      const r = await exec(
+        bin,
+        [`--root=${this.opts.stateDir}/probe`, `--platform=${platform}`, "--network=none", "do", "/bin/true"],
+        { allowFail: true, timeoutMs: 30_000 },
+      );
+      if (r.code === 0) {
+        this.runsc = new Runsc({ ...this.runsc.cfg, platform });
+        this.opts.log.info({ platform, version }, "gVisor platform selected");
+        return { driver: this.name, version: m?.[1] ?? version, platform };
+      }
+      errors.push(`${platform}: ${r.stderr.trim().split("\n").pop()}`);
+    }
+    throw new RuntimeUnavailableError(`runsc cannot start a sandbox on this host (${errors.join("; ")})`);
+  }
+
+  get platform(): string {
+    return this.runsc.cfg.platform;
+  }
+
+  async start(l: SandboxLaunch): Promise<void> {
+    const bundle = join(l.dir, "bundle");
+    const overlay = join(l.dir, "overlay");
+    mkdirSync(bundle, { recursive: true });
+    mkdirSync(overlay, { recursive: true });
+    writeFileSync(join(bundle, "config.json"), JSON.stringify(ociSpec(l)));
+    await this.runsc.detached(
+      ["--network=sandbox", `--overlay2=root:dir=${overlay}`, "--net-disconnect-ok"],
+      ["run", "--detach", `--bundle=${bundle}`, l.id],
+      join(l.dir, "runsc.log"),
+    );
+  }
+
+  async destroy(id: string): Promise<void> {
+    this.lastCpu.delete(id);
+    await this.runsc.run(["delete", "--force", id], { allowFail: true });
+  }
+
+  async isRunning(id: string): Promise<boolean> {
+    const r = await this.runsc.run(["state", id], { allowFail: true });
+    if (r.code !== 0) return false;
+    try {
+      return (JSON.parse(r.stdout) as { status?: string }).status === "running";
+    } catch {
+      return false;
+    }
+  }
+
+  async stats(id: string): Promise<SandboxStats | undefined> {
+    const r = await this.runsc.run(["events", "--stats", id], { allowFail: true, timeoutMs: 10_000 });
+    if (r.code !== 0) return undefined;
+    let ev: RunscEvent;
+    try {
+      ev = JSON.parse(r.stdout) as RunscEvent;
+    } catch {
+      return undefined;
+    }
+    const ns = ev.data?.cpu?.usage?.total ?? 0;
+    const now = Date.now();
+    const prev = this.lastCpu.get(id);
+    this.lastCpu.set(id, { t: now, ns });
+    const cpuUsedPct = prev && now > prev.t ? Math.max(0, ((ns - prev.ns) / 1e6 / (now - prev.t)) * 100) : 0;
+    return {
+      cpuUsedPct,
+      memUsedBytes: ev.data?.memory?.usage?.usage ?? 0,
+      memCacheBytes: ev.data?.memory?.cache ?? 0,
+    };
+  }
+
+  async list(): Promise<string[]> {
+    const r = await this.runsc.run(["list", "--format=json"], { allowFail: true });
+    if (r.code !== 0) return [];
+    try {
+      const arr = JSON.parse(r.stdout) as Array<{ id: string }> | null;
+      return (arr ?? []).map((c) => c.id);
+    } catch {
+      return [];
+    }
+  }
+
+  /** Last lines of the sandbox's runsc log, for error messages. */
+  logTail(dir: string): string {
+    try {
+      return readFileSync(join(dir, "runsc.log"), "utf8").trim().split("\n").slice(-5).join("\n");
+    } catch {
+      return "";
+    }
+  }
+}

@@ -1,0 +1,73 @@
+import type { SandboxLaunch } from "../driver.js";
+
+const CAPS = [
+  "CAP_CHOWN",
+  "CAP_DAC_OVERRIDE",
+  "CAP_FSETID",
+  "CAP_FOWNER",
+  "CAP_MKNOD",
+  "CAP_NET_RAW",
+  "CAP_SETGID",
+  "CAP_SETUID",
+  "CAP_SETFCAP",
+  "CAP_SETPCAP",
+  "CAP_NET_BIND_SERVICE",
+  "CAP_SYS_CHROOT",
+  "CAP_KILL",
+  "CAP_AUDIT_WRITE",
+  "CAP_SYS_PTRACE",
+];
+
+export const ENVD_ARGS = [
+  "/.aenv/lib/ld-linux-x86-64.so.2",
+  "--library-path",
+  "/.aenv/lib",
+  "/.aenv/bin/node",
+  "/.aenv/envd/envd.js",
+  "--port",
+  "49983",
+];
+
+/** The OCI runtime spec of one sandbox: envd as init, template rootfs under runsc's overlay. */
+export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
+  const memBytes = l.memoryMB * 1024 * 1024;
+  return {
+    ociVersion: "1.0.2",
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: ENVD_ARGS,
+      env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"],
+      cwd: "/",
+      capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS, inheritable: CAPS, ambient: [] },
+      rlimits: [{ type: "RLIMIT_NOFILE", hard: 1048576, soft: 1048576 }],
+      noNewPrivileges: false,
+    },
+    root: { path: l.rootfs, readonly: false },
+    hostname: l.hostname,
+    mounts: [
+      { destination: "/proc", type: "proc", source: "proc" },
+      { destination: "/dev", type: "tmpfs", source: "tmpfs", options: ["nosuid", "strictatime", "mode=755", "size=65536k"] },
+      { destination: "/dev/pts", type: "devpts", source: "devpts", options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"] },
+      { destination: "/dev/shm", type: "tmpfs", source: "shm", options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"] },
+      { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
+      { destination: "/.aenv", type: "bind", source: l.runtimeDir, options: ["rbind", "ro"] },
+      { destination: "/etc/resolv.conf", type: "bind", source: l.resolvConf, options: ["bind", "ro"] },
+    ],
+    linux: {
+      namespaces: [
+        { type: "pid" },
+        { type: "ipc" },
+        { type: "uts" },
+        { type: "mount" },
+        { type: "network", path: l.netnsPath },
+      ],
+      resources: {
+        memory: { limit: memBytes },
+        cpu: { quota: Math.round(l.cpuCount * 100000), period: 100000 },
+        pids: { limit: 4096 },
+      },
+      cgroupsPath: `/aenv/${l.id}`,
+    },
+  };
+}

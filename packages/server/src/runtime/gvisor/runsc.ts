@@ -1,0 +1,54 @@
+import { spawn } from "node:child_process";
+import { openSync, closeSync } from "node:fs";
+import { exec, type ExecResult } from "../../util/exec.js";
+
+export interface RunscConfig {
+  binary: string;
+  /** runsc state root (one per server data dir). */
+  root: string;
+  platform: string;
+}
+
+/** Thin wrapper over the runsc CLI: global flags in one place. */
+export class Runsc {
+  constructor(readonly cfg: RunscConfig) {}
+
+  globalFlags(extra: string[] = []): string[] {
+    return [`--root=${this.cfg.root}`, `--platform=${this.cfg.platform}`, ...extra];
+  }
+
+  run(args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<ExecResult> {
+    return exec(this.cfg.binary, [...this.globalFlags(), ...args], {
+      timeoutMs: opts.timeoutMs ?? 30_000,
+      allowFail: opts.allowFail,
+    });
+  }
+
+  /**
+   * `run --detach` / `restore --detach` keep the stdio they were given open for the
+   * sandbox's life, so they get a log file, never a pipe. netstack in a per-sandbox netns
+   * needs /proc/sys/net hidden (runsc 20240729 mistakes any netns for the root one
+   * otherwise), hence the private mount namespace.
+   */
+  detached(flags: string[], args: string[], logFile: string, timeoutMs = 60_000): Promise<void> {
+    const cmd = [this.cfg.binary, ...this.globalFlags(flags), ...args];
+    const script = 'mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"';
+    const fd = openSync(logFile, "a");
+    return new Promise((resolve, reject) => {
+      const child = spawn("unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", ...cmd], {
+        stdio: ["ignore", fd, fd],
+      });
+      closeSync(fd);
+      const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+      child.on("error", (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      child.on("exit", (code, signal) => {
+        clearTimeout(timer);
+        if (code === 0) resolve();
+        else reject(new Error(`runsc ${args[0]} exited with ${code ?? signal}; see ${logFile}`));
+      });
+    });
+  }
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every system package aenv and its tests need, from Debian bookworm and
+# bookworm-backports only. Idempotent: safe to run again.
+set -euo pipefail
+[ "$(id -u)" = 0 ] || { echo "install-deps: must run as root" >&2; exit 1; }
+export DEBIAN_FRONTEND=noninteractive
+
+src=/etc/apt/sources.list.d/aenv-backports.sources
+if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  mirror=$(sed -n 's/^URIs: //p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$mirror" >"$src"
+  rm -f /var/lib/aenv-apt-updated
+fi
+
+need=()
+for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+runsc_ok=0
+if dpkg -s runsc >/dev/null 2>&1 && dpkg-query -W -f='${Version}' runsc | grep -q '^0.0~2024'; then runsc_ok=1; fi
+
+if [ ${#need[@]} -gt 0 ] || [ $runsc_ok = 0 ]; then
+  echo "install-deps: apt-get update"
+  apt-get update -qq
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "install-deps: installing ${need[*]}"
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+  if [ $runsc_ok = 0 ]; then
+    # bookworm's runsc (20221219) breaks coreutils' statx and netstack; backports' works.
+    echo "install-deps: installing runsc from bookworm-backports"
+    apt-get install -y -qq -t bookworm-backports runsc >/dev/null
+  fi
+fi
+echo "install-deps: runsc $(runsc --version 2>/dev/null | head -1)"
