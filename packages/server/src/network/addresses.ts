@@ -34,15 +34,15 @@ function ipString(n: number): string {
 
 export const MAX_SLOTS = 16383;
 
-export function slotAddresses(base: number, index: number): SlotAddresses {
+export function slotAddresses(base: number, index: number, prefix = "aenv"): SlotAddresses {
   if (index < 0 || index >= MAX_SLOTS) throw new Error(`slot ${index} out of range`);
   const net = base + index * 4;
   return {
     index,
     hostIp: ipString(net + 1),
     slotIp: ipString(net + 2),
-    hostIf: `aenv-h${index}`,
-    sandboxNetns: `aenv-s${index}`,
-    routerNetns: `aenv-r${index}`,
+    hostIf: `${prefix}-h${index}`,
+    sandboxNetns: `${prefix}-s${index}`,
+    routerNetns: `${prefix}-r${index}`,
   };
 }

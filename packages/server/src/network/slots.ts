@@ -51,7 +51,10 @@ export class SlotPool {
     private readonly cidr: string,
     private readonly log: Logger,
     private readonly warm = 4,
+    /** Names this pool's namespaces, links and host table: two servers on one host must differ. */
+    private readonly prefix = "aenv",
   ) {
+    if (!/^[a-z]{1,4}$/.test(prefix)) throw new Error(`network prefix must be 1-4 lowercase letters, got '${prefix}'`);
     this.base = parseCidr16(cidr);
   }
 
@@ -61,15 +64,15 @@ export class SlotPool {
     await exec("sysctl", ["-qw", "net.ipv4.ip_forward=1"]);
     await exec("nft", ["-f", "-"], {
       input: `
-table inet aenv-host
-delete table inet aenv-host
-table inet aenv-host {
-  chain guard_in { type filter hook input priority filter; policy accept; iifname "aenv-h*" ct state new drop; }
+table inet ${this.prefix}-host
+delete table inet ${this.prefix}-host
+table inet ${this.prefix}-host {
+  chain guard_in { type filter hook input priority filter; policy accept; iifname "${this.prefix}-h*" ct state new drop; }
   chain guard_fwd {
     type filter hook forward priority filter; policy accept;
-    iifname "aenv-h*" oifname "aenv-h*" drop;
+    iifname "${this.prefix}-h*" oifname "${this.prefix}-h*" drop;
   }
-  chain masq { type nat hook postrouting priority srcnat; ip saddr ${this.cidr} oifname != "aenv-h*" masquerade; }
+  chain masq { type nat hook postrouting priority srcnat; ip saddr ${this.cidr} oifname != "${this.prefix}-h*" masquerade; }
 }
 `,
     });
@@ -83,10 +86,12 @@ table inet aenv-host {
     } catch {
       names = [];
     }
-    const ours = names.filter((n) => /^aenv-[rs]\d+$/.test(n));
+    const re = new RegExp(`^${this.prefix}-[rs]\\d+$`);
+    const ours = names.filter((n) => re.test(n));
     await Promise.all(ours.map((n) => exec("ip", ["netns", "delete", n], { allowFail: true })));
     const links = await exec("ip", ["-o", "link", "show"], { allowFail: true });
-    const stale = [...links.stdout.matchAll(/^\d+: (aenv-h\d+)[@:]/gm)].map((m) => m[1] as string);
+    const linkRe = new RegExp(`^\\d+: (${this.prefix}-h\\d+)[@:]`, "gm");
+    const stale = [...links.stdout.matchAll(linkRe)].map((m) => m[1] as string);
     await Promise.all(stale.map((l) => exec("ip", ["link", "delete", l], { allowFail: true })));
   }
 
@@ -143,7 +148,7 @@ table inet aenv-host {
     const all = [...this.free, ...this.inUse.values()];
     this.free.length = 0;
     await Promise.all(all.map((s) => this.destroy(s)));
-    await exec("nft", ["delete", "table", "inet", "aenv-host"], { allowFail: true });
+    await exec("nft", ["delete", "table", "inet", `${this.prefix}-host`], { allowFail: true });
   }
 
   private allocateIndex(): number {
@@ -173,7 +178,7 @@ table inet aenv-host {
   }
 
   private async create(index: number): Promise<Slot> {
-    const a = slotAddresses(this.base, index);
+    const a = slotAddresses(this.base, index, this.prefix);
     const s = { ...a, netnsPath: `/var/run/netns/${a.sandboxNetns}` };
     try {
       await exec("ip", ["-batch", "-"], {

@@ -1,24 +1,8 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { envdArtifacts } from "@aenv/envd";
 import { basename, dirname, join } from "node:path";
-
-const require = createRequire(import.meta.url);
-
-export interface EnvdArtifacts {
-  bundle: string;
-  nodePtyDir: string;
-}
-
-export function envdArtifacts(): EnvdArtifacts {
-  const envdDir = dirname(require.resolve("@aenv/envd/package.json"));
-  const bundle = join(envdDir, "dist", "envd.js");
-  if (!existsSync(bundle)) throw new Error(`envd bundle missing at ${bundle}: run npm run build`);
-  const envdRequire = createRequire(join(envdDir, "package.json"));
-  const nodePtyDir = dirname(envdRequire.resolve("node-pty/package.json"));
-  return { bundle, nodePtyDir };
-}
 
 /** Shared libraries the host's node binary loads, from ldd (the loader included). */
 function nodeLibraries(node: string): string[] {

@@ -35,8 +35,8 @@ export function exec(cmd: string, args: string[], opts: ExecOptions = {}): Promi
     });
     let stdout = "";
     let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    child.stdout?.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => (stderr += d));
     const timer = opts.timeoutMs
       ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs).unref()
       : undefined;

@@ -1,0 +1,29 @@
+// Bundle src/main.ts into dist/envd.js (CommonJS, node20); node-pty stays external and is
+// shipped next to the bundle as node_modules/node-pty.
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const dist = path.join(here, "dist");
+mkdirSync(path.join(dist, "lib"), { recursive: true });
+
+await build({
+  entryPoints: [path.join(here, "src", "main.ts")],
+  outfile: path.join(dist, "envd.js"),
+  bundle: true,
+  platform: "node",
+  format: "cjs",
+  target: "node20",
+  external: ["node-pty"],
+  sourcemap: false,
+  legalComments: "none",
+  logLevel: "warning",
+  banner: { js: "/* aenv envd */" },
+});
+
+// dist/envd.js is CommonJS although this package is "type": "module"; dist/lib (tsc output) is ESM.
+writeFileSync(path.join(dist, "package.json"), `${JSON.stringify({ type: "commonjs" })}\n`);
+writeFileSync(path.join(dist, "lib", "package.json"), `${JSON.stringify({ type: "module" })}\n`);
+console.log(`built ${path.relative(process.cwd(), path.join(dist, "envd.js"))}`);

@@ -1,0 +1,42 @@
+/**
+ * Host-side helper for the server: where the envd bundle and the node-pty package are,
+ * so they can be copied into a sandbox's runtime folder as
+ *   <runtime>/envd.js  and  <runtime>/node_modules/node-pty/{package.json,lib/**,build/Release/pty.node}
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+export interface EnvdArtifacts {
+  /** Absolute path of the bundled daemon (dist/envd.js). */
+  bundle: string;
+  /** Absolute path of the node-pty package directory (contains lib/ and build/Release/pty.node). */
+  nodePtyDir: string;
+}
+
+function packageRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pj = path.join(dir, "package.json");
+    if (existsSync(pj)) {
+      try {
+        if (JSON.parse(readFileSync(pj, "utf8")).name === "@aenv/envd") return dir;
+      } catch {
+        // keep walking
+      }
+    }
+    const up = path.dirname(dir);
+    if (up === dir) throw new Error("cannot locate the @aenv/envd package root");
+    dir = up;
+  }
+}
+
+export function envdArtifacts(): EnvdArtifacts {
+  const root = packageRoot();
+  const require = createRequire(path.join(root, "package.json"));
+  return {
+    bundle: path.join(root, "dist", "envd.js"),
+    nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
+  };
+}

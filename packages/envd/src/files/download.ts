@@ -1,0 +1,47 @@
+/** GET /files?path=&username= — stream a file. */
+import { promises as fsp } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import path from "node:path";
+import { pipeline } from "node:stream/promises";
+import type { Env } from "../env.js";
+import { HttpError, statusForErrno } from "../http/respond.js";
+import { log } from "../log.js";
+import { resolvePath } from "../paths.js";
+import { errnoOf } from "../rpc/errors.js";
+import { authorizeFiles } from "./common.js";
+
+export async function handleDownload(env: Env, req: IncomingMessage, res: ServerResponse, query: URLSearchParams): Promise<void> {
+  const user = await authorizeFiles(env, req, query, "read");
+  const p = resolvePath(query.get("path") ?? "", user, env.state.defaultWorkdir);
+  let handle: fsp.FileHandle;
+  try {
+    handle = await fsp.open(p, "r");
+  } catch (err) {
+    const code = errnoOf(err);
+    if (code === "ENOENT") throw new HttpError(404, `path '${p}' does not exist`);
+    throw new HttpError(statusForErrno(code), `cannot open '${p}': ${(err as Error).message}`);
+  }
+  let closeHandle = true;
+  try {
+    const st = await handle.stat();
+    if (st.isDirectory()) throw new HttpError(400, `path '${p}' is a directory`);
+    res.writeHead(200, {
+      "Content-Type": "application/octet-stream",
+      ...(st.isFile() ? { "Content-Length": st.size } : {}),
+      "Content-Disposition": `attachment; filename*=UTF-8''${encodeURIComponent(path.basename(p))}`,
+      "Last-Modified": st.mtime.toUTCString(),
+    });
+    closeHandle = false;
+    const stream = handle.createReadStream({ autoClose: false });
+    try {
+      await pipeline(stream, res);
+    } catch (err) {
+      log("debug", "download interrupted", { path: p, err });
+      res.destroy();
+    } finally {
+      await handle.close().catch(() => {});
+    }
+  } finally {
+    if (closeHandle) await handle.close().catch(() => {});
+  }
+}

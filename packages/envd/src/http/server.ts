@@ -1,0 +1,101 @@
+/** The envd HTTP server: plain routes plus the Connect services. */
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Filesystem, Process } from "@aenv/protocol";
+import { checkToken } from "../auth.js";
+import type { Env } from "../env.js";
+import { handleDownload } from "../files/download.js";
+import { handleUpload } from "../files/upload.js";
+import { filesystemService } from "../filesystem/service.js";
+import { log } from "../log.js";
+import { processService } from "../process/service.js";
+import { handleInit } from "./init.js";
+import { collectMetrics } from "./metrics.js";
+import { HttpError, sendEmpty, sendError, sendJson } from "./respond.js";
+
+function tokenInterceptor(env: Env): Interceptor {
+  return (next) => async (req) => {
+    const r = checkToken(env.state.accessToken, req.header.get("x-access-token"));
+    if (!r.ok) throw new ConnectError(r.message, Code.Unauthenticated);
+    return next(req);
+  };
+}
+
+function requireToken(env: Env, req: IncomingMessage): void {
+  const h = req.headers["x-access-token"];
+  const r = checkToken(env.state.accessToken, Array.isArray(h) ? h[0] : h);
+  if (!r.ok) throw new HttpError(401, r.message);
+}
+
+export function createRequestHandler(env: Env): (req: IncomingMessage, res: ServerResponse) => void {
+  const rpc = connectNodeAdapter({
+    routes: (router) => {
+      router.service(Process, processService(env));
+      router.service(Filesystem, filesystemService(env));
+    },
+    interceptors: [tokenInterceptor(env)],
+    fallback: (_req, res) => sendError(res as ServerResponse, 404, "not found"),
+  });
+
+  async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://envd");
+    const method = req.method ?? "GET";
+    switch (url.pathname) {
+      case "/health":
+        if (method !== "GET" && method !== "HEAD") throw new HttpError(405, "method not allowed");
+        return sendEmpty(res, 204);
+      case "/init":
+        if (method !== "POST") throw new HttpError(405, "method not allowed");
+        return handleInit(env, req, res);
+      case "/envs":
+        if (method !== "GET") throw new HttpError(405, "method not allowed");
+        requireToken(env, req);
+        return sendJson(res, 200, env.state.envObject());
+      case "/metrics":
+        if (method !== "GET") throw new HttpError(405, "method not allowed");
+        requireToken(env, req);
+        return sendJson(res, 200, await collectMetrics());
+      case "/files":
+        if (method === "GET") return handleDownload(env, req, res, url.searchParams);
+        if (method === "POST") return handleUpload(env, req, res, url.searchParams);
+        throw new HttpError(405, "method not allowed");
+      default:
+        await rpc(req, res);
+    }
+  }
+
+  return (req, res) => {
+    const started = Date.now();
+    res.on("finish", () => {
+      log("debug", "request", { method: req.method, url: req.url, status: res.statusCode, ms: Date.now() - started });
+    });
+    route(req, res).catch((err: unknown) => {
+      const status = err instanceof HttpError ? err.status : 500;
+      if (status >= 500) log("error", "request failed", { method: req.method, url: req.url, err });
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      // don't keep a connection whose request body we did not read
+      if (!req.complete) {
+        res.setHeader("Connection", "close");
+        req.resume();
+      }
+      sendError(res, status, err instanceof Error ? err.message : String(err));
+    });
+  };
+}
+
+export function createEnvdServer(env: Env): http.Server {
+  const server = http.createServer(createRequestHandler(env));
+  server.requestTimeout = 0; // uploads and streams may take long
+  server.headersTimeout = 76_000;
+  server.keepAliveTimeout = 75_000; // outlive the proxy's idle sockets
+  server.on("clientError", (err, socket) => {
+    log("debug", "client error", { err });
+    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+    else socket.destroy();
+  });
+  return server;
+}

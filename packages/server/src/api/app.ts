@@ -1,0 +1,69 @@
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { SandboxProxy } from "../proxy/proxy.js";
+import { resolveTarget } from "../proxy/target.js";
+import { installAuth } from "./auth.js";
+import { installErrorHandling } from "./error-handler.js";
+import { sandboxRoutes } from "./routes/sandboxes.js";
+
+export interface AppOptions {
+  orch: Orchestrator;
+  log: Logger;
+  apiKey: string;
+  domain: string;
+  bodyLimitBytes: number;
+  health: () => Record<string, unknown>;
+}
+
+export interface App {
+  fastify: FastifyInstance;
+  proxy: SandboxProxy;
+}
+
+/**
+ * One listener for both planes: requests for a sandbox port (E2B headers, port-id Host,
+ * /proxy path) are dispatched to the proxy before Fastify sees them; everything else is
+ * the control-plane API.
+ */
+export function buildApp(o: AppOptions): App {
+  const proxy = new SandboxProxy(
+    { route: (id) => o.orch.route(id), known: (id) => o.orch.known(id) },
+    o.log.child({ component: "proxy" }),
+  );
+  const fastify = Fastify({
+    // Per-request logs at info would drown the rest; errors are still logged.
+    loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,
+    bodyLimit: o.bodyLimitBytes,
+    // Streams through the proxy may be silent for a long time (keepalives every 50 s).
+    requestTimeout: 0,
+    connectionTimeout: 0,
+    keepAliveTimeout: 75_000,
+    serverFactory: (handler) => {
+      const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+        const target = resolveTarget(req);
+        if (target) proxy.handle(req, res, target);
+        else handler(req, res);
+      });
+      server.on("upgrade", (req, socket, head) => {
+        const target = resolveTarget(req);
+        if (target) proxy.handleUpgrade(req, socket, head, target);
+        else socket.end("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+      });
+      server.headersTimeout = 60_000;
+      server.requestTimeout = 0;
+      return server;
+    },
+  });
+  installErrorHandling(fastify);
+  installAuth(fastify, o.apiKey);
+  fastify.get("/health", async (_req, reply) => {
+    const h = o.health();
+    if (h.ready) return reply.status(204).send();
+    return reply.status(503).send({ code: 503, message: "starting", ...h });
+  });
+  fastify.get("/health/details", async () => o.health());
+  void fastify.register(sandboxRoutes, { orch: o.orch, ctx: { domain: o.domain } });
+  return { fastify, proxy };
+}

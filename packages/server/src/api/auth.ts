@@ -1,0 +1,20 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { FastifyInstance } from "fastify";
+import { ApiError } from "../errors.js";
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+/** X-API-Key on every control-plane route except GET /health. Compared in constant time. */
+export function installAuth(app: FastifyInstance, apiKey: string): void {
+  const want = digest(apiKey);
+  app.addHook("onRequest", async (req) => {
+    if (req.method === "GET" && req.url === "/health") return;
+    const auth = req.headers.authorization;
+    const got =
+      (req.headers["x-api-key"] as string | undefined) ??
+      (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
+    if (!got || !timingSafeEqual(digest(got), want)) {
+      throw new ApiError(401, "invalid or missing API key (X-API-Key)");
+    }
+  });
+}

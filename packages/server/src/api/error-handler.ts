@@ -1,0 +1,34 @@
+import type { FastifyError, FastifyInstance } from "fastify";
+import { ZodError } from "zod";
+import { ApiError } from "../errors.js";
+
+/** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((err: FastifyError | ApiError | ZodError | Error, req, reply) => {
+    let status = 500;
+    let message = "internal server error";
+    if (err instanceof ApiError) {
+      status = err.status;
+      message = err.message;
+    } else if (err instanceof ZodError) {
+      status = 400;
+      message = `invalid request: ${err.issues
+        .map((i) => `${i.path.join(".") || "body"}: ${i.message}`)
+        .join("; ")}`;
+    } else if (typeof (err as FastifyError).statusCode === "number") {
+      const fe = err as FastifyError;
+      status = fe.statusCode ?? 500;
+      if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") status = 413;
+      message = fe.message;
+      if (err instanceof SyntaxError || fe.code === "FST_ERR_CTP_INVALID_JSON_BODY") {
+        status = 400;
+        message = `malformed JSON body: ${fe.message}`;
+      }
+    }
+    if (status >= 500) req.log.error({ err }, "request failed");
+    void reply.status(status).send({ code: status, message });
+  });
+  app.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send({ code: 404, message: `no route ${req.method} ${req.url.split("?")[0]}` });
+  });
+}

@@ -1,0 +1,42 @@
+import { z } from "zod";
+
+const stringMap = z.record(z.string(), z.string());
+const timeout = z.number().int().min(0).max(2_147_483_647);
+
+/** Body of POST /sandboxes (SDK <= 2.50) and POST /v2/sandboxes (2.51+). Unknown fields are ignored. */
+export const NewSandbox = z.looseObject({
+  templateID: z.string().min(1).max(256),
+  timeout: timeout.optional(),
+  metadata: stringMap.optional(),
+  envVars: stringMap.optional(),
+  allow_internet_access: z.boolean().optional(),
+  allowInternetAccess: z.boolean().optional(),
+  autoPause: z.boolean().optional(),
+  autoPauseMemory: z.boolean().optional(),
+  autoResume: z.object({ enabled: z.boolean() }).optional(),
+  secure: z.boolean().optional(),
+  network: z.looseObject({}).optional(),
+  volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
+});
+export type NewSandbox = z.infer<typeof NewSandbox>;
+
+export const TimeoutBody = z.looseObject({ timeout: timeout });
+export const ConnectBody = z.looseObject({ timeout: timeout.optional(), memory: z.boolean().optional() });
+export const RefreshBody = z.looseObject({ duration: z.number().int().min(0).max(3600).optional() });
+
+export const ListQuery = z.object({
+  metadata: z.string().optional(),
+  state: z.string().optional(),
+  limit: z.coerce.number().int().min(1).max(100).optional(),
+  nextToken: z.string().optional(),
+  order: z.enum(["asc", "desc"]).optional(),
+  startedAfter: z.string().optional(),
+  template: z.string().optional(),
+});
+
+export const MetricsQuery = z.object({
+  start: z.coerce.number().int().optional(),
+  end: z.coerce.number().int().optional(),
+});
+
+export const SandboxIdParams = z.object({ sandboxID: z.string().min(1).max(128) });

@@ -1,0 +1,54 @@
+import { ENVD_VERSION } from "@aenv/protocol";
+import type { SandboxRecord } from "../state/store.js";
+
+export interface SerializeContext {
+  domain: string;
+}
+
+/** `Sandbox` as returned by create/connect. */
+export function sandboxCreated(r: SandboxRecord, ctx: SerializeContext) {
+  return {
+    sandboxID: r.id,
+    templateID: r.templateId,
+    clientID: r.clientId,
+    alias: r.alias,
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: r.envdToken,
+    trafficAccessToken: null,
+    domain: ctx.domain,
+  };
+}
+
+function lifecycle(r: SandboxRecord) {
+  return { onTimeout: r.autoPause ? "pause" : "kill", autoResume: r.autoResume };
+}
+
+/** `ListedSandbox` (list endpoints). */
+export function sandboxListed(r: SandboxRecord) {
+  return {
+    sandboxID: r.id,
+    templateID: r.templateId,
+    alias: r.alias,
+    clientID: r.clientId,
+    cpuCount: r.cpuCount,
+    memoryMB: r.memoryMB,
+    diskSizeMB: r.diskSizeMB,
+    startedAt: new Date(r.startedAt).toISOString(),
+    endAt: new Date(r.endAt).toISOString(),
+    state: r.state === "paused" ? "paused" : "running",
+    envdVersion: ENVD_VERSION,
+    metadata: r.metadata,
+    volumeMounts: [],
+  };
+}
+
+/** `SandboxDetail` (GET /sandboxes/{id}). */
+export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext) {
+  return {
+    ...sandboxListed(r),
+    envdAccessToken: r.envdToken,
+    domain: ctx.domain,
+    allowInternetAccess: r.allowInternet,
+    lifecycle: lifecycle(r),
+  };
+}

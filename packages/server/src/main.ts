@@ -1,0 +1,70 @@
+import { parseArgs } from "node:util";
+import pino from "pino";
+import { loadConfig } from "./config.js";
+import { RuntimeUnavailableError } from "./runtime/driver.js";
+import { startServer } from "./server.js";
+
+const HELP = `aenv-server — E2B-compatible sandbox server on gVisor
+
+Usage: aenv-server [--listen HOST:PORT] [--data-dir DIR] [--templates-dir DIR] [--domain DOMAIN]
+
+  --listen         address to serve the API and the sandbox proxy on (default 0.0.0.0:8000)
+  --data-dir       state, sandboxes, secrets (default /var/lib/aenv)
+  --templates-dir  template root filesystems (default DATA/templates)
+  --domain         returned to SDKs as 'domain'; ports are served at {port}-{id}.{domain}
+                   (default localhost:PORT)
+
+Environment: AENV_API_KEY (else generated into DATA/secrets/api-key), AENV_RUNSC_PLATFORM
+(auto|systrap|ptrace), AENV_SLOT_CIDR (default 10.201.0.0/16), AENV_LOG_LEVEL.`;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      listen: { type: "string" },
+      "data-dir": { type: "string" },
+      "templates-dir": { type: "string" },
+      domain: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) {
+    console.log(HELP);
+    return;
+  }
+  const cfg = loadConfig({
+    listen: values.listen,
+    dataDir: values["data-dir"],
+    templatesDir: values["templates-dir"],
+    domain: values.domain,
+  });
+  const log = pino({ level: cfg.logLevel });
+  if (process.getuid?.() !== 0) {
+    log.fatal("aenv-server must run as root (gVisor sandboxes, network namespaces, checkpoints)");
+    process.exit(1);
+  }
+  let server: Awaited<ReturnType<typeof startServer>>;
+  try {
+    server = await startServer(cfg, log);
+  } catch (err) {
+    if (err instanceof RuntimeUnavailableError) {
+      log.fatal(err.message);
+      process.exit(1);
+    }
+    throw err;
+  }
+  let stopping = false;
+  const stop = async (sig: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal: sig }, "shutting down: killing sandboxes");
+    await server.close();
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

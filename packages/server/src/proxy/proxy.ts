@@ -1,0 +1,140 @@
+import { Agent, type IncomingMessage, type ServerResponse, request } from "node:http";
+import { connect as netConnect, type Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import type { Logger } from "pino";
+import type { SandboxRecord } from "../state/store.js";
+import { type ProxyTarget, upstreamHeaders } from "./target.js";
+
+export interface RouteLookup {
+  route(id: string): { ip: string; rec: SandboxRecord } | undefined;
+  /** Whether the ID names a sandbox this node knows, in any state. */
+  known(id: string): SandboxRecord | undefined;
+}
+
+function sendError(res: ServerResponse, status: number, message: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify({ code: status, message });
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+/**
+ * Forwards HTTP (streaming both ways, no buffering) and upgraded connections (WebSocket)
+ * to a port inside a sandbox, through its slot address.
+ */
+export class SandboxProxy {
+  // Kept-alive connections make commands.run a round trip cheaper. A checkpoint drops
+  // them (runsc --net-disconnect-ok); a request that fails on a reused socket is retried.
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
+
+  constructor(
+    private readonly routes: RouteLookup,
+    private readonly log: Logger,
+  ) {}
+
+  private lookup(t: ProxyTarget): { ip: string } | { status: number; message: string } {
+    if (!t.sandboxId || !Number.isInteger(t.port)) {
+      return { status: 400, message: "proxy request needs a sandbox ID and a port" };
+    }
+    const r = this.routes.route(t.sandboxId);
+    if (r) return { ip: r.ip };
+    const rec = this.routes.known(t.sandboxId);
+    if (rec?.state === "paused") return { status: 502, message: `sandbox '${t.sandboxId}' is paused` };
+    return { status: 502, message: `sandbox '${t.sandboxId}' not found or not running` };
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse, t: ProxyTarget): void {
+    const found = this.lookup(t);
+    if (!("ip" in found)) {
+      req.resume();
+      sendError(res, found.status, found.message);
+      return;
+    }
+    this.forward(req, res, t, found.ip, true);
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse, t: ProxyTarget, ip: string, mayRetry: boolean): void {
+    const up = request({
+      host: ip,
+      port: t.port,
+      method: req.method,
+      path: t.path,
+      headers: upstreamHeaders(req, false),
+      agent: this.agent,
+    });
+    let retried = false;
+    up.on("response", (ur) => {
+      const headers: Record<string, string | string[]> = {};
+      for (const [k, v] of Object.entries(ur.headers)) {
+        if (v === undefined || k === "connection" || k === "keep-alive" || k === "transfer-encoding") continue;
+        headers[k] = v;
+      }
+      res.writeHead(ur.statusCode ?? 502, headers);
+      res.flushHeaders();
+      ur.pipe(res);
+      ur.on("error", () => res.destroy());
+    });
+    up.on("error", (err: NodeJS.ErrnoException) => {
+      // A kept-alive socket the sandbox dropped: retry once on a fresh one if nothing was sent yet.
+      if (mayRetry && up.reusedSocket && err.code === "ECONNRESET" && !req.readableDidRead) {
+        retried = true;
+        this.forward(req, res, t, ip, false);
+        return;
+      }
+      const msg =
+        err.code === "ECONNREFUSED"
+          ? `nothing is listening on port ${t.port} in sandbox '${t.sandboxId}'`
+          : `sandbox '${t.sandboxId}' port ${t.port} unreachable: ${err.message}`;
+      sendError(res, 502, msg);
+    });
+    // The client went away: stop the upstream request (envd keeps the process itself running).
+    res.on("close", () => {
+      if (!res.writableFinished && !retried) up.destroy();
+    });
+    req.pipe(up);
+  }
+
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): void {
+    const found = this.lookup(t);
+    if (!("ip" in found)) {
+      const body = JSON.stringify({ code: found.status, message: found.message });
+      socket.end(
+        `HTTP/1.1 ${found.status} Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+      return;
+    }
+    const upstream: Socket = netConnect({ host: found.ip, port: t.port });
+    upstream.on("connect", () => {
+      const headers = upstreamHeaders(req, true);
+      let head_ = `${req.method} ${t.path} HTTP/1.1\r\n`;
+      for (const [k, v] of Object.entries(headers)) {
+        for (const one of Array.isArray(v) ? v : [v]) head_ += `${k}: ${one}\r\n`;
+      }
+      upstream.write(`${head_}\r\n`);
+      if (head.length) upstream.write(head);
+      upstream.pipe(socket);
+      socket.pipe(upstream);
+    });
+    const close = () => {
+      upstream.destroy();
+      socket.destroy();
+    };
+    upstream.on("error", (err) => {
+      this.log.debug({ err, sandboxID: t.sandboxId }, "upgrade upstream error");
+      if (!upstream.readyState || upstream.connecting) {
+        socket.end("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+      }
+      close();
+    });
+    socket.on("error", close);
+    socket.on("close", close);
+    upstream.on("close", close);
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}

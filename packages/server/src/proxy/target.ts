@@ -1,0 +1,79 @@
+import type { IncomingMessage } from "node:http";
+import { ENVD_PORT } from "@aenv/protocol";
+
+export interface ProxyTarget {
+  sandboxId: string;
+  port: number;
+  /** Path and query to send upstream. */
+  path: string;
+  /** How the target was chosen, for logs and errors. */
+  via: "header" | "host" | "path";
+}
+
+const ROUTING_HEADERS = ["e2b-sandbox-id", "e2b-sandbox-port", "x-aenv-sandbox-id", "x-aenv-target-port"];
+export const HOST_RE = /^(\d{1,5})-([a-z0-9]{1,60})\.(.+)$/;
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+function parsePort(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  return Number.isInteger(n) && n > 0 && n < 65536 ? n : Number.NaN;
+}
+
+/**
+ * Which sandbox port a request is for, or undefined for control-plane requests. Order:
+ * E2B routing headers (before any route matching: envd's /health collides with ours),
+ * then the `{port}-{id}.{domain}` Host form, then the `/proxy/{id}/{port}/...` path form
+ * (a bare `/proxy/...` with routing headers is also accepted, the prefix stripped).
+ */
+export function resolveTarget(req: IncomingMessage): ProxyTarget | undefined {
+  const url = req.url ?? "/";
+  const isProxyPath = url === "/proxy" || url.startsWith("/proxy/") || url.startsWith("/proxy?");
+  const hid = header(req, "e2b-sandbox-id") ?? header(req, "x-aenv-sandbox-id");
+  if (hid) {
+    const port = parsePort(header(req, "e2b-sandbox-port") ?? header(req, "x-aenv-target-port")) ?? ENVD_PORT;
+    const path = isProxyPath ? url.slice("/proxy".length) || "/" : url;
+    return { sandboxId: hid, port, path: path.startsWith("/") ? path : `/${path}`, via: "header" };
+  }
+  const host = header(req, "host")?.toLowerCase();
+  const hm = host ? HOST_RE.exec(host) : null;
+  if (hm) return { sandboxId: hm[2] as string, port: Number(hm[1]), path: url, via: "host" };
+  if (isProxyPath) {
+    const m = /^\/proxy\/([^/?]+)\/(\d{1,5})(\/[^?]*)?(\?.*)?$/.exec(url);
+    if (m) return { sandboxId: m[1] as string, port: Number(m[2]), path: `${m[3] ?? "/"}${m[4] ?? ""}`, via: "path" };
+    return { sandboxId: "", port: Number.NaN, path: url, via: "path" };
+  }
+  return undefined;
+}
+
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+  "te",
+  "trailer",
+  "proxy-authorization",
+  "proxy-authenticate",
+]);
+
+/** Request headers to send upstream: routing and hop-by-hop headers removed. */
+export function upstreamHeaders(req: IncomingMessage, keepUpgrade: boolean): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (v === undefined) continue;
+    if (ROUTING_HEADERS.includes(k)) continue;
+    if (!keepUpgrade && HOP_BY_HOP.has(k)) continue;
+    if (keepUpgrade && HOP_BY_HOP.has(k) && k !== "connection" && k !== "upgrade") continue;
+    out[k] = v;
+  }
+  if (req.headers["transfer-encoding"] && !keepUpgrade) out["transfer-encoding"] = "chunked";
+  const fwd = req.socket.remoteAddress;
+  if (fwd) out["x-forwarded-for"] = fwd;
+  return out;
+}

@@ -1,0 +1,109 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import pino, { type Logger } from "pino";
+import { type App, buildApp } from "./api/app.js";
+import type { ServerConfig } from "./config.js";
+import { SlotPool } from "./network/slots.js";
+import { type RecoveryReport, Orchestrator } from "./orchestrator/orchestrator.js";
+import type { RuntimeInfo } from "./runtime/driver.js";
+import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
+import { GvisorDriver } from "./runtime/gvisor/driver.js";
+import { SqliteStateStore } from "./state/sqlite-store.js";
+import { TemplateStore } from "./storage/templates.js";
+
+/** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
+function writeResolvConf(dataDir: string): string {
+  let servers: string[] = [];
+  try {
+    servers = [...readFileSync("/etc/resolv.conf", "utf8").matchAll(/^nameserver\s+(\S+)/gm)]
+      .map((m) => m[1] as string)
+      .filter((s) => !s.startsWith("127.") && s !== "::1");
+  } catch {
+    servers = [];
+  }
+  const file = join(dataDir, "resolv.conf");
+  writeFileSync(file, servers.map((s) => `nameserver ${s}\n`).join("") || "# no reachable host resolver\n");
+  return file;
+}
+
+export interface RunningServer {
+  app: App;
+  orch: Orchestrator;
+  url: string;
+  runtime: RuntimeInfo;
+  recovery: RecoveryReport;
+  close(): Promise<void>;
+}
+
+export async function startServer(cfg: ServerConfig, log: Logger = pino({ level: cfg.logLevel })): Promise<RunningServer> {
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const driver = new GvisorDriver({
+    binary: cfg.runscBinary,
+    stateDir: join(cfg.dataDir, "runsc"),
+    platform: cfg.platform,
+    log: log.child({ component: "gvisor" }),
+  });
+  const runtime = await driver.probe();
+  const templates = new TemplateStore(cfg.templatesDir);
+  if (!templates.get("base")) {
+    log.warn({ templatesDir: cfg.templatesDir }, "default template 'base' missing: run scripts/build-base-template.sh");
+  }
+  const store = new SqliteStateStore(join(cfg.dataDir, "state.db"));
+  const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
+  const runtimeDir = prepareEnvdRuntime(cfg.dataDir);
+  const orch = new Orchestrator({
+    cfg,
+    store,
+    templates,
+    driver,
+    slots,
+    log: log.child({ component: "orchestrator" }),
+    runtimeDir,
+    resolvConf: writeResolvConf(cfg.dataDir),
+  });
+  const recovery = await orch.recover();
+  if (recovery.cleanedUp.length) {
+    log.warn({ sandboxes: recovery.cleanedUp }, "sandboxes lost in the previous server run were cleaned up");
+  }
+  await slots.init();
+  orch.startReaper();
+  let ready = false;
+  const app = buildApp({
+    orch,
+    log,
+    apiKey: cfg.apiKey,
+    domain: cfg.domain,
+    bodyLimitBytes: cfg.bodyLimitBytes,
+    health: () => ({
+      ready,
+      runtime,
+      templates: templates.list().map((t) => t.name),
+      sandboxes: orch.list().length,
+      recovery,
+    }),
+  });
+  await app.fastify.listen({ host: cfg.host, port: cfg.port });
+  const addr = app.fastify.server.address();
+  const port = typeof addr === "object" && addr ? addr.port : cfg.port;
+  ready = true;
+  log.info({ host: cfg.host, port, runtime, dataDir: cfg.dataDir, domain: cfg.domain }, "aenv-server ready");
+  return {
+    app,
+    orch,
+    url: `http://${cfg.host === "0.0.0.0" ? "127.0.0.1" : cfg.host}:${port}`,
+    runtime,
+    recovery,
+    async close() {
+      ready = false;
+      await orch.close({ killAll: true });
+      app.proxy.close();
+      await app.fastify.close();
+      await slots.close();
+      store.close();
+    },
+  };
+}
+
+export function dataDirHasKey(dataDir: string): boolean {
+  return existsSync(join(dataDir, "secrets", "api-key"));
+}

@@ -1,0 +1,48 @@
+import Database from "better-sqlite3";
+import type { SandboxRecord, StateStore } from "./store.js";
+
+export class SqliteStateStore implements StateStore {
+  private readonly db: Database.Database;
+  private readonly stmts;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma("journal_mode = WAL");
+    this.db.pragma("synchronous = FULL");
+    this.db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (
+      id TEXT PRIMARY KEY,
+      state TEXT NOT NULL,
+      started_at INTEGER NOT NULL,
+      data TEXT NOT NULL
+    )`);
+    this.stmts = {
+      put: this.db.prepare(
+        "INSERT INTO sandboxes (id, state, started_at, data) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, data = excluded.data",
+      ),
+      del: this.db.prepare("DELETE FROM sandboxes WHERE id = ?"),
+      get: this.db.prepare("SELECT data FROM sandboxes WHERE id = ?"),
+      all: this.db.prepare("SELECT data FROM sandboxes ORDER BY started_at"),
+    };
+  }
+
+  put(rec: SandboxRecord): void {
+    this.stmts.put.run(rec.id, rec.state, rec.startedAt, JSON.stringify(rec));
+  }
+
+  delete(id: string): void {
+    this.stmts.del.run(id);
+  }
+
+  get(id: string): SandboxRecord | undefined {
+    const row = this.stmts.get.get(id) as { data: string } | undefined;
+    return row ? (JSON.parse(row.data) as SandboxRecord) : undefined;
+  }
+
+  all(): SandboxRecord[] {
+    return (this.stmts.all.all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SandboxRecord);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}

@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import type { IncomingMessage } from "node:http";
+import { describe, test } from "node:test";
+import { parseMetadataFilter, parseStates, decodeCursor, encodeCursor } from "../src/api/list-filter.js";
+import { parseListen } from "../src/config.js";
+import { ApiError } from "../src/errors.js";
+import { slotAddresses, parseCidr16 } from "../src/network/addresses.js";
+import { newSandboxId, SANDBOX_ID_RE } from "../src/orchestrator/ids.js";
+import { resolveTarget, upstreamHeaders } from "../src/proxy/target.js";
+
+function req(url: string, headers: Record<string, string> = {}): IncomingMessage {
+  return { url, headers, socket: { remoteAddress: "127.0.0.1" } } as unknown as IncomingMessage;
+}
+
+describe("list filters", () => {
+  test("decodes the SDK's triple-encoded metadata (after the framework's one decode)", () => {
+    // What the SDK sends for {user:'a b','k&':'v=1'} once the query string is decoded.
+    const captured = "user%3Da%252520b%26k%252526%3Dv%25253D1";
+    assert.deepEqual(parseMetadataFilter(decodeURIComponent(captured)), { user: "a b", "k&": "v=1" });
+  });
+  test("rejects pairs without exactly one '='", () => {
+    assert.throws(() => parseMetadataFilter("novalue"), ApiError);
+  });
+  test("states default to both and reject unknown ones", () => {
+    assert.deepEqual([...parseStates(undefined)], ["running", "paused"]);
+    assert.deepEqual([...parseStates("running")], ["running"]);
+    assert.throws(() => parseStates("running,zombie"), ApiError);
+  });
+  test("cursor round trip and garbage", () => {
+    assert.equal(decodeCursor(encodeCursor(42)), 42);
+    assert.throws(() => decodeCursor("garbage!!"), ApiError);
+  });
+});
+
+describe("proxy target resolution", () => {
+  test("E2B headers win over any path, default port is envd's", () => {
+    assert.deepEqual(resolveTarget(req("/health", { "e2b-sandbox-id": "iabc" })), { sandboxId: "iabc", port: 49983, path: "/health", via: "header" });
+    assert.equal(resolveTarget(req("/files?path=x", { "e2b-sandbox-id": "iabc", "e2b-sandbox-port": "8080" }))?.port, 8080);
+  });
+  test("host form {port}-{id}.{domain}", () => {
+    const t = resolveTarget(req("/x?y=1", { host: "3000-iabc123.sbx.example.com:8000" }));
+    assert.deepEqual(t, { sandboxId: "iabc123", port: 3000, path: "/x?y=1", via: "host" });
+  });
+  test("path form /proxy/{id}/{port}/... and bare /proxy with headers", () => {
+    assert.deepEqual(resolveTarget(req("/proxy/iabc/8080/a/b?c=d")), { sandboxId: "iabc", port: 8080, path: "/a/b?c=d", via: "path" });
+    assert.equal(resolveTarget(req("/proxy/process.Process/List", { "e2b-sandbox-id": "iabc" }))?.path, "/process.Process/List");
+    assert.equal(resolveTarget(req("/proxy/garbage"))?.sandboxId, "");
+  });
+  test("control-plane requests are not proxied", () => {
+    assert.equal(resolveTarget(req("/v2/sandboxes", { host: "127.0.0.1:8000" })), undefined);
+    assert.equal(resolveTarget(req("/health", { host: "localhost:8000" })), undefined);
+  });
+  test("routing and hop-by-hop headers are stripped", () => {
+    const h = upstreamHeaders(req("/", { "e2b-sandbox-id": "i", "e2b-sandbox-port": "1", connection: "keep-alive", "x-access-token": "t" }), false);
+    assert.deepEqual(Object.keys(h).sort(), ["x-access-token", "x-forwarded-for"]);
+  });
+});
+
+describe("misc", () => {
+  test("sandbox ids are fixed-length DNS labels", () => {
+    for (let i = 0; i < 100; i++) assert.match(newSandboxId(), SANDBOX_ID_RE);
+  });
+  test("slot addresses are distinct /30s", () => {
+    const base = parseCidr16("10.201.0.0/16");
+    assert.deepEqual(slotAddresses(base, 0), { index: 0, hostIp: "10.201.0.1", slotIp: "10.201.0.2", hostIf: "aenv-h0", sandboxNetns: "aenv-s0", routerNetns: "aenv-r0" });
+    assert.equal(slotAddresses(base, 300).slotIp, "10.201.4.178");
+    assert.throws(() => parseCidr16("10.0.0.0/8"));
+  });
+  test("--listen parsing", () => {
+    assert.deepEqual(parseListen("0.0.0.0:8000"), { host: "0.0.0.0", port: 8000 });
+    assert.deepEqual(parseListen("[::1]:9"), { host: "::1", port: 9 });
+    assert.throws(() => parseListen("8000"));
+  });
+});

@@ -1,0 +1,67 @@
+// Bad input gets a 4xx with the E2B error body {code, message}; the server keeps serving.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { cleanupDataDir, startServer, type TestServer } from "./helpers/server.js";
+
+let server: TestServer;
+
+before(async () => {
+  server = await startServer();
+});
+
+after(async () => {
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+});
+
+function assertE2bError(r: { status: number; body: unknown }, status: number): void {
+  assert.equal(r.status, status, JSON.stringify(r.body));
+  const b = r.body as { code: unknown; message: unknown };
+  assert.equal(b.code, status);
+  assert.equal(typeof b.message, "string");
+}
+
+test("missing or wrong API key → 401", async () => {
+  assertE2bError(await server.api("GET", "/v2/sandboxes", undefined, { "x-api-key": "nope" }), 401);
+  const r = await fetch(`${server.url}/v2/sandboxes`);
+  assert.equal(r.status, 401);
+  assert.deepEqual(Object.keys((await r.json()) as object).sort(), ["code", "message"]);
+});
+
+test("malformed JSON → 400", async () => {
+  assertE2bError(await server.api("POST", "/v2/sandboxes", '{"templateID": "base",'), 400);
+});
+
+test("wrong types → 400", async () => {
+  assertE2bError(await server.api("POST", "/v2/sandboxes", { templateID: 42 }), 400);
+  assertE2bError(await server.api("POST", "/v2/sandboxes", { templateID: "base", timeout: "soon" }), 400);
+  assertE2bError(await server.api("POST", "/v2/sandboxes", { templateID: "base", envVars: { A: 1 } }), 400);
+  assertE2bError(await server.api("POST", "/v2/sandboxes", []), 400);
+  assertE2bError(await server.api("POST", "/sandboxes/ixxxxxxxxxxxxxxxxxxxx/timeout", { timeout: -1 }), 400);
+});
+
+test("unknown template → 404", async () => {
+  assertE2bError(await server.api("POST", "/v2/sandboxes", { templateID: "no-such-template" }), 404);
+});
+
+test("huge body → 413", async () => {
+  const big = JSON.stringify({ templateID: "base", metadata: { x: "y".repeat(4 * 1024 * 1024) } });
+  assertE2bError(await server.api("POST", "/v2/sandboxes", big), 413);
+});
+
+test("unknown routes and ids → 404; bad list filters → 400", async () => {
+  assertE2bError(await server.api("GET", "/no/such/route"), 404);
+  assertE2bError(await server.api("GET", "/sandboxes/ixxxxxxxxxxxxxxxxxxxx"), 404);
+  assertE2bError(await server.api("DELETE", "/sandboxes/ixxxxxxxxxxxxxxxxxxxx"), 404);
+  assertE2bError(await server.api("GET", "/v2/sandboxes?state=sleeping"), 400);
+  assertE2bError(await server.api("GET", "/v2/sandboxes?metadata=novalue"), 400);
+  assertE2bError(await server.api("GET", "/v2/sandboxes?limit=0"), 400);
+});
+
+test("the server keeps serving after all of that", async () => {
+  const r = await fetch(`${server.url}/health`);
+  assert.equal(r.status, 204);
+  const list = await server.api("GET", "/v2/sandboxes");
+  assert.equal(list.status, 200);
+  assert.deepEqual(list.body, []);
+});

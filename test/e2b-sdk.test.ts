@@ -1,0 +1,312 @@
+// The e2b SDK compatibility suite: the unmodified `e2b` npm package (2.51.0, latest) drives a
+// real aenv-server whose sandboxes are real runsc sandboxes.
+import assert from "node:assert/strict";
+import { request } from "node:http";
+import { after, before, describe, test } from "node:test";
+import { CommandExitError, FileNotFoundError, Sandbox, SandboxError, NotFoundError } from "e2b";
+import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+
+let server: TestServer;
+let sbx: Sandbox;
+
+before(async () => {
+  server = await startServer();
+  useE2b(server);
+  sbx = await Sandbox.create({ metadata: { suite: "e2b", run: String(process.pid) }, envs: { GLOBAL_VAR: "from-create" } });
+});
+
+after(async () => {
+  await sbx?.kill().catch(() => {});
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+});
+
+/** GET through the Host-routed proxy, as a browser would fetch sandbox.getHost(port). */
+function getViaHost(host: string, path = "/"): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: "127.0.0.1", port: server.port, path, headers: { host }, agent: false }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d: string) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+describe("sandbox lifecycle", () => {
+  test("create returns a usable sandbox with info", async () => {
+    assert.match(sbx.sandboxId, /^i[a-z0-9]{20}$/);
+    const info = await sbx.getInfo();
+    assert.equal(info.sandboxId, sbx.sandboxId);
+    assert.equal(info.templateId, "base");
+    assert.equal(info.state, "running");
+    assert.equal(info.metadata.suite, "e2b");
+    assert.ok(info.endAt.getTime() > Date.now());
+    assert.equal(await sbx.isRunning(), true);
+  });
+
+  test("setTimeout moves endAt", async () => {
+    await sbx.setTimeout(600_000);
+    const info = await sbx.getInfo();
+    const left = info.endAt.getTime() - Date.now();
+    assert.ok(left > 590_000 && left <= 600_000, `endAt ${left} ms away`);
+  });
+
+  test("list filters by metadata and paginates", async () => {
+    const other = await Sandbox.create({ metadata: { suite: "e2b-list", "k&": "v=1 x" } });
+    try {
+      const p = Sandbox.list({ query: { metadata: { "k&": "v=1 x" } } });
+      const items = await p.nextItems();
+      assert.deepEqual(items.map((i) => i.sandboxId), [other.sandboxId]);
+      assert.equal(items[0]?.state, "running");
+      const paged = Sandbox.list({ limit: 1, query: { state: ["running"] } });
+      const first = await paged.nextItems();
+      assert.equal(first.length, 1);
+      assert.equal(paged.hasNext, true);
+      const second = await paged.nextItems();
+      assert.equal(second.length, 1);
+      assert.notEqual(first[0]?.sandboxId, second[0]?.sandboxId);
+    } finally {
+      assert.equal(await other.kill(), true);
+    }
+  });
+
+  test("metrics report memory and cpu", async () => {
+    const m = await sbx.getMetrics();
+    assert.ok(m.length >= 1);
+    assert.ok((m[0]?.memTotal ?? 0) > 0);
+  });
+
+  test("unknown sandbox ids give the SDK's not-found outcomes", async () => {
+    const ghost = "i00000000000000000000";
+    assert.equal(await Sandbox.kill(ghost), false);
+    await assert.rejects(Sandbox.getInfo(ghost), (e: Error) => e.name === "SandboxNotFoundError" || e instanceof NotFoundError);
+    await assert.rejects(Sandbox.connect(ghost), (e: Error) => /not found/i.test(e.message));
+    await assert.rejects(Sandbox.setTimeout(ghost, 1000), (e: Error) => /not found/i.test(e.message));
+  });
+
+  test("connect to a running sandbox extends but never shortens its TTL", async () => {
+    const before_ = (await sbx.getInfo()).endAt.getTime();
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 10_000 });
+    assert.equal(again.sandboxId, sbx.sandboxId);
+    const after_ = (await sbx.getInfo()).endAt.getTime();
+    assert.ok(after_ >= before_);
+    const r = await again.commands.run("echo via-connect");
+    assert.equal(r.stdout, "via-connect\n");
+  });
+
+  test("kill removes the sandbox", async () => {
+    const s = await Sandbox.create();
+    assert.equal(await s.kill(), true);
+    assert.equal(await s.isRunning(), false);
+    assert.equal(await Sandbox.kill(s.sandboxId), false);
+  });
+});
+
+describe("commands", () => {
+  test("foreground run with stdout, stderr, exit code", async () => {
+    const r = await sbx.commands.run("echo hello; echo warn >&2");
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, "hello\n");
+    assert.equal(r.stderr, "warn\n");
+    await assert.rejects(sbx.commands.run("exit 3"), (e: unknown) => e instanceof CommandExitError && e.exitCode === 3);
+  });
+
+  test("envs, cwd, sandbox-wide env and users", async () => {
+    const r = await sbx.commands.run('echo "$FOO|$GLOBAL_VAR|$(pwd)|$(whoami)|$HOME"', { envs: { FOO: "bar" }, cwd: "/tmp" });
+    assert.equal(r.stdout, "bar|from-create|/tmp|user|/home/user\n");
+    const root = await sbx.commands.run("whoami; pwd", { user: "root" });
+    assert.equal(root.stdout, "root\n/root\n");
+    await assert.rejects(sbx.commands.run("true", { cwd: "/does/not/exist" }));
+  });
+
+  test("streaming callbacks see output as it is produced", async () => {
+    const seen: Array<{ t: number; s: string }> = [];
+    const t0 = Date.now();
+    await sbx.commands.run("echo one; sleep 1; echo two", { onStdout: (s) => seen.push({ t: Date.now() - t0, s }) });
+    assert.deepEqual(seen.map((x) => x.s).join(""), "one\ntwo\n");
+    assert.ok(seen.length >= 2 && (seen[1]?.t ?? 0) - (seen[0]?.t ?? 0) >= 700, JSON.stringify(seen));
+  });
+
+  test("background process with stdin, list, connect, kill", async () => {
+    const h = await sbx.commands.run("cat", { background: true, stdin: true, timeoutMs: 0 });
+    assert.ok(h.pid > 0);
+    const listed = await sbx.commands.list();
+    const mine = listed.find((p) => p.pid === h.pid);
+    assert.ok(mine, "process listed");
+    assert.equal(mine?.cmd, "/bin/bash");
+    await sbx.commands.sendStdin(h.pid, "ping\n");
+    let attached = "";
+    const h2 = await sbx.commands.connect(h.pid, { onStdout: (s) => (attached += s) });
+    await sbx.commands.sendStdin(h.pid, "pong\n");
+    await sbx.commands.closeStdin(h.pid);
+    const res = await h2.wait();
+    assert.equal(res.exitCode, 0);
+    assert.match(attached, /pong/);
+    const gone = await sbx.commands.run("sleep 600", { background: true, timeoutMs: 0 });
+    assert.equal(await sbx.commands.kill(gone.pid), true);
+    await assert.rejects(gone.wait(), (e: unknown) => e instanceof CommandExitError);
+    assert.equal(await sbx.commands.kill(999999), false);
+  });
+
+  test("a background process outlives its client's disconnect", async () => {
+    const h = await sbx.commands.run("sleep 2; echo done > /tmp/bg-done", { background: true, timeoutMs: 0 });
+    await h.disconnect();
+    await new Promise((r) => setTimeout(r, 3000));
+    const r = await sbx.commands.run("cat /tmp/bg-done");
+    assert.equal(r.stdout, "done\n");
+  });
+
+  test("timeoutMs bounds a command's lifetime", async () => {
+    await assert.rejects(sbx.commands.run("sleep 30", { timeoutMs: 1500 }));
+    const r = await sbx.commands.run("pgrep -x sleep -a || true");
+    assert.doesNotMatch(r.stdout, /sleep 30/);
+  });
+
+  test("pty: interactive shell, resize, exit code", async () => {
+    let out = "";
+    const dec = new TextDecoder();
+    const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += dec.decode(d)), timeoutMs: 30_000 });
+    await sbx.pty.resize(pty.pid, { cols: 123, rows: 45 });
+    await sbx.pty.sendInput(pty.pid, new TextEncoder().encode("stty size; tty; exit 7\n"));
+    const res = await pty.wait().catch((e: unknown) => e as CommandExitError);
+    assert.equal(res.exitCode, 7);
+    assert.match(out, /45 123/);
+    assert.match(out, /\/dev\/pts\//);
+  });
+});
+
+describe("files", () => {
+  test("write and read text, binary, and multiple files", async () => {
+    await sbx.files.write("/home/user/a.txt", "content");
+    assert.equal(await sbx.files.read("/home/user/a.txt"), "content");
+    const bin = new Uint8Array(256 * 1024).map((_, i) => (i * 7) % 256);
+    await sbx.files.write("/home/user/bin.dat", bin.buffer);
+    const back = await sbx.files.read("/home/user/bin.dat", { format: "bytes" });
+    assert.deepEqual(Buffer.from(back), Buffer.from(bin));
+    await sbx.files.write([
+      { path: "/home/user/multi/b.txt", data: "B" },
+      { path: "rel/c.txt", data: "C" },
+    ]);
+    assert.equal(await sbx.files.read("/home/user/multi/b.txt"), "B");
+    assert.equal(await sbx.files.read("/home/user/rel/c.txt"), "C");
+    const owner = await sbx.commands.run("stat -c %U /home/user/rel/c.txt");
+    assert.equal(owner.stdout.trim(), "user");
+  });
+
+  test("octet-stream and gzip uploads", async () => {
+    await sbx.files.write("/home/user/o.txt", "octet", { useOctetStream: true } as never);
+    assert.equal(await sbx.files.read("/home/user/o.txt"), "octet");
+    await sbx.files.write("/home/user/g.txt", "gzipped body", { gzip: true } as never);
+    assert.equal(await sbx.files.read("/home/user/g.txt"), "gzipped body");
+  });
+
+  test("list with depth, exists, getInfo, makeDir, rename, remove", async () => {
+    await sbx.files.write("/home/user/tree/x/y/z.txt", "z");
+    const d1 = await sbx.files.list("/home/user/tree");
+    assert.deepEqual(d1.map((e) => e.name), ["x"]);
+    const d3 = await sbx.files.list("/home/user/tree", { depth: 3 });
+    assert.deepEqual(d3.map((e) => e.path).sort(), ["/home/user/tree/x", "/home/user/tree/x/y", "/home/user/tree/x/y/z.txt"]);
+    assert.equal(await sbx.files.exists("/home/user/tree/x/y/z.txt"), true);
+    assert.equal(await sbx.files.exists("/home/user/nope"), false);
+    const info = await sbx.files.getInfo("/home/user/tree/x/y/z.txt");
+    assert.equal(info.type, "file");
+    assert.equal(info.size, 1);
+    assert.equal(await sbx.files.makeDir("/home/user/newdir/sub"), true);
+    assert.equal(await sbx.files.makeDir("/home/user/newdir/sub"), false);
+    const moved = await sbx.files.rename("/home/user/tree/x/y/z.txt", "/home/user/moved.txt");
+    assert.equal(moved.path, "/home/user/moved.txt");
+    await sbx.files.remove("/home/user/moved.txt");
+    assert.equal(await sbx.files.exists("/home/user/moved.txt"), false);
+    await assert.rejects(sbx.files.read("/home/user/moved.txt"), (e: unknown) => e instanceof FileNotFoundError);
+  });
+
+  test("watchDir reports creates and writes", async () => {
+    await sbx.files.makeDir("/home/user/watched");
+    const events: string[] = [];
+    const w = await sbx.files.watchDir("/home/user/watched", (e) => events.push(`${e.type}:${e.name}`), { recursive: true });
+    await sbx.files.write("/home/user/watched/new.txt", "1");
+    await sbx.commands.run("mkdir -p /home/user/watched/d && echo 2 > /home/user/watched/d/inner.txt");
+    const deadline = Date.now() + 5000;
+    while (Date.now() < deadline && !(events.some((e) => e.endsWith("new.txt")) && events.some((e) => e.includes("inner.txt")))) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await w.stop();
+    assert.ok(events.some((e) => e.endsWith(":new.txt")), events.join(","));
+    assert.ok(events.some((e) => e.endsWith("d/inner.txt")), events.join(","));
+  });
+
+  test("signed upload and download URLs work without the access token", async () => {
+    const up = await sbx.uploadUrl("/home/user/signed.txt", { useSignatureExpiration: 60 });
+    const form = new FormData();
+    form.append("file", new Blob(["signed!"]), "/home/user/signed.txt");
+    const u = new URL(up);
+    const upR = await fetch(`${server.url}${u.pathname}${u.search}`, { method: "POST", body: form, headers: { "e2b-sandbox-id": sbx.sandboxId } });
+    assert.equal(upR.status, 200);
+    const down = new URL(await sbx.downloadUrl("/home/user/signed.txt"));
+    const r = await fetch(`${server.url}${down.pathname}${down.search}`, { headers: { "e2b-sandbox-id": sbx.sandboxId } });
+    assert.equal(await r.text(), "signed!");
+    const bad = await fetch(`${server.url}/files?path=/etc/passwd&signature=v1_bogus`, { headers: { "e2b-sandbox-id": sbx.sandboxId } });
+    assert.equal(bad.status, 401);
+  });
+});
+
+describe("proxy", () => {
+  test("getHost reaches a server inside the sandbox by Host header and by /proxy path", async () => {
+    await sbx.commands.run("mkdir -p /tmp/www && echo hello-from-sandbox > /tmp/www/index.html");
+    await sbx.commands.run("cd /tmp/www && python3 -m http.server 8080", { background: true, timeoutMs: 0 });
+    const host = sbx.getHost(8080);
+    assert.equal(host, `8080-${sbx.sandboxId}.${server.domain}`);
+    let r = { status: 0, body: "" };
+    for (let i = 0; i < 50; i++) {
+      r = await getViaHost(host, "/index.html");
+      if (r.status === 200) break;
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    assert.equal(r.status, 200);
+    assert.equal(r.body, "hello-from-sandbox\n");
+    const p = await fetch(`${server.url}/proxy/${sbx.sandboxId}/8080/index.html`);
+    assert.equal(await p.text(), "hello-from-sandbox\n");
+    const closed = await getViaHost(`8099-${sbx.sandboxId}.${server.domain}`);
+    assert.equal(closed.status, 502);
+  });
+
+  test("a WebSocket upgrade is tunnelled to the sandbox port", async () => {
+    const server_py = [
+      "import socket,hashlib,base64",
+      "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',8765));s.listen(1)",
+      "c,_=s.accept();d=c.recv(4096).decode()",
+      "k=[l.split(': ')[1] for l in d.split('\\r\\n') if l.lower().startswith('sec-websocket-key')][0]",
+      "a=base64.b64encode(hashlib.sha1((k+'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()",
+      "c.send(('HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: '+a+'\\r\\n\\r\\n').encode())",
+      "c.send(bytes([0x81,5])+b'hello');c.close()",
+    ].join("\n");
+    await sbx.files.write("/tmp/ws.py", server_py);
+    await sbx.commands.run("python3 /tmp/ws.py", { background: true, timeoutMs: 0 });
+    await new Promise((r) => setTimeout(r, 1500));
+    const { WebSocket } = await import("ws");
+    const msg = await new Promise<string>((resolve, reject) => {
+      const ws = new WebSocket(`ws://127.0.0.1:${server.port}/`, { headers: { host: `8765-${sbx.sandboxId}.${server.domain}` } });
+      ws.on("message", (d) => resolve(d.toString()));
+      ws.on("error", reject);
+    });
+    assert.equal(msg, "hello");
+  });
+
+  test("envd requests for an unknown sandbox get 502", async () => {
+    const r = await fetch(`${server.url}/health`, { headers: { "e2b-sandbox-id": "i11111111111111111111", "e2b-sandbox-port": "49983" } });
+    assert.equal(r.status, 502);
+  });
+
+  test("a wrong envd access token is refused", async () => {
+    const r = await fetch(`${server.url}/process.Process/List`, {
+      method: "POST",
+      headers: { "e2b-sandbox-id": sbx.sandboxId, "content-type": "application/json", "x-access-token": "wrong" },
+      body: "{}",
+    });
+    assert.equal(r.status, 401);
+    assert.ok(SandboxError);
+  });
+});

@@ -1,0 +1,129 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { join, resolve } from "node:path";
+
+export const ROOT = resolve(import.meta.dirname, "..", "..");
+export const TEMPLATES_DIR = process.env.AENV_TEST_TEMPLATES_DIR ?? "/var/lib/aenv/templates";
+
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      s.close(() => res(port));
+    });
+    s.on("error", rej);
+  });
+}
+
+export interface TestServer {
+  url: string;
+  port: number;
+  apiKey: string;
+  dataDir: string;
+  domain: string;
+  proc: ChildProcess;
+  logs: () => string;
+  /** Graceful stop (SIGTERM). */
+  stop(): Promise<void>;
+  /** SIGKILL, leaving sandboxes behind as a crash would. */
+  crash(): Promise<void>;
+  /** Same data dir, same port, new process. */
+  restart(): Promise<TestServer>;
+  api(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: unknown; headers: Headers }>;
+}
+
+export interface StartOptions {
+  dataDir?: string;
+  port?: number;
+  env?: Record<string, string>;
+}
+
+/** Starts the real aenv-server binary as a child process, on loopback, with its own netns prefix. */
+export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
+  const dataDir = opts.dataDir ?? mkdtempSync("/var/tmp/aenv-test-");
+  const port = opts.port ?? (await freePort());
+  const apiKey = "test-key-0123456789";
+  const domain = `sbx.localhost:${port}`;
+  const proc = spawn(
+    process.execPath,
+    [join(ROOT, "packages/server/bin/aenv-server.js"), "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--templates-dir", TEMPLATES_DIR, "--domain", domain],
+    {
+      env: {
+        ...process.env,
+        AENV_API_KEY: apiKey,
+        AENV_NET_PREFIX: "aet",
+        AENV_SLOT_CIDR: "10.202.0.0/16",
+        AENV_LOG_LEVEL: process.env.AENV_LOG_LEVEL ?? "info",
+        AENV_WARM_SLOTS: "2",
+        ...opts.env,
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`aenv-server exited ${proc.exitCode}:\n${out}`);
+    try {
+      const r = await fetch(`${url}/health`);
+      if (r.status === 204) break;
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline) throw new Error(`aenv-server did not become ready:\n${out}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const exited = () => new Promise<void>((r) => (proc.exitCode !== null ? r() : proc.once("exit", () => r())));
+  const server: TestServer = {
+    url,
+    port,
+    apiKey,
+    dataDir,
+    domain,
+    proc,
+    logs: () => out,
+    async stop() {
+      proc.kill("SIGTERM");
+      await exited();
+    },
+    async crash() {
+      proc.kill("SIGKILL");
+      await exited();
+    },
+    restart: () => startServer({ ...opts, dataDir, port }),
+    async api(method, path, body, headers = {}) {
+      const r = await fetch(`${url}${path}`, {
+        method,
+        headers: { "x-api-key": apiKey, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
+        body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+      });
+      const text = await r.text();
+      let parsed: unknown = text;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        // keep text
+      }
+      return { status: r.status, body: parsed, headers: r.headers };
+    },
+  };
+  return server;
+}
+
+/** Points the e2b SDK at a test server (process-wide, as a user would with env vars). */
+export function useE2b(s: TestServer): void {
+  process.env.E2B_API_URL = s.url;
+  process.env.E2B_SANDBOX_URL = s.url;
+  process.env.E2B_API_KEY = s.apiKey;
+  delete process.env.E2B_DOMAIN;
+}
+
+export function cleanupDataDir(s: TestServer): void {
+  rmSync(s.dataDir, { recursive: true, force: true });
+}
