@@ -1,5 +1,6 @@
 // Bad input gets a 4xx with the E2B error body {code, message}; the server keeps serving.
 import assert from "node:assert/strict";
+import { request } from "node:http";
 import { after, before, test } from "node:test";
 import { cleanupDataDir, startServer, type TestServer } from "./helpers/server.js";
 
@@ -46,7 +47,25 @@ test("unknown template → 404", async () => {
 
 test("huge body → 413", async () => {
   const big = JSON.stringify({ templateID: "base", metadata: { x: "y".repeat(4 * 1024 * 1024) } });
-  assertE2bError(await server.api("POST", "/v2/sandboxes", big), 413);
+  // The server answers from the declared length, before reading the body: send a first
+  // slice only, read the answer, then drop the connection.
+  const r = await new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+    const req = request(
+      `${server.url}/v2/sandboxes`,
+      { method: "POST", headers: { "x-api-key": server.apiKey, "content-type": "application/json", "content-length": Buffer.byteLength(big) } },
+      (res) => {
+        let text = "";
+        res.on("data", (d: Buffer) => (text += d.toString()));
+        res.on("end", () => {
+          resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) });
+          req.destroy();
+        });
+      },
+    );
+    req.on("error", (e: NodeJS.ErrnoException) => (e.code === "EPIPE" || e.code === "ECONNRESET" ? undefined : reject(e)));
+    req.write(big.slice(0, 65536));
+  });
+  assertE2bError(r, 413);
 });
 
 test("unknown routes and ids → 404; bad list filters → 400", async () => {

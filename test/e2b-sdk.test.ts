@@ -118,7 +118,8 @@ describe("commands", () => {
     const r = await sbx.commands.run('echo "$FOO|$GLOBAL_VAR|$(pwd)|$(whoami)|$HOME"', { envs: { FOO: "bar" }, cwd: "/tmp" });
     assert.equal(r.stdout, "bar|from-create|/tmp|user|/home/user\n");
     const root = await sbx.commands.run("whoami; pwd", { user: "root" });
-    assert.equal(root.stdout, "root\n/root\n");
+    // Like E2B: the template workdir is the default cwd for every user.
+    assert.equal(root.stdout, "root\n/home/user\n");
     await assert.rejects(sbx.commands.run("true", { cwd: "/does/not/exist" }));
   });
 

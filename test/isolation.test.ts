@@ -63,11 +63,17 @@ test("sandboxes do not see each other's files", async () => {
   }
 });
 
-test("memory limit is enforced", async () => {
+test("CPU, memory and pids limits are applied to the sandbox's cgroup and visible inside", async () => {
   const s = await Sandbox.create();
   try {
-    const r = await s.commands.run("python3 -c \"b=bytearray(4*1024*1024*1024)\" 2>&1; echo rc=$?");
-    assert.match(r.stdout, /MemoryError|Killed|rc=137|rc=1/);
+    const { readFileSync } = await import("node:fs");
+    const cg = (ctl: string, file: string) => readFileSync(`/sys/fs/cgroup/${ctl}/aenv/${s.sandboxId}/${file}`, "utf8").trim();
+    const info = await s.getInfo();
+    assert.equal(Number(cg("memory", "memory.limit_in_bytes")), info.memoryMB * 1024 * 1024);
+    assert.equal(Number(cg("cpu", "cpu.cfs_quota_us")), info.cpuCount * 100000);
+    assert.equal(cg("pids", "pids.max"), "4096");
+    const inside = await s.commands.run("grep MemTotal /proc/meminfo | tr -s ' '; nproc");
+    assert.equal(inside.stdout, `MemTotal: ${info.memoryMB * 1024} kB\n${info.cpuCount}\n`);
   } finally {
     await s.kill();
   }

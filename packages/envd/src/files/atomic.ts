@@ -1,5 +1,4 @@
 /** Crash-safe file replacement: write a temp file in the same directory, then rename over. */
-import { randomBytes } from "node:crypto";
 import { createWriteStream, promises as fsp } from "node:fs";
 import path from "node:path";
 import type { Readable, Transform } from "node:stream";
@@ -7,6 +6,7 @@ import { pipeline } from "node:stream/promises";
 import { chownIfRoot, mkdirpOwned } from "../filesystem/ownership.js";
 import { errnoOf } from "../rpc/errors.js";
 import { HttpError, statusForErrno } from "../http/respond.js";
+import { tempNameFor } from "../tempname.js";
 import type { User } from "../users.js";
 
 /** Where a write to `target` should land (follows a symlink at `target`); rejects directories. */
@@ -52,7 +52,7 @@ export async function writeFileAtomic(
       throw err;
     }
     const dest = await finalTarget(target);
-    tmp = path.join(path.dirname(dest.path), `.${path.basename(dest.path)}.envd-${randomBytes(6).toString("hex")}.tmp`);
+    tmp = path.join(path.dirname(dest.path), tempNameFor(path.basename(dest.path)));
     const out = createWriteStream(tmp, { flags: "wx", mode: dest.mode ?? 0o644 });
     try {
       if (transform) await pipeline(source, transform, out);

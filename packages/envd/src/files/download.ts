@@ -25,14 +25,18 @@ export async function handleDownload(env: Env, req: IncomingMessage, res: Server
   try {
     const st = await handle.stat();
     if (st.isDirectory()) throw new HttpError(400, `path '${p}' is a directory`);
+    // Regular files are sent with their size at open time (a file that grows meanwhile is cut
+    // there); pseudo files (/proc, /sys: size 0 or a made-up size) are streamed to EOF.
+    const pseudo = /^\/(proc|sys)\//.test(p);
+    const sized = st.isFile() && st.size > 0 && !pseudo;
     res.writeHead(200, {
       "Content-Type": "application/octet-stream",
-      ...(st.isFile() ? { "Content-Length": st.size } : {}),
+      ...(sized ? { "Content-Length": st.size } : {}),
       "Content-Disposition": `attachment; filename*=UTF-8''${encodeURIComponent(path.basename(p))}`,
       "Last-Modified": st.mtime.toUTCString(),
     });
     closeHandle = false;
-    const stream = handle.createReadStream({ autoClose: false });
+    const stream = handle.createReadStream({ autoClose: false, ...(sized ? { start: 0, end: st.size - 1 } : {}) });
     try {
       await pipeline(stream, res);
     } catch (err) {

@@ -3,7 +3,7 @@ import { type Dirent, promises as fsp } from "node:fs";
 import path from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { Filesystem, filesystemPb } from "@aenv/protocol";
+import type { Filesystem, filesystemPb } from "@aenv/protocol";
 import type { Env } from "../env.js";
 import { resolvePath } from "../paths.js";
 import { errnoOf, fsConnectError } from "../rpc/errors.js";

@@ -11,6 +11,7 @@ import { type FSWatcher, type Stats, promises as fsp, watch } from "node:fs";
 import path from "node:path";
 import { filesystemPb } from "@aenv/protocol";
 import { log } from "../log.js";
+import { targetOfTemp } from "../tempname.js";
 import type { UserDb } from "../users.js";
 import { entryFromStat } from "./entry.js";
 import type { MetadataStore } from "./metadata.js";
@@ -58,6 +59,8 @@ export class DirWatcher {
   private readonly watchers = new Map<string, FSWatcher>();
   private readonly cache = new Map<string, Known>();
   private readonly raw: Raw[] = [];
+  /** Targets of envd uploads in flight (temp file seen), so their commit reads as a write. */
+  private readonly uploads = new Map<string, number>();
   private processing = false;
   private closed = false;
 
@@ -162,6 +165,15 @@ export class DirWatcher {
         this.dropDir(ev.dir);
         continue;
       }
+      const uploadTarget = targetOfTemp(ev.name);
+      if (uploadTarget !== undefined) {
+        // envd's own upload temp file: hidden; its rename onto the target is reported instead
+        if (this.uploads.size > 1000) {
+          for (const [k, t] of this.uploads) if (Date.now() - t > 60_000) this.uploads.delete(k);
+        }
+        this.uploads.set(path.join(ev.dir, uploadTarget), Date.now());
+        continue;
+      }
       const st = await lstatOrUndefined(full);
       const prev = this.cache.get(full);
       if (ev.kind === "change") {
@@ -174,6 +186,16 @@ export class DirWatcher {
       if (st) {
         this.cache.set(full, known(st));
         if (prev?.isDir && (prev.ino !== st.ino || !st.isDirectory())) this.dropDir(full);
+        const uploadedAt = this.uploads.get(full);
+        if (uploadedAt !== undefined) {
+          this.uploads.delete(full);
+          if (Date.now() - uploadedAt < 60_000) {
+            // an upload committed: like an in-place write (CREATE first when the file is new)
+            if (!prev) await this.emit(full, filesystemPb.EventType.CREATE, st);
+            await this.emit(full, filesystemPb.EventType.WRITE, st);
+            continue;
+          }
+        }
         await this.emit(full, filesystemPb.EventType.CREATE, st);
         if (this.opts.recursive && st.isDirectory()) await this.addDir(full);
         continue;

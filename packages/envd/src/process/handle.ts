@@ -1,5 +1,6 @@
 /** One running (or finished) process: pipes or a PTY, live subscribers, exit status. */
 import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { log } from "../log.js";
 import { type EndInfo, endFromExit } from "./signals.js";
@@ -32,6 +33,8 @@ export interface SpawnSpec {
 /** Minimal surface of a node-pty IPty that we use. */
 interface PtyLike {
   pid: number;
+  pause(): void;
+  resume(): void;
   onData(cb: (d: string | Buffer) => void): unknown;
   onExit(cb: (e: { exitCode: number; signal?: number }) => void): unknown;
   write(data: string | Buffer): void;
@@ -58,7 +61,28 @@ function credentials(uid: number, gid: number): { uid?: number; gid?: number } {
   return { uid, gid };
 }
 
+const SETPRIV_PATHS = ["/usr/bin/setpriv", "/bin/setpriv"];
+let setprivPath: string | null | undefined;
+
+/**
+ * node-pty switches uid/gid without setgroups(), so a PTY child would keep envd's (root's)
+ * supplementary groups. When util-linux setpriv exists, it drops them (like libuv does for
+ * pipe processes) before exec'ing the command; the pid stays the same.
+ */
+function ptyLaunch(spec: SpawnSpec): { file: string; args: string[]; creds: { uid?: number; gid?: number } } {
+  const direct = { file: spec.config.cmd, args: spec.config.args, creds: credentials(spec.uid, spec.gid) };
+  if (process.getuid?.() !== 0 || (spec.uid === 0 && spec.gid === 0)) return direct;
+  if (setprivPath === undefined) setprivPath = SETPRIV_PATHS.find((p) => existsSync(p)) ?? null;
+  if (!setprivPath) return direct;
+  return {
+    file: setprivPath,
+    args: ["--reuid", String(spec.uid), "--regid", String(spec.gid), "--clear-groups", "--", spec.config.cmd, ...spec.config.args],
+    creds: {},
+  };
+}
+
 const EXIT_FLUSH_MS = 250;
+const EXIT_DRAIN_MAX_MS = 5000;
 
 export class ProcessHandle {
   readonly pid: number;
@@ -71,6 +95,8 @@ export class ProcessHandle {
   private pty: PtyLike | undefined;
   private lifetimeTimer: NodeJS.Timeout | undefined;
   private readonly exitCallbacks: Array<(h: ProcessHandle) => void> = [];
+  /** Number of subscribers whose queues are full; output reading pauses while > 0. */
+  private _congestion = 0;
 
   private constructor(pid: number, spec: SpawnSpec, child?: ChildProcess, pty?: PtyLike) {
     this.pid = pid;
@@ -87,14 +113,19 @@ export class ProcessHandle {
   }
 
   private static async spawnPipes(spec: SpawnSpec, first?: Listener): Promise<ProcessHandle> {
-    const child = spawn(spec.config.cmd, spec.config.args, {
-      cwd: spec.cwd,
-      env: spec.env,
-      ...credentials(spec.uid, spec.gid),
-      detached: true,
-      stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
-      windowsHide: true,
-    });
+    let child: ChildProcess;
+    try {
+      child = spawn(spec.config.cmd, spec.config.args, {
+        cwd: spec.cwd,
+        env: spec.env,
+        ...credentials(spec.uid, spec.gid),
+        detached: true, // own session and process group, so signals reach the whole tree
+        stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
+        windowsHide: true,
+      });
+    } catch (err) {
+      throw new ConnectError(`error starting process '${spec.config.cmd}': ${(err as Error).message}`, Code.Internal);
+    }
     if (child.pid === undefined) {
       const err = await new Promise<Error>((resolve) => {
         child.once("error", resolve);
@@ -104,7 +135,11 @@ export class ProcessHandle {
     }
     const h = new ProcessHandle(child.pid, spec, child);
     if (first) h.listeners.add(first);
-    const onData = (stream: OutputStream) => (chunk: Buffer) => h.emit({ kind: "data", stream, data: chunk });
+    let lastDataAt = Date.now();
+    const onData = (stream: OutputStream) => (chunk: Buffer) => {
+      lastDataAt = Date.now();
+      h.emit({ kind: "data", stream, data: chunk });
+    };
     child.stdout?.on("data", onData("stdout"));
     child.stderr?.on("data", onData("stderr"));
     child.stdin?.on("error", () => {}); // EPIPE after the child closed its stdin
@@ -120,8 +155,18 @@ export class ProcessHandle {
     };
     child.once("close", finish);
     child.once("exit", (code, signal) => {
-      // A grandchild may keep the pipes open; don't wait for it forever.
-      setTimeout(() => finish(code, signal), EXIT_FLUSH_MS).unref();
+      // Normally "close" follows at once. A grandchild may keep the pipes open, though: then
+      // finish once output went quiet (or after EXIT_DRAIN_MAX_MS), but never while a slow
+      // client is still being fed (reading is paused then, and output would be lost).
+      const exitedAt = Date.now();
+      const check = () => {
+        if (finished) return;
+        const now = Date.now();
+        const quiet = now - lastDataAt >= EXIT_FLUSH_MS || now - exitedAt >= EXIT_DRAIN_MAX_MS;
+        if (h.congestion === 0 && quiet) finish(code, signal);
+        else setTimeout(check, 100).unref();
+      };
+      setTimeout(check, EXIT_FLUSH_MS).unref();
     });
     return h;
   }
@@ -134,15 +179,16 @@ export class ProcessHandle {
       throw new ConnectError(`PTY support is unavailable: ${(err as Error).message}`, Code.Internal);
     }
     let term: PtyLike;
+    const launch = ptyLaunch(spec);
     try {
-      term = mod.spawn(spec.config.cmd, spec.config.args, {
+      term = mod.spawn(launch.file, launch.args, {
         name: "xterm-256color",
         cols: Math.max(1, spec.pty?.cols || 80),
         rows: Math.max(1, spec.pty?.rows || 24),
         cwd: spec.cwd,
         env: spec.env,
         encoding: null,
-        ...credentials(spec.uid, spec.gid),
+        ...launch.creds,
       });
     } catch (err) {
       throw new ConnectError(`error starting PTY process: ${(err as Error).message}`, Code.Internal);
@@ -168,6 +214,31 @@ export class ProcessHandle {
 
   removeListener(fn: Listener): void {
     this.listeners.delete(fn);
+  }
+
+  get congestion(): number {
+    return this._congestion;
+  }
+
+  /** Flow control: +1 when a subscriber falls behind, -1 when it caught up (or left). */
+  throttle(delta: 1 | -1): void {
+    const before = this._congestion;
+    this._congestion = Math.max(0, this._congestion + delta);
+    if (this.end || (before > 0) === (this._congestion > 0)) return;
+    const paused = this._congestion > 0;
+    try {
+      if (this.pty) {
+        if (paused) this.pty.pause();
+        else this.pty.resume();
+      } else {
+        for (const s of [this.child?.stdout, this.child?.stderr]) {
+          if (paused) s?.pause();
+          else s?.resume();
+        }
+      }
+    } catch (err) {
+      log("debug", "flow control failed", { pid: this.pid, err });
+    }
   }
 
   onExit(cb: (h: ProcessHandle) => void): void {
@@ -227,15 +298,27 @@ export class ProcessHandle {
     }
   }
 
+  private ptyWrite(pty: PtyLike, data: Uint8Array): void {
+    try {
+      pty.write(Buffer.from(data));
+    } catch (err) {
+      throw new ConnectError(`error writing to the PTY: ${(err as Error).message}`, Code.Internal);
+    }
+  }
+
   writeStdin(data: Uint8Array): Promise<void> {
     if (this.pty) {
-      this.pty.write(Buffer.from(data));
+      try {
+        this.ptyWrite(this.pty, data);
+      } catch (err) {
+        return Promise.reject(err);
+      }
       return Promise.resolve();
     }
     const stdin = this.child?.stdin;
-    if (!stdin) return Promise.reject(new ConnectError("stdin is not enabled for this process", Code.FailedPrecondition));
+    if (!stdin) return Promise.reject(new ConnectError("stdin is not enabled for this process", Code.Internal));
     if (stdin.destroyed || stdin.writableEnded) {
-      return Promise.reject(new ConnectError("stdin is closed", Code.FailedPrecondition));
+      return Promise.reject(new ConnectError("stdin is closed", Code.Internal));
     }
     return new Promise((resolve, reject) => {
       stdin.write(Buffer.from(data), (err) => {
@@ -247,7 +330,7 @@ export class ProcessHandle {
 
   writePty(data: Uint8Array): void {
     if (!this.pty) throw new ConnectError("process has no PTY", Code.FailedPrecondition);
-    this.pty.write(Buffer.from(data));
+    this.ptyWrite(this.pty, data);
   }
 
   closeStdin(): void {
@@ -255,13 +338,17 @@ export class ProcessHandle {
       throw new ConnectError("cannot close stdin of a PTY process, send Ctrl+D (0x04) instead", Code.FailedPrecondition);
     }
     const stdin = this.child?.stdin;
-    if (!stdin) throw new ConnectError("stdin is not enabled for this process", Code.FailedPrecondition);
+    if (!stdin) throw new ConnectError("stdin is not enabled for this process", Code.Internal);
     stdin.end();
   }
 
   resize(cols: number, rows: number): void {
     if (!this.pty) throw new ConnectError("tty not assigned to process", Code.Internal);
     if (this.end) return;
-    this.pty.resize(Math.max(1, cols), Math.max(1, rows));
+    try {
+      this.pty.resize(Math.max(1, cols), Math.max(1, rows));
+    } catch (err) {
+      throw new ConnectError(`error resizing the PTY: ${(err as Error).message}`, Code.Internal);
+    }
   }
 }

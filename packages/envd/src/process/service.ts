@@ -2,7 +2,7 @@
 import { promises as fsp } from "node:fs";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { Process, processPb } from "@aenv/protocol";
+import { type Process, processPb } from "@aenv/protocol";
 import type { Env } from "../env.js";
 import { resolvePath } from "../paths.js";
 import { PushQueue, keepaliveMs } from "../rpc/stream.js";
@@ -35,30 +35,55 @@ async function isDirectory(p: string): Promise<boolean> {
 }
 
 /** Stream a process's events to one client, starting with start{pid}. */
-async function* streamProcess(
-  handle: ProcessHandle,
-  queue: PushQueue<EventInit>,
-  ctx: HandlerContext,
-  unsubscribe: () => void,
-): AsyncGenerator<EventInit> {
+async function* streamProcess(handle: ProcessHandle, sub: Subscription, ctx: HandlerContext): AsyncGenerator<EventInit> {
   try {
     yield startMessage(handle.pid);
-    yield* queue.drain({
+    yield* sub.queue.drain({
       signal: ctx.signal,
       intervalMs: keepaliveMs(ctx.requestHeader),
       keepalive: keepaliveMessage,
       graceOnDeadlineMs: DEADLINE_GRACE_MS,
     });
   } finally {
-    unsubscribe();
+    sub.close();
   }
 }
 
-function listener(queue: PushQueue<EventInit>) {
-  return (ev: ProcEvent) => {
-    queue.push(toMessage(ev));
-    if (ev.kind === "end") queue.close();
+/** Queue length at which a subscriber counts as congested (pauses reading output), and when it is released. */
+const HIGH_WATER = 256;
+const LOW_WATER = 32;
+
+/** One client's view of a process: a queue fed by the process, with flow control. */
+class Subscription {
+  readonly queue = new PushQueue<EventInit>();
+  handle: ProcessHandle | undefined;
+  private congested = false;
+
+  readonly listener = (ev: ProcEvent): void => {
+    this.queue.push(toMessage(ev));
+    if (ev.kind === "end") this.queue.close();
+    else if (!this.congested && this.queue.length >= HIGH_WATER && this.handle) {
+      this.congested = true;
+      this.handle.throttle(1);
+    }
   };
+
+  constructor() {
+    this.queue.onShift = (remaining) => {
+      if (this.congested && remaining <= LOW_WATER) this.release();
+    };
+  }
+
+  private release(): void {
+    if (!this.congested) return;
+    this.congested = false;
+    this.handle?.throttle(-1);
+  }
+
+  close(): void {
+    this.handle?.removeListener(this.listener);
+    this.release();
+  }
 }
 
 function dataOf(input: processPb.ProcessInput | undefined): { pty: boolean; data: Uint8Array } | undefined {
@@ -95,8 +120,7 @@ export function processService(env: Env): ServiceImpl<typeof Process> {
           }
         }
       }
-      const queue = new PushQueue<EventInit>();
-      const first = listener(queue);
+      const sub = new Subscription();
       const size = req.pty?.size;
       const handle = await env.processes.start(
         {
@@ -109,23 +133,25 @@ export function processService(env: Env): ServiceImpl<typeof Process> {
           stdin: req.stdin ?? true,
           pty: req.pty ? { cols: size?.cols ?? 80, rows: size?.rows ?? 24 } : undefined,
         },
-        first,
+        sub.listener,
       );
+      sub.handle = handle;
       // Connect-Timeout-Ms on Start is the lifetime of the process itself.
       const lifetime = ctx.timeoutMs();
       if (lifetime !== undefined) handle.setLifetime(Math.max(lifetime, 1));
-      yield* streamProcess(handle, queue, ctx, () => handle.removeListener(first));
+      yield* streamProcess(handle, sub, ctx);
     },
 
     async *connect(req, ctx) {
       const handle = env.processes.getAny(req.process?.selector);
-      const queue = new PushQueue<EventInit>();
-      const unsubscribe = handle.subscribe(listener(queue));
+      const sub = new Subscription();
+      sub.handle = handle;
+      handle.subscribe(sub.listener);
       if (handle.end) {
-        queue.push(toMessage({ kind: "end", end: handle.end }));
-        queue.close();
+        sub.queue.push(toMessage({ kind: "end", end: handle.end }));
+        sub.queue.close();
       }
-      yield* streamProcess(handle, queue, ctx, unsubscribe);
+      yield* streamProcess(handle, sub, ctx);
     },
 
     list() {

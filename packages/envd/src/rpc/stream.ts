@@ -22,6 +22,12 @@ export class PushQueue<T> {
   private readonly items: T[] = [];
   private closed = false;
   private wake: (() => void) | undefined;
+  /** Called after an item was taken off the queue (for flow control). */
+  onShift: ((remaining: number) => void) | undefined;
+
+  get length(): number {
+    return this.items.length;
+  }
 
   push(item: T): void {
     if (this.closed) return;
@@ -65,7 +71,9 @@ export class PushQueue<T> {
     try {
       for (;;) {
         while (this.items.length > 0) {
-          yield this.items.shift() as T;
+          const item = this.items.shift() as T;
+          this.onShift?.(this.items.length);
+          yield item;
         }
         if (this.closed) return;
         const now = Date.now();

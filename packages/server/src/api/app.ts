@@ -32,6 +32,7 @@ export function buildApp(o: AppOptions): App {
     { route: (id) => o.orch.route(id), known: (id) => o.orch.known(id) },
     o.log.child({ component: "proxy" }),
   );
+  o.orch.onStopped((id) => proxy.forget(id));
   const fastify = Fastify({
     // Per-request logs at info would drown the rest; errors are still logged.
     loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,

@@ -61,6 +61,7 @@ const ENVD_READY_TIMEOUT_MS = 30_000;
 /** Sandbox lifecycle on one node: create, TTL, kill, state that survives restarts. */
 export class Orchestrator {
   private readonly live = new Map<string, Live>();
+  private readonly stoppedListeners: Array<(id: string) => void> = [];
   private reaper: NodeJS.Timeout | undefined;
   private closing = false;
 
@@ -89,8 +90,24 @@ export class Orchestrator {
   }
 
   startReaper(): void {
-    this.reaper = setInterval(() => void this.reap(), 1000);
+    let tick = 0;
+    this.reaper = setInterval(() => {
+      void this.reap();
+      if (++tick % 10 === 0) void this.sweepDead();
+    }, 1000);
     this.reaper.unref();
+  }
+
+  /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */
+  private async sweepDead(): Promise<void> {
+    const running = [...this.live.values()].filter((l) => l.rec.state === "running");
+    if (!running.length) return;
+    const alive = new Set(await this.d.driver.list({ runningOnly: true }));
+    for (const l of running) {
+      if (alive.has(l.rec.id) || l.rec.state !== "running") continue;
+      this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
+      this.kill(l.rec.id).catch(() => {});
+    }
   }
 
   private async reap(): Promise<void> {
@@ -182,8 +199,14 @@ export class Orchestrator {
     }
   }
 
+  /** Called whenever a sandbox stops running (the proxy drops its pooled connections). */
+  onStopped(fn: (id: string) => void): void {
+    this.stoppedListeners.push(fn);
+  }
+
   private async teardown(live: Live): Promise<void> {
     const { rec } = live;
+    for (const fn of this.stoppedListeners) fn(rec.id);
     await this.d.driver.destroy(rec.id).catch(() => {});
     if (live.slot) await this.d.slots.release(live.slot).catch(() => {});
     live.slot = undefined;

@@ -26,9 +26,11 @@ function sendError(res: ServerResponse, status: number, message: string): void {
  * to a port inside a sandbox, through its slot address.
  */
 export class SandboxProxy {
-  // Kept-alive connections make commands.run a round trip cheaper. A checkpoint drops
-  // them (runsc --net-disconnect-ok); a request that fails on a reused socket is retried.
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
+  // Kept-alive connections make a commands.run round trip cheaper. They are per sandbox:
+  // slot addresses are reused, and a socket pooled for a dead sandbox must never carry a
+  // request to its successor. A checkpoint drops them (runsc --net-disconnect-ok); a
+  // bodiless request that fails on a reused socket is retried once.
+  private readonly agents = new Map<string, { ip: string; agent: Agent }>();
 
   constructor(
     private readonly routes: RouteLookup,
@@ -63,7 +65,7 @@ export class SandboxProxy {
       method: req.method,
       path: t.path,
       headers: upstreamHeaders(req, false),
-      agent: this.agent,
+      agent: this.agentFor(t.sandboxId, ip),
     });
     let retried = false;
     up.on("response", (ur) => {
@@ -79,7 +81,8 @@ export class SandboxProxy {
     });
     up.on("error", (err: NodeJS.ErrnoException) => {
       // A kept-alive socket the sandbox dropped: retry once on a fresh one if nothing was sent yet.
-      if (mayRetry && up.reusedSocket && err.code === "ECONNRESET" && !req.readableDidRead) {
+      const bodiless = req.method === "GET" || req.method === "HEAD" || req.headers["content-length"] === "0";
+      if (mayRetry && up.reusedSocket && err.code === "ECONNRESET" && bodiless) {
         retried = true;
         this.forward(req, res, t, ip, false);
         return;
@@ -134,7 +137,23 @@ export class SandboxProxy {
     upstream.on("close", close);
   }
 
+  private agentFor(id: string, ip: string): Agent {
+    const cur = this.agents.get(id);
+    if (cur && cur.ip === ip) return cur.agent;
+    cur?.agent.destroy();
+    const agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
+    this.agents.set(id, { ip, agent });
+    return agent;
+  }
+
+  /** Drops pooled connections of a sandbox that stopped (killed, paused, checkpointed). */
+  forget(id: string): void {
+    this.agents.get(id)?.agent.destroy();
+    this.agents.delete(id);
+  }
+
   close(): void {
-    this.agent.destroy();
+    for (const { agent } of this.agents.values()) agent.destroy();
+    this.agents.clear();
   }
 }

@@ -44,7 +44,7 @@ export interface RuntimeDriver {
   isRunning(id: string): Promise<boolean>;
   stats(id: string): Promise<SandboxStats | undefined>;
   /** IDs of every sandbox this driver's state knows about (to clean up after a restart). */
-  list(): Promise<string[]>;
+  list(opts?: { runningOnly?: boolean }): Promise<string[]>;
 }
 
 export class RuntimeUnavailableError extends Error {}

@@ -125,12 +125,12 @@ export class GvisorDriver implements RuntimeDriver {
     };
   }
 
-  async list(): Promise<string[]> {
+  async list(opts: { runningOnly?: boolean } = {}): Promise<string[]> {
     const r = await this.runsc.run(["list", "--format=json"], { allowFail: true });
     if (r.code !== 0) return [];
     try {
-      const arr = JSON.parse(r.stdout) as Array<{ id: string }> | null;
-      return (arr ?? []).map((c) => c.id);
+      const arr = JSON.parse(r.stdout) as Array<{ id: string; status?: string }> | null;
+      return (arr ?? []).filter((c) => !opts.runningOnly || c.status === "running").map((c) => c.id);
     } catch {
       return [];
     }
