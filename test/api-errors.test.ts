@@ -52,7 +52,14 @@ test("huge body → 413", async () => {
   const r = await new Promise<{ status: number; body: unknown }>((resolve, reject) => {
     const req = request(
       `${server.url}/v2/sandboxes`,
-      { method: "POST", headers: { "x-api-key": server.apiKey, "content-type": "application/json", "content-length": Buffer.byteLength(big) } },
+      {
+        method: "POST",
+        headers: {
+          "x-api-key": server.apiKey,
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(big),
+        },
+      },
       (res) => {
         let text = "";
         res.on("data", (d: Buffer) => (text += d.toString()));
@@ -62,7 +69,9 @@ test("huge body → 413", async () => {
         });
       },
     );
-    req.on("error", (e: NodeJS.ErrnoException) => (e.code === "EPIPE" || e.code === "ECONNRESET" ? undefined : reject(e)));
+    req.on("error", (e: NodeJS.ErrnoException) =>
+      e.code === "EPIPE" || e.code === "ECONNRESET" ? undefined : reject(e),
+    );
     req.write(big.slice(0, 65536));
   });
   assertE2bError(r, 413);

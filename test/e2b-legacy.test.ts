@@ -26,7 +26,10 @@ test("e2b 2.50 create, run, connect, list, kill", async () => {
     await c.files.write("/home/user/l.txt", "L");
     assert.equal(await s.files.read("/home/user/l.txt"), "L");
     const items = await Sandbox.list({ query: { metadata: { gen: "legacy" } } }).nextItems();
-    assert.deepEqual(items.map((i) => i.sandboxId), [s.sandboxId]);
+    assert.deepEqual(
+      items.map((i) => i.sandboxId),
+      [s.sandboxId],
+    );
   } finally {
     assert.equal(await s.kill(), true);
   }

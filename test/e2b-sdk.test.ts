@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { request } from "node:http";
 import { after, before, describe, test } from "node:test";
-import { CommandExitError, FileNotFoundError, Sandbox, SandboxError, NotFoundError } from "e2b";
+import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
@@ -12,7 +12,10 @@ let sbx: Sandbox;
 before(async () => {
   server = await startServer();
   useE2b(server);
-  sbx = await Sandbox.create({ metadata: { suite: "e2b", run: String(process.pid) }, envs: { GLOBAL_VAR: "from-create" } });
+  sbx = await Sandbox.create({
+    metadata: { suite: "e2b", run: String(process.pid) },
+    envs: { GLOBAL_VAR: "from-create" },
+  });
 });
 
 after(async () => {
@@ -59,7 +62,10 @@ describe("sandbox lifecycle", () => {
     try {
       const p = Sandbox.list({ query: { metadata: { "k&": "v=1 x" } } });
       const items = await p.nextItems();
-      assert.deepEqual(items.map((i) => i.sandboxId), [other.sandboxId]);
+      assert.deepEqual(
+        items.map((i) => i.sandboxId),
+        [other.sandboxId],
+      );
       assert.equal(items[0]?.state, "running");
       const paged = Sandbox.list({ limit: 1, query: { state: ["running"] } });
       const first = await paged.nextItems();
@@ -82,7 +88,10 @@ describe("sandbox lifecycle", () => {
   test("unknown sandbox ids give the SDK's not-found outcomes", async () => {
     const ghost = "i00000000000000000000";
     assert.equal(await Sandbox.kill(ghost), false);
-    await assert.rejects(Sandbox.getInfo(ghost), (e: Error) => e.name === "SandboxNotFoundError" || e instanceof NotFoundError);
+    await assert.rejects(
+      Sandbox.getInfo(ghost),
+      (e: Error) => e.name === "SandboxNotFoundError" || e instanceof NotFoundError,
+    );
     await assert.rejects(Sandbox.connect(ghost), (e: Error) => /not found/i.test(e.message));
     await assert.rejects(Sandbox.setTimeout(ghost, 1000), (e: Error) => /not found/i.test(e.message));
   });
@@ -115,7 +124,10 @@ describe("commands", () => {
   });
 
   test("envs, cwd, sandbox-wide env and users", async () => {
-    const r = await sbx.commands.run('echo "$FOO|$GLOBAL_VAR|$(pwd)|$(whoami)|$HOME"', { envs: { FOO: "bar" }, cwd: "/tmp" });
+    const r = await sbx.commands.run('echo "$FOO|$GLOBAL_VAR|$(pwd)|$(whoami)|$HOME"', {
+      envs: { FOO: "bar" },
+      cwd: "/tmp",
+    });
     assert.equal(r.stdout, "bar|from-create|/tmp|user|/home/user\n");
     const root = await sbx.commands.run("whoami; pwd", { user: "root" });
     // Like E2B: the template workdir is the default cwd for every user.
@@ -207,9 +219,16 @@ describe("files", () => {
   test("list with depth, exists, getInfo, makeDir, rename, remove", async () => {
     await sbx.files.write("/home/user/tree/x/y/z.txt", "z");
     const d1 = await sbx.files.list("/home/user/tree");
-    assert.deepEqual(d1.map((e) => e.name), ["x"]);
+    assert.deepEqual(
+      d1.map((e) => e.name),
+      ["x"],
+    );
     const d3 = await sbx.files.list("/home/user/tree", { depth: 3 });
-    assert.deepEqual(d3.map((e) => e.path).sort(), ["/home/user/tree/x", "/home/user/tree/x/y", "/home/user/tree/x/y/z.txt"]);
+    assert.deepEqual(d3.map((e) => e.path).sort(), [
+      "/home/user/tree/x",
+      "/home/user/tree/x/y",
+      "/home/user/tree/x/y/z.txt",
+    ]);
     assert.equal(await sbx.files.exists("/home/user/tree/x/y/z.txt"), true);
     assert.equal(await sbx.files.exists("/home/user/nope"), false);
     const info = await sbx.files.getInfo("/home/user/tree/x/y/z.txt");
@@ -227,16 +246,27 @@ describe("files", () => {
   test("watchDir reports creates and writes", async () => {
     await sbx.files.makeDir("/home/user/watched");
     const events: string[] = [];
-    const w = await sbx.files.watchDir("/home/user/watched", (e) => events.push(`${e.type}:${e.name}`), { recursive: true });
+    const w = await sbx.files.watchDir("/home/user/watched", (e) => events.push(`${e.type}:${e.name}`), {
+      recursive: true,
+    });
     await sbx.files.write("/home/user/watched/new.txt", "1");
     await sbx.commands.run("mkdir -p /home/user/watched/d && echo 2 > /home/user/watched/d/inner.txt");
     const deadline = Date.now() + 5000;
-    while (Date.now() < deadline && !(events.some((e) => e.endsWith("new.txt")) && events.some((e) => e.includes("inner.txt")))) {
+    while (
+      Date.now() < deadline &&
+      !(events.some((e) => e.endsWith("new.txt")) && events.some((e) => e.includes("inner.txt")))
+    ) {
       await new Promise((r) => setTimeout(r, 100));
     }
     await w.stop();
-    assert.ok(events.some((e) => e.endsWith(":new.txt")), events.join(","));
-    assert.ok(events.some((e) => e.endsWith("d/inner.txt")), events.join(","));
+    assert.ok(
+      events.some((e) => e.endsWith(":new.txt")),
+      events.join(","),
+    );
+    assert.ok(
+      events.some((e) => e.endsWith("d/inner.txt")),
+      events.join(","),
+    );
   });
 
   test("signed upload and download URLs work without the access token", async () => {
@@ -244,12 +274,20 @@ describe("files", () => {
     const form = new FormData();
     form.append("file", new Blob(["signed!"]), "/home/user/signed.txt");
     const u = new URL(up);
-    const upR = await fetch(`${server.url}${u.pathname}${u.search}`, { method: "POST", body: form, headers: { "e2b-sandbox-id": sbx.sandboxId } });
+    const upR = await fetch(`${server.url}${u.pathname}${u.search}`, {
+      method: "POST",
+      body: form,
+      headers: { "e2b-sandbox-id": sbx.sandboxId },
+    });
     assert.equal(upR.status, 200);
     const down = new URL(await sbx.downloadUrl("/home/user/signed.txt"));
-    const r = await fetch(`${server.url}${down.pathname}${down.search}`, { headers: { "e2b-sandbox-id": sbx.sandboxId } });
+    const r = await fetch(`${server.url}${down.pathname}${down.search}`, {
+      headers: { "e2b-sandbox-id": sbx.sandboxId },
+    });
     assert.equal(await r.text(), "signed!");
-    const bad = await fetch(`${server.url}/files?path=/etc/passwd&signature=v1_bogus`, { headers: { "e2b-sandbox-id": sbx.sandboxId } });
+    const bad = await fetch(`${server.url}/files?path=/etc/passwd&signature=v1_bogus`, {
+      headers: { "e2b-sandbox-id": sbx.sandboxId },
+    });
     assert.equal(bad.status, 401);
   });
 });
@@ -289,7 +327,9 @@ describe("proxy", () => {
     await new Promise((r) => setTimeout(r, 1500));
     const { WebSocket } = await import("ws");
     const msg = await new Promise<string>((resolve, reject) => {
-      const ws = new WebSocket(`ws://127.0.0.1:${server.port}/`, { headers: { host: `8765-${sbx.sandboxId}.${server.domain}` } });
+      const ws = new WebSocket(`ws://127.0.0.1:${server.port}/`, {
+        headers: { host: `8765-${sbx.sandboxId}.${server.domain}` },
+      });
       ws.on("message", (d) => resolve(d.toString()));
       ws.on("error", reject);
     });
@@ -297,7 +337,9 @@ describe("proxy", () => {
   });
 
   test("envd requests for an unknown sandbox get 502", async () => {
-    const r = await fetch(`${server.url}/health`, { headers: { "e2b-sandbox-id": "i11111111111111111111", "e2b-sandbox-port": "49983" } });
+    const r = await fetch(`${server.url}/health`, {
+      headers: { "e2b-sandbox-id": "i11111111111111111111", "e2b-sandbox-port": "49983" },
+    });
     assert.equal(r.status, 502);
   });
 

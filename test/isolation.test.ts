@@ -1,6 +1,6 @@
 // A sandbox is its own kernel boundary: no host processes, no host files, no other sandbox's files.
 import assert from "node:assert/strict";
-import { writeFileSync, rmSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
@@ -25,7 +25,9 @@ test("a sandbox sees only its own processes and runs under gVisor", async () => 
   try {
     const ps = await s.commands.run("ps -e -o comm= | sort -u");
     assert.doesNotMatch(ps.stdout, /aenv-server|runsc|systemd|sshd/);
-    const hostPid = await s.commands.run(`test -e /proc/${process.pid}/cmdline && cat /proc/${process.pid}/cmdline | tr '\\0' ' ' || echo none`);
+    const hostPid = await s.commands.run(
+      `test -e /proc/${process.pid}/cmdline && cat /proc/${process.pid}/cmdline | tr '\\0' ' ' || echo none`,
+    );
     assert.doesNotMatch(hostPid.stdout, /aenv-server/);
     const dmesg = await s.commands.run("dmesg 2>/dev/null | head -1 || true", { user: "root" });
     assert.match(dmesg.stdout, /gVisor|Starting/i);
@@ -67,7 +69,8 @@ test("CPU, memory and pids limits are applied to the sandbox's cgroup and visibl
   const s = await Sandbox.create();
   try {
     const { readFileSync } = await import("node:fs");
-    const cg = (ctl: string, file: string) => readFileSync(`/sys/fs/cgroup/${ctl}/aenv/${s.sandboxId}/${file}`, "utf8").trim();
+    const cg = (ctl: string, file: string) =>
+      readFileSync(`/sys/fs/cgroup/${ctl}/aenv/${s.sandboxId}/${file}`, "utf8").trim();
     const info = await s.getInfo();
     assert.equal(Number(cg("memory", "memory.limit_in_bytes")), info.memoryMB * 1024 * 1024);
     assert.equal(Number(cg("cpu", "cpu.cfs_quota_us")), info.cpuCount * 100000);

@@ -22,8 +22,18 @@ before(async () => {
   sh(`ip link add ${HOST_IF} type veth peer name eth0 netns ${NS}`);
   sh(`ip addr add 10.250.7.1/30 dev ${HOST_IF} && ip link set ${HOST_IF} up`);
   sh(`ip -n ${NS} addr add ${EXT_IP}/30 dev eth0 && ip -n ${NS} link set eth0 up && ip -n ${NS} link set lo up`);
-  web = spawn("ip", ["netns", "exec", NS, "python3", "-c",
-    "import http.server as h\nclass H(h.BaseHTTPRequestHandler):\n  def do_GET(s):\n    b=('ext-ok from '+s.client_address[0]).encode();s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)\n  def log_message(s,*a): pass\nh.HTTPServer(('0.0.0.0',8081),H).serve_forever()"], { stdio: "ignore" });
+  web = spawn(
+    "ip",
+    [
+      "netns",
+      "exec",
+      NS,
+      "python3",
+      "-c",
+      "import http.server as h\nclass H(h.BaseHTTPRequestHandler):\n  def do_GET(s):\n    b=('ext-ok from '+s.client_address[0]).encode();s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)\n  def log_message(s,*a): pass\nh.HTTPServer(('0.0.0.0',8081),H).serve_forever()",
+    ],
+    { stdio: "ignore" },
+  );
   server = await startServer();
   useE2b(server);
 });
@@ -66,7 +76,9 @@ test("a sandbox cannot reach the host's own services or another sandbox", async 
       `curl -s -m 3 http://10.202.0.1:${server.port}/health -o /dev/null -w '%{http_code}' || echo blocked`,
     );
     assert.match(slotsOut.stdout, /blocked|000/);
-    const ip = await a.commands.run("ip -4 addr show eth0 2>/dev/null | grep -o 'inet [0-9.]*' || cat /proc/net/fib_trie | head -0; echo");
+    const ip = await a.commands.run(
+      "ip -4 addr show eth0 2>/dev/null | grep -o 'inet [0-9.]*' || cat /proc/net/fib_trie | head -0; echo",
+    );
     assert.ok(ip.exitCode === 0);
   } finally {
     await a.kill();

@@ -12,7 +12,10 @@ function runscIds(dataDir: string): string[] {
 }
 
 function netns(): string[] {
-  return execFileSync("ip", ["netns", "list"], { encoding: "utf8" }).split("\n").map((l) => l.split(" ")[0] ?? "").filter((n) => /^aet-[rs]\d+$/.test(n));
+  return execFileSync("ip", ["netns", "list"], { encoding: "utf8" })
+    .split("\n")
+    .map((l) => l.split(" ")[0] ?? "")
+    .filter((n) => /^aet-[rs]\d+$/.test(n));
 }
 
 test("after a SIGKILL of the server, the next start reports and cleans up its sandboxes", async () => {

@@ -32,7 +32,12 @@ export interface TestServer {
   crash(): Promise<void>;
   /** Same data dir, same port, new process. */
   restart(): Promise<TestServer>;
-  api(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: unknown; headers: Headers }>;
+  api(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<{ status: number; body: unknown; headers: Headers }>;
 }
 
 export interface StartOptions {
@@ -49,7 +54,17 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   const domain = `sbx.localhost:${port}`;
   const proc = spawn(
     process.execPath,
-    [join(ROOT, "packages/server/bin/aenv-server.js"), "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--templates-dir", TEMPLATES_DIR, "--domain", domain],
+    [
+      join(ROOT, "packages/server/bin/aenv-server.js"),
+      "--listen",
+      `127.0.0.1:${port}`,
+      "--data-dir",
+      dataDir,
+      "--templates-dir",
+      TEMPLATES_DIR,
+      "--domain",
+      domain,
+    ],
     {
       env: {
         ...process.env,
@@ -100,7 +115,11 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     async api(method, path, body, headers = {}) {
       const r = await fetch(`${url}${path}`, {
         method,
-        headers: { "x-api-key": apiKey, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
+        headers: {
+          "x-api-key": apiKey,
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          ...headers,
+        },
         body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
       });
       const text = await r.text();

@@ -13,7 +13,8 @@ export type AuthResult = { ok: true } | { ok: false; message: string };
 /** Plain token check: allowed when no token is set, else the header must match. */
 export function checkToken(token: string | undefined, header: string | null | undefined): AuthResult {
   if (token === undefined) return { ok: true };
-  if (header == null || header === "") return { ok: false, message: "unauthorized access, please provide a valid access token" };
+  if (header == null || header === "")
+    return { ok: false, message: "unauthorized access, please provide a valid access token" };
   if (!safeEqual(header, token)) return { ok: false, message: "unauthorized access, invalid access token" };
   return { ok: true };
 }

@@ -1,8 +1,8 @@
 /** Wiring: build the shared services and the server. */
 import type http from "node:http";
+import type { Env } from "./env.js";
 import { MetadataStore } from "./filesystem/metadata.js";
 import { WatcherRegistry } from "./filesystem/watchers.js";
-import type { Env } from "./env.js";
 import { createEnvdServer } from "./http/server.js";
 import { ProcessManager } from "./process/manager.js";
 import { State } from "./state.js";

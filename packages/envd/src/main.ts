@@ -1,6 +1,7 @@
 /** envd entry point: `envd [--port 49983] [--host 0.0.0.0]`. */
-import { createEnvd } from "./envd.js";
+
 import { type Args, parseArgs } from "./args.js";
+import { createEnvd } from "./envd.js";
 import { log } from "./log.js";
 
 function main(): void {
@@ -20,11 +21,16 @@ function main(): void {
   });
   server.on("error", (err) => {
     log("error", "server error", { err });
-    if ((err as NodeJS.ErrnoException).code === "EADDRINUSE" || (err as NodeJS.ErrnoException).code === "EACCES") process.exit(1);
+    if ((err as NodeJS.ErrnoException).code === "EADDRINUSE" || (err as NodeJS.ErrnoException).code === "EACCES")
+      process.exit(1);
   });
   server.listen(args.port, args.host, () => {
     const addr = server.address();
-    log("info", "envd listening", { host: args.host, port: typeof addr === "object" && addr ? addr.port : args.port, pid: process.pid });
+    log("info", "envd listening", {
+      host: args.host,
+      port: typeof addr === "object" && addr ? addr.port : args.port,
+      pid: process.pid,
+    });
   });
   const shutdown = (sig: string) => {
     log("info", "shutting down", { signal: sig });

@@ -19,7 +19,9 @@ describe("bundle", { skip: built ? false : "dist/envd.js not built" }, () => {
   let apiUrl = "";
 
   before(async () => {
-    child = spawn(process.execPath, [bundle, "--port", "0", "--host", "127.0.0.1"], { stdio: ["ignore", "ignore", "pipe"] });
+    child = spawn(process.execPath, [bundle, "--port", "0", "--host", "127.0.0.1"], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
     url = await new Promise<string>((resolve, reject) => {
       let buf = "";
       const t = setTimeout(() => reject(new Error(`envd did not start: ${buf}`)), 10_000);
@@ -41,7 +43,16 @@ describe("bundle", { skip: built ? false : "dist/envd.js not built" }, () => {
     api = http.createServer((req, res) => {
       req.resume();
       res.writeHead(200, { "content-type": "application/json" });
-      res.end(JSON.stringify({ sandboxID: "ibundle", templateID: "base", clientID: "c", envdVersion: "0.6.4", envdAccessToken: "tok", domain: null }));
+      res.end(
+        JSON.stringify({
+          sandboxID: "ibundle",
+          templateID: "base",
+          clientID: "c",
+          envdVersion: "0.6.4",
+          envdAccessToken: "tok",
+          domain: null,
+        }),
+      );
     });
     await new Promise<void>((r) => api.listen(0, "127.0.0.1", () => r()));
     apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
@@ -61,13 +72,19 @@ describe("bundle", { skip: built ? false : "dist/envd.js not built" }, () => {
 
   it("serves health, init, commands and a PTY", async () => {
     assert.equal((await fetch(`${url}/health`)).status, 204);
-    const init = await fetch(`${url}/init`, { method: "POST", body: JSON.stringify({ accessToken: "tok", defaultUser: "root", defaultWorkdir: "/tmp" }) });
+    const init = await fetch(`${url}/init`, {
+      method: "POST",
+      body: JSON.stringify({ accessToken: "tok", defaultUser: "root", defaultWorkdir: "/tmp" }),
+    });
     assert.equal(init.status, 204);
     const sbx = await Sandbox.connect("ibundle", { apiKey: "x", apiUrl, sandboxUrl: url });
     const r = await sbx.commands.run("echo $USER; pwd");
     assert.equal(r.stdout, "root\n/tmp\n");
     let out = "";
-    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => {
+    const term = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      onData: (d) => {
         out += Buffer.from(d).toString();
       },
     });

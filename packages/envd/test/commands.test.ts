@@ -115,7 +115,10 @@ describe("envd process service (e2b SDK)", { skip: needsRoot }, () => {
       await until(() => h1.stdout.includes("tick 2"), 3000, "first ticks");
       await h1.disconnect();
       await sleep(200);
-      assert.ok((await sbx.commands.list()).some((p) => p.pid === h1.pid), "still running after disconnect");
+      assert.ok(
+        (await sbx.commands.list()).some((p) => p.pid === h1.pid),
+        "still running after disconnect",
+      );
 
       const seenA: string[] = [];
       const seenB: string[] = [];
@@ -137,7 +140,11 @@ describe("envd process service (e2b SDK)", { skip: needsRoot }, () => {
       const t0 = Date.now();
       await assert.rejects(sbx.commands.run("sleep 20; echo never", { timeoutMs: 800 }));
       assert.ok(Date.now() - t0 < 5000);
-      await until(async () => !(await sbx.commands.list()).some((p) => p.args.includes("sleep 20; echo never")), 3000, "killed");
+      await until(
+        async () => !(await sbx.commands.list()).some((p) => p.args.includes("sleep 20; echo never")),
+        3000,
+        "killed",
+      );
     });
 
     it("sends keepalives on idle streams", async () => {
@@ -183,7 +190,10 @@ describe("envd process service (e2b SDK)", { skip: needsRoot }, () => {
       await sbx.pty.sendInput(term.pid, new TextEncoder().encode("stty size\n"));
       await until(() => /30 100/.test(text()), 5000, "resized");
       const listed = await sbx.commands.list();
-      assert.ok(listed.some((p) => p.pid === term.pid), "pty listed");
+      assert.ok(
+        listed.some((p) => p.pid === term.pid),
+        "pty listed",
+      );
       await assert.rejects(sbx.commands.closeStdin(term.pid));
       assert.equal(await sbx.pty.kill(term.pid), true);
       await assert.rejects(term.wait(), CommandExitError);

@@ -7,8 +7,15 @@ import { gzipSync } from "node:zlib";
 import { Filesystem, filesystemPb } from "@aenv/protocol";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { FileNotFoundError, FileType, FilesystemEventType, InvalidArgumentError, type Sandbox, getSignature } from "e2b";
-import { type Harness, needsRoot, TOKEN, sleep, startHarness, until } from "./helpers.js";
+import {
+  FileNotFoundError,
+  FilesystemEventType,
+  FileType,
+  getSignature,
+  InvalidArgumentError,
+  type Sandbox,
+} from "e2b";
+import { type Harness, needsRoot, sleep, startHarness, TOKEN, until } from "./helpers.js";
 
 describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () => {
   let h: Harness;
@@ -75,7 +82,10 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       assert.deepEqual(w.metadata, { owner: "me", kind: "test" });
       assert.deepEqual((await sbx.files.getInfo(m)).metadata, { owner: "me", kind: "test" });
       await sbx.files.rename(m, path.join(h.workdir, "m2.txt"));
-      assert.deepEqual((await sbx.files.getInfo(path.join(h.workdir, "m2.txt"))).metadata, { owner: "me", kind: "test" });
+      assert.deepEqual((await sbx.files.getInfo(path.join(h.workdir, "m2.txt"))).metadata, {
+        owner: "me",
+        kind: "test",
+      });
       // a re-upload without metadata replaces the set
       await sbx.files.write(path.join(h.workdir, "m2.txt"), "again");
       assert.equal((await sbx.files.getInfo(path.join(h.workdir, "m2.txt"))).metadata, undefined);
@@ -107,7 +117,10 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       assert.equal(await sbx.files.exists(path.join(d, "nope")), false);
 
       const l1 = await sbx.files.list(d);
-      assert.deepEqual(l1.map((e) => e.name), ["f.txt", "link", "x"]);
+      assert.deepEqual(
+        l1.map((e) => e.name),
+        ["f.txt", "link", "x"],
+      );
       const l3 = await sbx.files.list(d, { depth: 3 });
       assert.deepEqual(
         l3.map((e) => path.relative(d, e.path)),
@@ -129,7 +142,10 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       const moved = await sbx.files.rename(path.join(h.workdir, "plain"), path.join(h.workdir, "new/parent/plain2"));
       assert.equal(moved.path, path.join(h.workdir, "new/parent/plain2"));
       assert.equal(moved.type, FileType.FILE);
-      await assert.rejects(sbx.files.rename(path.join(h.workdir, "plain"), path.join(h.workdir, "zz")), FileNotFoundError);
+      await assert.rejects(
+        sbx.files.rename(path.join(h.workdir, "plain"), path.join(h.workdir, "zz")),
+        FileNotFoundError,
+      );
 
       await sbx.files.remove(path.join(h.workdir, "made"));
       assert.equal(await sbx.files.exists(path.join(h.workdir, "made")), false);
@@ -188,7 +204,10 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       await until(() => exited !== null, 4000, "watch end at deadline");
       if (process.env.ENVD_TEST_VERBOSE) console.log("watch exit:", String(exited));
 
-      await assert.rejects(sbx.files.watchDir(path.join(d, "nope"), () => {}), FileNotFoundError);
+      await assert.rejects(
+        sbx.files.watchDir(path.join(d, "nope"), () => {}),
+        FileNotFoundError,
+      );
     });
 
     it("polling watchers (binary Connect codec)", async () => {
@@ -197,11 +216,11 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
         httpVersion: "1.1",
         useBinaryFormat: true,
         interceptors: [
-            (next) => (req) => {
-              req.header.set("x-access-token", TOKEN);
-              return next(req);
-            },
-          ],
+          (next) => (req) => {
+            req.header.set("x-access-token", TOKEN);
+            return next(req);
+          },
+        ],
       });
       const fs = createClient(Filesystem, transport);
       const d = path.join(h.workdir, "polled");
@@ -238,7 +257,13 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       const wrongOp = new URL(up);
       assert.equal((await fetch(wrongOp)).status, 401, "write signature does not allow reads");
 
-      const expired = await getSignature({ path: p, operation: "read", user: undefined, expirationInSeconds: -10, envdAccessToken: TOKEN });
+      const expired = await getSignature({
+        path: p,
+        operation: "read",
+        user: undefined,
+        expirationInSeconds: -10,
+        envdAccessToken: TOKEN,
+      });
       const u = new URL(`${h.envdUrl}/files`);
       u.searchParams.set("path", p);
       u.searchParams.set("signature", expired.signature);
@@ -294,7 +319,10 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
   describe("http routes", () => {
     it("health, init, envs, metrics", async () => {
       assert.equal((await fetch(`${h.envdUrl}/health`)).status, 204);
-      const unauth = await fetch(`${h.envdUrl}/init`, { method: "POST", body: JSON.stringify({ envVars: { B: "2" } }) });
+      const unauth = await fetch(`${h.envdUrl}/init`, {
+        method: "POST",
+        body: JSON.stringify({ envVars: { B: "2" } }),
+      });
       assert.equal(unauth.status, 401);
       const ok = await fetch(`${h.envdUrl}/init`, {
         method: "POST",
@@ -305,8 +333,21 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       const envs = await fetch(`${h.envdUrl}/envs`, { headers: { "x-access-token": TOKEN } });
       assert.deepEqual(await envs.json(), { SANDBOX_VAR: "sbx", B: "2" });
       assert.equal((await fetch(`${h.envdUrl}/envs`)).status, 401);
-      const metrics = (await (await fetch(`${h.envdUrl}/metrics`, { headers: { "x-access-token": TOKEN } })).json()) as Record<string, number>;
-      for (const k of ["ts", "cpu_count", "cpu_used_pct", "mem_total", "mem_used", "mem_cache", "mem_total_mib", "mem_used_mib", "disk_used", "disk_total"]) {
+      const metrics = (await (
+        await fetch(`${h.envdUrl}/metrics`, { headers: { "x-access-token": TOKEN } })
+      ).json()) as Record<string, number>;
+      for (const k of [
+        "ts",
+        "cpu_count",
+        "cpu_used_pct",
+        "mem_total",
+        "mem_used",
+        "mem_cache",
+        "mem_total_mib",
+        "mem_used_mib",
+        "disk_used",
+        "disk_total",
+      ]) {
         assert.equal(typeof metrics[k], "number", k);
       }
       assert.ok((metrics.mem_total ?? 0) > 0);
@@ -322,7 +363,11 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       assert.deepEqual(await r.json(), { code: "not_found", message: "process with pid 999999 not found" });
       const u = await fetch(`${h.envdUrl}/filesystem.Filesystem/Stat`, {
         method: "POST",
-        headers: { "content-type": "application/json", authorization: `Basic ${Buffer.from("ghost:").toString("base64")}`, "x-access-token": TOKEN },
+        headers: {
+          "content-type": "application/json",
+          authorization: `Basic ${Buffer.from("ghost:").toString("base64")}`,
+          "x-access-token": TOKEN,
+        },
         body: JSON.stringify({ path: "/" }),
       });
       assert.equal(u.status, 401);

@@ -1,5 +1,5 @@
 /** Test harness: envd in-process on a random loopback port, a fake control plane, an SDK sandbox. */
-import { mkdirSync, mkdtempSync, chmodSync, chownSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import os from "node:os";

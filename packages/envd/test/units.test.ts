@@ -25,9 +25,19 @@ describe("units", () => {
   it("signatures match the SDK's getSignature", async () => {
     const sdk = await getSignature({ path: "/a b.txt", operation: "read", user: "root", envdAccessToken: "tok" });
     assert.equal(computeSignature("/a b.txt", "read", "root", "tok"), sdk.signature);
-    const withExp = await getSignature({ path: "x", operation: "write", user: undefined, expirationInSeconds: 30, envdAccessToken: "tok" });
+    const withExp = await getSignature({
+      path: "x",
+      operation: "write",
+      user: undefined,
+      expirationInSeconds: 30,
+      envdAccessToken: "tok",
+    });
     assert.equal(computeSignature("x", "write", "", "tok", String(withExp.expiration)), withExp.signature);
-    const q = new URLSearchParams({ path: "x", signature: withExp.signature, signature_expiration: String(withExp.expiration) });
+    const q = new URLSearchParams({
+      path: "x",
+      signature: withExp.signature,
+      signature_expiration: String(withExp.expiration),
+    });
     assert.deepEqual(checkFilesAuth("tok", undefined, q, "write"), { ok: true });
     assert.equal(checkFilesAuth("tok", undefined, q, "read").ok, false);
     assert.equal(checkFilesAuth("tok", undefined, q, "write", Date.now() + 3_600_000).ok, false, "expired");
@@ -56,9 +66,24 @@ describe("units", () => {
       { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" },
     ]);
     assert.deepEqual(endFromExit(0, null), { exitCode: 0, exited: true, status: "exit status 0" });
-    assert.deepEqual(endFromExit(2, null), { exitCode: 2, exited: true, status: "exit status 2", error: "exit status 2" });
-    assert.deepEqual(endFromExit(null, "SIGTERM"), { exitCode: -1, exited: false, status: "signal: terminated", error: "signal: terminated" });
-    assert.deepEqual(endFromExit(0, 9), { exitCode: -1, exited: false, status: "signal: killed", error: "signal: killed" });
+    assert.deepEqual(endFromExit(2, null), {
+      exitCode: 2,
+      exited: true,
+      status: "exit status 2",
+      error: "exit status 2",
+    });
+    assert.deepEqual(endFromExit(null, "SIGTERM"), {
+      exitCode: -1,
+      exited: false,
+      status: "signal: terminated",
+      error: "signal: terminated",
+    });
+    assert.deepEqual(endFromExit(0, 9), {
+      exitCode: -1,
+      exited: false,
+      status: "signal: killed",
+      error: "signal: killed",
+    });
     assert.deepEqual(metadataFromHeaders({ "x-metadata-owner": "me", host: "h" }), { ok: true, meta: { owner: "me" } });
     assert.equal(metadataFromHeaders({ "x-metadata-k": "é" }).ok, false);
     assert.equal(metadataFromHeaders({ "x-metadata-k": "v".repeat(5000) }).ok, false);

@@ -4,7 +4,7 @@ import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
 import type { ServerConfig } from "./config.js";
 import { SlotPool } from "./network/slots.js";
-import { type RecoveryReport, Orchestrator } from "./orchestrator/orchestrator.js";
+import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
 import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
@@ -35,7 +35,10 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-export async function startServer(cfg: ServerConfig, log: Logger = pino({ level: cfg.logLevel })): Promise<RunningServer> {
+export async function startServer(
+  cfg: ServerConfig,
+  log: Logger = pino({ level: cfg.logLevel }),
+): Promise<RunningServer> {
   mkdirSync(cfg.dataDir, { recursive: true });
   const driver = new GvisorDriver({
     binary: cfg.runscBinary,

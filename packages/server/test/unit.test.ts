@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { describe, test } from "node:test";
-import { parseMetadataFilter, parseStates, decodeCursor, encodeCursor } from "../src/api/list-filter.js";
+import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "../src/api/list-filter.js";
 import { parseListen } from "../src/config.js";
 import { ApiError } from "../src/errors.js";
-import { slotAddresses, parseCidr16 } from "../src/network/addresses.js";
+import { parseCidr16, slotAddresses } from "../src/network/addresses.js";
 import { newSandboxId, SANDBOX_ID_RE } from "../src/orchestrator/ids.js";
 import { resolveTarget, upstreamHeaders } from "../src/proxy/target.js";
 
@@ -34,16 +34,32 @@ describe("list filters", () => {
 
 describe("proxy target resolution", () => {
   test("E2B headers win over any path, default port is envd's", () => {
-    assert.deepEqual(resolveTarget(req("/health", { "e2b-sandbox-id": "iabc" })), { sandboxId: "iabc", port: 49983, path: "/health", via: "header" });
-    assert.equal(resolveTarget(req("/files?path=x", { "e2b-sandbox-id": "iabc", "e2b-sandbox-port": "8080" }))?.port, 8080);
+    assert.deepEqual(resolveTarget(req("/health", { "e2b-sandbox-id": "iabc" })), {
+      sandboxId: "iabc",
+      port: 49983,
+      path: "/health",
+      via: "header",
+    });
+    assert.equal(
+      resolveTarget(req("/files?path=x", { "e2b-sandbox-id": "iabc", "e2b-sandbox-port": "8080" }))?.port,
+      8080,
+    );
   });
   test("host form {port}-{id}.{domain}", () => {
     const t = resolveTarget(req("/x?y=1", { host: "3000-iabc123.sbx.example.com:8000" }));
     assert.deepEqual(t, { sandboxId: "iabc123", port: 3000, path: "/x?y=1", via: "host" });
   });
   test("path form /proxy/{id}/{port}/... and bare /proxy with headers", () => {
-    assert.deepEqual(resolveTarget(req("/proxy/iabc/8080/a/b?c=d")), { sandboxId: "iabc", port: 8080, path: "/a/b?c=d", via: "path" });
-    assert.equal(resolveTarget(req("/proxy/process.Process/List", { "e2b-sandbox-id": "iabc" }))?.path, "/process.Process/List");
+    assert.deepEqual(resolveTarget(req("/proxy/iabc/8080/a/b?c=d")), {
+      sandboxId: "iabc",
+      port: 8080,
+      path: "/a/b?c=d",
+      via: "path",
+    });
+    assert.equal(
+      resolveTarget(req("/proxy/process.Process/List", { "e2b-sandbox-id": "iabc" }))?.path,
+      "/process.Process/List",
+    );
     assert.equal(resolveTarget(req("/proxy/garbage"))?.sandboxId, "");
   });
   test("control-plane requests are not proxied", () => {
@@ -51,7 +67,10 @@ describe("proxy target resolution", () => {
     assert.equal(resolveTarget(req("/health", { host: "localhost:8000" })), undefined);
   });
   test("routing and hop-by-hop headers are stripped", () => {
-    const h = upstreamHeaders(req("/", { "e2b-sandbox-id": "i", "e2b-sandbox-port": "1", connection: "keep-alive", "x-access-token": "t" }), false);
+    const h = upstreamHeaders(
+      req("/", { "e2b-sandbox-id": "i", "e2b-sandbox-port": "1", connection: "keep-alive", "x-access-token": "t" }),
+      false,
+    );
     assert.deepEqual(Object.keys(h).sort(), ["x-access-token", "x-forwarded-for"]);
   });
 });
@@ -62,7 +81,14 @@ describe("misc", () => {
   });
   test("slot addresses are distinct /30s", () => {
     const base = parseCidr16("10.201.0.0/16");
-    assert.deepEqual(slotAddresses(base, 0), { index: 0, hostIp: "10.201.0.1", slotIp: "10.201.0.2", hostIf: "aenv-h0", sandboxNetns: "aenv-s0", routerNetns: "aenv-r0" });
+    assert.deepEqual(slotAddresses(base, 0), {
+      index: 0,
+      hostIp: "10.201.0.1",
+      slotIp: "10.201.0.2",
+      hostIf: "aenv-h0",
+      sandboxNetns: "aenv-s0",
+      routerNetns: "aenv-r0",
+    });
     assert.equal(slotAddresses(base, 300).slotIp, "10.201.4.178");
     assert.throws(() => parseCidr16("10.0.0.0/8"));
   });

@@ -4,8 +4,8 @@ import path from "node:path";
 import type { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { chownIfRoot, mkdirpOwned } from "../filesystem/ownership.js";
-import { errnoOf } from "../rpc/errors.js";
 import { HttpError, statusForErrno } from "../http/respond.js";
+import { errnoOf } from "../rpc/errors.js";
 import { tempNameFor } from "../tempname.js";
 import type { User } from "../users.js";
 
@@ -74,7 +74,10 @@ export async function writeFileAtomic(
     const code = errnoOf(err);
     const status = statusForErrno(code);
     const msg = err instanceof Error ? err.message : String(err);
-    throw new HttpError(status === 404 ? 400 : status, status === 507 ? `not enough disk space: ${msg}` : `error writing '${target}': ${msg}`);
+    throw new HttpError(
+      status === 404 ? 400 : status,
+      status === 507 ? `not enough disk space: ${msg}` : `error writing '${target}': ${msg}`,
+    );
   } finally {
     if (tmp) await fsp.rm(tmp, { force: true }).catch(() => {});
   }

@@ -10,7 +10,12 @@ import { resolvePath } from "../paths.js";
 import { errnoOf } from "../rpc/errors.js";
 import { authorizeFiles } from "./common.js";
 
-export async function handleDownload(env: Env, req: IncomingMessage, res: ServerResponse, query: URLSearchParams): Promise<void> {
+export async function handleDownload(
+  env: Env,
+  req: IncomingMessage,
+  res: ServerResponse,
+  query: URLSearchParams,
+): Promise<void> {
   const user = await authorizeFiles(env, req, query, "read");
   const p = resolvePath(query.get("path") ?? "", user, env.state.defaultWorkdir);
   let handle: fsp.FileHandle;

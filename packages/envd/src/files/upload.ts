@@ -119,7 +119,12 @@ function uploadMultipart(
   });
 }
 
-export async function handleUpload(env: Env, req: IncomingMessage, res: ServerResponse, query: URLSearchParams): Promise<void> {
+export async function handleUpload(
+  env: Env,
+  req: IncomingMessage,
+  res: ServerResponse,
+  query: URLSearchParams,
+): Promise<void> {
   const user = await authorizeFiles(env, req, query, "write");
   const m = metadataFromHeaders(req.headers);
   if (!m.ok) throw new HttpError(400, m.message);

@@ -1,11 +1,11 @@
 /** EntryInfo construction: Go-style permission strings, owner names, metadata. */
-import { type Stats, promises as fsp } from "node:fs";
+import { promises as fsp, type Stats } from "node:fs";
 import path from "node:path";
+import { filesystemPb } from "@aenv/protocol";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { filesystemPb } from "@aenv/protocol";
-import type { MetadataStore } from "./metadata.js";
 import type { Accounts } from "../users.js";
+import type { MetadataStore } from "./metadata.js";
 
 const S_IFMT = 0o170000;
 const S_IFSOCK = 0o140000;
@@ -30,8 +30,16 @@ export function goModeString(mode: number): string {
   if (mode & 0o2000) prefix += "g";
   if (fmt === S_IFCHR) prefix += "c";
   if (mode & 0o1000) prefix += "t";
-  if (fmt !== S_IFDIR && fmt !== S_IFLNK && fmt !== S_IFREG && fmt !== S_IFBLK && fmt !== S_IFCHR &&
-      fmt !== S_IFIFO && fmt !== S_IFSOCK) prefix += "?";
+  if (
+    fmt !== S_IFDIR &&
+    fmt !== S_IFLNK &&
+    fmt !== S_IFREG &&
+    fmt !== S_IFBLK &&
+    fmt !== S_IFCHR &&
+    fmt !== S_IFIFO &&
+    fmt !== S_IFSOCK
+  )
+    prefix += "?";
   if (prefix === "") prefix = "-";
   const rwx = "rwxrwxrwx";
   let perm = "";

@@ -1,13 +1,13 @@
 /** filesystem.Filesystem Connect service (§5.7). */
 import { type Dirent, promises as fsp } from "node:fs";
 import path from "node:path";
+import type { Filesystem, filesystemPb } from "@aenv/protocol";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { Filesystem, filesystemPb } from "@aenv/protocol";
 import type { Env } from "../env.js";
 import { resolvePath } from "../paths.js";
 import { errnoOf, fsConnectError } from "../rpc/errors.js";
-import { PushQueue, keepaliveMs } from "../rpc/stream.js";
+import { keepaliveMs, PushQueue } from "../rpc/stream.js";
 import { rpcUser } from "../rpc/user.js";
 import { type EntryDeps, entryFor, entryFromStat } from "./entry.js";
 import { mkdirpOwned } from "./ownership.js";

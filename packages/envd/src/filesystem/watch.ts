@@ -7,7 +7,7 @@
  * inode shows up in the same batch of events, else REMOVE; change → CHMOD when only the
  * mode changed, else WRITE.
  */
-import { type FSWatcher, type Stats, promises as fsp, watch } from "node:fs";
+import { type FSWatcher, promises as fsp, type Stats, watch } from "node:fs";
 import path from "node:path";
 import { filesystemPb } from "@aenv/protocol";
 import { log } from "../log.js";
@@ -179,7 +179,8 @@ export class DirWatcher {
       if (ev.kind === "change") {
         if (!st) continue;
         this.cache.set(full, known(st));
-        const chmodOnly = prev !== undefined && prev.mode !== st.mode && prev.mtimeMs === st.mtimeMs && prev.size === st.size;
+        const chmodOnly =
+          prev !== undefined && prev.mode !== st.mode && prev.mtimeMs === st.mtimeMs && prev.size === st.size;
         await this.emit(full, chmodOnly ? filesystemPb.EventType.CHMOD : filesystemPb.EventType.WRITE, st);
         continue;
       }
@@ -224,9 +225,17 @@ export class DirWatcher {
     if (!name || name.startsWith("..")) return;
     if (!this.opts.recursive && name.includes("/")) return;
     let entry: filesystemPb.EntryInfo | undefined;
-    if (this.opts.includeEntry && st && type !== filesystemPb.EventType.REMOVE && type !== filesystemPb.EventType.RENAME) {
+    if (
+      this.opts.includeEntry &&
+      st &&
+      type !== filesystemPb.EventType.REMOVE &&
+      type !== filesystemPb.EventType.RENAME
+    ) {
       try {
-        entry = await entryFromStat(full, st, { accounts: await this.deps.users.accounts(), metadata: this.deps.metadata });
+        entry = await entryFromStat(full, st, {
+          accounts: await this.deps.users.accounts(),
+          metadata: this.deps.metadata,
+        });
       } catch {
         entry = undefined;
       }

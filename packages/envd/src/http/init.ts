@@ -20,11 +20,13 @@ export function parseInitBody(raw: Buffer): InitBody {
   } catch {
     throw new HttpError(400, "invalid JSON body");
   }
-  if (json === null || typeof json !== "object" || Array.isArray(json)) throw new HttpError(400, "body must be a JSON object");
+  if (json === null || typeof json !== "object" || Array.isArray(json))
+    throw new HttpError(400, "body must be a JSON object");
   const o = json as Record<string, unknown>;
   let envVars: Record<string, string> | undefined;
   if (o.envVars !== undefined && o.envVars !== null) {
-    if (typeof o.envVars !== "object" || Array.isArray(o.envVars)) throw new HttpError(400, "'envVars' must be an object");
+    if (typeof o.envVars !== "object" || Array.isArray(o.envVars))
+      throw new HttpError(400, "'envVars' must be an object");
     envVars = {};
     for (const [k, v] of Object.entries(o.envVars as Record<string, unknown>)) {
       if (typeof v !== "string") throw new HttpError(400, `envVars.${k} must be a string`);

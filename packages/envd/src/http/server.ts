@@ -1,8 +1,8 @@
 /** The envd HTTP server: plain routes plus the Connect services. */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import { Filesystem, Process } from "@aenv/protocol";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { Filesystem, Process } from "@aenv/protocol";
 import { checkToken } from "../auth.js";
 import type { Env } from "../env.js";
 import { handleDownload } from "../files/download.js";

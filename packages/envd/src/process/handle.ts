@@ -76,7 +76,16 @@ function ptyLaunch(spec: SpawnSpec): { file: string; args: string[]; creds: { ui
   if (!setprivPath) return direct;
   return {
     file: setprivPath,
-    args: ["--reuid", String(spec.uid), "--regid", String(spec.gid), "--clear-groups", "--", spec.config.cmd, ...spec.config.args],
+    args: [
+      "--reuid",
+      String(spec.uid),
+      "--regid",
+      String(spec.gid),
+      "--clear-groups",
+      "--",
+      spec.config.cmd,
+      ...spec.config.args,
+    ],
     creds: {},
   };
 }
@@ -224,7 +233,7 @@ export class ProcessHandle {
   throttle(delta: 1 | -1): void {
     const before = this._congestion;
     this._congestion = Math.max(0, this._congestion + delta);
-    if (this.end || (before > 0) === (this._congestion > 0)) return;
+    if (this.end || before > 0 === this._congestion > 0) return;
     const paused = this._congestion > 0;
     try {
       if (this.pty) {
@@ -276,10 +285,13 @@ export class ProcessHandle {
   setLifetime(ms: number): void {
     if (this.end || !(ms > 0)) return;
     if (this.lifetimeTimer) clearTimeout(this.lifetimeTimer);
-    this.lifetimeTimer = setTimeout(() => {
-      log("info", "process lifetime reached, killing", { pid: this.pid });
-      this.signal("SIGKILL");
-    }, Math.min(ms, 2_147_000_000));
+    this.lifetimeTimer = setTimeout(
+      () => {
+        log("info", "process lifetime reached, killing", { pid: this.pid });
+        this.signal("SIGKILL");
+      },
+      Math.min(ms, 2_147_000_000),
+    );
   }
 
   /** Signal the whole process group, falling back to the process itself. */
@@ -335,7 +347,10 @@ export class ProcessHandle {
 
   closeStdin(): void {
     if (this.pty) {
-      throw new ConnectError("cannot close stdin of a PTY process, send Ctrl+D (0x04) instead", Code.FailedPrecondition);
+      throw new ConnectError(
+        "cannot close stdin of a PTY process, send Ctrl+D (0x04) instead",
+        Code.FailedPrecondition,
+      );
     }
     const stdin = this.child?.stdin;
     if (!stdin) throw new ConnectError("stdin is not enabled for this process", Code.Internal);

@@ -4,7 +4,10 @@ import { type Listener, ProcessHandle, type SpawnSpec } from "./handle.js";
 
 const MAX_EXITED = 2000;
 
-export type Selector = { case: "pid"; value: number } | { case: "tag"; value: string } | { case: undefined; value?: undefined };
+export type Selector =
+  | { case: "pid"; value: number }
+  | { case: "tag"; value: string }
+  | { case: undefined; value?: undefined };
 
 export class ProcessManager {
   private readonly live = new Map<number, ProcessHandle>();

@@ -1,11 +1,11 @@
 /** process.Process Connect service (§5.6). */
 import { promises as fsp } from "node:fs";
+import { type Process, processPb } from "@aenv/protocol";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { type Process, processPb } from "@aenv/protocol";
 import type { Env } from "../env.js";
 import { resolvePath } from "../paths.js";
-import { PushQueue, keepaliveMs } from "../rpc/stream.js";
+import { keepaliveMs, PushQueue } from "../rpc/stream.js";
 import { rpcUser } from "../rpc/user.js";
 import { buildProcessEnv } from "./env.js";
 import type { ProcEvent, ProcessHandle } from "./handle.js";
@@ -35,7 +35,11 @@ async function isDirectory(p: string): Promise<boolean> {
 }
 
 /** Stream a process's events to one client, starting with start{pid}. */
-async function* streamProcess(handle: ProcessHandle, sub: Subscription, ctx: HandlerContext): AsyncGenerator<EventInit> {
+async function* streamProcess(
+  handle: ProcessHandle,
+  sub: Subscription,
+  ctx: HandlerContext,
+): AsyncGenerator<EventInit> {
   try {
     yield startMessage(handle.pid);
     yield* sub.queue.drain({

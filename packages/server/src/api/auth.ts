@@ -11,8 +11,7 @@ export function installAuth(app: FastifyInstance, apiKey: string): void {
     if (req.method === "GET" && req.url === "/health") return;
     const auth = req.headers.authorization;
     const got =
-      (req.headers["x-api-key"] as string | undefined) ??
-      (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
+      (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
     if (!got || !timingSafeEqual(digest(got), want)) {
       throw new ApiError(401, "invalid or missing API key (X-API-Key)");
     }

@@ -12,9 +12,7 @@ export function installErrorHandling(app: FastifyInstance): void {
       message = err.message;
     } else if (err instanceof ZodError) {
       status = 400;
-      message = `invalid request: ${err.issues
-        .map((i) => `${i.path.join(".") || "body"}: ${i.message}`)
-        .join("; ")}`;
+      message = `invalid request: ${err.issues.map((i) => `${i.path.join(".") || "body"}: ${i.message}`).join("; ")}`;
     } else if (typeof (err as FastifyError).statusCode === "number") {
       const fe = err as FastifyError;
       status = fe.statusCode ?? 500;

@@ -29,7 +29,10 @@ export function parseMetadataFilter(raw: string | undefined): Record<string, str
 
 export function parseStates(raw: string | undefined): Set<string> {
   if (!raw) return new Set(["running", "paused"]);
-  const states = raw.split(",").map((s) => s.trim()).filter(Boolean);
+  const states = raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const s of states) if (s !== "running" && s !== "paused") throw badRequest(`invalid state '${s}'`);
   return new Set(states);
 }

@@ -209,9 +209,13 @@ table inet ${this.prefix}-host {
           `route add default via ${GUEST_GATEWAY}`,
         ].join("\n"),
       });
-      await exec("ip", ["netns", "exec", a.routerNetns, "sh", "-c", 'echo 1 > /proc/sys/net/ipv4/ip_forward && exec nft -f -'], {
-        input: ROUTER_TABLE(this.cidr, a.hostIp),
-      });
+      await exec(
+        "ip",
+        ["netns", "exec", a.routerNetns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward && exec nft -f -"],
+        {
+          input: ROUTER_TABLE(this.cidr, a.hostIp),
+        },
+      );
       return s;
     } catch (err) {
       await this.destroy(s);

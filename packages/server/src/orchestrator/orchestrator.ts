@@ -1,4 +1,4 @@
-import { rmSync, mkdirSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
@@ -73,7 +73,10 @@ export class Orchestrator {
     const known = new Set<string>();
     for (const rec of this.d.store.all()) {
       known.add(rec.id);
-      this.d.log.warn({ sandboxID: rec.id, state: rec.state }, "sandbox did not survive the server restart; cleaning up");
+      this.d.log.warn(
+        { sandboxID: rec.id, state: rec.state },
+        "sandbox did not survive the server restart; cleaning up",
+      );
       await this.d.driver.destroy(rec.id);
       rmSync(rec.dir, { recursive: true, force: true });
       this.d.store.delete(rec.id);
@@ -234,7 +237,7 @@ export class Orchestrator {
   /** Where the proxy sends traffic for a sandbox, if it is running. */
   route(id: string): { ip: string; rec: SandboxRecord } | undefined {
     const l = this.live.get(id);
-    if (!l || l.rec.state !== "running" || !l.slot) return undefined;
+    if (l?.rec.state !== "running" || !l.slot) return undefined;
     return { ip: l.slot.slotIp, rec: l.rec };
   }
 

@@ -1,4 +1,4 @@
-import { Agent, type IncomingMessage, type ServerResponse, request } from "node:http";
+import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";

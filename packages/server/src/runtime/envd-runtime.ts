@@ -1,8 +1,8 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { envdArtifacts } from "@aenv/envd";
 import { basename, dirname, join } from "node:path";
+import { envdArtifacts } from "@aenv/envd";
 
 /** Shared libraries the host's node binary loads, from ldd (the loader included). */
 function nodeLibraries(node: string): string[] {

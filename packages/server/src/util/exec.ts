@@ -37,9 +37,7 @@ export function exec(cmd: string, args: string[], opts: ExecOptions = {}): Promi
     let stderr = "";
     child.stdout?.setEncoding("utf8").on("data", (d: string) => (stdout += d));
     child.stderr?.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-    const timer = opts.timeoutMs
-      ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs).unref()
-      : undefined;
+    const timer = opts.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs).unref() : undefined;
     child.on("error", (err) => {
       if (timer) clearTimeout(timer);
       reject(err);

@@ -1,13 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { ApiError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
-import {
-  decodeCursor,
-  encodeCursor,
-  matchesMetadata,
-  parseMetadataFilter,
-  parseStates,
-} from "../list-filter.js";
+import { decodeCursor, encodeCursor, matchesMetadata, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   ConnectBody,
   ListQuery,
@@ -61,7 +55,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       .filter((r) => states.has(r.state) && matchesMetadata(r, meta))
       .filter((r) => (after === undefined ? true : r.startedAt > after))
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
-    items.sort((a, b) => (a.startedAt - b.startedAt) || a.id.localeCompare(b.id));
+    items.sort((a, b) => a.startedAt - b.startedAt || a.id.localeCompare(b.id));
     if ((q.order ?? "desc") === "desc") items.reverse();
     const offset = decodeCursor(q.nextToken);
     const limit = q.limit ?? 100;

@@ -47,7 +47,7 @@ export class GvisorDriver implements RuntimeDriver {
       );
     }
     const m = /version (\S+)/.exec(version);
-    if (m && m[1] && m[1] < "0.0~2024") {
+    if (m?.[1] && m[1] < "0.0~2024") {
       throw new RuntimeUnavailableError(
         `runsc ${m[1]} is too old (bookworm's build breaks coreutils and netstack); install bookworm-backports runsc`,
       );

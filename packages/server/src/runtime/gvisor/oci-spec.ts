@@ -47,9 +47,24 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
     hostname: l.hostname,
     mounts: [
       { destination: "/proc", type: "proc", source: "proc" },
-      { destination: "/dev", type: "tmpfs", source: "tmpfs", options: ["nosuid", "strictatime", "mode=755", "size=65536k"] },
-      { destination: "/dev/pts", type: "devpts", source: "devpts", options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"] },
-      { destination: "/dev/shm", type: "tmpfs", source: "shm", options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"] },
+      {
+        destination: "/dev",
+        type: "tmpfs",
+        source: "tmpfs",
+        options: ["nosuid", "strictatime", "mode=755", "size=65536k"],
+      },
+      {
+        destination: "/dev/pts",
+        type: "devpts",
+        source: "devpts",
+        options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+      },
+      {
+        destination: "/dev/shm",
+        type: "tmpfs",
+        source: "shm",
+        options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+      },
       { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
       { destination: "/.aenv", type: "bind", source: l.runtimeDir, options: ["rbind", "ro"] },
       { destination: "/etc/resolv.conf", type: "bind", source: l.resolvConf, options: ["bind", "ro"] },

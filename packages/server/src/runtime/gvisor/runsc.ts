@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
-import { openSync, closeSync } from "node:fs";
-import { exec, type ExecResult } from "../../util/exec.js";
+import { closeSync, openSync } from "node:fs";
+import { type ExecResult, exec } from "../../util/exec.js";
 
 export interface RunscConfig {
   binary: string;
