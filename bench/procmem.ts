@@ -1,0 +1,93 @@
+/**
+ * Host-side memory accounting for gVisor sandboxes: the PSS of every runsc process that
+ * belongs to a sandbox (sentry `runsc-sandbox`, `runsc-gofer`, and their children, the
+ * systrap stubs), and the system's MemAvailable.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+
+interface Proc {
+  pid: number;
+  ppid: number;
+  argv: string[];
+}
+
+function readProc(pid: number): Proc | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // comm is in parentheses and may contain spaces: fields resume after the last ')'.
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const ppid = Number(rest[1]);
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
+    return { pid, ppid, argv };
+  } catch {
+    return undefined; // exited meanwhile
+  }
+}
+
+export function listProcs(): Proc[] {
+  const out: Proc[] = [];
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e)) continue;
+    const p = readProc(Number(e));
+    if (p) out.push(p);
+  }
+  return out;
+}
+
+const SANDBOX_ARGV0 = new Set(["runsc-sandbox", "runsc-gofer"]);
+
+/**
+ * PIDs of one sandbox: the long-lived runsc processes (argv[0] runsc-sandbox / runsc-gofer)
+ * whose command line mentions the id (the sentry names it; the gofer's --bundle path holds
+ * it), plus all their descendants. Short-lived CLI calls (`runsc exec`, `runsc events`) are
+ * not counted.
+ */
+export function sandboxPids(id: string, procs: Proc[] = listProcs()): number[] {
+  const roots = procs.filter((p) => SANDBOX_ARGV0.has(p.argv[0] ?? "") && p.argv.some((a) => a.includes(id)));
+  const children = new Map<number, number[]>();
+  for (const p of procs) {
+    const list = children.get(p.ppid) ?? [];
+    list.push(p.pid);
+    children.set(p.ppid, list);
+  }
+  const seen = new Set<number>();
+  const stack = roots.map((p) => p.pid);
+  while (stack.length) {
+    const pid = stack.pop() as number;
+    if (seen.has(pid)) continue;
+    seen.add(pid);
+    stack.push(...(children.get(pid) ?? []));
+  }
+  return [...seen].sort((a, b) => a - b);
+}
+
+/** Proportional set size of one process in KiB (0 when it is gone). */
+export function pssKiB(pid: number): number {
+  try {
+    const m = /^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"));
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+export interface SandboxPss {
+  id: string;
+  pids: number[];
+  pssKiB: number;
+}
+
+/** PSS of each sandbox, read from one snapshot of the process table. */
+export function sandboxesPss(ids: readonly string[]): SandboxPss[] {
+  const procs = listProcs();
+  return ids.map((id) => {
+    const pids = sandboxPids(id, procs);
+    return { id, pids, pssKiB: pids.reduce((s, p) => s + pssKiB(p), 0) };
+  });
+}
+
+export function memAvailableKiB(): number {
+  const m = /^MemAvailable:\s+(\d+) kB/m.exec(readFileSync("/proc/meminfo", "utf8"));
+  if (!m) throw new Error("MemAvailable not found in /proc/meminfo");
+  return Number(m[1]);
+}
