@@ -8,6 +8,7 @@ import { readdirSync, readFileSync } from "node:fs";
 interface Proc {
   pid: number;
   ppid: number;
+  comm: string;
   argv: string[];
 }
 
@@ -17,8 +18,9 @@ function readProc(pid: number): Proc | undefined {
     // comm is in parentheses and may contain spaces: fields resume after the last ')'.
     const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     const ppid = Number(rest[1]);
+    const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
     const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
-    return { pid, ppid, argv };
+    return { pid, ppid, comm, argv };
   } catch {
     return undefined; // exited meanwhile
   }
@@ -61,6 +63,11 @@ export function sandboxPids(id: string, procs: Proc[] = listProcs()): number[] {
   return [...seen].sort((a, b) => a - b);
 }
 
+function nameOf(p: Proc | undefined): string {
+  if (!p) return "?";
+  return p.argv[0] ?? `[${p.comm}]`;
+}
+
 /** Proportional set size of one process in KiB (0 when it is gone). */
 export function pssKiB(pid: number): number {
   try {
@@ -75,14 +82,27 @@ export interface SandboxPss {
   id: string;
   pids: number[];
   pssKiB: number;
+  /** Per process: argv[0], or [comm] when the cmdline is empty (systrap stubs), and PSS in MiB. */
+  procs: { pid: number; name: string; pssMiB: number }[];
 }
 
 /** PSS of each sandbox, read from one snapshot of the process table. */
 export function sandboxesPss(ids: readonly string[]): SandboxPss[] {
   const procs = listProcs();
+  const byPid = new Map(procs.map((p) => [p.pid, p]));
   return ids.map((id) => {
     const pids = sandboxPids(id, procs);
-    return { id, pids, pssKiB: pids.reduce((s, p) => s + pssKiB(p), 0) };
+    const each = pids.map((pid) => ({
+      pid,
+      name: nameOf(byPid.get(pid)),
+      kib: pssKiB(pid),
+    }));
+    return {
+      id,
+      pids,
+      pssKiB: each.reduce((s, p) => s + p.kib, 0),
+      procs: each.map((p) => ({ pid: p.pid, name: p.name, pssMiB: Math.round((p.kib / 1024) * 10) / 10 })),
+    };
   });
 }
 

@@ -4,6 +4,7 @@
  *
  * - rootfs: the template's rootfs, shared by every raw sandbox; runsc's overlay
  *   (`--overlay2=root:memory`) takes all writes in memory, so the tree on disk is untouched.
+ *   (`overlay: "dir"` puts the upper layer in a file under the bundle instead, as aenv does.)
  * - `--network=none` (loopback only), process `/bin/sleep infinity`, started with
  *   `run --detach` whose stdio goes to a log file (a detached runsc keeps it open for the
  *   sandbox's life, so never a pipe we would wait on).
@@ -51,6 +52,8 @@ export interface RawRunscOptions {
   platform?: string;
   memoryMB?: number;
   cpuCount?: number;
+  /** "memory" (runsc's default, the baseline) or "dir": a file-backed upper in the bundle, as aenv uses. */
+  overlay?: "memory" | "dir";
 }
 
 export interface ExecResult {
@@ -143,6 +146,11 @@ export class RawRunsc {
     mkdirSync(bundle);
     writeFileSync(join(bundle, "config.json"), JSON.stringify(this.spec(id)));
     const log = join(bundle, "runsc.log");
+    let overlay = "--overlay2=root:memory";
+    if (this.opts.overlay === "dir") {
+      mkdirSync(join(bundle, "overlay"));
+      overlay = `--overlay2=root:dir=${join(bundle, "overlay")}`;
+    }
     const fd = openSync(log, "a");
     this.live.add(id);
     let child: ChildProcess;
@@ -153,7 +161,7 @@ export class RawRunsc {
           `--root=${this.stateDir}`,
           `--platform=${this.platform}`,
           "--network=none",
-          "--overlay2=root:memory",
+          overlay,
           "run",
           "--detach",
           `--bundle=${bundle}`,

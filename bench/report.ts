@@ -12,6 +12,9 @@ export interface Meta {
   cpuModel: string;
   memTotalMiB: number;
   kernel: string;
+  /** 1/5/15-minute load averages when the run started and ended (other work skews timings). */
+  loadAvgStart: number[];
+  loadAvgEnd?: number[];
   aenvRuntime?: unknown;
   settings: Record<string, number | string>;
   durationS?: number;
@@ -32,6 +35,10 @@ export interface IdleMemory {
   pssMiBPerSandbox: number;
   processesPerSandbox: number;
   memAvailableDropMiBPerSandbox: number;
+  /** System MemAvailable before the K sandboxes, with them up, and after their teardown. */
+  memAvailableMiB: { before: number; up: number; after: number };
+  /** Process-by-process PSS of the first sandbox. */
+  firstSandboxProcesses: { pid: number; name: string; pssMiB: number }[];
 }
 
 export interface Results {
@@ -106,6 +113,7 @@ export function metaLines(m: Meta): string[] {
     `date: ${m.date}`,
     `runsc: ${m.runscVersion}, platform ${m.platform}`,
     `node: ${m.node}; cpus: ${m.cpus} × ${m.cpuModel}; memory: ${m.memTotalMiB} MiB; kernel ${m.kernel}`,
+    `load average (1/5/15 min): ${m.loadAvgStart.join(" ")} at start${m.loadAvgEnd ? `, ${m.loadAvgEnd.join(" ")} at end` : ""}`,
     `settings: ${Object.entries(m.settings)
       .map(([k, v]) => `${k}=${v}`)
       .join(", ")}${m.durationS !== undefined ? `; bench took ${m.durationS.toFixed(0)} s` : ""}`,

@@ -5,13 +5,16 @@
  * bench/results/latest.{json,md}.
  *
  * Env: BENCH_N (create→first command samples, default 20), BENCH_RT_N (50), BENCH_RAW_RT_N (20),
- * BENCH_FILE_MIB (32), BENCH_FILE_REPS (3), BENCH_MEM_K (5), BENCH_TIMEOUT_S (whole run, 420).
+ * BENCH_FILE_MIB (32), BENCH_FILE_REPS (3), BENCH_MEM_K (5), BENCH_TIMEOUT_S (whole run, 345),
+ * BENCH_RAW_OVERLAY (memory | dir: raw runsc's rootfs overlay upper, default memory).
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { cpus, release } from "node:os";
+import { cpus, loadavg, release } from "node:os";
 import { join, resolve } from "node:path";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "../test/helpers/server.js";
 import { memAvailableKiB, sandboxesPss } from "./procmem.js";
@@ -31,10 +34,16 @@ const FILE_BYTES = envInt("BENCH_FILE_MIB", 32) * 2 ** 20;
 const FILE_REPS = envInt("BENCH_FILE_REPS", 3);
 const MEM_K = envInt("BENCH_MEM_K", 5);
 const MEM_SETTLE_MS = 3000;
-const TIMEOUT_S = envInt("BENCH_TIMEOUT_S", 420);
+const RAW_OVERLAY = process.env.BENCH_RAW_OVERLAY === "dir" ? "dir" : "memory";
+const TIMEOUT_S = envInt("BENCH_TIMEOUT_S", 345);
 const WARMUP = 1;
 const RESULTS_DIR = resolve(import.meta.dirname, "results");
 const ROOTFS = join(TEMPLATES_DIR, "base", "rootfs");
+
+// A collectable heap for the memory step: the bench's own garbage (32 MiB payloads) would
+// otherwise move MemAvailable while it is being read.
+setFlagsFromString("--expose-gc");
+const gc = runInNewContext("gc") as () => void;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const log = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
@@ -221,60 +230,87 @@ async function rawWarm(r: RawRunsc, res: Results): Promise<void> {
   }
 }
 
-function idleMemory(ids: string[], beforeKiB: number, afterKiB: number): IdleMemory {
-  const pss = sandboxesPss(ids);
+/** MemAvailable in KiB, averaged over a few reads to smooth out background noise. */
+async function memAvailableSmoothed(reads = 4, gapMs = 250): Promise<number> {
+  gc();
+  const v: number[] = [];
+  for (let i = 0; i < reads; i++) {
+    if (i) await sleep(gapMs);
+    v.push(memAvailableKiB());
+  }
+  return mean(v);
+}
+
+/**
+ * Starts K sandboxes, lets them idle, then reads each one's PSS and the system's MemAvailable.
+ * The MemAvailable cost is the mean of the drop on start (before → up) and the rise on teardown
+ * (up → after), divided by K, which cancels slow drift from other work on the machine.
+ */
+async function measureIdle(create: () => Promise<string>, destroyAll: () => Promise<void>): Promise<IdleMemory> {
+  await sleep(1000);
+  const before = await memAvailableSmoothed();
+  const ids: string[] = [];
+  let up: number;
+  let pss: ReturnType<typeof sandboxesPss>;
+  try {
+    for (let i = 0; i < MEM_K; i++) {
+      guard();
+      ids.push(await create());
+    }
+    await sleep(MEM_SETTLE_MS);
+    pss = sandboxesPss(ids);
+    up = await memAvailableSmoothed();
+  } finally {
+    await destroyAll();
+  }
+  await sleep(1500);
+  const after = await memAvailableSmoothed();
   for (const p of pss) if (p.pids.length === 0) throw new Error(`no runsc processes found for sandbox ${p.id}`);
   const pssMiB = pss.map((p) => p.pssKiB / 1024);
+  const k = ids.length;
+  const first = pss[0];
   return {
-    k: ids.length,
+    k,
     pssMiB,
     pssMiBPerSandbox: mean(pssMiB),
     processesPerSandbox: mean(pss.map((p) => p.pids.length)),
-    memAvailableDropMiBPerSandbox: (beforeKiB - afterKiB) / 1024 / ids.length,
+    memAvailableDropMiBPerSandbox: (before - up + (after - up)) / 2 / 1024 / k,
+    memAvailableMiB: { before: before / 1024, up: up / 1024, after: after / 1024 },
+    firstSandboxProcesses: first?.procs ?? [],
   };
 }
 
 async function aenvIdleMemory(): Promise<IdleMemory> {
-  await sleep(1000);
-  const before = memAvailableKiB();
   const mine: Sandbox[] = [];
-  try {
-    for (let i = 0; i < MEM_K; i++) {
-      guard();
+  return measureIdle(
+    async () => {
       const sbx = await Sandbox.create();
       liveSandboxes.add(sbx);
       mine.push(sbx);
-    }
-    await sleep(MEM_SETTLE_MS);
-    return idleMemory(
-      mine.map((s) => s.sandboxId),
-      before,
-      memAvailableKiB(),
-    );
-  } finally {
-    for (const s of mine) {
-      await s.kill().catch(() => {});
-      liveSandboxes.delete(s);
-    }
-  }
+      return sbx.sandboxId;
+    },
+    async () => {
+      for (const s of mine) {
+        await s.kill().catch(() => {});
+        liveSandboxes.delete(s);
+      }
+    },
+  );
 }
 
 async function rawIdleMemory(r: RawRunsc): Promise<IdleMemory> {
-  await sleep(1000);
-  const before = memAvailableKiB();
   const ids: string[] = [];
-  try {
-    for (let i = 0; i < MEM_K; i++) {
-      guard();
+  return measureIdle(
+    async () => {
       const id = r.newId();
       ids.push(id);
       await r.start(id);
-    }
-    await sleep(MEM_SETTLE_MS);
-    return idleMemory(ids, before, memAvailableKiB());
-  } finally {
-    for (const id of ids) await r.delete(id);
-  }
+      return id;
+    },
+    async () => {
+      for (const id of ids) await r.delete(id);
+    },
+  );
 }
 
 // ---- main -------------------------------------------------------------------------------------
@@ -306,12 +342,19 @@ async function main(res: Results): Promise<void> {
   };
   res.meta.aenvRuntime = details.runtime;
   res.meta.platform = details.runtime?.platform ?? "systrap";
-  raw = new RawRunsc({ rootfs: ROOTFS, platform: res.meta.platform });
+  raw = new RawRunsc({ rootfs: ROOTFS, platform: res.meta.platform, overlay: RAW_OVERLAY });
   const r = raw;
 
   res.createToFirstCommand = {};
   res.commandRoundTrip = {};
   res.idleMemory = {};
+  // Memory first, while the machine and this process hold the least garbage.
+  await step(res, `aenv: idle memory, K=${MEM_K}`, async () => {
+    res.idleMemory = { ...res.idleMemory, aenv: await aenvIdleMemory() };
+  });
+  await step(res, `raw: idle memory, K=${MEM_K}`, async () => {
+    res.idleMemory = { ...res.idleMemory, raw: await rawIdleMemory(r) };
+  });
   await step(res, `aenv: create → first command ×${N}`, async () => {
     res.createToFirstCommand = { ...res.createToFirstCommand, aenv: await aenvCreateToFirstCommand() };
   });
@@ -322,12 +365,6 @@ async function main(res: Results): Promise<void> {
   await step(res, `raw: exec round trip ×${RAW_RT_N}, files ${FILE_BYTES / 2 ** 20} MiB ×${FILE_REPS}`, () =>
     rawWarm(r, res),
   );
-  await step(res, `aenv: idle memory, K=${MEM_K}`, async () => {
-    res.idleMemory = { ...res.idleMemory, aenv: await aenvIdleMemory() };
-  });
-  await step(res, `raw: idle memory, K=${MEM_K}`, async () => {
-    res.idleMemory = { ...res.idleMemory, raw: await rawIdleMemory(r) };
-  });
 }
 
 const started = Date.now();
@@ -352,6 +389,7 @@ const results: Results = {
     cpuModel: cpuList[0]?.model.trim() ?? "unknown",
     memTotalMiB: meminfoMiB("MemTotal"),
     kernel: release(),
+    loadAvgStart: loadavg().map((x) => Math.round(x * 100) / 100),
     settings: {
       n: N,
       warmup: WARMUP,
@@ -361,7 +399,7 @@ const results: Results = {
       fileReps: FILE_REPS,
       memK: MEM_K,
       memSettleMs: MEM_SETTLE_MS,
-      rawOverlay: "root:memory",
+      rawOverlay: RAW_OVERLAY === "dir" ? "root:dir (file-backed, like aenv)" : "root:memory",
       rawCgroups: "kept (1 GiB, 2 CPUs, 4096 pids)",
     },
   },
@@ -395,6 +433,7 @@ try {
 }
 if (results.errors.length) exitCode = 1;
 results.meta.durationS = (Date.now() - started) / 1000;
+results.meta.loadAvgEnd = loadavg().map((x) => Math.round(x * 100) / 100);
 const files = writeResults(RESULTS_DIR, results);
 process.stdout.write(`\n${markdown(results)}\n`);
 log(`wrote ${files.join(", ")}`);

@@ -11,6 +11,8 @@ export interface Env {
   metadata: MetadataStore;
   processes: ProcessManager;
   watchers: WatcherRegistry;
+  /** Closes every open client connection (set by the HTTP server). */
+  closeConnections?: () => void;
 }
 
 /** Resolve a username ('' / undefined → the default user). Returns undefined for unknown users. */

@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
 import type { ServerConfig } from "./config.js";
@@ -32,6 +32,7 @@ export interface RunningServer {
   url: string;
   runtime: RuntimeInfo;
   recovery: RecoveryReport;
+  warming: Promise<void>;
   close(): Promise<void>;
 }
 
@@ -63,12 +64,14 @@ export async function startServer(
     log: log.child({ component: "orchestrator" }),
     runtimeDir,
     resolvConf: writeResolvConf(cfg.dataDir),
+    // Images restore only on the same runsc build, platform and /.aenv contents.
+    imageKey: `${runtime.version.replace(/[^a-zA-Z0-9.]/g, "")}-${runtime.platform}-${basename(runtimeDir)}`,
   });
-  const recovery = await orch.recover();
+  const { report: recovery, keepSlots } = await orch.recover();
   if (recovery.cleanedUp.length) {
     log.warn({ sandboxes: recovery.cleanedUp }, "sandboxes lost in the previous server run were cleaned up");
   }
-  await slots.init();
+  await slots.init(keepSlots);
   orch.startReaper();
   let ready = false;
   const app = buildApp({
@@ -89,6 +92,8 @@ export async function startServer(
   const addr = app.fastify.server.address();
   const port = typeof addr === "object" && addr ? addr.port : cfg.port;
   ready = true;
+  // Pre-booted template images make creates restores; built in the background.
+  const warming = orch.prepareWarmImages().catch((err) => log.error({ err }, "warm images failed"));
   log.info({ host: cfg.host, port, runtime, dataDir: cfg.dataDir, domain: cfg.domain }, "aenv-server ready");
   return {
     app,
@@ -96,9 +101,11 @@ export async function startServer(
     url: `http://${cfg.host === "0.0.0.0" ? "127.0.0.1" : cfg.host}:${port}`,
     runtime,
     recovery,
+    warming,
     async close() {
       ready = false;
-      await orch.close({ killAll: true });
+      await orch.close();
+      await warming;
       app.proxy.close();
       await app.fastify.close();
       await slots.close();

@@ -56,6 +56,15 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         if (method !== "GET") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
         return sendJson(res, 200, await collectMetrics());
+      case "/quiesce":
+        // The host calls this right before a checkpoint: gVisor restores sockets that were
+        // open at checkpoint time in a state where epoll keeps reporting them after close,
+        // which spins the event loop. Closing them here first keeps restores clean.
+        if (method !== "POST") throw new HttpError(405, "method not allowed");
+        requireToken(env, req);
+        res.setHeader("Connection", "close");
+        res.on("finish", () => setImmediate(() => env.closeConnections?.()));
+        return sendEmpty(res, 204);
       case "/files":
         if (method === "GET") return handleDownload(env, req, res, url.searchParams);
         if (method === "POST") return handleUpload(env, req, res, url.searchParams);
@@ -89,6 +98,7 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
 
 export function createEnvdServer(env: Env): http.Server {
   const server = http.createServer(createRequestHandler(env));
+  env.closeConnections = () => server.closeAllConnections();
   server.requestTimeout = 0; // uploads and streams may take long
   server.headersTimeout = 76_000;
   server.keepAliveTimeout = 75_000; // outlive the proxy's idle sockets

@@ -29,7 +29,7 @@ export interface App {
  */
 export function buildApp(o: AppOptions): App {
   const proxy = new SandboxProxy(
-    { route: (id) => o.orch.route(id), known: (id) => o.orch.known(id) },
+    { resolve: (id, port) => o.orch.resolveRoute(id, port) },
     o.log.child({ component: "proxy" }),
   );
   o.orch.onStopped((id) => proxy.forget(id));

@@ -1,5 +1,5 @@
 import { ENVD_VERSION } from "@aenv/protocol";
-import type { SandboxRecord } from "../state/store.js";
+import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 
 export interface SerializeContext {
   domain: string;
@@ -50,5 +50,21 @@ export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext) {
     domain: ctx.domain,
     allowInternetAccess: r.allowInternet,
     lifecycle: lifecycle(r),
+  };
+}
+
+/** `SnapshotInfo`: E2B's {snapshotID, names} plus sizing and dates. */
+export function snapshotInfo(s: SnapshotRecord) {
+  return {
+    snapshotID: s.id,
+    names: s.names,
+    sandboxID: s.sandboxId,
+    templateID: s.templateId,
+    cpuCount: s.cpuCount,
+    memoryMB: s.memoryMB,
+    diskSizeMB: s.diskSizeMB,
+    sizeBytes: s.sizeBytes,
+    createdAt: new Date(s.createdAt).toISOString(),
+    updatedAt: new Date(s.createdAt).toISOString(),
   };
 }

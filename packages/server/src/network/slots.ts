@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { readdir } from "node:fs/promises";
 import type { Logger } from "pino";
 import { exec } from "../util/exec.js";
@@ -58,9 +59,24 @@ export class SlotPool {
     this.base = parseCidr16(cidr);
   }
 
-  /** Removes every namespace and link a previous server run left behind, then sets up the host side. */
-  async init(): Promise<void> {
-    await this.cleanupAll();
+  /** Whether a slot's namespaces exist (a sandbox that outlived a server crash still uses them). */
+  exists(index: number): boolean {
+    const a = slotAddresses(this.base, index, this.prefix);
+    return existsSync(`/var/run/netns/${a.sandboxNetns}`) && existsSync(`/var/run/netns/${a.routerNetns}`);
+  }
+
+  describe(index: number): Slot {
+    const a = slotAddresses(this.base, index, this.prefix);
+    return { ...a, netnsPath: `/var/run/netns/${a.sandboxNetns}` };
+  }
+
+  /**
+   * Removes every namespace and link a previous server run left behind, except the slots of
+   * sandboxes that were taken over, then sets up the host side.
+   */
+  async init(keep: number[] = []): Promise<void> {
+    await this.cleanupAll(new Set(keep));
+    for (const index of keep) this.inUse.set(index, this.describe(index));
     await exec("sysctl", ["-qw", "net.ipv4.ip_forward=1"]);
     await exec("nft", ["-f", "-"], {
       input: `
@@ -79,7 +95,8 @@ table inet ${this.prefix}-host {
     this.refill();
   }
 
-  async cleanupAll(): Promise<void> {
+  async cleanupAll(keep: Set<number> = new Set()): Promise<void> {
+    const kept = (name: string) => keep.has(Number(/\d+$/.exec(name)?.[0] ?? -1));
     let names: string[] = [];
     try {
       names = await readdir("/var/run/netns");
@@ -87,11 +104,11 @@ table inet ${this.prefix}-host {
       names = [];
     }
     const re = new RegExp(`^${this.prefix}-[rs]\\d+$`);
-    const ours = names.filter((n) => re.test(n));
+    const ours = names.filter((n) => re.test(n) && !kept(n));
     await Promise.all(ours.map((n) => exec("ip", ["netns", "delete", n], { allowFail: true })));
     const links = await exec("ip", ["-o", "link", "show"], { allowFail: true });
     const linkRe = new RegExp(`^\\d+: (${this.prefix}-h\\d+)[@:]`, "gm");
-    const stale = [...links.stdout.matchAll(linkRe)].map((m) => m[1] as string);
+    const stale = [...links.stdout.matchAll(linkRe)].map((m) => m[1] as string).filter((l) => !kept(l));
     await Promise.all(stale.map((l) => exec("ip", ["link", "delete", l], { allowFail: true })));
   }
 

@@ -1,12 +1,15 @@
-import { mkdirSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { ENVD_PORT } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { ApiError, badRequest, conflict, notFound } from "../errors.js";
 import type { Slot, SlotPool } from "../network/slots.js";
-import type { RuntimeDriver } from "../runtime/driver.js";
-import type { SandboxRecord, StateStore } from "../state/store.js";
-import type { TemplateStore } from "../storage/templates.js";
+import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
+import { commitImage, imageBytes, isCompleteImage } from "../runtime/gvisor/image.js";
+import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { Template, TemplateStore } from "../storage/templates.js";
 import { envdRequest, waitForEnvd } from "./envd-client.js";
 import { newClientId, newSandboxId, newToken } from "./ids.js";
 
@@ -18,8 +21,6 @@ export interface CreateRequest {
   allowInternetAccess?: boolean;
   autoPause?: boolean;
   autoResume?: boolean;
-  cpuCount?: number;
-  memoryMB?: number;
 }
 
 export interface SandboxMetric {
@@ -34,16 +35,34 @@ export interface SandboxMetric {
 }
 
 export interface RecoveryReport {
+  /** Running sandboxes that survived the restart and were taken over again. */
+  adopted: string[];
+  /** Paused sandboxes still resumable. */
+  paused: string[];
+  /** Sandboxes that were lost (died with or before the server) and were cleaned up. */
   cleanedUp: string[];
   orphanedRuntime: string[];
 }
+
+export type ForkResult = { sandbox: SandboxRecord } | { error: { code: number; message: string } };
+
+export type RouteResult = { ip: string } | { status: number; message: string };
 
 interface Live {
   rec: SandboxRecord;
   slot?: Slot;
   /** Serialises lifecycle operations on one sandbox. */
   op: Promise<unknown>;
+  /** The pause/resume in flight, joined by identical concurrent calls. */
+  inflight?: { kind: "pause" | "resume"; p: Promise<unknown> };
+  /** Set while a capture is running: proxied traffic waits for it. */
+  gate?: Promise<unknown>;
 }
+
+/** Where a new sandbox's state comes from. */
+type Source =
+  | { kind: "boot"; tpl: Template }
+  | { kind: "image"; imageDir: string; rootfs: string; runtimeDir: string; oldToken?: string; keepImage: boolean };
 
 export interface OrchestratorDeps {
   cfg: ServerConfig;
@@ -54,43 +73,141 @@ export interface OrchestratorDeps {
   log: Logger;
   runtimeDir: string;
   resolvConf: string;
+  /** Identifies images this runtime can restore (driver, version, platform, runtime folder). */
+  imageKey: string;
 }
 
 const ENVD_READY_TIMEOUT_MS = 30_000;
+const FORK_PARALLELISM = 4;
 
-/** Sandbox lifecycle on one node: create, TTL, kill, state that survives restarts. */
+/** Sandbox lifecycle on one node: create, pause/resume, snapshots, fork, TTL, restarts. */
 export class Orchestrator {
   private readonly live = new Map<string, Live>();
+  private readonly snapshots = new Map<string, SnapshotRecord>();
+  private readonly warm = new Map<string, string>();
   private readonly stoppedListeners: Array<(id: string) => void> = [];
   private reaper: NodeJS.Timeout | undefined;
   private closing = false;
 
   constructor(private readonly d: OrchestratorDeps) {}
 
-  /** Sandboxes that were running when the server stopped cannot be resumed yet: report and clean up. */
-  async recover(): Promise<RecoveryReport> {
-    const report: RecoveryReport = { cleanedUp: [], orphanedRuntime: [] };
+  private get dataDir(): string {
+    return this.d.cfg.dataDir;
+  }
+
+  // ---------------------------------------------------------------- restart recovery
+
+  /**
+   * After a restart: running sandboxes whose runsc sandbox and network slot survived are
+   * taken over again; paused ones stay resumable; everything else is cleaned up.
+   * Returns the slots to keep when the network pool is reset.
+   */
+  async recover(): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
+    const report: RecoveryReport = { adopted: [], paused: [], cleanedUp: [], orphanedRuntime: [] };
+    const keepSlots: number[] = [];
+    const running = new Set(await this.d.driver.list({ runningOnly: true }));
     const known = new Set<string>();
     for (const rec of this.d.store.all()) {
       known.add(rec.id);
-      this.d.log.warn(
-        { sandboxID: rec.id, state: rec.state },
-        "sandbox did not survive the server restart; cleaning up",
-      );
+      const finalImage = join(rec.dir, "image");
+      if (rec.state === "paused" && isCompleteImage(rec.imageDir)) {
+        this.live.set(rec.id, { rec, op: Promise.resolve() });
+        report.paused.push(rec.id);
+        continue;
+      }
+      if (rec.state === "running" && running.has(rec.id) && rec.slotIndex !== null && this.d.slots.exists(rec.slotIndex)) {
+        const slot = this.d.slots.describe(rec.slotIndex);
+        this.live.set(rec.id, { rec, slot, op: Promise.resolve() });
+        keepSlots.push(rec.slotIndex);
+        report.adopted.push(rec.id);
+        this.d.log.info({ sandboxID: rec.id }, "running sandbox adopted after restart");
+        continue;
+      }
+      if (rec.state === "running" && isCompleteImage(finalImage)) {
+        // Died between committing its pause image and recording it: it is paused.
+        await this.d.driver.destroy(rec.id);
+        rec.state = "paused";
+        rec.imageDir = finalImage;
+        rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
+        rec.slotIndex = null;
+        this.d.store.put(rec);
+        this.live.set(rec.id, { rec, op: Promise.resolve() });
+        report.paused.push(rec.id);
+        continue;
+      }
+      this.d.log.warn({ sandboxID: rec.id, state: rec.state }, "sandbox did not survive the server restart; cleaning up");
       await this.d.driver.destroy(rec.id);
       rmSync(rec.dir, { recursive: true, force: true });
       this.d.store.delete(rec.id);
       report.cleanedUp.push(rec.id);
     }
     for (const id of await this.d.driver.list()) {
-      if (known.has(id)) continue;
-      this.d.log.warn({ sandboxID: id }, "orphaned runtime sandbox; destroying");
+      if (this.live.has(id)) continue;
+      if (!known.has(id)) report.orphanedRuntime.push(id);
+      this.d.log.warn({ sandboxID: id }, "runtime sandbox without a live record; destroying");
       await this.d.driver.destroy(id);
-      report.orphanedRuntime.push(id);
     }
-    rmSync(join(this.d.cfg.dataDir, "sandboxes"), { recursive: true, force: true });
-    return report;
+    // Sandbox folders nobody owns, and transient fork captures, go.
+    const sdir = join(this.dataDir, "sandboxes");
+    if (existsSync(sdir)) {
+      for (const name of readdirSync(sdir)) if (!this.live.has(name)) rmSync(join(sdir, name), { recursive: true, force: true });
+    }
+    rmSync(join(this.dataDir, "forks"), { recursive: true, force: true });
+    for (const snap of this.d.store.allSnapshots()) {
+      if (isCompleteImage(snap.imageDir)) this.snapshots.set(snap.id, snap);
+      else this.d.store.deleteSnapshot(snap.id);
+    }
+    const snapDir = join(this.dataDir, "snapshots");
+    if (existsSync(snapDir)) {
+      for (const name of readdirSync(snapDir)) if (name.includes(".tmp")) rmSync(join(snapDir, name), { recursive: true, force: true });
+    }
+    return { report, keepSlots };
   }
+
+  // ---------------------------------------------------------------- warm templates
+
+  /**
+   * Gives every template a pre-booted image (envd running), so creating from it is a
+   * restore rather than a boot. Images are per runtime key; missing ones are built here.
+   */
+  async prepareWarmImages(): Promise<void> {
+    for (const tpl of this.d.templates.list()) {
+      const dir = join(this.dataDir, "warm", `${tpl.id}-${this.d.imageKey}`);
+      if (isCompleteImage(dir)) {
+        this.warm.set(tpl.id, dir);
+        continue;
+      }
+      if (this.closing) return;
+      const t0 = Date.now();
+      try {
+        await this.captureTemplate(tpl, dir);
+        this.warm.set(tpl.id, dir);
+        this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
+      } catch (err) {
+        this.d.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
+      }
+    }
+  }
+
+  private async captureTemplate(tpl: Template, finalDir: string): Promise<void> {
+    const id = newSandboxId();
+    const dir = join(this.dataDir, "sandboxes", id);
+    const rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, { templateID: tpl.id }, tpl);
+    const live: Live = { rec, op: Promise.resolve() };
+    try {
+      await this.bring(live, { kind: "boot", tpl }, undefined);
+      const tmp = `${finalDir}.tmp-${process.pid}`;
+      rmSync(tmp, { recursive: true, force: true });
+      mkdirSync(tmp, { recursive: true });
+      await this.quiesce(live, undefined);
+      await this.d.driver.checkpoint(id, tmp, { leaveRunning: false });
+      commitImage(tmp, finalDir);
+    } finally {
+      await this.teardown(live, false);
+    }
+  }
+
+  // ---------------------------------------------------------------- TTL
 
   startReaper(): void {
     let tick = 0;
@@ -101,25 +218,30 @@ export class Orchestrator {
     this.reaper.unref();
   }
 
-  /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */
-  private async sweepDead(): Promise<void> {
-    const running = [...this.live.values()].filter((l) => l.rec.state === "running");
-    if (!running.length) return;
-    const alive = new Set(await this.d.driver.list({ runningOnly: true }));
-    for (const l of running) {
-      if (alive.has(l.rec.id) || l.rec.state !== "running") continue;
-      this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
-      this.kill(l.rec.id).catch(() => {});
-    }
-  }
-
   private async reap(): Promise<void> {
     const now = Date.now();
     for (const l of this.live.values()) {
-      if (l.rec.state === "running" && l.rec.endAt <= now) {
-        this.d.log.info({ sandboxID: l.rec.id }, "sandbox TTL expired; killing");
-        this.kill(l.rec.id).catch((err) => this.d.log.error({ err, sandboxID: l.rec.id }, "TTL kill failed"));
+      if (l.rec.state !== "running" || l.rec.endAt > now || l.inflight || l.gate) continue;
+      const id = l.rec.id;
+      if (l.rec.autoPause) {
+        this.d.log.info({ sandboxID: id }, "sandbox TTL expired; pausing");
+        this.pause(id).catch((err) => this.d.log.error({ err, sandboxID: id }, "TTL pause failed"));
+      } else {
+        this.d.log.info({ sandboxID: id }, "sandbox TTL expired; killing");
+        this.kill(id).catch((err) => this.d.log.error({ err, sandboxID: id }, "TTL kill failed"));
       }
+    }
+  }
+
+  /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */
+  private async sweepDead(): Promise<void> {
+    const running = [...this.live.values()].filter((l) => l.rec.state === "running" && !l.gate && !l.inflight);
+    if (!running.length) return;
+    const alive = new Set(await this.d.driver.list({ runningOnly: true }));
+    for (const l of running) {
+      if (alive.has(l.rec.id) || l.rec.state !== "running" || l.gate || l.inflight) continue;
+      this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
+      this.kill(l.rec.id).catch(() => {});
     }
   }
 
@@ -129,121 +251,234 @@ export class Orchestrator {
     return Math.min(t, this.d.cfg.maxTimeoutS);
   }
 
-  async create(req: CreateRequest): Promise<SandboxRecord> {
-    if (this.closing) throw new ApiError(503, "server is shutting down");
-    const tpl = this.d.templates.get(req.templateID);
-    if (!tpl) throw notFound(`template '${req.templateID}' not found`);
-    const timeoutS = this.clampTimeout(req.timeoutS);
-    const id = newSandboxId();
-    const dir = join(this.d.cfg.dataDir, "sandboxes", id);
+  // ---------------------------------------------------------------- create
+
+  private newRecord(
+    id: string,
+    dir: string,
+    templateId: string,
+    alias: string,
+    rootfs: string,
+    req: CreateRequest,
+    sizing: { cpuCount: number; memoryMB: number; diskSizeMB: number },
+  ): SandboxRecord {
     const now = Date.now();
-    const rec: SandboxRecord = {
+    return {
       id,
-      templateId: tpl.id,
-      alias: tpl.name,
+      templateId,
+      alias,
       clientId: newClientId(),
       envdToken: newToken(),
       startedAt: now,
-      endAt: now + timeoutS * 1000,
+      endAt: now + this.clampTimeout(req.timeoutS) * 1000,
       state: "creating",
-      cpuCount: req.cpuCount ?? tpl.cpuCount,
-      memoryMB: req.memoryMB ?? tpl.memoryMB,
-      diskSizeMB: tpl.diskSizeMB,
+      cpuCount: sizing.cpuCount,
+      memoryMB: sizing.memoryMB,
+      diskSizeMB: sizing.diskSizeMB,
       metadata: req.metadata ?? {},
       envVars: req.envVars ?? {},
       allowInternet: req.allowInternetAccess ?? true,
-      autoPause: req.autoPause ?? false,
+      // TTL expiry pauses unless the client asked for kill (autoPause: false).
+      autoPause: req.autoPause ?? true,
       autoResume: req.autoResume ?? false,
       slotIndex: null,
       dir,
+      rootfs,
+      runtimeDir: this.d.runtimeDir,
     };
+  }
+
+  findSnapshot(ref: string): SnapshotRecord | undefined {
+    return this.snapshots.get(ref) ?? [...this.snapshots.values()].find((s) => s.names.includes(ref));
+  }
+
+  async create(req: CreateRequest): Promise<SandboxRecord> {
+    if (this.closing) throw new ApiError(503, "server is shutting down");
+    const timeoutS = this.clampTimeout(req.timeoutS);
+    const id = newSandboxId();
+    const dir = join(this.dataDir, "sandboxes", id);
+    const snap = this.findSnapshot(req.templateID);
+    let rec: SandboxRecord;
+    let source: Source;
+    let envVars: Record<string, string>;
+    let tpl: Template | undefined;
+    if (snap) {
+      rec = this.newRecord(id, dir, snap.id, snap.names[0] ?? snap.id, snap.rootfs, req, snap);
+      rec.runtimeDir = snap.runtimeDir;
+      envVars = { ...snap.envVars, ...req.envVars };
+      rec.envVars = envVars;
+      source = {
+        kind: "image",
+        imageDir: snap.imageDir,
+        rootfs: snap.rootfs,
+        runtimeDir: snap.runtimeDir,
+        oldToken: snap.envdToken,
+        keepImage: true,
+      };
+    } else {
+      tpl = this.d.templates.get(req.templateID);
+      if (!tpl) throw notFound(`template '${req.templateID}' not found`);
+      rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, req, tpl);
+      envVars = { ...tpl.env, ...rec.envVars };
+      const warm = this.warm.get(tpl.id);
+      source =
+        warm && isCompleteImage(warm)
+          ? { kind: "image", imageDir: warm, rootfs: tpl.rootfs, runtimeDir: this.d.runtimeDir, keepImage: true }
+          : { kind: "boot", tpl };
+    }
     const live: Live = { rec, op: Promise.resolve() };
     this.live.set(id, live);
     const t0 = Date.now();
+    const init = {
+      accessToken: rec.envdToken,
+      envVars,
+      ...(tpl ? { defaultUser: tpl.user, defaultWorkdir: tpl.workdir } : {}),
+    };
     try {
-      mkdirSync(dir, { recursive: true });
-      live.slot = await this.d.slots.acquire({ allowInternet: rec.allowInternet });
-      rec.slotIndex = live.slot.index;
-      this.d.store.put(rec);
-      await this.d.driver.start({
-        id,
-        rootfs: tpl.rootfs,
-        dir,
-        netnsPath: live.slot.netnsPath,
-        cpuCount: rec.cpuCount,
-        memoryMB: rec.memoryMB,
-        hostname: "aenv",
-        runtimeDir: this.d.runtimeDir,
-        resolvConf: this.d.resolvConf,
-      });
-      const ip = live.slot.slotIp;
-      await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(id));
-      const init = await envdRequest(ip, "POST", "/init", {
-        body: {
-          accessToken: rec.envdToken,
-          envVars: { ...tpl.env, ...rec.envVars },
-          defaultUser: tpl.user,
-          defaultWorkdir: tpl.workdir,
-          timestamp: new Date().toISOString(),
-        },
-      });
-      if (init.status >= 300) throw new Error(`envd /init answered ${init.status}: ${init.body}`);
+      try {
+        await this.bring(live, source, init);
+      } catch (err) {
+        if (source.kind !== "image" || !tpl) throw err;
+        // A stale warm image must not make the template unusable: boot instead.
+        this.d.log.warn({ err, template: tpl.id }, "warm restore failed; cold-booting");
+        this.warm.delete(tpl.id);
+        await this.teardownRuntime(live);
+        await this.bring(live, { kind: "boot", tpl }, init);
+      }
       rec.state = "running";
-      // The TTL counts from when the sandbox is usable.
       rec.endAt = Date.now() + timeoutS * 1000;
       this.d.store.put(rec);
-      this.d.log.info({ sandboxID: id, template: tpl.id, ms: Date.now() - t0 }, "sandbox created");
+      this.d.log.info({ sandboxID: id, template: rec.templateId, from: source.kind, ms: Date.now() - t0 }, "sandbox created");
       return rec;
     } catch (err) {
       this.d.log.error({ err, sandboxID: id }, "sandbox create failed");
-      await this.teardown(live);
+      await this.teardown(live, true);
       if (err instanceof ApiError) throw err;
       throw new ApiError(500, `failed to start sandbox: ${(err as Error).message}`);
     }
   }
 
-  /** Called whenever a sandbox stops running (the proxy drops its pooled connections). */
+  private launch(rec: SandboxRecord, slot: Slot): SandboxLaunch {
+    return {
+      id: rec.id,
+      rootfs: rec.rootfs,
+      dir: rec.dir,
+      netnsPath: slot.netnsPath,
+      cpuCount: rec.cpuCount,
+      memoryMB: rec.memoryMB,
+      hostname: "aenv",
+      runtimeDir: rec.runtimeDir,
+      resolvConf: this.d.resolvConf,
+    };
+  }
+
+  /**
+   * Gets a sandbox running in a fresh slot, booted or restored, and waits for envd. With an
+   * init body, envd is (re)initialised: new token, env, user (the old token authorises it).
+   */
+  private async bring(live: Live, source: Source, init: Record<string, unknown> | undefined): Promise<void> {
+    const { rec } = live;
+    mkdirSync(rec.dir, { recursive: true });
+    rmSync(join(rec.dir, "overlay"), { recursive: true, force: true });
+    live.slot = await this.d.slots.acquire({ allowInternet: rec.allowInternet });
+    rec.slotIndex = live.slot.index;
+    this.d.store.put(rec);
+    const launch = this.launch(rec, live.slot);
+    if (source.kind === "boot") await this.d.driver.start(launch);
+    else await this.d.driver.restore(launch, source.imageDir);
+    const ip = live.slot.slotIp;
+    await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.id));
+    if (init) {
+      const oldToken = source.kind === "image" ? source.oldToken : undefined;
+      const r = await envdRequest(ip, "POST", "/init", {
+        body: { ...init, timestamp: new Date().toISOString() },
+        token: oldToken,
+      });
+      if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
+    }
+  }
+
+  /** Stops the runtime sandbox and gives its slot back; the record stays. */
+  private async teardownRuntime(live: Live): Promise<void> {
+    for (const fn of this.stoppedListeners) fn(live.rec.id);
+    await this.d.driver.destroy(live.rec.id).catch(() => {});
+    if (live.slot) await this.d.slots.release(live.slot).catch(() => {});
+    live.slot = undefined;
+    live.rec.slotIndex = null;
+  }
+
+  private async teardown(live: Live, removeRecord: boolean): Promise<void> {
+    await this.teardownRuntime(live);
+    rmSync(live.rec.dir, { recursive: true, force: true });
+    if (removeRecord) {
+      this.d.store.delete(live.rec.id);
+      this.live.delete(live.rec.id);
+    }
+  }
+
+  /** Called whenever a sandbox stops running or is captured (the proxy drops its connections). */
   onStopped(fn: (id: string) => void): void {
     this.stoppedListeners.push(fn);
   }
 
-  private async teardown(live: Live): Promise<void> {
-    const { rec } = live;
-    for (const fn of this.stoppedListeners) fn(rec.id);
-    await this.d.driver.destroy(rec.id).catch(() => {});
-    if (live.slot) await this.d.slots.release(live.slot).catch(() => {});
-    live.slot = undefined;
-    rmSync(rec.dir, { recursive: true, force: true });
-    this.d.store.delete(rec.id);
-    this.live.delete(rec.id);
-  }
+  // ---------------------------------------------------------------- queries
 
   private mustGet(id: string): Live {
     const l = this.live.get(id);
-    if (!l || l.rec.state === "killing") throw notFound(`sandbox '${id}' not found`);
+    if (!l || l.rec.state === "killing" || l.rec.state === "creating") throw notFound(`sandbox '${id}' not found`);
     return l;
   }
 
   get(id: string): SandboxRecord {
-    const l = this.mustGet(id);
-    if (l.rec.state === "creating") throw notFound(`sandbox '${id}' not found`);
-    return l.rec;
+    return this.mustGet(id).rec;
   }
 
   list(): SandboxRecord[] {
     return [...this.live.values()].map((l) => l.rec).filter((r) => r.state === "running" || r.state === "paused");
   }
 
-  /** Where the proxy sends traffic for a sandbox, if it is running. */
-  route(id: string): { ip: string; rec: SandboxRecord } | undefined {
-    const l = this.live.get(id);
-    if (l?.rec.state !== "running" || !l.slot) return undefined;
-    return { ip: l.slot.slotIp, rec: l.rec };
-  }
-
   known(id: string): SandboxRecord | undefined {
     return this.live.get(id)?.rec;
   }
+
+  /**
+   * Where the proxy sends traffic: waits out captures and resumes in flight, resumes a
+   * paused sandbox when its autoResume is on.
+   */
+  async resolveRoute(id: string, port: number): Promise<RouteResult> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const l = this.live.get(id);
+      if (!l || l.rec.state === "killing" || l.rec.state === "creating") {
+        return { status: 502, message: `sandbox '${id}' not found or not running` };
+      }
+      if (l.gate) {
+        await l.gate.catch(() => {});
+        continue;
+      }
+      if (l.inflight) {
+        await l.inflight.p.catch(() => {});
+        continue;
+      }
+      if (l.rec.state === "paused") {
+        if (!l.rec.autoResume) {
+          return {
+            status: port === ENVD_PORT ? 502 : 410,
+            message: `sandbox '${id}' is paused; resume it (connect) or create it with autoResume`,
+          };
+        }
+        try {
+          await this.resume(id, undefined);
+        } catch (err) {
+          return { status: 502, message: `auto-resume of sandbox '${id}' failed: ${(err as Error).message}` };
+        }
+        continue;
+      }
+      if (l.slot) return { ip: l.slot.slotIp };
+    }
+    return { status: 502, message: `sandbox '${id}' is not reachable` };
+  }
+
+  // ---------------------------------------------------------------- operations
 
   private serialize<T>(l: Live, fn: () => Promise<T>): Promise<T> {
     const p = l.op.then(fn, fn);
@@ -251,13 +486,26 @@ export class Orchestrator {
     return p;
   }
 
+  /** Identical concurrent calls share the operation in flight. */
+  private joinOrRun<T>(l: Live, kind: "pause" | "resume", fn: () => Promise<T>): Promise<T> {
+    if (l.inflight?.kind === kind) return l.inflight.p as Promise<T>;
+    const p = this.serialize(l, fn);
+    const entry = { kind, p };
+    l.inflight = entry;
+    const clear = () => {
+      if (l.inflight === entry) l.inflight = undefined;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+
   async kill(id: string): Promise<void> {
     const l = this.live.get(id);
-    if (!l || l.rec.state === "killing") throw notFound(`sandbox '${id}' not found`);
+    if (!l || l.rec.state === "killing" || l.rec.state === "creating") throw notFound(`sandbox '${id}' not found`);
     await this.serialize(l, async () => {
       if (!this.live.has(id)) return;
       l.rec.state = "killing";
-      await this.teardown(l);
+      await this.teardown(l, true);
       this.d.log.info({ sandboxID: id }, "sandbox killed");
     });
   }
@@ -266,27 +514,256 @@ export class Orchestrator {
   setTimeout(id: string, timeoutS: number): void {
     const l = this.mustGet(id);
     const t = this.clampTimeout(timeoutS);
-    l.rec.endAt = Date.now() + t * 1000;
+    if (l.rec.state === "paused") l.rec.ttlLeftMs = t * 1000;
+    else l.rec.endAt = Date.now() + t * 1000;
     this.d.store.put(l.rec);
   }
 
-  /** Extends the TTL to at least now + timeout; never shortens. */
+  /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
   extend(id: string, timeoutS: number | undefined): SandboxRecord {
     const l = this.mustGet(id);
-    if (l.rec.state === "paused") throw conflict(`sandbox '${id}' is paused; resume is not available yet`);
+    if (l.rec.state === "paused") throw conflict(`sandbox '${id}' is paused`);
     const t = this.clampTimeout(timeoutS);
     l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
     this.d.store.put(l.rec);
     return l.rec;
   }
 
+  /**
+   * Closes every connection into the sandbox before a capture: runsc drops external TCP
+   * endpoints at checkpoint, and an application socket restored that way makes epoll spin.
+   */
+  private async quiesce(l: Live, token: string | undefined): Promise<void> {
+    for (const fn of this.stoppedListeners) fn(l.rec.id);
+    if (!l.slot) return;
+    const r = await envdRequest(l.slot.slotIp, "POST", "/quiesce", { token, timeoutMs: 5000 }).catch(() => undefined);
+    if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
+    // Let envd's side of the closed connections settle before the capture.
+    await new Promise((res) => setTimeout(res, 20));
+  }
+
+  /** Checkpoints a running sandbox that keeps running; traffic waits at the gate meanwhile. */
+  private async capture(l: Live, imageDir: string): Promise<void> {
+    let open!: () => void;
+    l.gate = new Promise<void>((res) => (open = res));
+    try {
+      await this.quiesce(l, l.rec.envdToken);
+      rmSync(imageDir, { recursive: true, force: true });
+      mkdirSync(imageDir, { recursive: true });
+      await this.d.driver.checkpoint(l.rec.id, imageDir, { leaveRunning: true });
+    } finally {
+      l.gate = undefined;
+      open();
+    }
+  }
+
+  /**
+   * Pause = capture (memory, processes, writable layer), commit the image durably, then
+   * stop the sandbox and free its slot. Until the commit the sandbox still runs, so a crash
+   * at any point leaves it either running or paused.
+   */
+  pause(id: string): Promise<void> {
+    const l = this.mustGet(id);
+    if (l.rec.state === "paused" && !l.inflight) return Promise.reject(conflict(`sandbox '${id}' is already paused`));
+    return this.joinOrRun(l, "pause", async () => {
+      if (!this.live.has(id) || l.rec.state === "killing") throw notFound(`sandbox '${id}' not found`);
+      if (l.rec.state === "paused") throw conflict(`sandbox '${id}' is already paused`);
+      const t0 = Date.now();
+      const final = join(l.rec.dir, "image");
+      const tmp = `${final}.tmp`;
+      let gateOpen!: () => void;
+      const gate = new Promise<void>((res) => (gateOpen = res));
+      try {
+        await this.capture(l, tmp);
+        // Traffic arriving from here on must see the sandbox paused, not half-stopped.
+        l.gate = gate;
+        commitImage(tmp, final);
+        l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
+        await this.teardownRuntime(l);
+        l.rec.state = "paused";
+        l.rec.imageDir = final;
+        this.d.store.put(l.rec);
+      } finally {
+        if (l.gate === gate) l.gate = undefined;
+        gateOpen();
+        rmSync(tmp, { recursive: true, force: true });
+      }
+      this.d.log.info({ sandboxID: id, ms: Date.now() - t0, bytes: imageBytes(final) }, "sandbox paused");
+    });
+  }
+
+  /**
+   * Resume a paused sandbox (or extend a running one's TTL). Returns whether it was resumed.
+   * The TTL after a resume is what was left at pause, and at least the requested timeout.
+   */
+  resume(id: string, timeoutS: number | undefined): Promise<{ rec: SandboxRecord; resumed: boolean }> {
+    const l = this.mustGet(id);
+    if (l.rec.state === "running" && !l.inflight) return Promise.resolve({ rec: this.extend(id, timeoutS), resumed: false });
+    return this.joinOrRun(l, "resume", async () => {
+      if (!this.live.has(id) || l.rec.state === "killing") throw notFound(`sandbox '${id}' not found`);
+      if (l.rec.state === "running") return { rec: this.extend(id, timeoutS), resumed: false };
+      const image = l.rec.imageDir;
+      if (!isCompleteImage(image)) throw new ApiError(500, `sandbox '${id}' has no usable pause image`);
+      const t0 = Date.now();
+      try {
+        await this.bring(l, { kind: "image", imageDir: image as string, rootfs: l.rec.rootfs, runtimeDir: l.rec.runtimeDir, keepImage: false }, undefined);
+      } catch (err) {
+        await this.teardownRuntime(l);
+        this.d.store.put(l.rec);
+        throw new ApiError(500, `failed to resume sandbox '${id}': ${(err as Error).message}`);
+      }
+      const t = this.clampTimeout(timeoutS) * 1000;
+      l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      l.rec.state = "running";
+      l.rec.imageDir = undefined;
+      l.rec.ttlLeftMs = undefined;
+      this.d.store.put(l.rec);
+      rmSync(image as string, { recursive: true, force: true });
+      this.d.log.info({ sandboxID: id, ms: Date.now() - t0 }, "sandbox resumed");
+      return { rec: l.rec, resumed: true };
+    });
+  }
+
+  // ---------------------------------------------------------------- snapshots
+
+  async snapshot(id: string, name: string | undefined): Promise<SnapshotRecord> {
+    const l = this.mustGet(id);
+    if (name !== undefined && this.findSnapshot(name)) throw conflict(`a snapshot named '${name}' exists`);
+    return this.serialize(l, async () => {
+      if (l.rec.state !== "running") throw conflict(`sandbox '${id}' is not running`);
+      const snapId = `snap_${randomBytes(8).toString("hex")}`;
+      const final = join(this.dataDir, "snapshots", snapId);
+      const tmp = `${final}.tmp`;
+      mkdirSync(join(this.dataDir, "snapshots"), { recursive: true });
+      const t0 = Date.now();
+      try {
+        await this.capture(l, tmp);
+        commitImage(tmp, final);
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+      const rec: SnapshotRecord = {
+        id: snapId,
+        names: [name ?? snapId],
+        sandboxId: id,
+        templateId: l.rec.templateId,
+        alias: l.rec.alias,
+        rootfs: l.rec.rootfs,
+        runtimeDir: l.rec.runtimeDir,
+        imageDir: final,
+        envdToken: l.rec.envdToken,
+        envVars: l.rec.envVars,
+        cpuCount: l.rec.cpuCount,
+        memoryMB: l.rec.memoryMB,
+        diskSizeMB: l.rec.diskSizeMB,
+        sizeBytes: imageBytes(final),
+        createdAt: Date.now(),
+      };
+      this.d.store.putSnapshot(rec);
+      this.snapshots.set(snapId, rec);
+      this.d.log.info({ sandboxID: id, snapshotID: snapId, ms: Date.now() - t0 }, "snapshot taken");
+      return rec;
+    });
+  }
+
+  listSnapshots(): SnapshotRecord[] {
+    return [...this.snapshots.values()].sort((a, b) => a.createdAt - b.createdAt);
+  }
+
+  deleteSnapshot(ref: string): void {
+    const s = this.findSnapshot(ref);
+    if (!s) throw notFound(`snapshot '${ref}' not found`);
+    this.snapshots.delete(s.id);
+    this.d.store.deleteSnapshot(s.id);
+    rmSync(s.imageDir, { recursive: true, force: true });
+  }
+
+  // ---------------------------------------------------------------- fork
+
+  /**
+   * One capture of the running source (it pauses only for that), then N children restored
+   * from it in parallel, each with its own ID, slot and envd token. Children fail
+   * independently; a failed child is fully removed; the capture is deleted afterwards.
+   */
+  async fork(id: string, count: number, timeoutS: number | undefined): Promise<ForkResult[]> {
+    const l = this.mustGet(id);
+    const parent = l.rec;
+    const captureDir = join(this.dataDir, "forks", randomBytes(8).toString("hex"));
+    await this.serialize(l, async () => {
+      if (parent.state !== "running") throw conflict(`sandbox '${id}' is not running`);
+      await this.capture(l, captureDir);
+    });
+    const ttlS = timeoutS ?? Math.max(1, Math.ceil((parent.endAt - Date.now()) / 1000));
+    const results: ForkResult[] = new Array(count);
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < count; i = next++) {
+        results[i] = await this.forkChild(parent, captureDir, ttlS).then(
+          (sandbox) => ({ sandbox }),
+          (err: unknown) => ({
+            error: { code: err instanceof ApiError ? err.status : 500, message: (err as Error).message },
+          }),
+        );
+      }
+    };
+    try {
+      await Promise.all(Array.from({ length: Math.min(FORK_PARALLELISM, count) }, worker));
+    } finally {
+      rmSync(captureDir, { recursive: true, force: true });
+    }
+    return results;
+  }
+
+  private async forkChild(parent: SandboxRecord, imageDir: string, ttlS: number): Promise<SandboxRecord> {
+    if (this.closing) throw new ApiError(503, "server is shutting down");
+    const id = newSandboxId();
+    const rec = this.newRecord(
+      id,
+      join(this.dataDir, "sandboxes", id),
+      parent.templateId,
+      parent.alias,
+      parent.rootfs,
+      {
+        templateID: parent.templateId,
+        timeoutS: ttlS,
+        metadata: { ...parent.metadata },
+        envVars: { ...parent.envVars },
+        allowInternetAccess: parent.allowInternet,
+        autoPause: parent.autoPause,
+        autoResume: parent.autoResume,
+      },
+      parent,
+    );
+    rec.runtimeDir = parent.runtimeDir;
+    const live: Live = { rec, op: Promise.resolve() };
+    this.live.set(id, live);
+    try {
+      await this.bring(
+        live,
+        { kind: "image", imageDir, rootfs: parent.rootfs, runtimeDir: parent.runtimeDir, oldToken: parent.envdToken, keepImage: true },
+        { accessToken: rec.envdToken },
+      );
+      rec.state = "running";
+      rec.endAt = Date.now() + this.clampTimeout(ttlS) * 1000;
+      this.d.store.put(rec);
+      return rec;
+    } catch (err) {
+      await this.teardown(live, true);
+      if (err instanceof ApiError) throw err;
+      if (/no free network slots/.test((err as Error).message)) throw new ApiError(429, "no free network slots");
+      throw new ApiError(503, `fork child failed to start: ${(err as Error).message}`);
+    }
+  }
+
+  // ---------------------------------------------------------------- metrics, shutdown
+
   async metrics(id: string): Promise<SandboxMetric[]> {
     const l = this.mustGet(id);
     const rec = l.rec;
-    const stats = await this.d.driver.stats(id);
+    const stats = rec.state === "running" ? await this.d.driver.stats(id) : undefined;
     let diskUsed = 0;
     let diskTotal = rec.diskSizeMB * 1024 * 1024;
-    if (l.slot) {
+    if (l.slot && rec.state === "running") {
       try {
         const r = await envdRequest(l.slot.slotIp, "GET", "/metrics", { token: rec.envdToken, timeoutMs: 2000 });
         if (r.status === 200) {
@@ -312,11 +789,17 @@ export class Orchestrator {
     ];
   }
 
-  async close(opts: { killAll: boolean }): Promise<void> {
+  /**
+   * Graceful stop: running sandboxes are killed (they cannot outlive their proxy usefully);
+   * paused ones stay on disk and are resumable after the next start.
+   */
+  async close(): Promise<void> {
     this.closing = true;
     if (this.reaper) clearInterval(this.reaper);
-    if (opts.killAll) {
-      await Promise.all([...this.live.keys()].map((id) => this.kill(id).catch(() => {})));
-    }
+    await Promise.all(
+      [...this.live.values()]
+        .filter((l) => l.rec.state !== "paused")
+        .map((l) => this.kill(l.rec.id).catch(() => {})),
+    );
   }
 }

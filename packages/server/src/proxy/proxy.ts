@@ -2,13 +2,13 @@ import { Agent, type IncomingMessage, request, type ServerResponse } from "node:
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
-import type { SandboxRecord } from "../state/store.js";
 import { type ProxyTarget, upstreamHeaders } from "./target.js";
 
+export type RouteResult = { ip: string } | { status: number; message: string };
+
 export interface RouteLookup {
-  route(id: string): { ip: string; rec: SandboxRecord } | undefined;
-  /** Whether the ID names a sandbox this node knows, in any state. */
-  known(id: string): SandboxRecord | undefined;
+  /** Waits out captures, auto-resumes when allowed; an error status otherwise. */
+  resolve(id: string, port: number): Promise<RouteResult>;
 }
 
 function sendError(res: ServerResponse, status: number, message: string): void {
@@ -31,31 +31,46 @@ export class SandboxProxy {
   // request to its successor. A checkpoint drops them (runsc --net-disconnect-ok); a
   // bodiless request that fails on a reused socket is retried once.
   private readonly agents = new Map<string, { ip: string; agent: Agent }>();
+  /** Open upstream sockets per sandbox, cut before a capture. */
+  private readonly active = new Map<string, Set<{ destroy(): void }>>();
 
   constructor(
     private readonly routes: RouteLookup,
     private readonly log: Logger,
   ) {}
 
-  private lookup(t: ProxyTarget): { ip: string } | { status: number; message: string } {
+  private async lookup(t: ProxyTarget): Promise<RouteResult> {
     if (!t.sandboxId || !Number.isInteger(t.port)) {
       return { status: 400, message: "proxy request needs a sandbox ID and a port" };
     }
-    const r = this.routes.route(t.sandboxId);
-    if (r) return { ip: r.ip };
-    const rec = this.routes.known(t.sandboxId);
-    if (rec?.state === "paused") return { status: 502, message: `sandbox '${t.sandboxId}' is paused` };
-    return { status: 502, message: `sandbox '${t.sandboxId}' not found or not running` };
+    return this.routes.resolve(t.sandboxId, t.port);
+  }
+
+  private track(id: string, s: { destroy(): void; once(ev: "close", fn: () => void): unknown }): void {
+    let set = this.active.get(id);
+    if (!set) {
+      set = new Set();
+      this.active.set(id, set);
+    }
+    set.add(s);
+    s.once("close", () => set.delete(s));
   }
 
   handle(req: IncomingMessage, res: ServerResponse, t: ProxyTarget): void {
-    const found = this.lookup(t);
-    if (!("ip" in found)) {
-      req.resume();
-      sendError(res, found.status, found.message);
-      return;
-    }
-    this.forward(req, res, t, found.ip, true);
+    this.lookup(t).then(
+      (found) => {
+        if (!("ip" in found)) {
+          req.resume();
+          sendError(res, found.status, found.message);
+          return;
+        }
+        this.forward(req, res, t, found.ip, true);
+      },
+      (err: Error) => {
+        req.resume();
+        sendError(res, 502, err.message);
+      },
+    );
   }
 
   private forward(req: IncomingMessage, res: ServerResponse, t: ProxyTarget, ip: string, mayRetry: boolean): void {
@@ -67,6 +82,7 @@ export class SandboxProxy {
       headers: upstreamHeaders(req, false),
       agent: this.agentFor(t.sandboxId, ip),
     });
+    this.track(t.sandboxId, up);
     let retried = false;
     up.on("response", (ur) => {
       const headers: Record<string, string | string[]> = {};
@@ -101,7 +117,13 @@ export class SandboxProxy {
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): void {
-    const found = this.lookup(t);
+    this.lookup(t).then(
+      (found) => this.upgrade(req, socket, head, t, found),
+      () => socket.destroy(),
+    );
+  }
+
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget, found: RouteResult): void {
     if (!("ip" in found)) {
       const body = JSON.stringify({ code: found.status, message: found.message });
       socket.end(
@@ -110,6 +132,7 @@ export class SandboxProxy {
       return;
     }
     const upstream: Socket = netConnect({ host: found.ip, port: t.port });
+    this.track(t.sandboxId, upstream);
     upstream.on("connect", () => {
       const headers = upstreamHeaders(req, true);
       let head_ = `${req.method} ${t.path} HTTP/1.1\r\n`;
@@ -146,10 +169,13 @@ export class SandboxProxy {
     return agent;
   }
 
-  /** Drops pooled connections of a sandbox that stopped (killed, paused, checkpointed). */
+  /** Cuts every connection into a sandbox that stops or is about to be captured. */
   forget(id: string): void {
     this.agents.get(id)?.agent.destroy();
     this.agents.delete(id);
+    const set = this.active.get(id);
+    if (set) for (const s of [...set]) s.destroy();
+    this.active.delete(id);
   }
 
   close(): void {

@@ -1,7 +1,7 @@
 /**
  * The seam between the orchestrator and an isolation technology. gVisor implements it on
  * hosts without KVM; a microVM driver will implement it where /dev/kvm exists.
- * Checkpoint/restore join this interface with the lifecycle issue.
+ * Images are specific to the driver, its version and platform.
  */
 export interface SandboxLaunch {
   /** Fixed-length unique ID (runsc matches IDs by prefix). */
@@ -39,6 +39,13 @@ export interface RuntimeDriver {
   probe(): Promise<RuntimeInfo>;
   /** Boots the sandbox with envd as its init; resolves once the sandbox process runs. */
   start(launch: SandboxLaunch): Promise<void>;
+  /**
+   * Captures memory, processes and the writable layer into imageDir (which must exist and be
+   * empty). With leaveRunning the sandbox goes on; otherwise it is stopped afterwards.
+   */
+  checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean }): Promise<void>;
+  /** Starts a sandbox from an image; launch may differ from the source's in ID, dir and netns. */
+  restore(launch: SandboxLaunch, imageDir: string): Promise<void>;
   /** Stops and removes the sandbox; idempotent. */
   destroy(id: string): Promise<void>;
   isRunning(id: string): Promise<boolean>;

@@ -20,6 +20,34 @@ export interface SandboxRecord {
   autoResume: boolean;
   slotIndex: number | null;
   dir: string;
+  /** Template root filesystem the sandbox runs on (restores need the same one). */
+  rootfs: string;
+  /** The /.aenv folder it was started with (restores need the same one). */
+  runtimeDir: string;
+  /** Complete pause image, while paused. */
+  imageDir?: string;
+  /** TTL left when paused: paused time does not count. */
+  ttlLeftMs?: number;
+}
+
+/** A named capture of a running sandbox; usable as a templateID. */
+export interface SnapshotRecord {
+  id: string;
+  names: string[];
+  sandboxId: string;
+  templateId: string;
+  alias: string;
+  rootfs: string;
+  runtimeDir: string;
+  imageDir: string;
+  /** envd token inside the image: needed to re-init sandboxes started from it. */
+  envdToken: string;
+  envVars: Record<string, string>;
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+  sizeBytes: number;
+  createdAt: number;
 }
 
 /** The seam for node-local state: SQLite here, Redis-backed views come with clustering. */
@@ -28,5 +56,8 @@ export interface StateStore {
   delete(id: string): void;
   get(id: string): SandboxRecord | undefined;
   all(): SandboxRecord[];
+  putSnapshot(rec: SnapshotRecord): void;
+  deleteSnapshot(id: string): void;
+  allSnapshots(): SnapshotRecord[];
   close(): void;
 }

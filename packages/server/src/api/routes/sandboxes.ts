@@ -1,17 +1,23 @@
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import { decodeCursor, encodeCursor, matchesMetadata, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   ConnectBody,
+  ForkBody,
   ListQuery,
   MetricsQuery,
   NewSandbox,
+  PauseBody,
   RefreshBody,
   SandboxIdParams,
+  SnapshotBody,
+  SnapshotIdParams,
+  SnapshotListQuery,
+  TemplateIdParams,
   TimeoutBody,
 } from "../schemas.js";
-import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed } from "../serialize.js";
+import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed, snapshotInfo } from "../serialize.js";
 
 export interface SandboxRoutesOptions {
   orch: Orchestrator;
@@ -95,17 +101,70 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     return reply.status(204).send();
   });
 
-  const connect = async (id: string, raw: unknown) => {
-    const b = ConnectBody.parse(body(raw));
-    return sandboxCreated(orch.extend(id, b.timeout), ctx);
+  // connect: resume if paused (201), else extend the TTL (200). resume: the older SDKs' form.
+  const connect = async (req: FastifyRequest, reply: FastifyReply) => {
+    const { sandboxID } = SandboxIdParams.parse(req.params);
+    const b = ConnectBody.parse(body(req.body));
+    const { rec, resumed } = await orch.resume(sandboxID, b.timeout);
+    return reply.status(resumed ? 201 : 200).send(sandboxCreated(rec, ctx));
   };
-  app.post("/sandboxes/:sandboxID/connect", async (req, reply) => {
+  app.post("/sandboxes/:sandboxID/connect", connect);
+  app.post("/v2/sandboxes/:sandboxID/connect", connect);
+  app.post("/sandboxes/:sandboxID/resume", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
-    return reply.status(200).send(await connect(sandboxID, req.body));
+    const b = ConnectBody.parse(body(req.body));
+    if (orch.get(sandboxID).state !== "paused") throw new ApiError(409, `sandbox '${sandboxID}' is not paused`);
+    const { rec } = await orch.resume(sandboxID, b.timeout);
+    return reply.status(201).send(sandboxCreated(rec, ctx));
   });
-  app.post("/v2/sandboxes/:sandboxID/connect", async (req, reply) => {
+
+  app.post("/sandboxes/:sandboxID/pause", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
-    return reply.status(200).send(await connect(sandboxID, req.body));
+    PauseBody.parse(body(req.body));
+    await orch.pause(sandboxID);
+    return reply.status(204).send();
+  });
+
+  app.post("/sandboxes/:sandboxID/snapshots", async (req, reply) => {
+    const { sandboxID } = SandboxIdParams.parse(req.params);
+    const b = SnapshotBody.parse(body(req.body));
+    return reply.status(201).send(snapshotInfo(await orch.snapshot(sandboxID, b.name)));
+  });
+
+  app.get("/snapshots", async (req, reply) => {
+    const q = SnapshotListQuery.parse(req.query);
+    const all = orch
+      .listSnapshots()
+      .filter((s) => (q.sandboxID ? s.sandboxId === q.sandboxID : true))
+      .filter((s) => (q.name ? s.names.includes(q.name) : true));
+    const offset = decodeCursor(q.nextToken);
+    const limit = q.limit ?? 100;
+    if (offset + limit < all.length) void reply.header("x-next-token", encodeCursor(offset + limit));
+    return all.slice(offset, offset + limit).map(snapshotInfo);
+  });
+
+  app.get("/snapshots/:snapshotID", async (req) => {
+    const { snapshotID } = SnapshotIdParams.parse(req.params);
+    const s = orch.findSnapshot(snapshotID);
+    if (!s) throw new ApiError(404, `snapshot '${snapshotID}' not found`);
+    return snapshotInfo(s);
+  });
+
+  // Snapshots are templates to the SDK: deleteSnapshot() calls DELETE /templates/{id}.
+  app.delete("/templates/:templateID", async (req, reply) => {
+    const { templateID } = TemplateIdParams.parse(req.params);
+    if (!orch.findSnapshot(templateID)) throw new ApiError(404, `template or snapshot '${templateID}' not found`);
+    orch.deleteSnapshot(templateID);
+    return reply.status(204).send();
+  });
+
+  app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {
+    const { sandboxID } = SandboxIdParams.parse(req.params);
+    const b = ForkBody.parse(body(req.body));
+    const results = await orch.fork(sandboxID, b.count ?? 1, b.timeout);
+    return reply
+      .status(201)
+      .send(results.map((r) => ("sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: r.error })));
   });
 
   app.get("/sandboxes/:sandboxID/metrics", async (req) => {

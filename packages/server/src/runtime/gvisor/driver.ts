@@ -76,16 +76,34 @@ export class GvisorDriver implements RuntimeDriver {
     return this.runsc.cfg.platform;
   }
 
-  async start(l: SandboxLaunch): Promise<void> {
+  private bundle(l: SandboxLaunch): { bundle: string; flags: string[] } {
     const bundle = join(l.dir, "bundle");
     const overlay = join(l.dir, "overlay");
     mkdirSync(bundle, { recursive: true });
     mkdirSync(overlay, { recursive: true });
     writeFileSync(join(bundle, "config.json"), JSON.stringify(ociSpec(l)));
+    // --net-disconnect-ok: a checkpoint drops external TCP connections instead of failing.
+    return { bundle, flags: ["--network=sandbox", `--overlay2=root:dir=${overlay}`, "--net-disconnect-ok"] };
+  }
+
+  async start(l: SandboxLaunch): Promise<void> {
+    const { bundle, flags } = this.bundle(l);
+    await this.runsc.detached(flags, ["run", "--detach", `--bundle=${bundle}`, l.id], join(l.dir, "runsc.log"));
+  }
+
+  async checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean }): Promise<void> {
+    const args = ["checkpoint", "--compression=none", `--image-path=${imageDir}`];
+    if (opts.leaveRunning) args.push("--leave-running");
+    await this.runsc.run(["--net-disconnect-ok", ...args, id], { timeoutMs: 120_000 });
+  }
+
+  async restore(l: SandboxLaunch, imageDir: string): Promise<void> {
+    const { bundle, flags } = this.bundle(l);
     await this.runsc.detached(
-      ["--network=sandbox", `--overlay2=root:dir=${overlay}`, "--net-disconnect-ok"],
-      ["run", "--detach", `--bundle=${bundle}`, l.id],
+      flags,
+      ["restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, l.id],
       join(l.dir, "runsc.log"),
+      120_000,
     );
   }
 
