@@ -1,5 +1,6 @@
-// State survives the server: sandboxes running when it died are reported and cleaned up on the
-// next start, leaving no runsc sandboxes, namespaces or links behind.
+// State survives the server: after a SIGKILL of the server, running sandboxes are taken over
+// again by the next start, paused ones stay resumable, and dead ones are reported and cleaned
+// up, leaving no runsc sandboxes, namespaces or links behind.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { test } from "node:test";
@@ -8,7 +9,7 @@ import { cleanupDataDir, startServer, useE2b } from "./helpers/server.js";
 
 function runscIds(dataDir: string): string[] {
   const out = execFileSync("runsc", [`--root=${dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
-  return out.split("\n").filter(Boolean);
+  return out.split("\n").filter(Boolean).sort();
 }
 
 function netns(): string[] {
@@ -18,32 +19,55 @@ function netns(): string[] {
     .filter((n) => /^aet-[rs]\d+$/.test(n));
 }
 
-test("after a SIGKILL of the server, the next start reports and cleans up its sandboxes", async () => {
+test("a server crash loses nothing: running sandboxes are adopted, paused stay paused, dead ones are cleaned up", async () => {
   const first = await startServer();
   useE2b(first);
-  const s = await Sandbox.create();
-  assert.equal((await s.commands.run("echo up")).stdout, "up\n");
-  assert.deepEqual(runscIds(first.dataDir), [s.sandboxId]);
+  const alive = await Sandbox.create();
+  const paused = await Sandbox.create();
+  const doomed = await Sandbox.create();
+  await alive.commands.run("bash -c 'echo before-crash > /tmp/mark'");
+  await paused.files.write("/home/user/p.txt", "paused-data");
+  await paused.pause();
+  const counter = await alive.commands.run(
+    "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done'",
+    {
+      background: true,
+      timeoutMs: 0,
+    },
+  );
+  assert.ok(counter.pid > 0);
   await first.crash();
-  // The sandbox process outlives a crashed server...
-  assert.deepEqual(runscIds(first.dataDir), [s.sandboxId]);
+  // The doomed sandbox dies while no server is watching.
+  const doomedRuntime = runscIds(first.dataDir).find((id) => id.startsWith(doomed.sandboxId));
+  assert.ok(doomedRuntime);
+  const state = JSON.parse(
+    execFileSync("runsc", [`--root=${first.dataDir}/runsc`, "state", doomedRuntime], { encoding: "utf8" }),
+  );
+  process.kill(state.pid, "SIGKILL");
 
   const second = await first.restart();
   try {
     const details = await second.api("GET", "/health/details");
-    const rec = (details.body as { recovery: { cleanedUp: string[] } }).recovery;
-    assert.deepEqual(rec.cleanedUp, [s.sandboxId]);
-    assert.deepEqual(runscIds(second.dataDir), []);
-    const list = await second.api("GET", "/v2/sandboxes");
-    assert.deepEqual(list.body, []);
-    assert.equal(await Sandbox.kill(s.sandboxId), false);
-    // The new server works.
-    const t = await Sandbox.create();
-    assert.equal((await t.commands.run("echo again")).stdout, "again\n");
-    await t.kill();
+    const rec = (details.body as { recovery: { adopted: string[]; paused: string[]; cleanedUp: string[] } }).recovery;
+    assert.deepEqual(rec.adopted, [alive.sandboxId]);
+    assert.deepEqual(rec.paused, [paused.sandboxId]);
+    assert.deepEqual(rec.cleanedUp, [doomed.sandboxId]);
+    // The adopted sandbox is reachable, with its processes still running.
+    const a = await Sandbox.connect(alive.sandboxId);
+    assert.equal((await a.commands.run("cat /tmp/mark")).stdout, "before-crash\n");
+    const c1 = Number((await a.commands.run("cat /tmp/c")).stdout);
+    await new Promise((r) => setTimeout(r, 500));
+    assert.ok(Number((await a.commands.run("cat /tmp/c")).stdout) > c1);
+    // The paused one resumes with its files.
+    const p = await Sandbox.connect(paused.sandboxId);
+    assert.equal(await p.files.read("/home/user/p.txt"), "paused-data");
+    assert.equal(await Sandbox.kill(doomed.sandboxId), false);
+    await a.kill();
+    await p.kill();
   } finally {
     await second.stop();
     cleanupDataDir(second);
   }
+  assert.deepEqual(runscIds(second.dataDir), []);
   assert.deepEqual(netns(), []);
 });

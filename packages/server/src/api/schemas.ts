@@ -42,7 +42,14 @@ export const MetricsQuery = z.object({
 export const SandboxIdParams = z.object({ sandboxID: z.string().min(1).max(128) });
 
 export const PauseBody = z.looseObject({ memory: z.boolean().optional() });
-export const SnapshotBody = z.looseObject({ name: z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/).optional() });
+export const SnapshotBody = z.looseObject({
+  name: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/)
+    .optional(),
+});
 export const ForkBody = z.looseObject({
   count: z.number().int().min(1).max(100).optional(),
   timeout: timeout.optional(),

@@ -57,6 +57,8 @@ interface Live {
   inflight?: { kind: "pause" | "resume"; p: Promise<unknown> };
   /** Set while a capture is running: proxied traffic waits for it. */
   gate?: Promise<unknown>;
+  /** Internal helper sandbox (template capture): never persisted or listed. */
+  ephemeral?: boolean;
 }
 
 /** Where a new sandbox's state comes from. */
@@ -78,6 +80,10 @@ export interface OrchestratorDeps {
 }
 
 const ENVD_READY_TIMEOUT_MS = 30_000;
+
+function runtimeIdFor(sandboxId: string): string {
+  return `${sandboxId}-${randomBytes(3).toString("hex")}`;
+}
 const FORK_PARALLELISM = 4;
 
 /** Sandbox lifecycle on one node: create, pause/resume, snapshots, fork, TTL, restarts. */
@@ -86,6 +92,8 @@ export class Orchestrator {
   private readonly snapshots = new Map<string, SnapshotRecord>();
   private readonly warm = new Map<string, string>();
   private readonly stoppedListeners: Array<(id: string) => void> = [];
+  /** Runtime removals still running in the background, by sandbox ID. */
+  private readonly cleanups = new Map<string, Promise<void>>();
   private reaper: NodeJS.Timeout | undefined;
   private closing = false;
 
@@ -115,17 +123,23 @@ export class Orchestrator {
         report.paused.push(rec.id);
         continue;
       }
-      if (rec.state === "running" && running.has(rec.id) && rec.slotIndex !== null && this.d.slots.exists(rec.slotIndex)) {
-        const slot = this.d.slots.describe(rec.slotIndex);
+      const slot =
+        rec.state === "running" &&
+        running.has(rec.runtimeId) &&
+        rec.slotIndex !== null &&
+        this.d.slots.exists(rec.slotIndex)
+          ? this.d.slots.describe(rec.slotIndex)
+          : undefined;
+      if (slot && (await this.answers(slot.slotIp))) {
         this.live.set(rec.id, { rec, slot, op: Promise.resolve() });
-        keepSlots.push(rec.slotIndex);
+        keepSlots.push(slot.index);
         report.adopted.push(rec.id);
         this.d.log.info({ sandboxID: rec.id }, "running sandbox adopted after restart");
         continue;
       }
       if (rec.state === "running" && isCompleteImage(finalImage)) {
         // Died between committing its pause image and recording it: it is paused.
-        await this.d.driver.destroy(rec.id);
+        await this.d.driver.destroy(rec.runtimeId);
         rec.state = "paused";
         rec.imageDir = finalImage;
         rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
@@ -135,22 +149,29 @@ export class Orchestrator {
         report.paused.push(rec.id);
         continue;
       }
-      this.d.log.warn({ sandboxID: rec.id, state: rec.state }, "sandbox did not survive the server restart; cleaning up");
-      await this.d.driver.destroy(rec.id);
+      this.d.log.warn(
+        { sandboxID: rec.id, state: rec.state },
+        "sandbox did not survive the server restart; cleaning up",
+      );
+      await this.d.driver.destroy(rec.runtimeId);
       rmSync(rec.dir, { recursive: true, force: true });
       this.d.store.delete(rec.id);
       report.cleanedUp.push(rec.id);
     }
+    const liveRuntime = new Set(
+      [...this.live.values()].filter((l) => l.rec.state === "running").map((l) => l.rec.runtimeId),
+    );
     for (const id of await this.d.driver.list()) {
-      if (this.live.has(id)) continue;
-      if (!known.has(id)) report.orphanedRuntime.push(id);
+      if (liveRuntime.has(id)) continue;
+      if (!known.has(id.slice(0, 21))) report.orphanedRuntime.push(id);
       this.d.log.warn({ sandboxID: id }, "runtime sandbox without a live record; destroying");
       await this.d.driver.destroy(id);
     }
     // Sandbox folders nobody owns, and transient fork captures, go.
     const sdir = join(this.dataDir, "sandboxes");
     if (existsSync(sdir)) {
-      for (const name of readdirSync(sdir)) if (!this.live.has(name)) rmSync(join(sdir, name), { recursive: true, force: true });
+      for (const name of readdirSync(sdir))
+        if (!this.live.has(name)) rmSync(join(sdir, name), { recursive: true, force: true });
     }
     rmSync(join(this.dataDir, "forks"), { recursive: true, force: true });
     for (const snap of this.d.store.allSnapshots()) {
@@ -159,9 +180,18 @@ export class Orchestrator {
     }
     const snapDir = join(this.dataDir, "snapshots");
     if (existsSync(snapDir)) {
-      for (const name of readdirSync(snapDir)) if (name.includes(".tmp")) rmSync(join(snapDir, name), { recursive: true, force: true });
+      for (const name of readdirSync(snapDir))
+        if (name.includes(".tmp")) rmSync(join(snapDir, name), { recursive: true, force: true });
     }
     return { report, keepSlots };
+  }
+
+  private async answers(ip: string): Promise<boolean> {
+    try {
+      return (await envdRequest(ip, "GET", "/health", { timeoutMs: 2000 })).status === 204;
+    } catch {
+      return false;
+    }
   }
 
   // ---------------------------------------------------------------- warm templates
@@ -172,7 +202,8 @@ export class Orchestrator {
    */
   async prepareWarmImages(): Promise<void> {
     for (const tpl of this.d.templates.list()) {
-      const dir = join(this.dataDir, "warm", `${tpl.id}-${this.d.imageKey}`);
+      // Beside the templates, so every data dir on the host shares them.
+      const dir = join(this.d.cfg.templatesDir, ".warm", `${tpl.id}-${this.d.imageKey}`);
       if (isCompleteImage(dir)) {
         this.warm.set(tpl.id, dir);
         continue;
@@ -184,6 +215,11 @@ export class Orchestrator {
         this.warm.set(tpl.id, dir);
         this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
       } catch (err) {
+        // Another server on this host may have committed the same image meanwhile.
+        if (isCompleteImage(dir)) {
+          this.warm.set(tpl.id, dir);
+          continue;
+        }
         this.d.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
       }
     }
@@ -193,14 +229,15 @@ export class Orchestrator {
     const id = newSandboxId();
     const dir = join(this.dataDir, "sandboxes", id);
     const rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, { templateID: tpl.id }, tpl);
-    const live: Live = { rec, op: Promise.resolve() };
+    const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
     try {
       await this.bring(live, { kind: "boot", tpl }, undefined);
       const tmp = `${finalDir}.tmp-${process.pid}`;
+      mkdirSync(join(finalDir, ".."), { recursive: true });
       rmSync(tmp, { recursive: true, force: true });
       mkdirSync(tmp, { recursive: true });
       await this.quiesce(live, undefined);
-      await this.d.driver.checkpoint(id, tmp, { leaveRunning: false });
+      await this.d.driver.checkpoint(rec.runtimeId, tmp, { leaveRunning: false });
       commitImage(tmp, finalDir);
     } finally {
       await this.teardown(live, false);
@@ -239,7 +276,7 @@ export class Orchestrator {
     if (!running.length) return;
     const alive = new Set(await this.d.driver.list({ runningOnly: true }));
     for (const l of running) {
-      if (alive.has(l.rec.id) || l.rec.state !== "running" || l.gate || l.inflight) continue;
+      if (alive.has(l.rec.runtimeId) || l.rec.state !== "running" || l.gate || l.inflight) continue;
       this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
       this.kill(l.rec.id).catch(() => {});
     }
@@ -283,6 +320,7 @@ export class Orchestrator {
       autoResume: req.autoResume ?? false,
       slotIndex: null,
       dir,
+      runtimeId: runtimeIdFor(id),
       rootfs,
       runtimeDir: this.d.runtimeDir,
     };
@@ -348,7 +386,10 @@ export class Orchestrator {
       rec.state = "running";
       rec.endAt = Date.now() + timeoutS * 1000;
       this.d.store.put(rec);
-      this.d.log.info({ sandboxID: id, template: rec.templateId, from: source.kind, ms: Date.now() - t0 }, "sandbox created");
+      this.d.log.info(
+        { sandboxID: id, template: rec.templateId, from: source.kind, ms: Date.now() - t0 },
+        "sandbox created",
+      );
       return rec;
     } catch (err) {
       this.d.log.error({ err, sandboxID: id }, "sandbox create failed");
@@ -360,9 +401,9 @@ export class Orchestrator {
 
   private launch(rec: SandboxRecord, slot: Slot): SandboxLaunch {
     return {
-      id: rec.id,
+      id: rec.runtimeId,
       rootfs: rec.rootfs,
-      dir: rec.dir,
+      dir: join(rec.dir, rec.runtimeId),
       netnsPath: slot.netnsPath,
       cpuCount: rec.cpuCount,
       memoryMB: rec.memoryMB,
@@ -378,16 +419,17 @@ export class Orchestrator {
    */
   private async bring(live: Live, source: Source, init: Record<string, unknown> | undefined): Promise<void> {
     const { rec } = live;
+    // Each start is a new runtime sandbox: the previous one may still be being removed.
+    rec.runtimeId = runtimeIdFor(rec.id);
     mkdirSync(rec.dir, { recursive: true });
-    rmSync(join(rec.dir, "overlay"), { recursive: true, force: true });
     live.slot = await this.d.slots.acquire({ allowInternet: rec.allowInternet });
     rec.slotIndex = live.slot.index;
-    this.d.store.put(rec);
+    if (!live.ephemeral) this.d.store.put(rec);
     const launch = this.launch(rec, live.slot);
     if (source.kind === "boot") await this.d.driver.start(launch);
     else await this.d.driver.restore(launch, source.imageDir);
     const ip = live.slot.slotIp;
-    await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.id));
+    await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
     if (init) {
       const oldToken = source.kind === "image" ? source.oldToken : undefined;
       const r = await envdRequest(ip, "POST", "/init", {
@@ -398,19 +440,35 @@ export class Orchestrator {
     }
   }
 
-  /** Stops the runtime sandbox and gives its slot back; the record stays. */
-  private async teardownRuntime(live: Live): Promise<void> {
+  /**
+   * Stops the runtime sandbox now; removing it (runsc delete, slot reset, optionally its
+   * folder) finishes in the background, tracked so a resume or shutdown waits for it.
+   */
+  private async teardownRuntime(live: Live, removeDir = false): Promise<void> {
+    const id = live.rec.runtimeId;
+    const slot = live.slot;
+    const dir = removeDir ? live.rec.dir : join(live.rec.dir, id);
     for (const fn of this.stoppedListeners) fn(live.rec.id);
-    await this.d.driver.destroy(live.rec.id).catch(() => {});
-    if (live.slot) await this.d.slots.release(live.slot).catch(() => {});
     live.slot = undefined;
     live.rec.slotIndex = null;
+    await this.d.driver.stop(id).catch(() => {});
+    const prev = this.cleanups.get(id) ?? Promise.resolve();
+    const done = prev
+      .then(() => this.d.driver.destroy(id))
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "runtime removal failed"))
+      .then(async () => {
+        if (slot) await this.d.slots.release(slot).catch(() => {});
+        rmSync(dir, { recursive: true, force: true });
+      })
+      .finally(() => {
+        if (this.cleanups.get(id) === done) this.cleanups.delete(id);
+      });
+    this.cleanups.set(id, done);
   }
 
   private async teardown(live: Live, removeRecord: boolean): Promise<void> {
-    await this.teardownRuntime(live);
-    rmSync(live.rec.dir, { recursive: true, force: true });
-    if (removeRecord) {
+    await this.teardownRuntime(live, true);
+    if (removeRecord && !live.ephemeral) {
       this.d.store.delete(live.rec.id);
       this.live.delete(live.rec.id);
     }
@@ -550,7 +608,7 @@ export class Orchestrator {
       await this.quiesce(l, l.rec.envdToken);
       rmSync(imageDir, { recursive: true, force: true });
       mkdirSync(imageDir, { recursive: true });
-      await this.d.driver.checkpoint(l.rec.id, imageDir, { leaveRunning: true });
+      await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: true });
     } finally {
       l.gate = undefined;
       open();
@@ -598,7 +656,8 @@ export class Orchestrator {
    */
   resume(id: string, timeoutS: number | undefined): Promise<{ rec: SandboxRecord; resumed: boolean }> {
     const l = this.mustGet(id);
-    if (l.rec.state === "running" && !l.inflight) return Promise.resolve({ rec: this.extend(id, timeoutS), resumed: false });
+    if (l.rec.state === "running" && !l.inflight)
+      return Promise.resolve({ rec: this.extend(id, timeoutS), resumed: false });
     return this.joinOrRun(l, "resume", async () => {
       if (!this.live.has(id) || l.rec.state === "killing") throw notFound(`sandbox '${id}' not found`);
       if (l.rec.state === "running") return { rec: this.extend(id, timeoutS), resumed: false };
@@ -606,7 +665,17 @@ export class Orchestrator {
       if (!isCompleteImage(image)) throw new ApiError(500, `sandbox '${id}' has no usable pause image`);
       const t0 = Date.now();
       try {
-        await this.bring(l, { kind: "image", imageDir: image as string, rootfs: l.rec.rootfs, runtimeDir: l.rec.runtimeDir, keepImage: false }, undefined);
+        await this.bring(
+          l,
+          {
+            kind: "image",
+            imageDir: image as string,
+            rootfs: l.rec.rootfs,
+            runtimeDir: l.rec.runtimeDir,
+            keepImage: false,
+          },
+          undefined,
+        );
       } catch (err) {
         await this.teardownRuntime(l);
         this.d.store.put(l.rec);
@@ -740,7 +809,14 @@ export class Orchestrator {
     try {
       await this.bring(
         live,
-        { kind: "image", imageDir, rootfs: parent.rootfs, runtimeDir: parent.runtimeDir, oldToken: parent.envdToken, keepImage: true },
+        {
+          kind: "image",
+          imageDir,
+          rootfs: parent.rootfs,
+          runtimeDir: parent.runtimeDir,
+          oldToken: parent.envdToken,
+          keepImage: true,
+        },
         { accessToken: rec.envdToken },
       );
       rec.state = "running";
@@ -760,7 +836,7 @@ export class Orchestrator {
   async metrics(id: string): Promise<SandboxMetric[]> {
     const l = this.mustGet(id);
     const rec = l.rec;
-    const stats = rec.state === "running" ? await this.d.driver.stats(id) : undefined;
+    const stats = rec.state === "running" ? await this.d.driver.stats(rec.runtimeId) : undefined;
     let diskUsed = 0;
     let diskTotal = rec.diskSizeMB * 1024 * 1024;
     if (l.slot && rec.state === "running") {
@@ -797,9 +873,8 @@ export class Orchestrator {
     this.closing = true;
     if (this.reaper) clearInterval(this.reaper);
     await Promise.all(
-      [...this.live.values()]
-        .filter((l) => l.rec.state !== "paused")
-        .map((l) => this.kill(l.rec.id).catch(() => {})),
+      [...this.live.values()].filter((l) => l.rec.state !== "paused").map((l) => this.kill(l.rec.id).catch(() => {})),
     );
+    await Promise.all([...this.cleanups.values()]);
   }
 }

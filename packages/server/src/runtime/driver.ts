@@ -46,7 +46,9 @@ export interface RuntimeDriver {
   checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean }): Promise<void>;
   /** Starts a sandbox from an image; launch may differ from the source's in ID, dir and netns. */
   restore(launch: SandboxLaunch, imageDir: string): Promise<void>;
-  /** Stops and removes the sandbox; idempotent. */
+  /** Stops the sandbox at once (no more CPU or network); destroy() must still follow. */
+  stop(id: string): Promise<void>;
+  /** Stops and removes the sandbox and its runtime state; idempotent. Can take a while. */
   destroy(id: string): Promise<void>;
   isRunning(id: string): Promise<boolean>;
   stats(id: string): Promise<SandboxStats | undefined>;

@@ -20,6 +20,11 @@ export interface SandboxRecord {
   autoResume: boolean;
   slotIndex: number | null;
   dir: string;
+  /**
+   * ID of the current runtime sandbox: the sandbox ID plus a per-start suffix, so a resume
+   * need not wait for the previous incarnation's removal. Fixed length (runsc matches prefixes).
+   */
+  runtimeId: string;
   /** Template root filesystem the sandbox runs on (restores need the same one). */
   rootfs: string;
   /** The /.aenv folder it was started with (restores need the same one). */

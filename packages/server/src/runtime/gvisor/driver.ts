@@ -107,6 +107,18 @@ export class GvisorDriver implements RuntimeDriver {
     );
   }
 
+  /** SIGKILL to the sandbox process: immediate, where `runsc delete` takes 1-2 s here. */
+  async stop(id: string): Promise<void> {
+    const r = await this.runsc.run(["state", id], { allowFail: true });
+    if (r.code !== 0) return;
+    try {
+      const pid = (JSON.parse(r.stdout) as { pid?: number }).pid;
+      if (pid && pid > 1) process.kill(pid, "SIGKILL");
+    } catch {
+      // Already gone.
+    }
+  }
+
   async destroy(id: string): Promise<void> {
     this.lastCpu.delete(id);
     await this.runsc.run(["delete", "--force", id], { allowFail: true });

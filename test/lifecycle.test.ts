@@ -1,0 +1,236 @@
+// Pause, resume, TTL auto-pause, autoResume, snapshots and fork, with real runsc checkpoints
+// driven by the e2b SDK.
+import assert from "node:assert/strict";
+import { request } from "node:http";
+import { after, before, describe, test } from "node:test";
+import { Sandbox } from "e2b";
+import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+
+let server: TestServer;
+
+before(async () => {
+  server = await startServer();
+  useE2b(server);
+});
+
+after(async () => {
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function getViaHost(host: string, path = "/"): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: "127.0.0.1", port: server.port, path, headers: { host }, agent: false }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d: string) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+async function counter(s: Sandbox): Promise<number> {
+  return Number((await s.commands.run("cat /tmp/count")).stdout.trim());
+}
+
+describe("pause and resume", () => {
+  test("a paused sandbox resumes with its memory, processes, files and listening server", async () => {
+    const s = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      // A counter that lives only in a process's memory, written out on each tick.
+      await s.commands.run("bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done'", {
+        background: true,
+        timeoutMs: 0,
+      });
+      await s.files.write("/home/user/keep.txt", "kept across pause");
+      await s.commands.run("cd /tmp && python3 -m http.server 8000", { background: true, timeoutMs: 0 });
+      await sleep(1500);
+      const before_ = await counter(s);
+      assert.ok(before_ > 0);
+      assert.equal(await s.pause(), true);
+      assert.equal(await s.pause(), false, "second pause says already paused");
+      const info = await Sandbox.getInfo(s.sandboxId);
+      assert.equal(info.state, "paused");
+      const listed = await Sandbox.list({ query: { state: ["paused"] } }).nextItems();
+      assert.ok(listed.some((x) => x.sandboxId === s.sandboxId));
+      await sleep(1000);
+      const r = await Sandbox.connect(s.sandboxId);
+      const after_ = await counter(r);
+      // It continues from where it was, not from zero, and did not run while paused.
+      assert.ok(after_ >= before_ && after_ < before_ + 5, `before ${before_} after ${after_}`);
+      await sleep(600);
+      assert.ok((await counter(r)) > after_, "counter keeps counting");
+      assert.equal(await r.files.read("/home/user/keep.txt"), "kept across pause");
+      const web = await getViaHost(`8000-${s.sandboxId}.${server.domain}`, "/count");
+      assert.equal(web.status, 200);
+      const procs = await r.commands.list();
+      assert.ok(
+        procs.some((p) => p.args.join(" ").includes("http.server")),
+        "process list survives",
+      );
+      assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "running");
+    } finally {
+      await s.kill();
+    }
+  });
+
+  test("20 pause/resume cycles lose nothing", async () => {
+    const s = await Sandbox.create({ timeoutMs: 300_000 });
+    try {
+      let expected = "";
+      for (let i = 0; i < 20; i++) {
+        await s.commands.run(
+          `head -c 4096 /dev/urandom > /home/user/f${i}.bin && cat /home/user/f*.bin | sha256sum > /home/user/sum`,
+        );
+        expected = (await s.commands.run("cat /home/user/sum")).stdout;
+        await s.pause();
+        await s.connect();
+        const got = (await s.commands.run("cat /home/user/f*.bin | sha256sum")).stdout;
+        assert.equal(got, expected, `cycle ${i}`);
+      }
+      assert.equal((await s.commands.run("ls /home/user/*.bin | wc -l")).stdout.trim(), "20");
+    } finally {
+      await s.kill();
+    }
+  });
+
+  test("concurrent pauses join one operation; kill waits for it", async () => {
+    const s = await Sandbox.create();
+    const [a, b] = await Promise.all([s.pause(), s.pause()]);
+    assert.ok(a === true && b === true, `${a} ${b}`);
+    assert.equal(await s.kill(), true);
+    assert.equal(await Sandbox.kill(s.sandboxId), false);
+  });
+});
+
+describe("TTL", () => {
+  test("expiry pauses by default, and paused time does not count", async () => {
+    const s = await Sandbox.create({ timeoutMs: 3_000 });
+    assert.equal((await s.getInfo()).lifecycle?.onTimeout ?? "pause", "pause");
+    const deadline = Date.now() + 20_000;
+    while ((await Sandbox.getInfo(s.sandboxId)).state !== "paused" && Date.now() < deadline) await sleep(250);
+    assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused");
+    const r = await Sandbox.connect(s.sandboxId, { timeoutMs: 60_000 });
+    assert.equal((await r.commands.run("echo back")).stdout, "back\n");
+    await r.kill();
+  });
+
+  test("onTimeout kill kills", async () => {
+    const s = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: "kill" } } as never);
+    await sleep(5_500);
+    await assert.rejects(Sandbox.getInfo(s.sandboxId));
+  });
+
+  test("autoResume: proxy traffic resumes a paused sandbox; without it, a clear error", async () => {
+    const on = await Sandbox.create({ lifecycle: { onTimeout: "pause", autoResume: true } } as never);
+    const off = await Sandbox.create();
+    try {
+      for (const s of [on, off]) {
+        await s.commands.run("mkdir -p /tmp/w && echo served > /tmp/w/i && cd /tmp/w && python3 -m http.server 8001", {
+          background: true,
+          timeoutMs: 0,
+        });
+      }
+      await sleep(1500);
+      await on.pause();
+      await off.pause();
+      const r = await getViaHost(`8001-${on.sandboxId}.${server.domain}`, "/i");
+      assert.equal(r.status, 200);
+      assert.equal(r.body, "served\n");
+      assert.equal((await Sandbox.getInfo(on.sandboxId)).state, "running");
+      const r2 = await getViaHost(`8001-${off.sandboxId}.${server.domain}`, "/i");
+      assert.equal(r2.status, 410);
+      assert.match(r2.body, /paused/);
+    } finally {
+      await on.kill();
+      await off.kill();
+    }
+  });
+});
+
+describe("snapshots", () => {
+  test("snapshot → create from it → list → delete", async () => {
+    const s = await Sandbox.create();
+    try {
+      await s.files.write("/home/user/snap.txt", "in the snapshot");
+      await s.commands.run("bash -c 'echo $$ > /tmp/pid; sleep 1000'", { background: true, timeoutMs: 0 });
+      const snap = await s.createSnapshot({ name: "my-snap" } as never);
+      assert.ok(snap.snapshotId);
+      // The source keeps running and can diverge.
+      await s.files.write("/home/user/snap.txt", "changed after");
+      const c = await Sandbox.create(snap.snapshotId);
+      try {
+        assert.equal(await c.files.read("/home/user/snap.txt"), "in the snapshot");
+        const pid = (await c.commands.run("cat /tmp/pid")).stdout.trim();
+        assert.equal((await c.commands.run(`kill -0 ${pid} && echo alive`)).stdout, "alive\n");
+      } finally {
+        await c.kill();
+      }
+      const byName = await Sandbox.create("my-snap");
+      await byName.kill();
+      const listed = await Sandbox.listSnapshots({ sandboxId: s.sandboxId } as never).nextItems();
+      assert.deepEqual(
+        listed.map((x) => x.snapshotId),
+        [snap.snapshotId],
+      );
+      assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
+      assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false);
+      await assert.rejects(Sandbox.create(snap.snapshotId));
+    } finally {
+      await s.kill();
+    }
+  });
+});
+
+describe("fork", () => {
+  for (const n of [1, 4]) {
+    test(`fork ×${n}: children inherit files and memory, then diverge with fresh randomness`, async () => {
+      const p = await Sandbox.create({ timeoutMs: 120_000 });
+      const kids: Sandbox[] = [];
+      try {
+        await p.files.write("/home/user/inherited.txt", "from parent");
+        await p.commands.run("bash -c 'i=100; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done'", {
+          background: true,
+          timeoutMs: 0,
+        });
+        await sleep(800);
+        const forked = await p.fork({ count: n } as never);
+        for (const f of forked as unknown as Array<Sandbox | Error>) {
+          assert.ok(!(f instanceof Error), `fork child failed: ${(f as Error).message}`);
+          kids.push(f as Sandbox);
+        }
+        assert.equal(kids.length, n);
+        const ids = new Set([p.sandboxId, ...kids.map((k) => k.sandboxId)]);
+        assert.equal(ids.size, n + 1);
+        const rand = new Set<string>();
+        rand.add((await p.commands.run("head -c 16 /dev/urandom | od -An -tx1")).stdout);
+        for (const [i, k] of kids.entries()) {
+          assert.equal(await k.files.read("/home/user/inherited.txt"), "from parent");
+          assert.ok((await counter(k)) > 100, "in-memory counter inherited");
+          await k.files.write("/home/user/mine.txt", `child ${i}`);
+          rand.add((await k.commands.run("head -c 16 /dev/urandom | od -An -tx1")).stdout);
+          rand.add((await k.commands.run("python3 -c 'import os; print(os.urandom(16).hex())'")).stdout);
+        }
+        assert.equal(rand.size, 1 + 2 * n, "no two sandboxes share randomness");
+        for (const [i, k] of kids.entries()) assert.equal(await k.files.read("/home/user/mine.txt"), `child ${i}`);
+        assert.equal(await p.files.exists("/home/user/mine.txt"), false, "parent unaffected");
+        assert.equal((await p.commands.run("echo parent-ok")).stdout, "parent-ok\n");
+      } finally {
+        await Promise.all([p, ...kids].map((s) => s.kill().catch(() => false)));
+      }
+    });
+  }
+
+  test("fork of an unknown sandbox is a not-found error", async () => {
+    await assert.rejects(Sandbox.fork("i00000000000000000000", { count: 2 } as never), /not found/i);
+  });
+
+  test("bad fork counts are rejected", async () => {
+    const r = await server.api("POST", "/sandboxes/i00000000000000000000/fork", { count: 101 });
+    assert.equal(r.status, 400);
+  });
+});
