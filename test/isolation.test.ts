@@ -68,9 +68,11 @@ test("sandboxes do not see each other's files", async () => {
 test("CPU, memory and pids limits are applied to the sandbox's cgroup and visible inside", async () => {
   const s = await Sandbox.create();
   try {
-    const { readFileSync } = await import("node:fs");
+    const { readFileSync, readdirSync } = await import("node:fs");
+    // The runtime sandbox is named after the sandbox ID plus a per-start suffix.
+    const dir = (ctl: string) => readdirSync(`/sys/fs/cgroup/${ctl}/aenv`).find((d) => d.startsWith(`${s.sandboxId}-`));
     const cg = (ctl: string, file: string) =>
-      readFileSync(`/sys/fs/cgroup/${ctl}/aenv/${s.sandboxId}/${file}`, "utf8").trim();
+      readFileSync(`/sys/fs/cgroup/${ctl}/aenv/${dir(ctl)}/${file}`, "utf8").trim();
     const info = await s.getInfo();
     assert.equal(Number(cg("memory", "memory.limit_in_bytes")), info.memoryMB * 1024 * 1024);
     assert.equal(Number(cg("cpu", "cpu.cfs_quota_us")), info.cpuCount * 100000);

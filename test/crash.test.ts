@@ -1,0 +1,66 @@
+// Kill -9 of the server in the middle of a pause and of a fork: after a restart every sandbox
+// is in its previous or its new state, and usable.
+import assert from "node:assert/strict";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { Sandbox } from "e2b";
+import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function everySandboxUsable(server: TestServer): Promise<string[]> {
+  const r = await server.api("GET", "/v2/sandboxes");
+  const items = r.body as Array<{ sandboxID: string; state: string }>;
+  for (const it of items) {
+    const s = await Sandbox.connect(it.sandboxID);
+    assert.equal(
+      (await s.commands.run("cat /home/user/mark")).stdout,
+      "marked\n",
+      `sandbox ${it.sandboxID} (${it.state})`,
+    );
+  }
+  return items.map((i) => i.sandboxID);
+}
+
+for (const delayMs of [100, 400]) {
+  test(`SIGKILL ${delayMs} ms into a pause leaves the sandbox running or paused, and usable`, async () => {
+    const first = await startServer();
+    useE2b(first);
+    const s = await Sandbox.create();
+    await s.files.write("/home/user/mark", "marked\n");
+    void first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {}).catch(() => {});
+    await sleep(delayMs);
+    await first.crash();
+    const second = await first.restart();
+    try {
+      const ids = await everySandboxUsable(second);
+      assert.deepEqual(ids, [s.sandboxId]);
+      await Sandbox.kill(s.sandboxId);
+    } finally {
+      await second.stop();
+      cleanupDataDir(second);
+    }
+  });
+}
+
+test("SIGKILL in the middle of a fork leaves the parent usable, no half-started children and no capture", async () => {
+  const first = await startServer();
+  useE2b(first);
+  const p = await Sandbox.create();
+  await p.files.write("/home/user/mark", "marked\n");
+  void first.api("POST", `/sandboxes/${p.sandboxId}/fork`, { count: 3 }).catch(() => {});
+  await sleep(1200);
+  await first.crash();
+  const second = await first.restart();
+  try {
+    const ids = await everySandboxUsable(second);
+    assert.ok(ids.includes(p.sandboxId));
+    const forks = join(second.dataDir, "forks");
+    assert.ok(!existsSync(forks) || readdirSync(forks).length === 0, "fork capture removed");
+    for (const id of ids) await Sandbox.kill(id);
+  } finally {
+    await second.stop();
+    cleanupDataDir(second);
+  }
+});
