@@ -19,6 +19,8 @@ export interface ServerConfig {
   maxTimeoutS: number;
   bodyLimitBytes: number;
   warmSlots: number;
+  /** Most sandboxes (running or starting) this node runs at once; more get 429. */
+  maxSandboxes: number;
 }
 
 export interface CliArgs {
@@ -70,5 +72,6 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     maxTimeoutS: num(env.AENV_MAX_TIMEOUT, 24 * 3600),
     bodyLimitBytes: num(env.AENV_BODY_LIMIT, 1024 * 1024),
     warmSlots: num(env.AENV_WARM_SLOTS, 4),
+    maxSandboxes: num(env.AENV_MAX_SANDBOXES, 256),
   };
 }

@@ -36,7 +36,7 @@ export async function waitForEnvd(ip: string, timeoutMs: number, isAlive: () => 
   let lastErr = "";
   while (Date.now() < deadline) {
     try {
-      const r = await envdRequest(ip, "GET", "/health", { timeoutMs: 1000 });
+      const r = await envdRequest(ip, "GET", "/health", { timeoutMs: 3000 });
       if (r.status === 204 || r.status === 200) return;
       lastErr = `status ${r.status}`;
     } catch (err) {

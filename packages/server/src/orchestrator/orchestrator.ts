@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { ENVD_PORT } from "@aenv/protocol";
 import type { Logger } from "pino";
@@ -79,12 +80,14 @@ export interface OrchestratorDeps {
   imageKey: string;
 }
 
-const ENVD_READY_TIMEOUT_MS = 30_000;
+// Generous: idle systrap sandboxes burn CPU, so a busy 2-core node can take a while.
+const ENVD_READY_TIMEOUT_MS = 60_000;
 
 function runtimeIdFor(sandboxId: string): string {
   return `${sandboxId}-${randomBytes(3).toString("hex")}`;
 }
-const FORK_PARALLELISM = 4;
+// Restores are CPU-bound: more in parallel than cores only adds contention.
+const FORK_PARALLELISM = Math.max(2, availableParallelism());
 
 /** Sandbox lifecycle on one node: create, pause/resume, snapshots, fork, TTL, restarts. */
 export class Orchestrator {
@@ -326,12 +329,22 @@ export class Orchestrator {
     };
   }
 
+  /** Admission: running and starting sandboxes count against the node's capacity. */
+  private admit(): void {
+    let n = 0;
+    for (const l of this.live.values()) if (l.rec.state === "running" || l.rec.state === "creating") n++;
+    if (n >= this.d.cfg.maxSandboxes) {
+      throw new ApiError(429, `node is at capacity (${this.d.cfg.maxSandboxes} sandboxes); kill or pause some first`);
+    }
+  }
+
   findSnapshot(ref: string): SnapshotRecord | undefined {
     return this.snapshots.get(ref) ?? [...this.snapshots.values()].find((s) => s.names.includes(ref));
   }
 
   async create(req: CreateRequest): Promise<SandboxRecord> {
     if (this.closing) throw new ApiError(503, "server is shutting down");
+    this.admit();
     const timeoutS = this.clampTimeout(req.timeoutS);
     const id = newSandboxId();
     const dir = join(this.dataDir, "sandboxes", id);
@@ -663,6 +676,7 @@ export class Orchestrator {
       if (l.rec.state === "running") return { rec: this.extend(id, timeoutS), resumed: false };
       const image = l.rec.imageDir;
       if (!isCompleteImage(image)) throw new ApiError(500, `sandbox '${id}' has no usable pause image`);
+      this.admit();
       const t0 = Date.now();
       try {
         await this.bring(
@@ -785,6 +799,7 @@ export class Orchestrator {
 
   private async forkChild(parent: SandboxRecord, imageDir: string, ttlS: number): Promise<SandboxRecord> {
     if (this.closing) throw new ApiError(503, "server is shutting down");
+    this.admit();
     const id = newSandboxId();
     const rec = this.newRecord(
       id,
