@@ -3,6 +3,7 @@
  * belongs to a sandbox (sentry `runsc-sandbox`, `runsc-gofer`, and their children, the
  * systrap stubs), and the system's MemAvailable.
  */
+import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 
 interface Proc {
@@ -78,31 +79,64 @@ export function pssKiB(pid: number): number {
   }
 }
 
+/** A process's full smaps: its PSS and a digest that identifies its address space. */
+function addressSpace(pid: number): { pssKiB: number; digest: string } | undefined {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps`, "utf8");
+  } catch {
+    return undefined;
+  }
+  let pss = 0;
+  for (const m of text.matchAll(/^Pss:\s+(\d+) kB/gm)) pss += Number(m[1]);
+  return { pssKiB: pss, digest: createHash("sha1").update(text).digest("hex") };
+}
+
 export interface SandboxPss {
   id: string;
   pids: number[];
+  /** Distinct address spaces among pids (systrap stub processes share one per guest mm). */
+  addressSpaces: number;
   pssKiB: number;
-  /** Per process: argv[0], or [comm] when the cmdline is empty (systrap stubs), and PSS in MiB. */
-  procs: { pid: number; name: string; pssMiB: number }[];
+  /**
+   * Per process: argv[0], or [comm] when the cmdline is empty (systrap stubs), its PSS in MiB,
+   * and, when it shares its address space with an earlier pid, that pid (its PSS then counts 0).
+   */
+  procs: { pid: number; name: string; pssMiB: number; sameMmAs?: number }[];
 }
 
-/** PSS of each sandbox, read from one snapshot of the process table. */
+/**
+ * PSS of each sandbox, read from one snapshot of the process table. systrap's stub processes
+ * are clones that share one mm (CLONE_VM without CLONE_THREAD); /proc/<pid>/smaps of each shows
+ * the same mm, so summing them would count it several times. Processes of one sandbox whose
+ * whole smaps text is identical (every mapping, address and counter) are taken as one address
+ * space and counted once. Two distinct mms are practically never identical to the kB, and
+ * when they would be (fresh untouched stubs) they hold next to nothing.
+ */
 export function sandboxesPss(ids: readonly string[]): SandboxPss[] {
   const procs = listProcs();
   const byPid = new Map(procs.map((p) => [p.pid, p]));
   return ids.map((id) => {
     const pids = sandboxPids(id, procs);
-    const each = pids.map((pid) => ({
-      pid,
-      name: nameOf(byPid.get(pid)),
-      kib: pssKiB(pid),
-    }));
-    return {
-      id,
-      pids,
-      pssKiB: each.reduce((s, p) => s + p.kib, 0),
-      procs: each.map((p) => ({ pid: p.pid, name: p.name, pssMiB: Math.round((p.kib / 1024) * 10) / 10 })),
-    };
+    const firstByDigest = new Map<string, number>();
+    let total = 0;
+    const rows: SandboxPss["procs"] = [];
+    for (const pid of pids) {
+      const as = addressSpace(pid);
+      const row: SandboxPss["procs"][number] = { pid, name: nameOf(byPid.get(pid)), pssMiB: 0 };
+      if (as) {
+        row.pssMiB = Math.round((as.pssKiB / 1024) * 10) / 10;
+        const first = firstByDigest.get(as.digest);
+        if (first === undefined) {
+          firstByDigest.set(as.digest, pid);
+          total += as.pssKiB;
+        } else {
+          row.sameMmAs = first;
+        }
+      }
+      rows.push(row);
+    }
+    return { id, pids, addressSpaces: firstByDigest.size, pssKiB: total, procs: rows };
   });
 }
 

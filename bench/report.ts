@@ -34,11 +34,13 @@ export interface IdleMemory {
   pssMiB: number[];
   pssMiBPerSandbox: number;
   processesPerSandbox: number;
+  /** Distinct host address spaces per sandbox (stub processes of one guest mm count once). */
+  addressSpacesPerSandbox: number;
   memAvailableDropMiBPerSandbox: number;
   /** System MemAvailable before the K sandboxes, with them up, and after their teardown. */
   memAvailableMiB: { before: number; up: number; after: number };
   /** Process-by-process PSS of the first sandbox. */
-  firstSandboxProcesses: { pid: number; name: string; pssMiB: number }[];
+  firstSandboxProcesses: { pid: number; name: string; pssMiB: number; sameMmAs?: number }[];
 }
 
 export interface Results {
@@ -105,6 +107,12 @@ export function rows(r: Results): Row[] {
     1,
   ]);
   out.push(["host processes per sandbox", m?.aenv?.processesPerSandbox, m?.raw?.processesPerSandbox, 1]);
+  out.push([
+    "  of which distinct address spaces",
+    m?.aenv?.addressSpacesPerSandbox,
+    m?.raw?.addressSpacesPerSandbox,
+    1,
+  ]);
   return out;
 }
 

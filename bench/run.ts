@@ -274,6 +274,7 @@ async function measureIdle(create: () => Promise<string>, destroyAll: () => Prom
     pssMiB,
     pssMiBPerSandbox: mean(pssMiB),
     processesPerSandbox: mean(pss.map((p) => p.pids.length)),
+    addressSpacesPerSandbox: mean(pss.map((p) => p.addressSpaces)),
     memAvailableDropMiBPerSandbox: (before - up + (after - up)) / 2 / 1024 / k,
     memAvailableMiB: { before: before / 1024, up: up / 1024, after: after / 1024 },
     firstSandboxProcesses: first?.procs ?? [],

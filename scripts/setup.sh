@@ -9,7 +9,11 @@ args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   [ "${args[$i]}" = "--data-dir" ] && data_dir=${args[$((i + 1))]}
 done
-command -v node >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
+# Node.js >= 20.18 is required (the e2b SDK's floor too); Debian 12's own nodejs is 18.
+if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=18)?0:1)' 2>/dev/null; then
+  echo "setup: Node.js >= 20.18 is required (found: $(node --version 2>/dev/null || echo none))" >&2
+  exit 1
+fi
 bash scripts/install-deps.sh
 [ -d node_modules/e2b ] || npm ci --no-audit --no-fund
 npm run build --silent

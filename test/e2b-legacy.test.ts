@@ -1,21 +1,11 @@
 // The older SDK generation (e2b 2.50.x) creates with POST /sandboxes and connects with
 // POST /sandboxes/{id}/connect.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Sandbox } from "e2b-legacy";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { serverForFile } from "./helpers/server.js";
 
-let server: TestServer;
-
-before(async () => {
-  server = await startServer();
-  useE2b(server);
-});
-
-after(async () => {
-  await server?.stop();
-  if (server) cleanupDataDir(server);
-});
+serverForFile();
 
 test("e2b 2.50 create, run, connect, list, kill", async () => {
   const s = await Sandbox.create({ metadata: { gen: "legacy" } });

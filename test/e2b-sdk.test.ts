@@ -1,10 +1,9 @@
 // The e2b SDK compatibility suite: the unmodified `e2b` npm package (2.51.0, latest) drives a
 // real aenv-server whose sandboxes are real runsc sandboxes.
 import assert from "node:assert/strict";
-import { request } from "node:http";
 import { after, before, describe, test } from "node:test";
 import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, getViaHost, startServer, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
 let sbx: Sandbox;
@@ -23,20 +22,6 @@ after(async () => {
   await server?.stop();
   if (server) cleanupDataDir(server);
 });
-
-/** GET through the Host-routed proxy, as a browser would fetch sandbox.getHost(port). */
-function getViaHost(host: string, path = "/"): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port: server.port, path, headers: { host }, agent: false }, (res) => {
-      let body = "";
-      res.setEncoding("utf8");
-      res.on("data", (d: string) => (body += d));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on("error", reject);
-    req.end();
-  });
-}
 
 describe("sandbox lifecycle", () => {
   test("create returns a usable sandbox with info", async () => {
@@ -138,7 +123,11 @@ describe("commands", () => {
   test("streaming callbacks see output as it is produced", async () => {
     const seen: Array<{ t: number; s: string }> = [];
     const t0 = Date.now();
-    await sbx.commands.run("echo one; sleep 1; echo two", { onStdout: (s) => seen.push({ t: Date.now() - t0, s }) });
+    await sbx.commands.run("echo one; sleep 1; echo two", {
+      onStdout: (s) => {
+        seen.push({ t: Date.now() - t0, s });
+      },
+    });
     assert.deepEqual(seen.map((x) => x.s).join(""), "one\ntwo\n");
     assert.ok(seen.length >= 2 && (seen[1]?.t ?? 0) - (seen[0]?.t ?? 0) >= 700, JSON.stringify(seen));
   });
@@ -152,7 +141,11 @@ describe("commands", () => {
     assert.equal(mine?.cmd, "/bin/bash");
     await sbx.commands.sendStdin(h.pid, "ping\n");
     let attached = "";
-    const h2 = await sbx.commands.connect(h.pid, { onStdout: (s) => (attached += s) });
+    const h2 = await sbx.commands.connect(h.pid, {
+      onStdout: (s) => {
+        attached += s;
+      },
+    });
     await sbx.commands.sendStdin(h.pid, "pong\n");
     await sbx.commands.closeStdin(h.pid);
     const res = await h2.wait();
@@ -181,7 +174,14 @@ describe("commands", () => {
   test("pty: interactive shell, resize, exit code", async () => {
     let out = "";
     const dec = new TextDecoder();
-    const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += dec.decode(d)), timeoutMs: 30_000 });
+    const pty = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      onData: (d) => {
+        out += dec.decode(d);
+      },
+      timeoutMs: 30_000,
+    });
     await sbx.pty.resize(pty.pid, { cols: 123, rows: 45 });
     await sbx.pty.sendInput(pty.pid, new TextEncoder().encode("stty size; tty; exit 7\n"));
     const res = await pty.wait().catch((e: unknown) => e as CommandExitError);
@@ -246,9 +246,15 @@ describe("files", () => {
   test("watchDir reports creates and writes", async () => {
     await sbx.files.makeDir("/home/user/watched");
     const events: string[] = [];
-    const w = await sbx.files.watchDir("/home/user/watched", (e) => events.push(`${e.type}:${e.name}`), {
-      recursive: true,
-    });
+    const w = await sbx.files.watchDir(
+      "/home/user/watched",
+      (e) => {
+        events.push(`${e.type}:${e.name}`);
+      },
+      {
+        recursive: true,
+      },
+    );
     await sbx.files.write("/home/user/watched/new.txt", "1");
     await sbx.commands.run("mkdir -p /home/user/watched/d && echo 2 > /home/user/watched/d/inner.txt");
     const deadline = Date.now() + 5000;
@@ -300,7 +306,7 @@ describe("proxy", () => {
     assert.equal(host, `8080-${sbx.sandboxId}.${server.domain}`);
     let r = { status: 0, body: "" };
     for (let i = 0; i < 50; i++) {
-      r = await getViaHost(host, "/index.html");
+      r = await getViaHost(server, host, "/index.html");
       if (r.status === 200) break;
       await new Promise((res) => setTimeout(res, 200));
     }
@@ -308,7 +314,7 @@ describe("proxy", () => {
     assert.equal(r.body, "hello-from-sandbox\n");
     const p = await fetch(`${server.url}/proxy/${sbx.sandboxId}/8080/index.html`);
     assert.equal(await p.text(), "hello-from-sandbox\n");
-    const closed = await getViaHost(`8099-${sbx.sandboxId}.${server.domain}`);
+    const closed = await getViaHost(server, `8099-${sbx.sandboxId}.${server.domain}`);
     assert.equal(closed.status, 502);
   });
 

@@ -1,37 +1,13 @@
 // Pause, resume, TTL auto-pause, autoResume, snapshots and fork, with real runsc checkpoints
 // driven by the e2b SDK.
 import assert from "node:assert/strict";
-import { request } from "node:http";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { getViaHost, serverForFile } from "./helpers/server.js";
 
-let server: TestServer;
-
-before(async () => {
-  server = await startServer();
-  useE2b(server);
-});
-
-after(async () => {
-  await server?.stop();
-  if (server) cleanupDataDir(server);
-});
+const srv = serverForFile();
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function getViaHost(host: string, path = "/"): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port: server.port, path, headers: { host }, agent: false }, (res) => {
-      let body = "";
-      res.setEncoding("utf8");
-      res.on("data", (d: string) => (body += d));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on("error", reject);
-    req.end();
-  });
-}
 
 async function counter(s: Sandbox): Promise<number> {
   return Number((await s.commands.run("cat /tmp/count")).stdout.trim());
@@ -65,7 +41,7 @@ describe("pause and resume", () => {
       await sleep(600);
       assert.ok((await counter(r)) > after_, "counter keeps counting");
       assert.equal(await r.files.read("/home/user/keep.txt"), "kept across pause");
-      const web = await getViaHost(`8000-${s.sandboxId}.${server.domain}`, "/count");
+      const web = await getViaHost(srv(), `8000-${s.sandboxId}.${srv().domain}`, "/count");
       assert.equal(web.status, 200);
       const procs = await r.commands.list();
       assert.ok(
@@ -138,11 +114,11 @@ describe("TTL", () => {
       await sleep(1500);
       await on.pause();
       await off.pause();
-      const r = await getViaHost(`8001-${on.sandboxId}.${server.domain}`, "/i");
+      const r = await getViaHost(srv(), `8001-${on.sandboxId}.${srv().domain}`, "/i");
       assert.equal(r.status, 200);
       assert.equal(r.body, "served\n");
       assert.equal((await Sandbox.getInfo(on.sandboxId)).state, "running");
-      const r2 = await getViaHost(`8001-${off.sandboxId}.${server.domain}`, "/i");
+      const r2 = await getViaHost(srv(), `8001-${off.sandboxId}.${srv().domain}`, "/i");
       assert.equal(r2.status, 410);
       assert.match(r2.body, /paused/);
     } finally {
@@ -230,7 +206,7 @@ describe("fork", () => {
   });
 
   test("bad fork counts are rejected", async () => {
-    const r = await server.api("POST", "/sandboxes/i00000000000000000000/fork", { count: 101 });
+    const r = await srv().api("POST", "/sandboxes/i00000000000000000000/fork", { count: 101 });
     assert.equal(r.status, 400);
   });
 });

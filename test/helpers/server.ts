@@ -1,7 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
+import { after, before } from "node:test";
 
 export const ROOT = resolve(import.meta.dirname, "..", "..");
 export const TEMPLATES_DIR = process.env.AENV_TEST_TEMPLATES_DIR ?? "/var/lib/aenv/templates";
@@ -145,4 +147,35 @@ export function useE2b(s: TestServer): void {
 
 export function cleanupDataDir(s: TestServer): void {
   rmSync(s.dataDir, { recursive: true, force: true });
+}
+
+/** GET through the Host-routed proxy, as a browser would fetch `sandbox.getHost(port)`. */
+export function getViaHost(server: TestServer, host: string, path = "/"): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: "127.0.0.1", port: server.port, path, headers: { host }, agent: false }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d: string) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/** One server for a whole test file, with the e2b SDK pointed at it. */
+export function serverForFile(opts: StartOptions = {}): () => TestServer {
+  let server: TestServer | undefined;
+  before(async () => {
+    server = await startServer(opts);
+    useE2b(server);
+  });
+  after(async () => {
+    await server?.stop();
+    if (server) cleanupDataDir(server);
+  });
+  return () => {
+    if (!server) throw new Error("test server not started");
+    return server;
+  };
 }

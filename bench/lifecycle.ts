@@ -1,0 +1,240 @@
+/**
+ * Lifecycle benchmark: pause, resume (to first command), snapshot while running, fork ×N
+ * (to every child answering), image size, and how they grow with dirty memory and written
+ * files — each beside raw `runsc checkpoint`/`restore` measured in the same run.
+ *
+ *   node --import tsx bench/lifecycle.ts        (part of `npm run bench`)
+ *
+ * Env: BENCH_DIRTY_MB (default "10,100,500"), BENCH_FORKS (default "1,4,16"), BENCH_REPS (3).
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { startServer, TEMPLATES_DIR, type TestServer, useE2b } from "../test/helpers/server.js";
+import { RawRunsc } from "./raw-runsc.js";
+import { mean } from "./stats.js";
+
+const DIRTY = (process.env.BENCH_DIRTY_MB ?? "10,100,500").split(",").map(Number);
+const FORKS = (process.env.BENCH_FORKS ?? "1,4,16").split(",").map(Number);
+const REPS = Number(process.env.BENCH_REPS ?? 3);
+const RESULTS = join(import.meta.dirname, "results");
+
+interface Row {
+  case: string;
+  metric: string;
+  aenv: number | null;
+  raw: number | null;
+  unit: string;
+}
+
+const rows: Row[] = [];
+const errors: string[] = [];
+const add = (c: string, metric: string, aenv: number | null, raw: number | null, unit: string) =>
+  rows.push({ case: c, metric, aenv, raw, unit });
+
+async function ms<T>(fn: () => Promise<T>): Promise<number> {
+  const t = performance.now();
+  await fn();
+  return performance.now() - t;
+}
+
+function dirBytes(dir: string): number {
+  let n = 0;
+  for (const f of readdirSync(dir)) n += statSync(join(dir, f)).size;
+  return n;
+}
+
+/** Holds `mb` MiB of random bytes in a process's memory; returns once they are written. */
+const holdScript = (mb: number) =>
+  `python3 -c "import os,time; b=bytearray(os.urandom(${mb}<<20)); open('/tmp/held','w').close(); time.sleep(1e9)"`;
+
+async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox) => Promise<void>): Promise<void> {
+  const s = await Sandbox.create({ timeoutMs: 600_000 });
+  try {
+    await prepare(s);
+    add(label, "snapshot while running", await ms(() => s.createSnapshot()), null, "ms");
+    const pauses: number[] = [];
+    const resumes: number[] = [];
+    let image = 0;
+    for (let i = 0; i < REPS; i++) {
+      pauses.push(await ms(() => s.pause()));
+      image = dirBytes(join(server.dataDir, "sandboxes", s.sandboxId, "image"));
+      resumes.push(
+        await ms(async () => {
+          await s.connect();
+          await s.commands.run("true");
+        }),
+      );
+    }
+    add(label, `pause (mean of ${REPS})`, mean(pauses), null, "ms");
+    add(label, `resume → first command (mean of ${REPS})`, mean(resumes), null, "ms");
+    add(label, "pause image size", image / 2 ** 20, null, "MiB");
+  } finally {
+    await s.kill().catch(() => {});
+  }
+}
+
+async function rawCase(raw: RawRunsc, label: string, prepare: (id: string) => Promise<void>): Promise<void> {
+  const id = raw.newId();
+  await raw.start(id);
+  try {
+    await prepare(id);
+    const img = join(raw.workDir, `img-${id}`);
+    const lr: number[] = [];
+    const rs: number[] = [];
+    let size = 0;
+    for (let i = 0; i < REPS; i++) {
+      rmSync(img, { recursive: true, force: true });
+      mkdirSync(img);
+      lr.push(await ms(() => raw.checkpoint(id, img, true)));
+      size = dirBytes(img);
+      const child = raw.newId();
+      rs.push(
+        await ms(async () => {
+          await raw.restore(child, img);
+          await raw.exec(child, ["/bin/true"]);
+        }),
+      );
+      await raw.delete(child);
+    }
+    const row = (metric: string, v: number) => {
+      const r = rows.find((x) => x.case === label && x.metric === metric);
+      if (r) r.raw = v;
+      else add(label, metric, null, v, metric.includes("size") ? "MiB" : "ms");
+    };
+    row("snapshot while running", lr[0] ?? 0);
+    row(`pause (mean of ${REPS})`, mean(lr));
+    row(`resume → first command (mean of ${REPS})`, mean(rs));
+    row("pause image size", size / 2 ** 20);
+    rmSync(img, { recursive: true, force: true });
+  } finally {
+    await raw.delete(id);
+  }
+}
+
+async function forkCase(n: number, raw: RawRunsc): Promise<void> {
+  const label = `fork ×${n} (10 MiB dirty)`;
+  const p = await Sandbox.create({ timeoutMs: 600_000 });
+  const kids: Sandbox[] = [];
+  try {
+    await p.commands.run(holdScript(10), { background: true, timeoutMs: 0 });
+    await p.commands.run("while [ ! -e /tmp/held ]; do sleep 0.1; done");
+    const t = performance.now();
+    const res = (await p.fork({ count: n } as never)) as unknown as Array<Sandbox | Error>;
+    for (const r of res) if (!(r instanceof Error)) kids.push(r);
+    await Promise.all(kids.map((k) => k.commands.run("true")));
+    const aenvMs = performance.now() - t;
+    const failed = res.length - kids.length;
+    if (failed) errors.push(`${label}: ${failed} children failed`);
+    add(label, "until every child answers", aenvMs, null, "ms");
+  } finally {
+    await Promise.all([p, ...kids].map((s) => s.kill().catch(() => {})));
+  }
+  const id = raw.newId();
+  await raw.start(id);
+  const img = join(raw.workDir, `fork-${id}`);
+  const children: string[] = [];
+  try {
+    await raw.exec(id, ["sh", "-c", `nohup ${holdScript(10)} >/dev/null 2>&1 &`]);
+    await raw.exec(id, ["sh", "-c", "while [ ! -e /tmp/held ]; do sleep 0.1; done"]);
+    mkdirSync(img);
+    const t = performance.now();
+    await raw.checkpoint(id, img, true);
+    await Promise.all(
+      Array.from({ length: n }, async () => {
+        const c = raw.newId();
+        children.push(c);
+        await raw.restore(c, img);
+        await raw.exec(c, ["/bin/true"]);
+      }),
+    );
+    const r = rows.find((x) => x.case === label);
+    if (r) r.raw = performance.now() - t;
+  } finally {
+    for (const c of children) await raw.delete(c);
+    await raw.delete(id);
+    rmSync(img, { recursive: true, force: true });
+  }
+}
+
+function fmt(v: number | null): string {
+  return v === null ? "–" : v >= 100 ? v.toFixed(0) : v.toFixed(1);
+}
+
+function table(): string {
+  const lines = ["| case | metric | aenv | raw runsc | aenv / raw | unit |", "|:--|:--|--:|--:|--:|:--|"];
+  for (const r of rows) {
+    const ratio = r.aenv !== null && r.raw ? `${(r.aenv / r.raw).toFixed(2)}×` : "–";
+    lines.push(`| ${r.case} | ${r.metric} | ${fmt(r.aenv)} | ${fmt(r.raw)} | ${ratio} | ${r.unit} |`);
+  }
+  return lines.join("\n");
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const server = await startServer({
+    env: { AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.204.0.0/16", AENV_LOG_LEVEL: "warn" },
+  });
+  useE2b(server);
+  const raw = new RawRunsc({ rootfs: join(TEMPLATES_DIR, "base", "rootfs"), overlay: "dir" });
+  try {
+    // Let the template's warm image finish so creates are restores.
+    await new Promise((r) => setTimeout(r, 8000));
+    for (const mb of DIRTY) {
+      const label = `${mb} MiB dirty memory`;
+      try {
+        await aenvCase(server, label, async (s) => {
+          await s.commands.run(holdScript(mb), { background: true, timeoutMs: 0 });
+          await s.commands.run("while [ ! -e /tmp/held ]; do sleep 0.1; done", { timeoutMs: 120_000 });
+        });
+        await rawCase(raw, label, async (id) => {
+          await raw.exec(id, ["sh", "-c", `nohup ${holdScript(mb)} >/dev/null 2>&1 &`]);
+          await raw.exec(id, ["sh", "-c", "while [ ! -e /tmp/held ]; do sleep 0.1; done"], { timeoutMs: 120_000 });
+        });
+      } catch (err) {
+        errors.push(`${label}: ${(err as Error).message}`);
+      }
+    }
+    const files = "100 MiB of files written";
+    const writeFiles = "for i in $(seq 1 100); do head -c 1048576 /dev/urandom > /tmp/f$i; done";
+    try {
+      await aenvCase(server, files, async (s) => {
+        await s.commands.run(writeFiles, { timeoutMs: 120_000 });
+      });
+      await rawCase(raw, files, async (id) => {
+        await raw.exec(id, ["sh", "-c", writeFiles], { timeoutMs: 120_000 });
+      });
+    } catch (err) {
+      errors.push(`${files}: ${(err as Error).message}`);
+    }
+    for (const n of FORKS) {
+      try {
+        await forkCase(n, raw);
+      } catch (err) {
+        errors.push(`fork ×${n}: ${(err as Error).message}`);
+      }
+    }
+  } finally {
+    await server.stop();
+    rmSync(server.dataDir, { recursive: true, force: true });
+    await raw.cleanup();
+  }
+  const meta = {
+    date: new Date().toISOString(),
+    runsc: execFileSync("runsc", ["--version"], { encoding: "utf8" }).split("\n")[0],
+    node: process.version,
+    seconds: Math.round((Date.now() - started) / 1000),
+    reps: REPS,
+  };
+  const md = `# aenv lifecycle benchmark\n\n- date: ${meta.date}\n- ${meta.runsc}, systrap, ${meta.node}, 2 cores; took ${meta.seconds} s\n- raw: \`runsc checkpoint --leave-running --compression=none\` and \`restore --detach\` + first \`exec /bin/true\`, \`--network=none\`, file-backed overlay, no server; fork raw = 1 checkpoint + N concurrent restores\n\n${table()}\n${errors.length ? `\nErrors:\n\n${errors.map((e) => `- ${e}`).join("\n")}\n` : ""}`;
+  mkdirSync(RESULTS, { recursive: true });
+  writeFileSync(join(RESULTS, "lifecycle-latest.json"), JSON.stringify({ meta, rows, errors }, null, 2));
+  writeFileSync(join(RESULTS, "lifecycle-latest.md"), md);
+  console.log(md);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
