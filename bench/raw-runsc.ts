@@ -195,6 +195,47 @@ export class RawRunsc {
     return res;
   }
 
+  /** `runsc checkpoint --compression=none` into imageDir (which must exist). */
+  async checkpoint(id: string, imageDir: string, leaveRunning: boolean): Promise<void> {
+    const args = [`--root=${this.stateDir}`, "checkpoint", "--compression=none", `--image-path=${imageDir}`];
+    if (leaveRunning) args.push("--leave-running");
+    const child = spawn(this.binary, [...args, id], { stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    child.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+    const { code, signal } = await waitExit(child, 300_000);
+    if (code !== 0)
+      throw new Error(`runsc checkpoint ${id} exited with ${code ?? signal}: ${err.trim().split("\n")[0]}`);
+  }
+
+  /** `runsc restore --detach` of an image as a new sandbox `id` (same bundle shape as start()). */
+  async restore(id: string, imageDir: string, timeoutMs = 300_000): Promise<void> {
+    const bundle = join(this.workDir, "bundles", id);
+    mkdirSync(bundle);
+    writeFileSync(join(bundle, "config.json"), JSON.stringify(this.spec(id)));
+    const flags = [`--root=${this.stateDir}`, `--platform=${this.platform}`, "--network=none"];
+    if (this.opts.overlay === "dir") {
+      mkdirSync(join(bundle, "overlay"));
+      flags.push(`--overlay2=root:dir=${join(bundle, "overlay")}`);
+    } else flags.push("--overlay2=root:memory");
+    const log = join(bundle, "runsc.log");
+    const fd = openSync(log, "a");
+    this.live.add(id);
+    let child: ChildProcess;
+    try {
+      child = spawn(
+        this.binary,
+        [...flags, "restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, id],
+        {
+          stdio: ["ignore", fd, fd],
+        },
+      );
+    } finally {
+      closeSync(fd);
+    }
+    const { code, signal } = await waitExit(child, timeoutMs);
+    if (code !== 0) throw new Error(`runsc restore ${id} exited with ${code ?? signal}; see ${log}`);
+  }
+
   async delete(id: string): Promise<void> {
     const child = spawn(this.binary, [`--root=${this.stateDir}`, "delete", "--force", id], { stdio: "ignore" });
     await waitExit(child, 30_000).catch(() => {});
