@@ -47,7 +47,7 @@ function dirBytes(dir: string): number {
 
 /** Holds `mb` MiB of random bytes in a process's memory; returns once they are written. */
 const holdScript = (mb: number) =>
-  `python3 -c "import os,time; b=bytearray(os.urandom(${mb}<<20)); open('/tmp/held','w').close(); time.sleep(1e9)"`;
+  `python3 -c "import os,time; b=[os.urandom(1<<20) for _ in range(${mb})]; open('/tmp/held','w').close(); time.sleep(1e9)"`;
 
 async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox) => Promise<void>): Promise<void> {
   const s = await Sandbox.create({ timeoutMs: 600_000 });
