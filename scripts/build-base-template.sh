@@ -5,7 +5,25 @@
 set -euo pipefail
 dir=${1:?usage: build-base-template.sh TEMPLATES_DIR}
 t="$dir/base"
-if [ -f "$t/template.json" ]; then echo "base template: cached at $t"; exit 0; fi
+# Bump when the tree changes; warm images are keyed by it.
+REVISION=2
+
+# Login shells (every SDK command is `bash -l -c`) fork `id` in /etc/profile: ~50 ms each
+# inside gVisor. bash knows the uid already.
+tune() {
+  sed -i 's/"$(id -u)"/"${EUID}"/g' "$1/etc/profile"
+}
+
+if [ -f "$t/template.json" ]; then
+  have=$(sed -n 's/.*"revision":\([0-9]*\).*/\1/p' "$t/template.json")
+  if [ "${have:-1}" -lt "$REVISION" ]; then
+    tune "$t/rootfs"
+    sed -i "s/\"revision\":[0-9]*,//; s/^{/{\"revision\":$REVISION,/" "$t/template.json"
+    echo "base template: updated to revision $REVISION"
+  fi
+  echo "base template: cached at $t"
+  exit 0
+fi
 mirror=$(sed -n 's/^URIs: //p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
 mirror=${mirror:-http://deb.debian.org/debian}
 tmp="$dir/.base.tmp.$$"
@@ -24,9 +42,10 @@ printf '127.0.0.1 localhost\n::1 localhost\n' > "$tmp/rootfs/etc/hosts"
 # The resolver is handed in at run time; keep an empty file to bind over.
 : > "$tmp/rootfs/etc/resolv.conf"
 mkdir -p "$tmp/rootfs/.aenv"
+tune "$tmp/rootfs"
 rm -rf "$tmp/rootfs/var/cache/apt/archives/"*.deb "$tmp/rootfs/var/lib/apt/lists/"*
 cat > "$tmp/template.json" <<JSON
-{"id":"base","name":"base","user":"user","workdir":"/home/user","env":{"PATH":"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},"cpuCount":2,"memoryMB":1024,"diskSizeMB":2048,"createdAt":"$(date -u +%FT%TZ)"}
+{"revision":$REVISION,"id":"base","name":"base","user":"user","workdir":"/home/user","env":{"PATH":"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},"cpuCount":2,"memoryMB":1024,"diskSizeMB":2048,"createdAt":"$(date -u +%FT%TZ)"}
 JSON
 mkdir -p "$dir"; rm -rf "$t"; mv "$tmp" "$t"; trap - EXIT
 echo "base template: ready at $t ($(du -sh "$t/rootfs" | cut -f1))"

@@ -206,7 +206,7 @@ export class Orchestrator {
   async prepareWarmImages(): Promise<void> {
     for (const tpl of this.d.templates.list()) {
       // Beside the templates, so every data dir on the host shares them.
-      const dir = join(this.d.cfg.templatesDir, ".warm", `${tpl.id}-${this.d.imageKey}`);
+      const dir = join(this.d.cfg.templatesDir, ".warm", `${tpl.id}-r${tpl.revision}-${this.d.imageKey}`);
       if (isCompleteImage(dir)) {
         this.warm.set(tpl.id, dir);
         continue;

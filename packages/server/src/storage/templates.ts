@@ -3,6 +3,8 @@ import { join } from "node:path";
 import { z } from "zod";
 
 const TemplateFile = z.object({
+  /** Changes whenever the tree changes: images taken on one revision never restore on another. */
+  revision: z.number().int().nonnegative().default(1),
   id: z.string(),
   name: z.string(),
   user: z.string().default("user"),
