@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
@@ -112,8 +112,4 @@ export async function startServer(
       store.close();
     },
   };
-}
-
-export function dataDirHasKey(dataDir: string): boolean {
-  return existsSync(join(dataDir, "secrets", "api-key"));
 }

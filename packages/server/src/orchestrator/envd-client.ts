@@ -48,3 +48,47 @@ export async function waitForEnvd(ip: string, timeoutMs: number, isAlive: () => 
   }
   throw new Error(`envd did not answer within ${timeoutMs} ms (${lastErr})`);
 }
+
+/**
+ * Runs a command through envd's process service and waits for it to end (Connect
+ * server-streaming, JSON). Used to warm a template before its image is taken.
+ */
+export function envdRun(ip: string, cmd: string, token: string | undefined, timeoutMs = 30_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const payload = Buffer.from(
+      JSON.stringify({ process: { cmd: "/bin/bash", args: ["-l", "-c", cmd] }, stdin: false }),
+    );
+    const frame = Buffer.alloc(5 + payload.length);
+    frame.writeUInt32BE(payload.length, 1);
+    payload.copy(frame, 5);
+    const headers: Record<string, string> = {
+      "content-type": "application/connect+json",
+      "connect-protocol-version": "1",
+      "content-length": String(frame.length),
+    };
+    if (token) headers["x-access-token"] = token;
+    const req = request(
+      {
+        host: ip,
+        port: ENVD_PORT,
+        method: "POST",
+        path: "/process.Process/Start",
+        headers,
+        agent: false,
+        timeout: timeoutMs,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (d: Buffer) => chunks.push(d));
+        res.on("end", () => {
+          if (res.statusCode !== 200) reject(new Error(`envd Start answered ${res.statusCode}`));
+          else resolve(Buffer.concat(chunks).toString("utf8"));
+        });
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("envd command timed out")));
+    req.on("error", reject);
+    req.end(frame);
+  });
+}
