@@ -14,7 +14,8 @@ if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.
 fi
 
 need=()
-for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps; do
+# gcc + libc6-dev build the static PID-1 reaper (packages/envd/init).
+for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps gcc libc6-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 runsc_ok=0

@@ -165,6 +165,15 @@ describe("commands", () => {
     assert.equal(r.stdout, "done\n");
   });
 
+  test("orphaned background processes are reaped, not left as zombies", async () => {
+    await sbx.commands.run("for i in 1 2 3 4 5; do (sleep 0.2 &) ; done; true");
+    await new Promise((r) => setTimeout(r, 1500));
+    const z = await sbx.commands.run("ps -eo stat= | grep -c '^Z' || true");
+    assert.equal(z.stdout.trim(), "0");
+    const init = await sbx.commands.run("cat /proc/1/cmdline | tr '\\0' ' '");
+    assert.match(init.stdout, /aenv-init/);
+  });
+
   test("timeoutMs bounds a command's lifetime", async () => {
     await assert.rejects(sbx.commands.run("sleep 30", { timeoutMs: 1500 }));
     const r = await sbx.commands.run("pgrep -x sleep -a || true");

@@ -1,5 +1,6 @@
 // Bundle src/main.ts into dist/envd.js (CommonJS, node20); node-pty stays external and is
 // shipped next to the bundle as node_modules/node-pty.
+import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -27,3 +28,9 @@ await build({
 writeFileSync(path.join(dist, "package.json"), `${JSON.stringify({ type: "commonjs" })}\n`);
 writeFileSync(path.join(dist, "lib", "package.json"), `${JSON.stringify({ type: "module" })}\n`);
 console.log(`built ${path.relative(process.cwd(), path.join(dist, "envd.js"))}`);
+
+// The sandbox's PID 1: a static C reaper that starts envd (see init/aenv-init.c).
+execFileSync("cc", ["-static", "-O2", "-Wall", "-o", path.join(dist, "aenv-init"), path.join(here, "init", "aenv-init.c")], {
+  stdio: "inherit",
+});
+console.log(`built ${path.relative(process.cwd(), path.join(dist, "aenv-init"))}`);

@@ -13,6 +13,8 @@ export interface EnvdArtifacts {
   bundle: string;
   /** Absolute path of the node-pty package directory (contains lib/ and build/Release/pty.node). */
   nodePtyDir: string;
+  /** Static PID 1 that starts envd and reaps orphans (dist/aenv-init). */
+  init: string;
 }
 
 function packageRoot(): string {
@@ -37,6 +39,7 @@ export function envdArtifacts(): EnvdArtifacts {
   const require = createRequire(path.join(root, "package.json"));
   return {
     bundle: path.join(root, "dist", "envd.js"),
+    init: path.join(root, "dist", "aenv-init"),
     nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
   };
 }

@@ -89,7 +89,11 @@ export class DirWatcher {
   }
 
   /** Watch `dir` (and, when recursive, its subdirectories); remember what it contains. */
-  private async addDir(dir: string, isRoot = false): Promise<void> {
+  /**
+   * With `announce` (a directory that appeared while watching), entries already inside it
+   * when its watch starts are reported as created: they were made before inotify could see them.
+   */
+  private async addDir(dir: string, isRoot = false, announce = false): Promise<void> {
     if (this.closed || this.watchers.has(dir)) return;
     if (this.watchers.size >= MAX_WATCHED_DIRS) {
       log("warn", "watch limit reached", { dir });
@@ -122,8 +126,10 @@ export class DirWatcher {
       const full = path.join(dir, n);
       const st = await lstatOrUndefined(full);
       if (!st || this.closed) continue;
+      const seen = this.cache.has(full);
       this.cache.set(full, known(st));
-      if (this.opts.recursive && st.isDirectory()) await this.addDir(full);
+      if (announce && !seen) await this.emit(full, filesystemPb.EventType.CREATE, st);
+      if (this.opts.recursive && st.isDirectory()) await this.addDir(full, false, announce);
     }
   }
 
@@ -198,7 +204,7 @@ export class DirWatcher {
           }
         }
         await this.emit(full, filesystemPb.EventType.CREATE, st);
-        if (this.opts.recursive && st.isDirectory()) await this.addDir(full);
+        if (this.opts.recursive && st.isDirectory()) await this.addDir(full, false, true);
         continue;
       }
       // gone: renamed away (its inode reappears in this batch) or removed

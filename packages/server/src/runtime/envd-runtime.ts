@@ -26,7 +26,7 @@ export function prepareEnvdRuntime(dataDir: string): string {
   const libs = nodeLibraries(node);
   const art = envdArtifacts();
   const h = createHash("sha256");
-  for (const f of [node, ...libs, art.bundle, join(art.nodePtyDir, "build/Release/pty.node")]) {
+  for (const f of [node, ...libs, art.bundle, art.init, join(art.nodePtyDir, "build/Release/pty.node")]) {
     h.update(f);
     h.update(readFileSync(f));
   }
@@ -40,6 +40,7 @@ export function prepareEnvdRuntime(dataDir: string): string {
   mkdirSync(join(tmp, "lib"), { recursive: true });
   mkdirSync(join(tmp, "envd", "node_modules"), { recursive: true });
   cpSync(node, join(tmp, "bin", "node"));
+  cpSync(art.init, join(tmp, "bin", "aenv-init"));
   for (const lib of libs) {
     const name = basename(lib);
     cpSync(realpathSync(lib), join(tmp, "lib", name));

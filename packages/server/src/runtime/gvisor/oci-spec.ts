@@ -18,7 +18,9 @@ const CAPS = [
   "CAP_SYS_PTRACE",
 ];
 
+// PID 1 is aenv-init, which starts envd and reaps orphaned processes.
 export const ENVD_ARGS = [
+  "/.aenv/bin/aenv-init",
   "/.aenv/lib/ld-linux-x86-64.so.2",
   "--library-path",
   "/.aenv/lib",
