@@ -3,6 +3,8 @@
 // up, leaving no runsc sandboxes, namespaces or links behind.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, useE2b } from "./helpers/server.js";
@@ -28,6 +30,7 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
   await alive.commands.run("bash -c 'echo before-crash > /tmp/mark'");
   await paused.files.write("/home/user/p.txt", "paused-data");
   await paused.pause();
+  const snap = await alive.createSnapshot();
   const counter = await alive.commands.run(
     "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done'",
     {
@@ -62,6 +65,17 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
     const p = await Sandbox.connect(paused.sandboxId);
     assert.equal(await p.files.read("/home/user/p.txt"), "paused-data");
     assert.equal(await Sandbox.kill(doomed.sandboxId), false);
+    // Snapshots live in the repository; the node-local copy is only a cache.
+    rmSync(join(second.dataDir, "snapshots", snap.snapshotId), { recursive: true, force: true });
+    const listed = await Sandbox.listSnapshots().nextItems();
+    assert.deepEqual(
+      listed.map((x) => x.snapshotId),
+      [snap.snapshotId],
+    );
+    const fromSnap = await Sandbox.create(snap.snapshotId);
+    assert.equal((await fromSnap.commands.run("cat /tmp/mark")).stdout, "before-crash\n");
+    await fromSnap.kill();
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
     await a.kill();
     await p.kill();
   } finally {

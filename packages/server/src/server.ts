@@ -9,6 +9,7 @@ import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
 import { SqliteStateStore } from "./state/sqlite-store.js";
+import { PosixFsRepository } from "./storage/repository/posix-fs.js";
 import { TemplateStore } from "./storage/templates.js";
 
 /** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
@@ -65,6 +66,7 @@ export async function startServer(
     runtimeDir,
     resolvConf: writeResolvConf(cfg.dataDir),
     // Images restore only on the same runsc build, platform and /.aenv contents.
+    repository: new PosixFsRepository(join(cfg.dataDir, "repository")),
     imageKey: `${runtime.version.replace(/[^a-zA-Z0-9.]/g, "")}-${runtime.platform}-${basename(runtimeDir)}`,
   });
   const { report: recovery, keepSlots } = await orch.recover();

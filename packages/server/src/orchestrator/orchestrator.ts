@@ -11,6 +11,7 @@ import type { RouteResult } from "../proxy/proxy.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
 import { commitImage, imageBytes, isCompleteImage } from "../runtime/gvisor/image.js";
 import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { SnapshotRepository } from "../storage/repository/repository.js";
 import type { Template, TemplateStore } from "../storage/templates.js";
 import { envdRequest, envdRun, waitForEnvd } from "./envd-client.js";
 import { newClientId, newSandboxId, newToken } from "./ids.js";
@@ -77,6 +78,8 @@ export interface OrchestratorDeps {
   resolvConf: string;
   /** Identifies images this runtime can restore (driver, version, platform, runtime folder). */
   imageKey: string;
+  /** Where snapshots live (content-addressed); a node-local materialised copy is kept beside. */
+  repository: SnapshotRepository;
 }
 
 // Generous: idle systrap sandboxes burn CPU, so a busy 2-core node can take a while.
@@ -176,14 +179,18 @@ export class Orchestrator {
         if (!this.live.has(name)) rmSync(join(sdir, name), { recursive: true, force: true });
     }
     rmSync(join(this.dataDir, "forks"), { recursive: true, force: true });
-    for (const snap of this.d.store.allSnapshots()) {
-      if (isCompleteImage(snap.imageDir)) this.snapshots.set(snap.id, snap);
-      else this.d.store.deleteSnapshot(snap.id);
+    // Snapshots are what the repository holds (a manifest is written last, so every listed
+    // one is complete); local copies are only a cache and are rebuilt on demand.
+    for (const m of await this.d.repository.list()) {
+      const rec = m.meta as unknown as SnapshotRecord;
+      if (rec?.id !== m.id) continue;
+      this.snapshots.set(m.id, { ...rec, imageDir: join(this.dataDir, "snapshots", m.id) });
     }
     const snapDir = join(this.dataDir, "snapshots");
     if (existsSync(snapDir)) {
-      for (const name of readdirSync(snapDir))
-        if (name.includes(".tmp")) rmSync(join(snapDir, name), { recursive: true, force: true });
+      for (const name of readdirSync(snapDir)) {
+        if (!this.snapshots.has(name)) rmSync(join(snapDir, name), { recursive: true, force: true });
+      }
     }
     return { report, keepSlots };
   }
@@ -356,6 +363,7 @@ export class Orchestrator {
     let envVars: Record<string, string>;
     let tpl: Template | undefined;
     if (snap) {
+      await this.materialize(snap);
       rec = this.newRecord(id, dir, snap.id, snap.names[0] ?? snap.id, snap.rootfs, req, snap);
       rec.runtimeDir = snap.runtimeDir;
       envVars = { ...snap.envVars, ...req.envVars };
@@ -717,45 +725,74 @@ export class Orchestrator {
       const tmp = `${final}.tmp`;
       mkdirSync(join(this.dataDir, "snapshots"), { recursive: true });
       const t0 = Date.now();
+      let rec: SnapshotRecord;
       try {
         await this.capture(l, tmp);
+        rec = this.snapshotRecord(l.rec, snapId, name, final, imageBytes(tmp));
+        // The repository commit (chunks, then the manifest) is what makes the snapshot exist;
+        // the local folder is a materialised cache of it.
+        const { imageDir: _cache, ...meta } = rec;
+        const { stats } = await this.d.repository.commit(snapId, tmp, meta as unknown as Record<string, unknown>);
         commitImage(tmp, final);
+        this.d.log.info({ snapshotID: snapId, ...stats }, "snapshot committed to the repository");
       } finally {
         rmSync(tmp, { recursive: true, force: true });
       }
-      const rec: SnapshotRecord = {
-        id: snapId,
-        names: [name ?? snapId],
-        sandboxId: id,
-        templateId: l.rec.templateId,
-        alias: l.rec.alias,
-        rootfs: l.rec.rootfs,
-        runtimeDir: l.rec.runtimeDir,
-        imageDir: final,
-        envdToken: l.rec.envdToken,
-        envVars: l.rec.envVars,
-        cpuCount: l.rec.cpuCount,
-        memoryMB: l.rec.memoryMB,
-        diskSizeMB: l.rec.diskSizeMB,
-        sizeBytes: imageBytes(final),
-        createdAt: Date.now(),
-      };
-      this.d.store.putSnapshot(rec);
       this.snapshots.set(snapId, rec);
       this.d.log.info({ sandboxID: id, snapshotID: snapId, ms: Date.now() - t0 }, "snapshot taken");
       return rec;
     });
   }
 
+  private snapshotRecord(
+    src: SandboxRecord,
+    snapId: string,
+    name: string | undefined,
+    imageDir: string,
+    sizeBytes: number,
+  ): SnapshotRecord {
+    return {
+      id: snapId,
+      names: [name ?? snapId],
+      sandboxId: src.id,
+      templateId: src.templateId,
+      alias: src.alias,
+      rootfs: src.rootfs,
+      runtimeDir: src.runtimeDir,
+      imageDir,
+      envdToken: src.envdToken,
+      envVars: src.envVars,
+      cpuCount: src.cpuCount,
+      memoryMB: src.memoryMB,
+      diskSizeMB: src.diskSizeMB,
+      sizeBytes,
+      createdAt: Date.now(),
+    };
+  }
+
+  /** Makes sure the node-local copy of a snapshot exists, rebuilding it from the repository. */
+  private async materialize(snap: SnapshotRecord): Promise<void> {
+    if (isCompleteImage(snap.imageDir)) return;
+    const tmp = `${snap.imageDir}.tmp-${randomBytes(4).toString("hex")}`;
+    try {
+      await this.d.repository.materialize(snap.id, tmp);
+      commitImage(tmp, snap.imageDir);
+    } catch (err) {
+      rmSync(tmp, { recursive: true, force: true });
+      if (isCompleteImage(snap.imageDir)) return; // a concurrent create won
+      throw new ApiError(500, `snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
+    }
+  }
+
   listSnapshots(): SnapshotRecord[] {
     return [...this.snapshots.values()].sort((a, b) => a.createdAt - b.createdAt);
   }
 
-  deleteSnapshot(ref: string): void {
+  async deleteSnapshot(ref: string): Promise<void> {
     const s = this.findSnapshot(ref);
     if (!s) throw notFound(`snapshot '${ref}' not found`);
     this.snapshots.delete(s.id);
-    this.d.store.deleteSnapshot(s.id);
+    await this.d.repository.delete(s.id);
     rmSync(s.imageDir, { recursive: true, force: true });
   }
 

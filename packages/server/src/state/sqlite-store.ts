@@ -1,5 +1,5 @@
 import Database from "better-sqlite3";
-import type { SandboxRecord, SnapshotRecord, StateStore } from "./store.js";
+import type { SandboxRecord, StateStore } from "./store.js";
 
 export class SqliteStateStore implements StateStore {
   private readonly db: Database.Database;
@@ -14,11 +14,6 @@ export class SqliteStateStore implements StateStore {
       state TEXT NOT NULL,
       started_at INTEGER NOT NULL,
       data TEXT NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS snapshots (
-      id TEXT PRIMARY KEY,
-      created_at INTEGER NOT NULL,
-      data TEXT NOT NULL
     )`);
     this.stmts = {
       put: this.db.prepare(
@@ -27,11 +22,6 @@ export class SqliteStateStore implements StateStore {
       del: this.db.prepare("DELETE FROM sandboxes WHERE id = ?"),
       get: this.db.prepare("SELECT data FROM sandboxes WHERE id = ?"),
       all: this.db.prepare("SELECT data FROM sandboxes ORDER BY started_at"),
-      putSnap: this.db.prepare(
-        "INSERT INTO snapshots (id, created_at, data) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET data = excluded.data",
-      ),
-      delSnap: this.db.prepare("DELETE FROM snapshots WHERE id = ?"),
-      allSnap: this.db.prepare("SELECT data FROM snapshots ORDER BY created_at"),
     };
   }
 
@@ -50,18 +40,6 @@ export class SqliteStateStore implements StateStore {
 
   all(): SandboxRecord[] {
     return (this.stmts.all.all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SandboxRecord);
-  }
-
-  putSnapshot(rec: SnapshotRecord): void {
-    this.stmts.putSnap.run(rec.id, rec.createdAt, JSON.stringify(rec));
-  }
-
-  deleteSnapshot(id: string): void {
-    this.stmts.delSnap.run(id);
-  }
-
-  allSnapshots(): SnapshotRecord[] {
-    return (this.stmts.allSnap.all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SnapshotRecord);
   }
 
   close(): void {

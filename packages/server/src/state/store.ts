@@ -61,8 +61,5 @@ export interface StateStore {
   delete(id: string): void;
   get(id: string): SandboxRecord | undefined;
   all(): SandboxRecord[];
-  putSnapshot(rec: SnapshotRecord): void;
-  deleteSnapshot(id: string): void;
-  allSnapshots(): SnapshotRecord[];
   close(): void;
 }

@@ -154,7 +154,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.delete("/templates/:templateID", async (req, reply) => {
     const { templateID } = TemplateIdParams.parse(req.params);
     if (!orch.findSnapshot(templateID)) throw new ApiError(404, `template or snapshot '${templateID}' not found`);
-    orch.deleteSnapshot(templateID);
+    await orch.deleteSnapshot(templateID);
     return reply.status(204).send();
   });
 
