@@ -1,0 +1,140 @@
+import { Sandbox } from "e2b";
+import type { ResolvedConfig } from "./config.js";
+import { CliError } from "./errors.js";
+
+export interface SandboxCreated {
+  sandboxID: string;
+  templateID: string;
+  alias?: string;
+  clientID?: string;
+  domain?: string;
+}
+
+export interface ListedSandbox {
+  sandboxID: string;
+  templateID: string;
+  alias?: string;
+  startedAt: string;
+  endAt: string;
+  state: "running" | "paused";
+  cpuCount?: number;
+  memoryMB?: number;
+  metadata?: Record<string, string>;
+}
+
+export interface SnapshotInfo {
+  snapshotID: string;
+  names: string[];
+  sandboxID?: string;
+  templateID?: string;
+  sizeBytes?: number;
+  createdAt?: string;
+}
+
+export type ForkResult = { sandbox: SandboxCreated } | { error: string };
+
+export interface CreateOptions {
+  templateID: string;
+  timeout?: number;
+  envVars?: Record<string, string>;
+  metadata?: Record<string, string>;
+}
+
+/** HTTP status of a failed control-plane call (for callers that treat some as "unsupported"). */
+export class ApiError extends CliError {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message, 1);
+  }
+}
+
+/** The control-plane calls the e2b SDK lacks (or hides), over plain fetch. */
+export class Api {
+  constructor(readonly cfg: ResolvedConfig) {}
+
+  private key(): string {
+    if (!this.cfg.apiKey) throw new CliError("no API key: run 'aenv auth' or set AENV_API_KEY");
+    return this.cfg.apiKey;
+  }
+
+  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    let r: Response;
+    try {
+      r = await fetch(`${this.cfg.apiUrl}${path}`, {
+        method,
+        headers: {
+          "x-api-key": this.key(),
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(120_000),
+      });
+    } catch (e) {
+      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+      const why = cause?.code ?? cause?.message ?? (e as Error).message;
+      throw new CliError(`cannot reach ${this.cfg.apiUrl}: ${why}`);
+    }
+    const text = await r.text();
+    if (!r.ok) {
+      let msg = text.trim();
+      try {
+        const j = JSON.parse(text) as { message?: unknown };
+        if (typeof j.message === "string") msg = j.message;
+      } catch {
+        // not JSON: keep the text
+      }
+      if (r.status === 401 || r.status === 403) msg = `${msg || "unauthorized"} (check 'aenv auth' or AENV_API_KEY)`;
+      throw new ApiError(r.status, `${msg.split("\n")[0] || r.statusText} (HTTP ${r.status})`);
+    }
+    return (text ? JSON.parse(text) : undefined) as T;
+  }
+
+  list(q: { state?: string; metadata?: string } = {}): Promise<ListedSandbox[]> {
+    const p = new URLSearchParams();
+    if (q.state) p.set("state", q.state);
+    if (q.metadata) p.set("metadata", q.metadata);
+    const qs = p.toString();
+    return this.request("GET", `/v2/sandboxes${qs ? `?${qs}` : ""}`);
+  }
+  create(o: CreateOptions): Promise<SandboxCreated> {
+    return this.request("POST", "/sandboxes", o);
+  }
+  kill(id: string): Promise<void> {
+    return this.request("DELETE", `/sandboxes/${encodeURIComponent(id)}`);
+  }
+  pause(id: string): Promise<void> {
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/pause`, {});
+  }
+  resume(id: string): Promise<SandboxCreated> {
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/connect`, {});
+  }
+  setTimeout(id: string, seconds: number): Promise<void> {
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/timeout`, { timeout: seconds });
+  }
+  /** Extends the TTL to at least now+seconds; never shortens it. */
+  refresh(id: string, seconds: number): Promise<void> {
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/refreshes`, { duration: seconds });
+  }
+  fork(id: string, count: number): Promise<ForkResult[]> {
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/fork`, { count });
+  }
+  snapshot(id: string, name?: string): Promise<SnapshotInfo> {
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/snapshots`, name ? { name } : {});
+  }
+  snapshots(sandboxID?: string): Promise<SnapshotInfo[]> {
+    return this.request("GET", `/snapshots${sandboxID ? `?sandboxID=${encodeURIComponent(sandboxID)}` : ""}`);
+  }
+  deleteSnapshot(id: string): Promise<void> {
+    return this.request("DELETE", `/templates/${encodeURIComponent(id)}`);
+  }
+  templates(): Promise<unknown[]> {
+    return this.request("GET", "/templates");
+  }
+
+  /** An e2b SDK handle for sandbox traffic (commands, pty, files), pointed at this server. */
+  async connect(id: string): Promise<Sandbox> {
+    return Sandbox.connect(id, { apiUrl: this.cfg.apiUrl, sandboxUrl: this.cfg.apiUrl, apiKey: this.key() });
+  }
+}
