@@ -86,6 +86,19 @@ test("unknown routes and ids → 404; bad list filters → 400", async () => {
   assertE2bError(await server.api("GET", "/v2/sandboxes?limit=0"), 400);
 });
 
+test("templates on this node are listed; unknown ones are 404", async () => {
+  for (const path of ["/templates", "/v2/templates"]) {
+    const r = await server.api("GET", path);
+    assert.equal(r.status, 200);
+    const base = (r.body as Array<{ templateID: string; envdVersion: string }>).find((t) => t.templateID === "base");
+    assert.ok(base, path);
+  }
+  assert.equal((await server.api("GET", "/templates/base")).status, 200);
+  assert.deepEqual((await server.api("GET", "/templates/aliases/base")).body, { templateID: "base", public: false });
+  assertE2bError(await server.api("GET", "/templates/nope"), 404);
+  assertE2bError(await server.api("GET", "/templates/aliases/nope"), 404);
+});
+
 test("the server keeps serving after all of that", async () => {
   const r = await fetch(`${server.url}/health`);
   assert.equal(r.status, 204);

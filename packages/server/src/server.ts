@@ -78,6 +78,7 @@ export async function startServer(
   let ready = false;
   const app = buildApp({
     orch,
+    templates,
     log,
     apiKey: cfg.apiKey,
     domain: cfg.domain,

@@ -4,12 +4,15 @@ import type { Logger } from "pino";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
 import { resolveTarget } from "../proxy/target.js";
+import type { TemplateStore } from "../storage/templates.js";
 import { installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
+import { templateRoutes } from "./routes/templates.js";
 
 export interface AppOptions {
   orch: Orchestrator;
+  templates: TemplateStore;
   log: Logger;
   apiKey: string;
   domain: string;
@@ -66,5 +69,6 @@ export function buildApp(o: AppOptions): App {
   });
   fastify.get("/health/details", async () => o.health());
   void fastify.register(sandboxRoutes, { orch: o.orch, ctx: { domain: o.domain } });
+  void fastify.register(templateRoutes, { templates: o.templates });
   return { fastify, proxy };
 }
