@@ -27,24 +27,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
-
-const CAPS = [
-  "CAP_CHOWN",
-  "CAP_DAC_OVERRIDE",
-  "CAP_FSETID",
-  "CAP_FOWNER",
-  "CAP_MKNOD",
-  "CAP_NET_RAW",
-  "CAP_SETGID",
-  "CAP_SETUID",
-  "CAP_SETFCAP",
-  "CAP_SETPCAP",
-  "CAP_NET_BIND_SERVICE",
-  "CAP_SYS_CHROOT",
-  "CAP_KILL",
-  "CAP_AUDIT_WRITE",
-  "CAP_SYS_PTRACE",
-];
+import { CAPS, STANDARD_MOUNTS } from "../packages/server/src/runtime/gvisor/oci-spec.js";
 
 export interface RawRunscOptions {
   rootfs: string;
@@ -106,28 +89,7 @@ export class RawRunsc {
       // Not readonly inside the sandbox: the memory overlay absorbs every write.
       root: { path: this.opts.rootfs, readonly: false },
       hostname: "raw",
-      mounts: [
-        { destination: "/proc", type: "proc", source: "proc" },
-        {
-          destination: "/dev",
-          type: "tmpfs",
-          source: "tmpfs",
-          options: ["nosuid", "strictatime", "mode=755", "size=65536k"],
-        },
-        {
-          destination: "/dev/pts",
-          type: "devpts",
-          source: "devpts",
-          options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
-        },
-        {
-          destination: "/dev/shm",
-          type: "tmpfs",
-          source: "shm",
-          options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
-        },
-        { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
-      ],
+      mounts: STANDARD_MOUNTS,
       linux: {
         namespaces: [{ type: "pid" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }, { type: "network" }],
         resources: {

@@ -1,6 +1,7 @@
 import type { SandboxLaunch } from "../driver.js";
 
-const CAPS = [
+/** Capabilities of a sandbox's root (gVisor is the boundary; this is Docker's default set + ptrace). */
+export const CAPS = [
   "CAP_CHOWN",
   "CAP_DAC_OVERRIDE",
   "CAP_FSETID",
@@ -16,6 +17,30 @@ const CAPS = [
   "CAP_KILL",
   "CAP_AUDIT_WRITE",
   "CAP_SYS_PTRACE",
+];
+
+/** proc, dev, devpts, shm and sysfs: what every sandbox gets. */
+export const STANDARD_MOUNTS = [
+  { destination: "/proc", type: "proc", source: "proc" },
+  {
+    destination: "/dev",
+    type: "tmpfs",
+    source: "tmpfs",
+    options: ["nosuid", "strictatime", "mode=755", "size=65536k"],
+  },
+  {
+    destination: "/dev/pts",
+    type: "devpts",
+    source: "devpts",
+    options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+  },
+  {
+    destination: "/dev/shm",
+    type: "tmpfs",
+    source: "shm",
+    options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+  },
+  { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
 ];
 
 // PID 1 is aenv-init, which starts envd and reaps orphaned processes.
@@ -48,26 +73,7 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
     root: { path: l.rootfs, readonly: false },
     hostname: l.hostname,
     mounts: [
-      { destination: "/proc", type: "proc", source: "proc" },
-      {
-        destination: "/dev",
-        type: "tmpfs",
-        source: "tmpfs",
-        options: ["nosuid", "strictatime", "mode=755", "size=65536k"],
-      },
-      {
-        destination: "/dev/pts",
-        type: "devpts",
-        source: "devpts",
-        options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
-      },
-      {
-        destination: "/dev/shm",
-        type: "tmpfs",
-        source: "shm",
-        options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
-      },
-      { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
+      ...STANDARD_MOUNTS,
       { destination: "/.aenv", type: "bind", source: l.runtimeDir, options: ["rbind", "ro"] },
       { destination: "/etc/resolv.conf", type: "bind", source: l.resolvConf, options: ["bind", "ro"] },
     ],
