@@ -102,17 +102,20 @@ export class RawRunsc {
     };
   }
 
-  /** Writes the bundle and starts `sleep infinity` detached; resolves once `run --detach` returns. */
-  async start(id: string, timeoutMs = 60_000): Promise<void> {
+  /**
+   * Writes the bundle of `id` and runs a detached `runsc` subcommand on it (`run` or
+   * `restore`); stdio goes to a log file, since a detached runsc keeps it open.
+   */
+  private async detached(id: string, subcommand: string[], timeoutMs: number): Promise<void> {
     const bundle = join(this.workDir, "bundles", id);
     mkdirSync(bundle);
     writeFileSync(join(bundle, "config.json"), JSON.stringify(this.spec(id)));
-    const log = join(bundle, "runsc.log");
     let overlay = "--overlay2=root:memory";
     if (this.opts.overlay === "dir") {
       mkdirSync(join(bundle, "overlay"));
       overlay = `--overlay2=root:dir=${join(bundle, "overlay")}`;
     }
+    const log = join(bundle, "runsc.log");
     const fd = openSync(log, "a");
     this.live.add(id);
     let child: ChildProcess;
@@ -124,7 +127,7 @@ export class RawRunsc {
           `--platform=${this.platform}`,
           "--network=none",
           overlay,
-          "run",
+          ...subcommand,
           "--detach",
           `--bundle=${bundle}`,
           id,
@@ -135,7 +138,12 @@ export class RawRunsc {
       closeSync(fd);
     }
     const { code, signal } = await waitExit(child, timeoutMs);
-    if (code !== 0) throw new Error(`runsc run ${id} exited with ${code ?? signal}; see ${log}`);
+    if (code !== 0) throw new Error(`runsc ${subcommand[0]} ${id} exited with ${code ?? signal}; see ${log}`);
+  }
+
+  /** Writes the bundle and starts `sleep infinity` detached; resolves once `run --detach` returns. */
+  start(id: string, timeoutMs = 60_000): Promise<void> {
+    return this.detached(id, ["run"], timeoutMs);
   }
 
   /** `runsc exec <id> args…`, optionally feeding stdin; stdout comes back as bytes. */
@@ -170,32 +178,8 @@ export class RawRunsc {
   }
 
   /** `runsc restore --detach` of an image as a new sandbox `id` (same bundle shape as start()). */
-  async restore(id: string, imageDir: string, timeoutMs = 300_000): Promise<void> {
-    const bundle = join(this.workDir, "bundles", id);
-    mkdirSync(bundle);
-    writeFileSync(join(bundle, "config.json"), JSON.stringify(this.spec(id)));
-    const flags = [`--root=${this.stateDir}`, `--platform=${this.platform}`, "--network=none"];
-    if (this.opts.overlay === "dir") {
-      mkdirSync(join(bundle, "overlay"));
-      flags.push(`--overlay2=root:dir=${join(bundle, "overlay")}`);
-    } else flags.push("--overlay2=root:memory");
-    const log = join(bundle, "runsc.log");
-    const fd = openSync(log, "a");
-    this.live.add(id);
-    let child: ChildProcess;
-    try {
-      child = spawn(
-        this.binary,
-        [...flags, "restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, id],
-        {
-          stdio: ["ignore", fd, fd],
-        },
-      );
-    } finally {
-      closeSync(fd);
-    }
-    const { code, signal } = await waitExit(child, timeoutMs);
-    if (code !== 0) throw new Error(`runsc restore ${id} exited with ${code ?? signal}; see ${log}`);
+  restore(id: string, imageDir: string, timeoutMs = 300_000): Promise<void> {
+    return this.detached(id, ["restore", `--image-path=${imageDir}`], timeoutMs);
   }
 
   async delete(id: string): Promise<void> {

@@ -52,3 +52,18 @@ export function decodeCursor(token: string | undefined): number {
   if (!m) throw badRequest("invalid nextToken");
   return Number(m[1]);
 }
+
+/**
+ * One page of a list endpoint: `limit` items from the `nextToken` cursor, with the cursor of
+ * the next page in `X-Next-Token` when there is one.
+ */
+export function paginate<T>(
+  items: readonly T[],
+  q: { limit?: number; nextToken?: string },
+  setNextToken: (token: string) => void,
+): T[] {
+  const offset = decodeCursor(q.nextToken);
+  const limit = q.limit ?? 100;
+  if (offset + limit < items.length) setNextToken(encodeCursor(offset + limit));
+  return items.slice(offset, offset + limit);
+}

@@ -152,7 +152,6 @@ table inet ${this.prefix}-host {
           `route replace default via ${GUEST_GATEWAY}`,
         ].join("\n"),
       });
-      await exec("ip", ["netns", "exec", slot.routerNetns, "conntrack", "-F"], { allowFail: true });
       this.free.push(slot);
     } catch (err) {
       this.log.warn({ err, slot: slot.index }, "slot reset failed; destroying it");

@@ -63,9 +63,7 @@ interface Live {
 }
 
 /** Where a new sandbox's state comes from. */
-type Source =
-  | { kind: "boot"; tpl: Template }
-  | { kind: "image"; imageDir: string; rootfs: string; runtimeDir: string; oldToken?: string; keepImage: boolean };
+type Source = { kind: "boot"; tpl: Template } | { kind: "image"; imageDir: string; oldToken?: string };
 
 export interface OrchestratorDeps {
   cfg: ServerConfig;
@@ -371,10 +369,7 @@ export class Orchestrator {
       source = {
         kind: "image",
         imageDir: snap.imageDir,
-        rootfs: snap.rootfs,
-        runtimeDir: snap.runtimeDir,
         oldToken: snap.envdToken,
-        keepImage: true,
       };
     } else {
       tpl = this.d.templates.get(req.templateID);
@@ -382,10 +377,7 @@ export class Orchestrator {
       rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, req, tpl);
       envVars = { ...tpl.env, ...rec.envVars };
       const warm = this.warm.get(tpl.id);
-      source =
-        warm && isCompleteImage(warm)
-          ? { kind: "image", imageDir: warm, rootfs: tpl.rootfs, runtimeDir: this.d.runtimeDir, keepImage: true }
-          : { kind: "boot", tpl };
+      source = warm && isCompleteImage(warm) ? { kind: "image", imageDir: warm } : { kind: "boot", tpl };
     }
     const live: Live = { rec, op: Promise.resolve() };
     this.live.set(id, live);
@@ -690,9 +682,6 @@ export class Orchestrator {
           {
             kind: "image",
             imageDir: image as string,
-            rootfs: l.rec.rootfs,
-            runtimeDir: l.rec.runtimeDir,
-            keepImage: false,
           },
           undefined,
         );
@@ -862,10 +851,7 @@ export class Orchestrator {
         {
           kind: "image",
           imageDir,
-          rootfs: parent.rootfs,
-          runtimeDir: parent.runtimeDir,
           oldToken: parent.envdToken,
-          keepImage: true,
         },
         { accessToken: rec.envdToken },
       );

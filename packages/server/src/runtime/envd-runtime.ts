@@ -50,21 +50,10 @@ export function prepareEnvdRuntime(dataDir: string): string {
   }
   cpSync(art.bundle, join(tmp, "envd", "envd.js"));
   cpSync(art.nodePtyDir, join(tmp, "envd", "node_modules", "node-pty"), { recursive: true, dereference: true });
-  // The bundle is ESM or CJS depending on its build; a package.json pins the module type.
-  writeFileSync(join(tmp, "envd", "package.json"), JSON.stringify({ type: bundleType(art.bundle) }));
+  // envd's build ships the package.json that pins the bundle's module type.
+  cpSync(join(dirname(art.bundle), "package.json"), join(tmp, "envd", "package.json"));
   writeFileSync(join(tmp, ".complete"), "");
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
   return dir;
-}
-
-function bundleType(bundle: string): "module" | "commonjs" {
-  const pkg = join(dirname(bundle), "..", "package.json");
-  try {
-    const head = readFileSync(bundle, "utf8").slice(0, 4000);
-    if (/^\s*(import|export)\s/m.test(head)) return "module";
-    return "commonjs";
-  } catch {
-    return existsSync(pkg) ? "module" : "commonjs";
-  }
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
-import { decodeCursor, encodeCursor, matchesMetadata, parseMetadataFilter, parseStates } from "../list-filter.js";
+import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   ConnectBody,
   ForkBody,
@@ -56,19 +56,14 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const states = parseStates(q.state);
     const after = q.startedAfter ? Date.parse(q.startedAfter) : undefined;
     if (after !== undefined && Number.isNaN(after)) throw new ApiError(400, "startedAfter is not a date");
-    let items = orch
+    const items = orch
       .list()
       .filter((r) => states.has(r.state) && matchesMetadata(r, meta))
       .filter((r) => (after === undefined ? true : r.startedAt > after))
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
     items.sort((a, b) => a.startedAt - b.startedAt || a.id.localeCompare(b.id));
     if ((q.order ?? "desc") === "desc") items.reverse();
-    const offset = decodeCursor(q.nextToken);
-    const limit = q.limit ?? 100;
-    const page = items.slice(offset, offset + limit);
-    if (offset + limit < items.length) void reply.header("x-next-token", encodeCursor(offset + limit));
-    items = page;
-    return items.map(sandboxListed);
+    return paginate(items, q, (t) => void reply.header("x-next-token", t)).map(sandboxListed);
   });
 
   // v1 list: running sandboxes only, no pagination.
@@ -137,10 +132,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       .listSnapshots()
       .filter((s) => (q.sandboxID ? s.sandboxId === q.sandboxID : true))
       .filter((s) => (q.name ? s.names.includes(q.name) : true));
-    const offset = decodeCursor(q.nextToken);
-    const limit = q.limit ?? 100;
-    if (offset + limit < all.length) void reply.header("x-next-token", encodeCursor(offset + limit));
-    return all.slice(offset, offset + limit).map(snapshotInfo);
+    return paginate(all, q, (t) => void reply.header("x-next-token", t)).map(snapshotInfo);
   });
 
   app.get("/snapshots/:snapshotID", async (req) => {

@@ -2,7 +2,7 @@ import { ENVD_VERSION } from "@aenv/protocol";
 import type { FastifyInstance } from "fastify";
 import { ApiError } from "../../errors.js";
 import type { Template, TemplateStore } from "../../storage/templates.js";
-import { decodeCursor, encodeCursor } from "../list-filter.js";
+import { paginate } from "../list-filter.js";
 import { ListQuery, TemplateIdParams } from "../schemas.js";
 
 /** E2B `Template`: the fields the SDK and CLIs read, for templates on this node. */
@@ -34,11 +34,7 @@ export async function templateRoutes(app: FastifyInstance, opts: { templates: Te
   app.get("/templates", async () => all().map(templateInfo));
   app.get("/v2/templates", async (req, reply) => {
     const q = ListQuery.parse(req.query);
-    const items = all();
-    const offset = decodeCursor(q.nextToken);
-    const limit = q.limit ?? 100;
-    if (offset + limit < items.length) void reply.header("x-next-token", encodeCursor(offset + limit));
-    return items.slice(offset, offset + limit).map(templateInfo);
+    return paginate(all(), q, (t) => void reply.header("x-next-token", t)).map(templateInfo);
   });
   app.get("/templates/:templateID", async (req) => {
     const { templateID } = TemplateIdParams.parse(req.params);

@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
@@ -163,15 +163,6 @@ export class GvisorDriver implements RuntimeDriver {
       return (arr ?? []).filter((c) => !opts.runningOnly || c.status === "running").map((c) => c.id);
     } catch {
       return [];
-    }
-  }
-
-  /** Last lines of the sandbox's runsc log, for error messages. */
-  logTail(dir: string): string {
-    try {
-      return readFileSync(join(dir, "runsc.log"), "utf8").trim().split("\n").slice(-5).join("\n");
-    } catch {
-      return "";
     }
   }
 }
