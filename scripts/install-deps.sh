@@ -14,8 +14,10 @@ if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.
 fi
 
 need=()
-# gcc + libc6-dev build the static PID-1 reaper (packages/envd/init).
-for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps gcc libc6-dev; do
+# gcc + libc6-dev build the static PID-1 reaper (packages/envd/init); zstd compresses snapshot
+# chunks and unpacks zstd image layers; docker-registry + skopeo serve the image tests' registry.
+for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps gcc libc6-dev zstd \
+  docker-registry skopeo; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 runsc_ok=0
