@@ -44,6 +44,7 @@ export interface TestServer {
 
 export interface StartOptions {
   dataDir?: string;
+  templatesDir?: string;
   port?: number;
   env?: Record<string, string>;
 }
@@ -63,7 +64,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
       "--data-dir",
       dataDir,
       "--templates-dir",
-      TEMPLATES_DIR,
+      opts.templatesDir ?? TEMPLATES_DIR,
       "--domain",
       domain,
     ],

@@ -1,7 +1,10 @@
+import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
+import { type ImageProvider, TemplateBuilder } from "./builds/builder.js";
+import { ContextFiles } from "./builds/context-files.js";
 import type { ServerConfig } from "./config.js";
 import { SlotPool } from "./network/slots.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
@@ -26,6 +29,13 @@ function writeResolvConf(dataDir: string): string {
   writeFileSync(file, servers.map((s) => `nameserver ${s}\n`).join("") || "# no reachable host resolver\n");
   return file;
 }
+
+/** Largest COPY context a template build accepts. */
+const UPLOAD_LIMIT_BYTES = 4 * 1024 ** 3;
+
+const imageProvider: ImageProvider = {
+  pullInto: () => Promise.reject(new Error("pulling images is not available yet")),
+};
 
 export interface RunningServer {
   app: App;
@@ -75,10 +85,24 @@ export async function startServer(
   }
   await slots.init(keepSlots);
   orch.startReaper();
+  const files = new ContextFiles(
+    join(cfg.templatesDir, ".files"),
+    createHash("sha256").update(`upload-links\n${cfg.apiKey}`).digest("hex"),
+    UPLOAD_LIMIT_BYTES,
+  );
+  const builder = new TemplateBuilder({
+    templates,
+    orch,
+    files,
+    images: imageProvider,
+    log: log.child({ component: "builds" }),
+  });
   let ready = false;
   const app = buildApp({
     orch,
     templates,
+    builder,
+    files,
     log,
     apiKey: cfg.apiKey,
     domain: cfg.domain,
@@ -107,6 +131,7 @@ export async function startServer(
     warming,
     async close() {
       ready = false;
+      await builder.close();
       await orch.close();
       await warming;
       app.proxy.close();

@@ -1,6 +1,8 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { Logger } from "pino";
+import type { TemplateBuilder } from "../builds/builder.js";
+import type { ContextFiles } from "../builds/context-files.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
 import { resolveTarget } from "../proxy/target.js";
@@ -13,6 +15,8 @@ import { templateRoutes } from "./routes/templates.js";
 export interface AppOptions {
   orch: Orchestrator;
   templates: TemplateStore;
+  builder: TemplateBuilder;
+  files: ContextFiles;
   log: Logger;
   apiKey: string;
   domain: string;
@@ -69,6 +73,11 @@ export function buildApp(o: AppOptions): App {
   });
   fastify.get("/health/details", async () => o.health());
   void fastify.register(sandboxRoutes, { orch: o.orch, ctx: { domain: o.domain } });
-  void fastify.register(templateRoutes, { templates: o.templates });
+  void fastify.register(templateRoutes, {
+    templates: o.templates,
+    builder: o.builder,
+    files: o.files,
+    orch: o.orch,
+  });
   return { fastify, proxy };
 }

@@ -4,11 +4,13 @@ import { ApiError } from "../errors.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
-/** X-API-Key on every control-plane route except GET /health. Compared in constant time. */
+/** X-API-Key on every control-plane route except GET /health and self-authenticating ones. Constant-time. */
 export function installAuth(app: FastifyInstance, apiKey: string): void {
   const want = digest(apiKey);
   app.addHook("onRequest", async (req) => {
     if (req.method === "GET" && req.url === "/health") return;
+    // Routes that authenticate themselves (signed upload links).
+    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
     const auth = req.headers.authorization;
     const got =
       (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);

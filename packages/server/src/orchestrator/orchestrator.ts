@@ -14,6 +14,7 @@ import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.j
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import type { Template, TemplateStore } from "../storage/templates.js";
 import { envdRequest, envdRun, waitForEnvd } from "./envd-client.js";
+import { envdProcess, type ProcessSpec } from "./envd-process.js";
 import { newClientId, newSandboxId, newToken } from "./ids.js";
 
 export interface CreateRequest {
@@ -58,12 +59,14 @@ interface Live {
   inflight?: { kind: "pause" | "resume"; p: Promise<unknown> };
   /** Set while a capture is running: proxied traffic waits for it. */
   gate?: Promise<unknown>;
-  /** Internal helper sandbox (template capture): never persisted or listed. */
+  /** Internal helper sandbox (template capture or build): never persisted or listed. */
   ephemeral?: boolean;
+  /** Template builds: writable rootfs and staging mounts. */
+  launchExtras?: Pick<SandboxLaunch, "writableRootfs" | "readOnlyMounts">;
 }
 
 /** Where a new sandbox's state comes from. */
-type Source = { kind: "boot"; tpl: Template } | { kind: "image"; imageDir: string; oldToken?: string };
+type Source = { kind: "boot" } | { kind: "image"; imageDir: string; oldToken?: string };
 
 export interface OrchestratorDeps {
   cfg: ServerConfig;
@@ -82,6 +85,17 @@ export interface OrchestratorDeps {
 
 // Generous: idle systrap sandboxes burn CPU, so a busy 2-core node can take a while.
 const ENVD_READY_TIMEOUT_MS = 60_000;
+/** How long a template's ready command may take to pass (E2B: 10 min). */
+const READY_TIMEOUT_MS = 10 * 60_000;
+
+/** A template can start sandboxes once a build has produced its root filesystem. */
+export function usable(t: Template): boolean {
+  return existsSync(t.rootfs);
+}
+
+function templateInit(tpl: Template): Record<string, unknown> {
+  return { envVars: tpl.env, defaultUser: tpl.user, defaultWorkdir: tpl.workdir };
+}
 
 function runtimeIdFor(sandboxId: string): string {
   return `${sandboxId}-${randomBytes(3).toString("hex")}`;
@@ -209,36 +223,78 @@ export class Orchestrator {
    */
   async prepareWarmImages(): Promise<void> {
     for (const tpl of this.d.templates.list()) {
-      // Beside the templates, so every data dir on the host shares them.
-      const dir = join(this.d.cfg.templatesDir, ".warm", `${tpl.id}-r${tpl.revision}-${this.d.imageKey}`);
-      if (isCompleteImage(dir)) {
-        this.warm.set(tpl.id, dir);
-        continue;
-      }
       if (this.closing) return;
-      const t0 = Date.now();
+      if (!usable(tpl)) continue;
       try {
-        await this.captureTemplate(tpl, dir);
-        this.warm.set(tpl.id, dir);
-        this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
+        await this.warmTemplate(tpl);
       } catch (err) {
-        // Another server on this host may have committed the same image meanwhile.
-        if (isCompleteImage(dir)) {
-          this.warm.set(tpl.id, dir);
-          continue;
-        }
         this.d.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
       }
     }
   }
 
-  private async captureTemplate(tpl: Template, finalDir: string): Promise<void> {
+  private warmDir(tpl: Template): string {
+    // Beside the templates, so every data dir on the host shares them.
+    return join(this.d.cfg.templatesDir, ".warm", `${tpl.id}-r${tpl.revision}-${this.d.imageKey}`);
+  }
+
+  /**
+   * Makes sure a template has a warm image for this runtime: booted, its start command
+   * running and its ready command passing, captured. Creating from it is then a restore.
+   */
+  async warmTemplate(tpl: Template, onLog?: (line: string) => void): Promise<void> {
+    const dir = this.warmDir(tpl);
+    if (isCompleteImage(dir)) {
+      this.warm.set(tpl.id, dir);
+      return;
+    }
+    const t0 = Date.now();
+    try {
+      await this.captureTemplate(tpl, dir, onLog);
+    } catch (err) {
+      // Another server on this host may have committed the same image meanwhile.
+      if (!isCompleteImage(dir)) throw err;
+    }
+    this.warm.set(tpl.id, dir);
+    this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
+  }
+
+  /** Starts the template's start command in the background and waits for its ready command. */
+  private async startTemplateCmd(ip: string, tpl: Template, token: string | undefined, onLog?: (line: string) => void) {
+    if (!tpl.startCmd) return;
+    const sh = (cmd: string): ProcessSpec => ({
+      cmd: "/bin/sh",
+      args: ["-c", cmd],
+      envs: tpl.env,
+      cwd: tpl.workdir,
+      user: tpl.user,
+      token,
+    });
+    onLog?.(`start command: ${tpl.startCmd}`);
+    await envdProcess(ip, sh(tpl.startCmd), { detach: true });
+    // E2B's default when only a start command is given.
+    const ready = tpl.readyCmd ?? "sleep 20";
+    const deadline = Date.now() + READY_TIMEOUT_MS;
+    for (let attempt = 1; ; attempt++) {
+      const r = await envdProcess(ip, { ...sh(ready), timeoutMs: 30_000 });
+      if (r.exitCode === 0) {
+        onLog?.(`ready command passed (attempt ${attempt})`);
+        return;
+      }
+      if (Date.now() > deadline) throw new Error(`ready command did not pass within ${READY_TIMEOUT_MS / 1000} s`);
+      await new Promise((res) => setTimeout(res, attempt < 10 ? 200 : 2000));
+    }
+  }
+
+  private async captureTemplate(tpl: Template, finalDir: string, onLog?: (line: string) => void): Promise<void> {
     const id = newSandboxId();
     const dir = join(this.dataDir, "sandboxes", id);
     const rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, { templateID: tpl.id }, tpl);
     const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
     try {
-      await this.bring(live, { kind: "boot", tpl }, undefined);
+      // No token: the create that restores this image sets one.
+      await this.bring(live, { kind: "boot" }, templateInit(tpl));
+      if (live.slot) await this.startTemplateCmd(live.slot.slotIp, tpl, undefined, onLog);
       // Run a login shell once so the image holds bash and its libraries in the sentry's
       // page cache: the first command after every restore is then as fast as later ones.
       if (live.slot) await envdRun(live.slot.slotIp, "true", undefined).catch(() => "");
@@ -252,6 +308,53 @@ export class Orchestrator {
     } finally {
       await this.teardown(live, false);
     }
+  }
+
+  /**
+   * A throwaway sandbox whose writes go straight to `rootfs`, for template build steps.
+   * envd runs as usual; the caller runs the steps and must call close().
+   */
+  async buildSandbox(opts: {
+    rootfs: string;
+    cpuCount: number;
+    memoryMB: number;
+    mounts: Record<string, string>;
+  }): Promise<{ ip: string; close(): Promise<void> }> {
+    if (this.closing) throw new ApiError(503, "server is shutting down");
+    const id = newSandboxId();
+    const sizing = { cpuCount: opts.cpuCount, memoryMB: opts.memoryMB, diskSizeMB: 0 };
+    const rec = this.newRecord(
+      id,
+      join(this.dataDir, "sandboxes", id),
+      "build",
+      "build",
+      opts.rootfs,
+      { templateID: "build" },
+      sizing,
+    );
+    const live: Live = {
+      rec,
+      op: Promise.resolve(),
+      ephemeral: true,
+      launchExtras: { writableRootfs: true, readOnlyMounts: opts.mounts },
+    };
+    try {
+      await this.bring(live, { kind: "boot" }, { defaultUser: "root", defaultWorkdir: "/" });
+    } catch (err) {
+      await this.teardown(live, false);
+      await this.cleanups.get(rec.runtimeId);
+      throw err;
+    }
+    const ip = live.slot?.slotIp as string;
+    return {
+      ip,
+      close: async () => {
+        const runtimeId = rec.runtimeId;
+        await this.teardown(live, false);
+        // The rootfs is used next as a template: the sandbox must be fully gone first.
+        await this.cleanups.get(runtimeId);
+      },
+    };
   }
 
   // ---------------------------------------------------------------- TTL
@@ -374,10 +477,11 @@ export class Orchestrator {
     } else {
       tpl = this.d.templates.get(req.templateID);
       if (!tpl) throw notFound(`template '${req.templateID}' not found`);
+      if (!usable(tpl)) throw badRequest(`template '${req.templateID}' has no finished build yet (${tpl.buildStatus})`);
       rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, req, tpl);
       envVars = { ...tpl.env, ...rec.envVars };
       const warm = this.warm.get(tpl.id);
-      source = warm && isCompleteImage(warm) ? { kind: "image", imageDir: warm } : { kind: "boot", tpl };
+      source = warm && isCompleteImage(warm) ? { kind: "image", imageDir: warm } : { kind: "boot" };
     }
     const live: Live = { rec, op: Promise.resolve() };
     this.live.set(id, live);
@@ -396,7 +500,12 @@ export class Orchestrator {
         this.d.log.warn({ err, template: tpl.id }, "warm restore failed; cold-booting");
         this.warm.delete(tpl.id);
         await this.teardownRuntime(live);
-        await this.bring(live, { kind: "boot", tpl }, init);
+        source = { kind: "boot" };
+        await this.bring(live, source, init);
+      }
+      // A cold boot has to start what a warm image already runs.
+      if (source.kind === "boot" && tpl?.startCmd && live.slot) {
+        await this.startTemplateCmd(live.slot.slotIp, tpl, rec.envdToken);
       }
       rec.state = "running";
       rec.endAt = Date.now() + timeoutS * 1000;
@@ -414,8 +523,10 @@ export class Orchestrator {
     }
   }
 
-  private launch(rec: SandboxRecord, slot: Slot): SandboxLaunch {
+  private launch(live: Live, slot: Slot): SandboxLaunch {
+    const { rec } = live;
     return {
+      ...live.launchExtras,
       id: rec.runtimeId,
       rootfs: rec.rootfs,
       dir: join(rec.dir, rec.runtimeId),
@@ -440,7 +551,7 @@ export class Orchestrator {
     live.slot = await this.d.slots.acquire({ allowInternet: rec.allowInternet });
     rec.slotIndex = live.slot.index;
     if (!live.ephemeral) this.d.store.put(rec);
-    const launch = this.launch(rec, live.slot);
+    const launch = this.launch(live, live.slot);
     if (source.kind === "boot") await this.d.driver.start(launch);
     else await this.d.driver.restore(launch, source.imageDir);
     const ip = live.slot.slotIp;
@@ -770,6 +881,23 @@ export class Orchestrator {
       rmSync(tmp, { recursive: true, force: true });
       if (isCompleteImage(snap.imageDir)) return; // a concurrent create won
       throw new ApiError(500, `snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
+    }
+  }
+
+  /** Whether sandboxes (running or paused) or snapshots still need a template's trees. */
+  templateInUse(templateId: string): boolean {
+    for (const l of this.live.values()) if (l.rec.templateId === templateId) return true;
+    for (const s of this.snapshots.values()) if (s.templateId === templateId) return true;
+    return false;
+  }
+
+  /** Drops a deleted template's warm images. */
+  forgetTemplate(templateId: string): void {
+    this.warm.delete(templateId);
+    const dir = join(this.d.cfg.templatesDir, ".warm");
+    if (!existsSync(dir)) return;
+    for (const name of readdirSync(dir)) {
+      if (name.startsWith(`${templateId}-r`)) rmSync(join(dir, name), { recursive: true, force: true });
     }
   }
 

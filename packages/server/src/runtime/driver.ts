@@ -6,8 +6,15 @@
 export interface SandboxLaunch {
   /** Fixed-length unique ID (runsc matches IDs by prefix). */
   id: string;
-  /** Template root filesystem; never written to. */
+  /** Template root filesystem; never written to unless writableRootfs. */
   rootfs: string;
+  /**
+   * Template builds only: writes go straight to the rootfs directory (no per-sandbox
+   * writable layer), so build steps change the template itself. Not checkpointable.
+   */
+  writableRootfs?: boolean;
+  /** Extra read-only host directories, by mount point (template builds' COPY staging). */
+  readOnlyMounts?: Record<string, string>;
   /** Per-sandbox host directory: bundle, writable-layer store, logs. */
   dir: string;
   /** Network namespace the sandbox joins (already addressed). */

@@ -1,11 +1,16 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+
+export const BuildStatus = z.enum(["waiting", "building", "ready", "error"]);
+export type BuildStatus = z.infer<typeof BuildStatus>;
 
 const TemplateFile = z.object({
   /** Changes whenever the tree changes: images taken on one revision never restore on another. */
   revision: z.number().int().nonnegative().default(1),
   id: z.string(),
+  /** Primary alias. */
   name: z.string(),
   user: z.string().default("user"),
   workdir: z.string().default("/home/user"),
@@ -14,32 +19,92 @@ const TemplateFile = z.object({
   memoryMB: z.number().int().positive().default(1024),
   diskSizeMB: z.number().int().positive().default(2048),
   createdAt: z.string().optional(),
+  updatedAt: z.string().optional(),
+  /** Folder of the current revision's root filesystem, relative to the template folder. */
+  rootfsDir: z.string().default("rootfs"),
+  /** Started when the warm image is taken, so it is already running in every sandbox. */
+  startCmd: z.string().optional(),
+  /** Polled before the warm image is taken; exit 0 means ready. */
+  readyCmd: z.string().optional(),
+  /** Where the tree came from: an image reference (with its digest) or another template. */
+  fromImage: z.string().optional(),
+  imageDigest: z.string().optional(),
+  fromTemplate: z.string().optional(),
+  buildId: z.string().default("local"),
+  buildStatus: BuildStatus.default("ready"),
+  reason: z.object({ message: z.string(), step: z.string().optional() }).optional(),
+  buildCount: z.number().int().nonnegative().default(1),
 });
 
-export type Template = z.infer<typeof TemplateFile> & { rootfs: string };
+export type TemplateData = z.infer<typeof TemplateFile>;
+export type Template = TemplateData & { rootfs: string; dir: string };
 
-/** Templates on local disk: TEMPLATES_DIR/<id>/{template.json, rootfs/}. */
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+export function validTemplateName(name: string): boolean {
+  return NAME_RE.test(name);
+}
+
+/** Short IDs in the E2B style: 20 lowercase alphanumerics. */
+export function newTemplateId(): string {
+  const abc = "abcdefghijklmnopqrstuvwxyz0123456789";
+  let s = "";
+  for (const b of randomBytes(20)) s += abc[b % abc.length];
+  return s;
+}
+
+/**
+ * Templates on local disk: TEMPLATES_DIR/<id>/{template.json, <rootfsDir>/}. Every rebuild
+ * gets a new rootfs folder (rootfs-r<revision>), so paused sandboxes and snapshots of an
+ * older revision keep the exact tree they were taken on.
+ */
 export class TemplateStore {
-  constructor(private readonly dir: string) {}
+  constructor(readonly dir: string) {}
 
+  /** By ID or by name; only templates that finished building are usable. */
   get(ref: string): Template | undefined {
-    return this.list().find((t) => t.id === ref || t.name === ref);
+    const all = this.list();
+    return all.find((t) => t.id === ref) ?? all.find((t) => t.name === ref);
   }
 
+  /** Every template folder, including ones still building or failed. */
   list(): Template[] {
     if (!existsSync(this.dir)) return [];
     const out: Template[] = [];
     for (const name of readdirSync(this.dir)) {
       if (name.startsWith(".")) continue;
-      const file = join(this.dir, name, "template.json");
-      if (!existsSync(file)) continue;
-      try {
-        const t = TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
-        out.push({ ...t, rootfs: join(this.dir, name, "rootfs") });
-      } catch {
-        // A half-written or foreign folder is not a template.
-      }
+      const t = this.read(name);
+      if (t) out.push(t);
     }
     return out;
+  }
+
+  private read(id: string): Template | undefined {
+    const file = join(this.dir, id, "template.json");
+    if (!existsSync(file)) return undefined;
+    try {
+      const t = TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
+      return { ...t, dir: join(this.dir, id), rootfs: join(this.dir, id, t.rootfsDir) };
+    } catch {
+      // A half-written or foreign folder is not a template.
+      return undefined;
+    }
+  }
+
+  /** Writes template.json atomically (temp name, rename). */
+  save(t: TemplateData): Template {
+    const dir = join(this.dir, t.id);
+    mkdirSync(dir, { recursive: true });
+    const data = TemplateFile.parse({ ...t, updatedAt: new Date().toISOString() });
+    const tmp = join(dir, `.template.json.tmp-${randomBytes(4).toString("hex")}`);
+    writeFileSync(tmp, JSON.stringify(data, null, 2));
+    renameSync(tmp, join(dir, "template.json"));
+    return { ...data, dir, rootfs: join(dir, data.rootfsDir) };
+  }
+
+  /** Removes a template's folder (every revision). */
+  remove(id: string): void {
+    if (!/^[A-Za-z0-9_.-]+$/.test(id)) return;
+    rmSync(join(this.dir, id), { recursive: true, force: true });
   }
 }

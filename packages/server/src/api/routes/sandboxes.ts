@@ -14,7 +14,6 @@ import {
   SnapshotBody,
   SnapshotIdParams,
   SnapshotListQuery,
-  TemplateIdParams,
   TimeoutBody,
 } from "../schemas.js";
 import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed, snapshotInfo } from "../serialize.js";
@@ -143,13 +142,6 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   });
 
   // Snapshots are templates to the SDK: deleteSnapshot() calls DELETE /templates/{id}.
-  app.delete("/templates/:templateID", async (req, reply) => {
-    const { templateID } = TemplateIdParams.parse(req.params);
-    if (!orch.findSnapshot(templateID)) throw new ApiError(404, `template or snapshot '${templateID}' not found`);
-    await orch.deleteSnapshot(templateID);
-    return reply.status(204).send();
-  });
-
   app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ForkBody.parse(body(req.body));

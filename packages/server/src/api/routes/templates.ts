@@ -1,16 +1,21 @@
+import type { Readable } from "node:stream";
 import { ENVD_VERSION } from "@aenv/protocol";
 import type { FastifyInstance } from "fastify";
+import type { TemplateBuilder } from "../../builds/builder.js";
+import type { ContextFiles } from "../../builds/context-files.js";
+import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../builds/spec.js";
 import { ApiError } from "../../errors.js";
+import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { Template, TemplateStore } from "../../storage/templates.js";
 import { paginate } from "../list-filter.js";
 import { ListQuery, TemplateIdParams } from "../schemas.js";
 
-/** E2B `Template`: the fields the SDK and CLIs read, for templates on this node. */
+/** E2B `Template`: the fields the SDK and CLIs read. */
 function templateInfo(t: Template) {
   const created = t.createdAt ?? new Date(0).toISOString();
   return {
     templateID: t.id,
-    buildID: `local-r${t.revision}`,
+    buildID: t.buildId,
     cpuCount: t.cpuCount,
     memoryMB: t.memoryMB,
     diskSizeMB: t.diskSizeMB,
@@ -18,19 +23,39 @@ function templateInfo(t: Template) {
     aliases: [t.name],
     names: [t.name],
     createdAt: created,
-    updatedAt: created,
+    updatedAt: t.updatedAt ?? created,
     createdBy: null,
     lastSpawnedAt: null,
     spawnCount: 0,
-    buildCount: 1,
+    buildCount: t.buildCount,
     envdVersion: ENVD_VERSION,
-    buildStatus: "ready",
+    buildStatus: t.buildStatus,
+    ...(t.fromImage ? { fromImage: t.fromImage, imageDigest: t.imageDigest } : {}),
+    ...(t.fromTemplate ? { fromTemplate: t.fromTemplate } : {}),
+    ...(t.startCmd ? { startCmd: t.startCmd } : {}),
+    ...(t.readyCmd ? { readyCmd: t.readyCmd } : {}),
   };
 }
 
-/** Read-only template listing; building templates is the template build API's job. */
-export async function templateRoutes(app: FastifyInstance, opts: { templates: TemplateStore }): Promise<void> {
-  const all = () => opts.templates.list().sort((a, b) => a.id.localeCompare(b.id));
+const FilesParams = TemplateIdParams.extend({ hash: TemplateIdParams.shape.templateID });
+const BuildParams = TemplateIdParams.extend({ buildID: TemplateIdParams.shape.templateID });
+
+export interface TemplateRouteOptions {
+  templates: TemplateStore;
+  builder: TemplateBuilder;
+  files: ContextFiles;
+  orch: Orchestrator;
+}
+
+/** The E2B template API: catalog, builds (v2/v3), COPY context uploads, aliases. */
+export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptions): Promise<void> {
+  const all = () => o.templates.list().sort((a, b) => a.id.localeCompare(b.id));
+  const mustGet = (ref: string) => {
+    const t = o.templates.get(ref);
+    if (!t) throw new ApiError(404, `template '${ref}' not found`);
+    return t;
+  };
+
   app.get("/templates", async () => all().map(templateInfo));
   app.get("/v2/templates", async (req, reply) => {
     const q = ListQuery.parse(req.query);
@@ -38,14 +63,76 @@ export async function templateRoutes(app: FastifyInstance, opts: { templates: Te
   });
   app.get("/templates/:templateID", async (req) => {
     const { templateID } = TemplateIdParams.parse(req.params);
-    const t = opts.templates.get(templateID);
-    if (!t) throw new ApiError(404, `template '${templateID}' not found`);
-    return { ...templateInfo(t), builds: [{ buildID: `local-r${t.revision}`, status: "ready" }] };
+    const t = mustGet(templateID);
+    const builds = o.builder.recordsOf(t).map((b) => ({
+      buildID: b.buildID,
+      status: b.status,
+      createdAt: b.startedAt,
+      updatedAt: b.finishedAt ?? b.startedAt,
+      finishedAt: b.finishedAt ?? null,
+      cpuCount: t.cpuCount,
+      memoryMB: t.memoryMB,
+      envdVersion: ENVD_VERSION,
+    }));
+    return { ...templateInfo(t), builds };
   });
   app.get("/templates/aliases/:alias", async (req) => {
     const { alias } = req.params as { alias: string };
-    const t = opts.templates.get(alias);
-    if (!t) throw new ApiError(404, `alias '${alias}' not found`);
+    const t = mustGet(alias);
     return { templateID: t.id, public: false };
+  });
+
+  const request = async (req: { body: unknown }, reply: { status(n: number): { send(b: unknown): unknown } }) => {
+    const t = o.builder.request(TemplateRequest.parse(req.body ?? {}));
+    return reply.status(202).send({
+      templateID: t.id,
+      buildID: t.buildId,
+      public: false,
+      names: [t.name],
+      aliases: [t.name],
+      tags: t.tags,
+    });
+  };
+  app.post("/v3/templates", request);
+  app.post("/v2/templates", request);
+
+  app.get("/templates/:templateID/files/:hash", async (req) => {
+    const { templateID, hash } = FilesParams.parse(req.params);
+    const t = mustGet(templateID);
+    return o.files.link(t.id, hash, `${req.protocol}://${req.headers.host}`);
+  });
+
+  // The SDK PUTs COPY contexts to the signed link without an API key, like a presigned URL.
+  await app.register(async (upload) => {
+    upload.removeAllContentTypeParsers();
+    upload.addContentTypeParser("*", (_req, payload, done) => done(null, payload));
+    upload.put("/templates/:templateID/files/:hash", { config: { public: true } }, async (req, reply) => {
+      const { templateID, hash } = FilesParams.parse(req.params);
+      const q = req.query as { exp?: string; sig?: string };
+      o.files.verify(templateID, hash, q.exp, q.sig);
+      const len = req.headers["content-length"] ? Number(req.headers["content-length"]) : undefined;
+      const stream = (req.body as Readable | undefined) ?? req.raw;
+      await o.files.store(hash, stream, len);
+      return reply.status(200).send();
+    });
+  });
+
+  app.post("/v2/templates/:templateID/builds/:buildID", async (req, reply) => {
+    const { templateID, buildID } = BuildParams.parse(req.params);
+    o.builder.start(templateID, buildID, BuildStart.parse(req.body ?? {}));
+    return reply.status(202).send();
+  });
+  app.get("/templates/:templateID/builds/:buildID/status", async (req) => {
+    const { templateID, buildID } = BuildParams.parse(req.params);
+    const q = BuildStatusQuery.parse(req.query);
+    return o.builder.status(templateID, buildID, q.logsOffset ?? 0, q.limit);
+  });
+
+  // Snapshots and templates share one namespace (E2B deletes both through this route).
+  app.delete("/templates/:templateID", async (req, reply) => {
+    const { templateID } = TemplateIdParams.parse(req.params);
+    if (o.orch.findSnapshot(templateID)) await o.orch.deleteSnapshot(templateID);
+    else o.builder.delete(templateID);
+    return reply.status(204).send();
   });
 }

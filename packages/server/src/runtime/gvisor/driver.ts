@@ -83,7 +83,8 @@ export class GvisorDriver implements RuntimeDriver {
     mkdirSync(overlay, { recursive: true });
     writeFileSync(join(bundle, "config.json"), JSON.stringify(ociSpec(l)));
     // --net-disconnect-ok: a checkpoint drops external TCP connections instead of failing.
-    return { bundle, flags: ["--network=sandbox", `--overlay2=root:dir=${overlay}`, "--net-disconnect-ok"] };
+    const overlayFlag = l.writableRootfs ? "--overlay2=none" : `--overlay2=root:dir=${overlay}`;
+    return { bundle, flags: ["--network=sandbox", overlayFlag, "--net-disconnect-ok"] };
   }
 
   async start(l: SandboxLaunch): Promise<void> {

@@ -76,6 +76,12 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
       ...STANDARD_MOUNTS,
       { destination: "/.aenv", type: "bind", source: l.runtimeDir, options: ["rbind", "ro"] },
       { destination: "/etc/resolv.conf", type: "bind", source: l.resolvConf, options: ["bind", "ro"] },
+      ...Object.entries(l.readOnlyMounts ?? {}).map(([destination, source]) => ({
+        destination,
+        type: "bind",
+        source,
+        options: ["rbind", "ro"],
+      })),
     ],
     linux: {
       namespaces: [

@@ -1,0 +1,441 @@
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join, posix } from "node:path";
+import type { Logger } from "pino";
+import { ApiError, badRequest, conflict, notFound } from "../errors.js";
+import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
+import { type Orchestrator, usable } from "../orchestrator/orchestrator.js";
+import {
+  newTemplateId,
+  type Template,
+  type TemplateData,
+  type TemplateStore,
+  validTemplateName,
+} from "../storage/templates.js";
+import { exec } from "../util/exec.js";
+import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
+import type { ContextFiles } from "./context-files.js";
+import { inSandbox } from "./in-sandbox.js";
+import type { BuildStart, BuildStep, TemplateRequest } from "./spec.js";
+import { validateSteps } from "./spec.js";
+
+/** What a build needs from the image machinery: a tree and its config. */
+export interface ImageProvider {
+  /** Pulls (layers cached) and unpacks `ref` into the new folder `dest`. */
+  pullInto(
+    ref: string,
+    dest: string,
+    onLog: (message: string) => void,
+  ): Promise<{ ref: string; digest: string; env: Record<string, string>; workdir?: string; user?: string }>;
+}
+
+interface StepContext {
+  env: Record<string, string>;
+  args: Record<string, string>;
+  user: string;
+  workdir: string;
+  userSet?: string;
+  workdirSet?: string;
+  bash: boolean;
+}
+
+class StepFailure extends Error {
+  constructor(
+    message: string,
+    readonly step: string,
+  ) {
+    super(message);
+  }
+}
+
+const STAGING_MOUNT = "/.aenv-build";
+const RUN_TIMEOUT_MS = 30 * 60_000;
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * Template builds (E2B's v2/v3 template API): a base tree from an image or another template,
+ * steps run inside a sandbox of that tree (writes land in the new rootfs), then a warm image
+ * with the start command running. Builds run one at a time.
+ */
+export class TemplateBuilder {
+  private readonly builds = new Map<string, BuildRecord>();
+  private queue: Promise<unknown> = Promise.resolve();
+  private closing = false;
+
+  constructor(
+    private readonly d: {
+      templates: TemplateStore;
+      orch: Orchestrator;
+      files: ContextFiles;
+      images: ImageProvider;
+      log: Logger;
+    },
+  ) {}
+
+  /** POST /v3/templates: registers a build; an existing name gets a new build of its template. */
+  request(req: TemplateRequest): Template & { tags: string[] } {
+    const raw = req.name ?? req.alias;
+    if (!raw) throw badRequest("name is required");
+    const [name, tag] = raw.split(":", 2) as [string, string | undefined];
+    if (!validTemplateName(name))
+      throw badRequest(`invalid template name '${name}': use letters, digits, '_', '-', '.'`);
+    if (this.d.orch.findSnapshot(name)) throw conflict(`name '${name}' is taken by a snapshot`);
+    const tags = [...(req.tags ?? []), ...(tag ? [tag] : [])];
+    const existing = this.d.templates.get(name);
+    if (existing && (existing.buildStatus === "building" || this.isQueued(existing))) {
+      throw conflict(`template '${name}' has a build in progress`);
+    }
+    const buildId = randomUUID();
+    const base: TemplateData = existing ?? {
+      id: newTemplateId(),
+      name,
+      revision: 0,
+      rootfsDir: "rootfs-r0",
+      user: "user",
+      workdir: "/home/user",
+      env: {},
+      cpuCount: 2,
+      memoryMB: 1024,
+      diskSizeMB: 2048,
+      buildId,
+      buildStatus: "waiting",
+      buildCount: 0,
+      createdAt: new Date().toISOString(),
+    };
+    const t = this.d.templates.save({
+      ...base,
+      cpuCount: req.cpuCount ?? base.cpuCount,
+      memoryMB: req.memoryMB ?? base.memoryMB,
+      buildId,
+      buildStatus: "waiting",
+      reason: undefined,
+    });
+    this.builds.set(buildId, {
+      templateID: t.id,
+      buildID: buildId,
+      status: "waiting",
+      logs: [],
+      startedAt: new Date().toISOString(),
+    });
+    return { ...t, tags };
+  }
+
+  private isQueued(t: Template): boolean {
+    const b = this.builds.get(t.buildId);
+    return b?.status === "building";
+  }
+
+  /** POST /v2/templates/{id}/builds/{buildID}: validates, then builds in the background. */
+  start(templateId: string, buildId: string, spec: BuildStart): void {
+    const t = this.mustGet(templateId);
+    if (t.buildId !== buildId) throw notFound(`build '${buildId}' of template '${templateId}' not found`);
+    const b = this.builds.get(buildId);
+    if (b?.status !== "waiting") throw conflict(`build '${buildId}' was already started`);
+    if (spec.fromImage && spec.fromTemplate) throw badRequest("give fromImage or fromTemplate, not both");
+    const bad = validateSteps(spec.steps);
+    if (bad) throw badRequest(bad);
+    for (const [i, s] of spec.steps.entries()) {
+      if (s.filesHash && !this.d.files.has(s.filesHash)) {
+        throw badRequest(`step ${i + 1} (${s.type}): files ${s.filesHash} were not uploaded`);
+      }
+    }
+    if (spec.fromTemplate || !spec.fromImage) {
+      const from = this.d.templates.get(spec.fromTemplate ?? "base");
+      if (!from || !usable(from)) throw badRequest(`base template '${spec.fromTemplate ?? "base"}' not found`);
+    }
+    b.status = "building";
+    this.d.templates.save({ ...t, buildStatus: "building" });
+    const run = () => this.run(t.id, b, spec);
+    this.queue = this.queue.then(run, run);
+  }
+
+  status(templateId: string, buildId: string, offset = 0, limit = 1000) {
+    const t = this.mustGet(templateId);
+    const b = this.builds.get(buildId) ?? this.loadRecord(t, buildId);
+    if (!b || b.templateID !== t.id) throw notFound(`build '${buildId}' of template '${templateId}' not found`);
+    const entries = b.logs.slice(offset, offset + limit);
+    return {
+      templateID: t.id,
+      buildID: b.buildID,
+      status: b.status,
+      logEntries: entries,
+      logs: entries.map((e) => `[${e.timestamp}] ${e.message}`),
+      ...(b.reason
+        ? { reason: { ...b.reason, logEntries: b.logs.filter((e) => e.level === "error").slice(-20) } }
+        : {}),
+    };
+  }
+
+  /** Builds of one template, newest last (GET /templates/{id}). */
+  recordsOf(t: Template): BuildRecord[] {
+    const b = this.builds.get(t.buildId) ?? this.loadRecord(t, t.buildId);
+    return b ? [b] : [];
+  }
+
+  private mustGet(ref: string): Template {
+    const t = this.d.templates.get(ref);
+    if (!t) throw notFound(`template '${ref}' not found`);
+    return t;
+  }
+
+  private recordPath(t: Template, buildId: string): string {
+    return join(t.dir, "builds", `${buildId.replace(/[^A-Za-z0-9-]/g, "")}.json`);
+  }
+
+  private loadRecord(t: Template, buildId: string): BuildRecord | undefined {
+    try {
+      return JSON.parse(readFileSync(this.recordPath(t, buildId), "utf8")) as BuildRecord;
+    } catch {
+      if (t.buildId !== buildId) return undefined;
+      // Builds from before a restart that left no record (e.g. the base template).
+      const status = t.buildStatus === "building" || t.buildStatus === "waiting" ? "error" : t.buildStatus;
+      return {
+        templateID: t.id,
+        buildID: buildId,
+        status,
+        logs: [],
+        startedAt: t.createdAt ?? new Date(0).toISOString(),
+        ...(status === "error" ? { reason: t.reason ?? { message: "build interrupted by a server restart" } } : {}),
+      };
+    }
+  }
+
+  private persist(t: Template, b: BuildRecord): void {
+    if (!existsSync(join(t.dir, "template.json"))) return; // deleted meanwhile
+    mkdirSync(join(t.dir, "builds"), { recursive: true });
+    const file = this.recordPath(t, b.buildID);
+    writeFileSync(`${file}.tmp`, JSON.stringify(b));
+    renameSync(`${file}.tmp`, file);
+  }
+
+  // ---------------------------------------------------------------- the build
+
+  private async run(templateId: string, b: BuildRecord, spec: BuildStart): Promise<void> {
+    const log = (level: LogEntry["level"], message: string, step?: string) => appendLog(b, level, message, step);
+    let t = this.mustGet(templateId);
+    const rev = t.revision + 1;
+    const rootfsDir = `rootfs-r${rev}`;
+    const tmpRoot = join(t.dir, `${rootfsDir}.tmp`);
+    const staging = join(t.dir, `.staging-${b.buildID}`);
+    let sandbox: { ip: string; close(): Promise<void> } | undefined;
+    const t0 = Date.now();
+    log("info", `Building template ${t.name} (${t.id}), build ${b.buildID}`);
+    try {
+      if (this.closing) throw new StepFailure("server is shutting down", "base");
+      rmSync(tmpRoot, { recursive: true, force: true });
+      const ctx = await this.base(spec, tmpRoot, (m) => log("info", m, "base")).catch((err: Error) => {
+        throw new StepFailure(err.message, "base");
+      });
+      await this.stage(spec.steps, staging);
+      sandbox = await this.d.orch.buildSandbox({
+        rootfs: tmpRoot,
+        cpuCount: t.cpuCount,
+        memoryMB: t.memoryMB,
+        mounts: { [STAGING_MOUNT]: staging },
+      });
+      const ip = sandbox.ip;
+      ctx.bash = (await envdProcess(ip, inSandbox.exists("/bin/bash"))).exitCode === 0;
+      for (const [i, step] of spec.steps.entries()) {
+        await this.step(ip, i, step, ctx, log);
+      }
+      // finalize: the account and folder sandboxes start in, then the tree is the template's.
+      const user = ctx.userSet ?? (ctx.user !== "root" ? ctx.user : "user");
+      if (user !== "root") await this.must(ip, inSandbox.ensureUser(user), "finalize", log);
+      const workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
+      await this.must(ip, inSandbox.mkdir(workdir), "finalize", log);
+      await sandbox.close();
+      sandbox = undefined;
+      rmSync(join(tmpRoot, STAGING_MOUNT.slice(1)), { recursive: true, force: true });
+      rmSync(join(t.dir, rootfsDir), { recursive: true, force: true });
+      renameSync(tmpRoot, join(t.dir, rootfsDir));
+      t = this.d.templates.save({
+        ...this.mustGet(templateId),
+        revision: rev,
+        rootfsDir,
+        env: { PATH: DEFAULT_PATH, ...ctx.env },
+        user,
+        workdir,
+        startCmd: spec.startCmd || undefined,
+        readyCmd: spec.readyCmd || undefined,
+        fromImage: spec.fromImage,
+        fromTemplate: spec.fromImage ? undefined : (spec.fromTemplate ?? "base"),
+        imageDigest: ctx.imageDigest,
+        buildStatus: "building",
+      });
+      log("info", "Taking the warm snapshot (start command running, ready command passed)", "finalize");
+      await this.d.orch
+        .warmTemplate(t, (m) => log("info", m, "finalize"))
+        .catch((err: Error) => {
+          throw new StepFailure(`start/ready command failed: ${err.message}`, "finalize");
+        });
+      t = this.d.templates.save({ ...t, buildStatus: "ready", buildCount: t.buildCount + 1, reason: undefined });
+      b.status = "ready";
+      log("info", `Build finished in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    } catch (err) {
+      const step = err instanceof StepFailure ? err.step : "finalize";
+      const message = (err as Error).message;
+      b.reason = { message, step };
+      this.d.log.warn({ template: templateId, build: b.buildID, step, err: message }, "template build failed");
+      const cur = this.d.templates.get(templateId);
+      if (cur) t = this.d.templates.save({ ...cur, buildStatus: "error", reason: b.reason });
+      b.status = "error";
+      log("error", `Build failed: ${message}`, step);
+      if (sandbox) await sandbox.close().catch(() => {});
+      rmSync(tmpRoot, { recursive: true, force: true });
+    } finally {
+      rmSync(staging, { recursive: true, force: true });
+      b.finishedAt = new Date().toISOString();
+      this.persist(t, b);
+    }
+  }
+
+  /** The starting tree: an image unpacked, or a copy of another template's tree. */
+  private async base(
+    spec: BuildStart,
+    dest: string,
+    onLog: (m: string) => void,
+  ): Promise<StepContext & { imageDigest?: string }> {
+    if (spec.fromImage) {
+      onLog(`FROM ${spec.fromImage}`);
+      const img = await this.d.images.pullInto(spec.fromImage, dest, onLog);
+      return {
+        env: { ...img.env },
+        args: {},
+        user: "root",
+        workdir: img.workdir || "/",
+        ...(img.user && img.user !== "root" && img.user !== "0" ? { userSet: img.user } : {}),
+        ...(img.workdir && img.workdir !== "/" ? { workdirSet: img.workdir } : {}),
+        bash: false,
+        imageDigest: img.digest,
+      };
+    }
+    const from = this.d.templates.get(spec.fromTemplate ?? "base");
+    if (!from || !usable(from)) throw new Error(`base template '${spec.fromTemplate ?? "base"}' not found`);
+    onLog(`FROM template ${from.name} (revision ${from.revision})`);
+    await exec("cp", ["-a", "--reflink=auto", from.rootfs, dest], { timeoutMs: 30 * 60_000 });
+    return { env: { ...from.env }, args: {}, user: "root", workdir: "/", bash: false };
+  }
+
+  /** Unpacks each COPY step's uploaded context where the build sandbox sees it. */
+  private async stage(steps: BuildStep[], staging: string): Promise<void> {
+    rmSync(staging, { recursive: true, force: true });
+    mkdirSync(staging, { recursive: true });
+    for (const [i, s] of steps.entries()) {
+      if (!s.filesHash || !["COPY", "ADD"].includes(s.type.toUpperCase())) continue;
+      const dir = join(staging, `copy-${i}`);
+      mkdirSync(dir);
+      // GNU tar refuses `..` members and strips leading '/'; the tree is ours alone, and the
+      // copy into the rootfs happens inside the sandbox.
+      const r = await exec("tar", ["-xf", this.d.files.path(s.filesHash), "-C", dir, "--no-same-owner"], {
+        allowFail: true,
+        timeoutMs: 10 * 60_000,
+      });
+      if (r.code !== 0) {
+        throw new StepFailure(
+          `files of step ${i + 1} are not a readable tar archive: ${r.stderr.trim()}`,
+          String(i + 1),
+        );
+      }
+    }
+  }
+
+  private async must(
+    ip: string,
+    p: ProcessSpec,
+    step: string,
+    log: (l: LogEntry["level"], m: string, s?: string) => void,
+  ) {
+    const out = new LineSplitter((line) => log("info", line, step));
+    const r = await envdProcess(ip, p, { onOutput: (_s, text) => out.push(text) });
+    out.flush();
+    if (r.exitCode !== 0) throw new StepFailure(`step ${step} failed (exit code ${r.exitCode})`, step);
+  }
+
+  private async step(
+    ip: string,
+    i: number,
+    s: BuildStep,
+    ctx: StepContext,
+    log: (l: LogEntry["level"], m: string, s?: string) => void,
+  ): Promise<void> {
+    const step = String(i + 1);
+    const type = s.type.toUpperCase();
+    const [a0 = "", a1 = "", a2 = "", a3 = ""] = s.args;
+    log("info", `Step ${step}: ${type} ${s.args.filter(Boolean).join(" ")}`, step);
+    switch (type) {
+      case "RUN": {
+        const user = a1 || ctx.user;
+        const env = { PATH: DEFAULT_PATH, ...ctx.env, ...ctx.args };
+        const out = new LineSplitter((line) => log("info", line, step));
+        let r: { exitCode: number; error?: string };
+        try {
+          r = await envdProcess(
+            ip,
+            {
+              cmd: ctx.bash ? "/bin/bash" : "/bin/sh",
+              args: ["-c", a0],
+              envs: env,
+              cwd: ctx.workdir,
+              user,
+              timeoutMs: RUN_TIMEOUT_MS,
+            },
+            { onOutput: (_stream, text) => out.push(text) },
+          );
+        } catch (err) {
+          throw new StepFailure(`step ${step} (RUN) could not start: ${(err as Error).message}`, step);
+        } finally {
+          out.flush();
+        }
+        if (r.exitCode !== 0) {
+          throw new StepFailure(`step ${step} (RUN ${a0}) exited with code ${r.exitCode}`, step);
+        }
+        return;
+      }
+      case "ENV":
+        for (let k = 0; k + 1 < s.args.length; k += 2) ctx.env[s.args[k] as string] = s.args[k + 1] as string;
+        return;
+      case "ARG":
+        if (a0.includes("=")) {
+          const [k, ...v] = a0.split("=");
+          ctx.args[k as string] = v.join("=");
+        } else ctx.args[a0] = a1;
+        return;
+      case "WORKDIR": {
+        const dir = posix.resolve(ctx.workdir, a0);
+        await this.must(ip, inSandbox.mkdir(dir), step, log);
+        ctx.workdir = dir;
+        ctx.workdirSet = dir;
+        return;
+      }
+      case "USER":
+        if (a0 !== "root" && a0 !== "0") await this.must(ip, inSandbox.ensureUser(a0), step, log);
+        ctx.user = a0;
+        ctx.userSet = a0;
+        return;
+      case "COPY":
+      case "ADD": {
+        const dest = posix.resolve(ctx.workdir, a1) + (a1.endsWith("/") ? "/" : "");
+        await this.must(ip, inSandbox.copy(`${STAGING_MOUNT}/copy-${i}`, a0, dest, a2 || ctx.user, a3), step, log);
+        return;
+      }
+      default:
+        log("warn", `${type} is recorded as metadata only`, step);
+    }
+  }
+
+  /** DELETE /templates/{id}: the catalog entry, its tree and its warm images. */
+  delete(ref: string): void {
+    const t = this.mustGet(ref);
+    if (t.buildStatus === "building") throw conflict(`template '${ref}' is being built`);
+    if (this.d.orch.templateInUse(t.id)) {
+      throw new ApiError(409, `template '${ref}' is used by sandboxes or snapshots; remove them first`);
+    }
+    this.d.orch.forgetTemplate(t.id);
+    this.d.templates.remove(t.id);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    await this.queue.catch(() => {});
+  }
+}
