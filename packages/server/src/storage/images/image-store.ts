@@ -1,0 +1,277 @@
+/**
+ * ImageStore: image reference → verified blobs in a shared content-addressed store (pull), and
+ * blobs → a root filesystem directory (unpack). No Docker daemon involved.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
+import { authFilePath, loadCredentials } from "./auth.js";
+import { BlobStore, digestOf } from "./blob-store.js";
+import { decompressFile } from "./decompress.js";
+import { ImagePullError } from "./errors.js";
+import {
+  formatPlatform,
+  hostPlatform,
+  type ImageConfig,
+  type ImageManifest,
+  type Platform,
+  parseConfig,
+  parseManifest,
+  selectPlatform,
+} from "./manifest.js";
+import { type ProgressCallback, ProgressTracker } from "./progress.js";
+import { formatSource, parseSource } from "./reference.js";
+import { RegistryClient } from "./registry-client.js";
+import { readTar } from "./tar.js";
+import { RootfsWriter, type UnpackStats } from "./unpack.js";
+
+export interface ImageStoreOptions {
+  /** Store root; blobs live in `<dir>/blobs/sha256/<hex>`. */
+  dir: string;
+  /** Docker-style auth file; default REGISTRY_AUTH_FILE, DOCKER_CONFIG/config.json, ~/.docker/config.json. */
+  authFile?: string;
+  /** Registries (`host` or `host:port`) spoken to over plain HTTP; loopback ones always are. */
+  insecureRegistries?: string[];
+  /** Platform to pick from multi-arch indexes; default linux + the host architecture. */
+  platform?: Platform;
+  log?: (msg: string) => void;
+  /** Parallel blob downloads (default 3). */
+  concurrency?: number;
+}
+
+export interface LayerDescriptor {
+  digest: string;
+  size: number;
+  mediaType: string;
+}
+
+export interface PulledImage {
+  /** Normalised source: `docker.io/library/alpine:latest`, `oci-archive:/abs/x.tar:tag`. */
+  ref: string;
+  /** Digest the reference resolved to (an index for multi-arch images): pin with `ref@digest`. */
+  digest: string;
+  /** Digest of the platform's image manifest (equals `digest` for single-platform images). */
+  manifestDigest: string;
+  configDigest: string;
+  config: ImageConfig;
+  layers: LayerDescriptor[];
+  /** sha256 of each uncompressed layer, from the config; checked by unpack. */
+  diffIds: string[];
+  platform: Platform;
+  /** What this pull moved: zero blobs when everything was already stored. */
+  transfer: { blobsFetched: number; bytesFetched: number; layersCached: number };
+}
+
+export interface UnpackResult extends UnpackStats {
+  dir: string;
+}
+
+async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Runs `fn` over `items` with at most `n` in flight; the first failure rejects. */
+async function eachLimit<T>(items: T[], n: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      await fn(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(n, items.length) }, worker));
+}
+
+export class ImageStore {
+  readonly blobs: BlobStore;
+  private readonly platform: Platform;
+  private readonly log: (msg: string) => void;
+
+  constructor(private readonly opts: ImageStoreOptions) {
+    this.blobs = new BlobStore(opts.dir);
+    this.platform = opts.platform ?? hostPlatform();
+    this.log = opts.log ?? (() => {});
+  }
+
+  private source(input: string): ImageSource {
+    const spec = parseSource(input);
+    const name = formatSource(spec);
+    switch (spec.kind) {
+      case "registry": {
+        const creds = loadCredentials(authFilePath(this.opts.authFile)).get(spec.ref.registry);
+        const client = new RegistryClient(spec.ref, {
+          ...(creds ? { credentials: creds } : {}),
+          insecureRegistries: this.opts.insecureRegistries ?? [],
+        });
+        return new RegistrySource(name, client);
+      }
+      case "oci":
+        return new OciLayoutSource(name, spec.dir, false, spec.tag);
+      case "oci-archive":
+        return new OciLayoutSource(name, spec.path, true, spec.tag);
+      case "docker-archive":
+        return new DockerArchiveSource(name, spec.path, spec.tag);
+    }
+  }
+
+  /** Fetches a manifest by digest, from the store when it is there, verifying it either way. */
+  private async manifestByDigest(src: ImageSource, digest: string) {
+    if (await this.blobs.has(digest)) return { bytes: await this.blobs.read(digest), mediaType: "" };
+    const m = await src.manifest(digest);
+    await this.verified(digest, m.bytes, src.name);
+    return m;
+  }
+
+  private async verified(digest: string, bytes: Buffer, name: string): Promise<void> {
+    try {
+      await this.blobs.putBuffer(digest, bytes);
+    } catch (e) {
+      if (e instanceof ImagePullError && e.code === "digest-mismatch") {
+        throw new ImagePullError("digest-mismatch", `manifest digest mismatch for ${name}: ${e.message}`);
+      }
+      throw e;
+    }
+  }
+
+  /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
+  async pull(ref: string, onProgress?: ProgressCallback): Promise<PulledImage> {
+    const src = this.source(ref);
+    const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0 };
+    const root =
+      src.pinnedDigest && (await this.blobs.has(src.pinnedDigest))
+        ? { bytes: await this.blobs.read(src.pinnedDigest), mediaType: "", pinned: src.pinnedDigest }
+        : await src.root();
+    const digest = root.pinned ?? digestOf(root.bytes);
+    await this.verified(digest, root.bytes, src.name);
+    let parsed = parseManifest(root.bytes, root.mediaType);
+    let manifestDigest = digest;
+    if (parsed.kind === "index") {
+      const d = selectPlatform(parsed, this.platform, src.name);
+      const m = await this.manifestByDigest(src, d.digest);
+      parsed = parseManifest(m.bytes, m.mediaType || d.mediaType);
+      manifestDigest = d.digest;
+      if (parsed.kind !== "manifest") throw new ImagePullError("unsupported", `nested index in ${src.name}`);
+    }
+    const manifest: ImageManifest = parsed;
+    // Config first: small, and it says whether this is an image for us at all.
+    const fetchBlob = async (d: { digest: string; size: number }, onBytes?: (n: number) => void) => {
+      let n = 0;
+      const r = await this.blobs.ensure(
+        d.digest,
+        d.size,
+        () => src.blob(d.digest),
+        (b) => {
+          n = b;
+          onBytes?.(b);
+        },
+      );
+      if (r === "fetched") {
+        transfer.blobsFetched++;
+        transfer.bytesFetched += n;
+      }
+      return r;
+    };
+    await fetchBlob(manifest.config);
+    const { config, platform, diffIds } = parseConfig(await this.blobs.read(manifest.config.digest));
+    if (diffIds.length && diffIds.length !== manifest.layers.length) {
+      throw new ImagePullError(
+        "unsupported",
+        `${src.name}: config lists ${diffIds.length} layers, manifest ${manifest.layers.length}`,
+      );
+    }
+    if (platform.architecture && platform.architecture !== this.platform.architecture) {
+      this.log(`warning: ${src.name} is ${formatPlatform(platform)}, not ${formatPlatform(this.platform)}`);
+    }
+    const progress = new ProgressTracker("pull", manifest.layers, onProgress);
+    await eachLimit(manifest.layers, this.opts.concurrency ?? 3, async (l, i) => {
+      let started = false;
+      const r = await fetchBlob(l, (n) => {
+        if (!started) progress.state(i, "downloading");
+        started = true;
+        progress.bytes(i, n);
+      });
+      if (r === "cached") transfer.layersCached++;
+      progress.state(i, r === "cached" ? "cached" : "done");
+    });
+    this.log(
+      `pulled ${src.name}: ${manifest.layers.length} layers, ${transfer.blobsFetched} blobs fetched (${transfer.bytesFetched} bytes), ${transfer.layersCached} layers cached`,
+    );
+    return {
+      ref: src.name,
+      digest,
+      manifestDigest,
+      configDigest: manifest.config.digest,
+      config,
+      layers: manifest.layers.map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType })),
+      diffIds,
+      platform,
+      transfer,
+    };
+  }
+
+  /**
+   * Applies the image's layers, in order, to a new directory `destDir` (which must not exist).
+   * Work happens in a sibling temp dir renamed at the end, so a failure leaves nothing behind.
+   */
+  async unpack(
+    image: Pick<PulledImage, "ref" | "layers" | "diffIds">,
+    destDir: string,
+    onProgress?: ProgressCallback,
+  ): Promise<UnpackResult> {
+    for (const l of image.layers) {
+      if (!(await this.blobs.has(l.digest, l.size))) {
+        throw new ImagePullError(
+          "blob-missing",
+          `layer ${l.digest} of ${image.ref} is not in the store (pull it first)`,
+        );
+      }
+    }
+    if (await exists(destDir)) throw new ImagePullError("destination-exists", `${destDir} already exists`);
+    await mkdir(dirname(destDir), { recursive: true });
+    const tmp = join(dirname(destDir), `.${basename(destDir)}.partial-${randomBytes(6).toString("hex")}`);
+    await mkdir(tmp, { mode: 0o755 });
+    const writer = new RootfsWriter(tmp, this.log);
+    const progress = new ProgressTracker("unpack", image.layers, onProgress);
+    try {
+      for (const [i, l] of image.layers.entries()) {
+        progress.state(i, "extracting");
+        const hash = createHash("sha256");
+        const tarBytes = async function* (src: AsyncIterable<Buffer>) {
+          for await (const c of src) {
+            hash.update(c);
+            yield c;
+          }
+        };
+        const stream = decompressFile(this.blobs.path(l.digest), (n) => progress.bytes(i, n));
+        try {
+          await writer.applyLayer(readTar(tarBytes(stream)));
+        } catch (e) {
+          if (e instanceof ImagePullError) {
+            e.message = `${e.message} (layer ${i + 1}/${image.layers.length} ${l.digest.slice(0, 19)} of ${image.ref})`;
+          }
+          throw e;
+        }
+        const diffId = `sha256:${hash.digest("hex")}`;
+        const want = image.diffIds[i];
+        if (want?.startsWith("sha256:") && want !== diffId) {
+          throw new ImagePullError(
+            "digest-mismatch",
+            `layer ${l.digest} of ${image.ref} unpacks to ${diffId}, config says ${want}`,
+          );
+        }
+        progress.state(i, "extracted");
+      }
+      await writer.finish();
+      await rename(tmp, destDir);
+    } catch (e) {
+      await rm(tmp, { recursive: true, force: true });
+      throw e;
+    }
+    this.log(`unpacked ${image.ref} into ${destDir}: ${JSON.stringify(writer.stats)}`);
+    return { dir: destDir, ...writer.stats };
+  }
+}

@@ -1,0 +1,20 @@
+/** Public surface of the OCI image library (see docs/images.md). */
+export { BlobStore } from "./blob-store.js";
+export { type ImageErrorCode, ImagePullError, UnsafeLayerError } from "./errors.js";
+export {
+  ImageStore,
+  type ImageStoreOptions,
+  type LayerDescriptor,
+  type PulledImage,
+  type UnpackResult,
+} from "./image-store.js";
+export { formatPlatform, hostPlatform, type ImageConfig, type Platform } from "./manifest.js";
+export type { LayerProgress, LayerState, Progress, ProgressCallback } from "./progress.js";
+export {
+  formatReference,
+  type ImageReference,
+  type ImageSourceSpec,
+  parseReference,
+  parseSource,
+} from "./reference.js";
+export type { UnpackStats } from "./unpack.js";
