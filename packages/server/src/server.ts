@@ -3,8 +3,9 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
-import { type ImageProvider, TemplateBuilder } from "./builds/builder.js";
+import { TemplateBuilder } from "./builds/builder.js";
 import { ContextFiles } from "./builds/context-files.js";
+import { imageProvider } from "./builds/image-provider.js";
 import type { ServerConfig } from "./config.js";
 import { SlotPool } from "./network/slots.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
@@ -12,6 +13,7 @@ import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
 import { SqliteStateStore } from "./state/sqlite-store.js";
+import { ImageStore } from "./storage/images/index.js";
 import { PosixFsRepository } from "./storage/repository/posix-fs.js";
 import { TemplateStore } from "./storage/templates.js";
 
@@ -32,10 +34,6 @@ function writeResolvConf(dataDir: string): string {
 
 /** Largest COPY context a template build accepts. */
 const UPLOAD_LIMIT_BYTES = 4 * 1024 ** 3;
-
-const imageProvider: ImageProvider = {
-  pullInto: () => Promise.reject(new Error("pulling images is not available yet")),
-};
 
 export interface RunningServer {
   app: App;
@@ -94,7 +92,14 @@ export async function startServer(
     templates,
     orch,
     files,
-    images: imageProvider,
+    // Blobs are content-addressed and written atomically: every data dir on the host shares them.
+    images: imageProvider(
+      new ImageStore({
+        dir: join(cfg.templatesDir, ".images"),
+        insecureRegistries: (process.env.AENV_INSECURE_REGISTRIES ?? "").split(",").filter(Boolean),
+        log: (msg) => log.child({ component: "images" }).info(msg),
+      }),
+    ),
     log: log.child({ component: "builds" }),
   });
   let ready = false;

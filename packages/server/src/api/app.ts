@@ -72,7 +72,7 @@ export function buildApp(o: AppOptions): App {
     return reply.status(503).send({ code: 503, message: "starting", ...h });
   });
   fastify.get("/health/details", async () => o.health());
-  void fastify.register(sandboxRoutes, { orch: o.orch, ctx: { domain: o.domain } });
+  void fastify.register(sandboxRoutes, { orch: o.orch, builder: o.builder, ctx: { domain: o.domain } });
   void fastify.register(templateRoutes, {
     templates: o.templates,
     builder: o.builder,

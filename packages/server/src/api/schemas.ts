@@ -20,6 +20,22 @@ export const NewSandbox = z.looseObject({
 });
 export type NewSandbox = z.infer<typeof NewSandbox>;
 
+/** Body of POST /sandboxes-cold: a sandbox booted straight from an image reference. */
+export const ColdSandbox = z.looseObject({
+  image: z.string().min(1).max(1024),
+  cpuCount: z.number().int().min(1).max(64).optional(),
+  memoryMB: z.number().int().min(128).max(262_144).optional(),
+  diskSizeMB: z.number().int().min(1024).multipleOf(1024).optional(),
+  timeout: timeout.optional(),
+  metadata: stringMap.optional(),
+  envVars: stringMap.optional(),
+  allow_internet_access: z.boolean().optional(),
+  allowInternetAccess: z.boolean().optional(),
+  autoPause: z.boolean().optional(),
+  autoResume: z.object({ enabled: z.boolean() }).optional(),
+  network: z.looseObject({}).optional(),
+});
+
 export const TimeoutBody = z.looseObject({ timeout: timeout });
 export const ConnectBody = z.looseObject({ timeout: timeout.optional(), memory: z.boolean().optional() });
 export const RefreshBody = z.looseObject({ duration: z.number().int().min(0).max(3600).optional() });

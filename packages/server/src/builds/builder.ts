@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join, posix } from "node:path";
 import type { Logger } from "pino";
@@ -59,6 +59,7 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
  */
 export class TemplateBuilder {
   private readonly builds = new Map<string, BuildRecord>();
+  private readonly imports = new Map<string, Promise<Template>>();
   private queue: Promise<unknown> = Promise.resolve();
   private closing = false;
 
@@ -125,8 +126,11 @@ export class TemplateBuilder {
     return b?.status === "building";
   }
 
-  /** POST /v2/templates/{id}/builds/{buildID}: validates, then builds in the background. */
-  start(templateId: string, buildId: string, spec: BuildStart): void {
+  /**
+   * POST /v2/templates/{id}/builds/{buildID}: validates, then builds in the background.
+   * The returned promise settles when the build has finished (either way).
+   */
+  start(templateId: string, buildId: string, spec: BuildStart, opts: { warm?: boolean } = {}): Promise<void> {
     const t = this.mustGet(templateId);
     if (t.buildId !== buildId) throw notFound(`build '${buildId}' of template '${templateId}' not found`);
     const b = this.builds.get(buildId);
@@ -145,8 +149,36 @@ export class TemplateBuilder {
     }
     b.status = "building";
     this.d.templates.save({ ...t, buildStatus: "building" });
-    const run = () => this.run(t.id, b, spec);
-    this.queue = this.queue.then(run, run);
+    const run = () => this.run(t.id, b, spec, opts.warm ?? true);
+    const p = this.queue.then(run, run);
+    this.queue = p;
+    return p;
+  }
+
+  /**
+   * The template behind a cold start from an image: pulled and unpacked on first use (layers
+   * are cached), then reused. It has no warm image: cold starts boot.
+   */
+  importImage(ref: string): Promise<Template> {
+    const name = `image-${createHash("sha256").update(ref).digest("hex").slice(0, 16)}`;
+    const existing = this.d.templates.get(name);
+    if (existing && usable(existing) && existing.fromImage === ref && existing.buildStatus === "ready") {
+      return Promise.resolve(existing);
+    }
+    let p = this.imports.get(name);
+    if (!p) {
+      p = (async () => {
+        const t = this.request({ name });
+        await this.start(t.id, t.buildId, { fromImage: ref, steps: [] }, { warm: false });
+        const done = this.mustGet(t.id);
+        if (done.buildStatus !== "ready") {
+          throw new ApiError(400, `image '${ref}' cannot be started: ${done.reason?.message ?? "import failed"}`);
+        }
+        return done;
+      })().finally(() => this.imports.delete(name));
+      this.imports.set(name, p);
+    }
+    return p;
   }
 
   status(templateId: string, buildId: string, offset = 0, limit = 1000) {
@@ -210,7 +242,7 @@ export class TemplateBuilder {
 
   // ---------------------------------------------------------------- the build
 
-  private async run(templateId: string, b: BuildRecord, spec: BuildStart): Promise<void> {
+  private async run(templateId: string, b: BuildRecord, spec: BuildStart, warm: boolean): Promise<void> {
     const log = (level: LogEntry["level"], message: string, step?: string) => appendLog(b, level, message, step);
     let t = this.mustGet(templateId);
     const rev = t.revision + 1;
@@ -262,12 +294,14 @@ export class TemplateBuilder {
         imageDigest: ctx.imageDigest,
         buildStatus: "building",
       });
-      log("info", "Taking the warm snapshot (start command running, ready command passed)", "finalize");
-      await this.d.orch
-        .warmTemplate(t, (m) => log("info", m, "finalize"))
-        .catch((err: Error) => {
-          throw new StepFailure(`start/ready command failed: ${err.message}`, "finalize");
-        });
+      if (warm) {
+        log("info", "Taking the warm snapshot (start command running, ready command passed)", "finalize");
+        await this.d.orch
+          .warmTemplate(t, (m) => log("info", m, "finalize"))
+          .catch((err: Error) => {
+            throw new StepFailure(`start/ready command failed: ${err.message}`, "finalize");
+          });
+      }
       t = this.d.templates.save({ ...t, buildStatus: "ready", buildCount: t.buildCount + 1, reason: undefined });
       b.status = "ready";
       log("info", `Build finished in ${((Date.now() - t0) / 1000).toFixed(1)} s`);

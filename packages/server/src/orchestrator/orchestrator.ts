@@ -25,6 +25,11 @@ export interface CreateRequest {
   allowInternetAccess?: boolean;
   autoPause?: boolean;
   autoResume?: boolean;
+  /** Boot the template's tree instead of restoring its warm image (POST /sandboxes-cold). */
+  cold?: boolean;
+  cpuCount?: number;
+  memoryMB?: number;
+  diskSizeMB?: number;
 }
 
 export interface SandboxMetric {
@@ -478,10 +483,18 @@ export class Orchestrator {
       tpl = this.d.templates.get(req.templateID);
       if (!tpl) throw notFound(`template '${req.templateID}' not found`);
       if (!usable(tpl)) throw badRequest(`template '${req.templateID}' has no finished build yet (${tpl.buildStatus})`);
-      rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, req, tpl);
+      const sizing = {
+        cpuCount: req.cpuCount ?? tpl.cpuCount,
+        memoryMB: req.memoryMB ?? tpl.memoryMB,
+        diskSizeMB: req.diskSizeMB ?? tpl.diskSizeMB,
+      };
+      rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, req, sizing);
       envVars = { ...tpl.env, ...rec.envVars };
       const warm = this.warm.get(tpl.id);
-      source = warm && isCompleteImage(warm) ? { kind: "image", imageDir: warm } : { kind: "boot" };
+      // A warm image carries the template's sizing: other sizes boot.
+      const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB;
+      source =
+        !req.cold && warmFits && warm && isCompleteImage(warm) ? { kind: "image", imageDir: warm } : { kind: "boot" };
     }
     const live: Live = { rec, op: Promise.resolve() };
     this.live.set(id, live);

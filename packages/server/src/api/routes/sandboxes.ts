@@ -1,8 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { TemplateBuilder } from "../../builds/builder.js";
 import { ApiError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
+  ColdSandbox,
   ConnectBody,
   ForkBody,
   ListQuery,
@@ -20,6 +22,7 @@ import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed, sn
 
 export interface SandboxRoutesOptions {
   orch: Orchestrator;
+  builder: TemplateBuilder;
   ctx: SerializeContext;
 }
 
@@ -43,6 +46,26 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   };
   app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body)));
   app.post("/v2/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body)));
+
+  // Cold start: boot a sandbox straight from an image (pulled and unpacked on first use).
+  app.post("/sandboxes-cold", async (req, reply) => {
+    const b = ColdSandbox.parse(body(req.body));
+    const tpl = await opts.builder.importImage(b.image);
+    const rec = await orch.create({
+      templateID: tpl.id,
+      cold: true,
+      cpuCount: b.cpuCount,
+      memoryMB: b.memoryMB,
+      diskSizeMB: b.diskSizeMB,
+      timeoutS: b.timeout,
+      metadata: b.metadata,
+      envVars: b.envVars,
+      allowInternetAccess: b.allow_internet_access ?? b.allowInternetAccess,
+      autoPause: b.autoPause,
+      autoResume: b.autoResume?.enabled,
+    });
+    return reply.status(201).send(sandboxCreated(rec, ctx));
+  });
 
   app.get("/sandboxes/:sandboxID", async (req) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);

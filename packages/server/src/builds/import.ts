@@ -1,0 +1,74 @@
+import { lstatSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { ImageStore } from "../storage/images/index.js";
+import { newTemplateId, type Template, type TemplateStore, validTemplateName } from "../storage/templates.js";
+import { imageProvider } from "./image-provider.js";
+
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** Whether the tree has an account, reading its /etc/passwd only if that is a plain file. */
+function hasAccount(rootfs: string, user: string): boolean {
+  const passwd = join(rootfs, "etc", "passwd");
+  try {
+    if (!lstatSync(join(rootfs, "etc")).isDirectory() || !lstatSync(passwd).isFile()) return false;
+    return readFileSync(passwd, "utf8")
+      .split("\n")
+      .some((l) => l.split(":")[0] === user);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A template straight from an image, with no build steps and no server running: pull (an OCI
+ * layout, an archive or a registry), unpack, record. This is how the default `base` template
+ * is made from the tree debootstrap produces. The image's user must exist in it; the warm
+ * image is taken by the server when it starts.
+ */
+export async function importTemplate(opts: {
+  images: ImageStore;
+  templates: TemplateStore;
+  ref: string;
+  name: string;
+  id?: string;
+  cpuCount?: number;
+  memoryMB?: number;
+  onLog?: (message: string) => void;
+}): Promise<Template> {
+  if (!validTemplateName(opts.name)) throw new Error(`invalid template name '${opts.name}'`);
+  const existing = opts.templates.get(opts.id ?? opts.name);
+  const id = existing?.id ?? opts.id ?? newTemplateId();
+  const revision = (existing?.revision ?? 0) + 1;
+  const rootfsDir = `rootfs-r${revision}`;
+  const dir = join(opts.templates.dir, id);
+  const tmp = join(dir, `${rootfsDir}.tmp`);
+  rmSync(tmp, { recursive: true, force: true });
+  const log = opts.onLog ?? (() => {});
+  const img = await imageProvider(opts.images).pullInto(opts.ref, tmp, log);
+  const user = img.user || "user";
+  if (user !== "root" && user !== "0" && !hasAccount(tmp, user)) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw new Error(`image ${opts.ref} has no account '${user}' (set the image's User, or build with steps)`);
+  }
+  rmSync(join(dir, rootfsDir), { recursive: true, force: true });
+  renameSync(tmp, join(dir, rootfsDir));
+  const now = new Date().toISOString();
+  return opts.templates.save({
+    id,
+    name: opts.name,
+    revision,
+    rootfsDir,
+    user,
+    workdir: img.workdir || (user === "root" ? "/root" : `/home/${user}`),
+    env: { PATH: DEFAULT_PATH, ...img.env },
+    cpuCount: opts.cpuCount ?? existing?.cpuCount ?? 2,
+    memoryMB: opts.memoryMB ?? existing?.memoryMB ?? 1024,
+    diskSizeMB: existing?.diskSizeMB ?? 2048,
+    createdAt: existing?.createdAt ?? now,
+    fromImage: img.ref,
+    imageDigest: img.digest,
+    buildId: `import-r${revision}`,
+    buildStatus: "ready",
+    buildCount: (existing?.buildCount ?? 0) + 1,
+  });
+}

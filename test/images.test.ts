@@ -1,0 +1,156 @@
+// Templates from OCI images in a real registry (Debian's docker-registry on loopback): the e2b
+// SDK's Template builder on a busybox image, and cold starts straight from an image reference.
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { Sandbox, Template } from "e2b";
+import {
+  makeTar,
+  OciLayout,
+  push,
+  type Registry,
+  startRegistry,
+  type TarSpec,
+} from "../packages/server/test/helpers/registry.js";
+import { cleanupDataDir, getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
+
+const APPLETS = ["sh", "ls", "cat", "mkdir", "echo", "httpd", "wget", "id", "whoami", "sleep", "env", "pwd", "stat"];
+
+/** A busybox root filesystem in two layers (gzip + zstd), with a config giving env and workdir. */
+function tinyImage(dir: string): void {
+  const base: TarSpec[] = [
+    { name: "bin/", type: "dir" },
+    { name: "etc/", type: "dir" },
+    { name: "root/", type: "dir", mode: 0o700 },
+    { name: "tmp/", type: "dir", mode: 0o1777 },
+    { name: "bin/busybox", content: readFileSync("/bin/busybox"), mode: 0o755 },
+    // The SDK runs commands with `bash -l -c`; busybox's ash stands in.
+    { name: "bin/bash", content: '#!/bin/busybox sh\nexec /bin/busybox sh "$@"\n', mode: 0o755 },
+    ...APPLETS.map((a): TarSpec => ({ name: `bin/${a}`, type: "symlink", linkname: "busybox" })),
+    { name: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
+    { name: "etc/group", content: "root:x:0:\n" },
+  ];
+  const site: TarSpec[] = [
+    { name: "www/", type: "dir" },
+    { name: "www/index.html", content: "from the image\n" },
+  ];
+  const layout = new OciLayout(dir);
+  const img = layout.image({
+    layers: [
+      { tar: makeTar(base), compression: "gzip" },
+      { tar: makeTar(site), compression: "zstd" },
+    ],
+    config: { Env: ["PATH=/bin", "IMAGE_VAR=from-config"], WorkingDir: "/www" },
+  });
+  layout.tag(img, "1");
+}
+
+/** An image whose layer tries to write outside the root filesystem. */
+function evilImage(dir: string, target: string): void {
+  const layout = new OciLayout(dir);
+  const img = layout.image({
+    layers: [
+      {
+        tar: makeTar([
+          { name: "bin/", type: "dir" },
+          { name: "escape", type: "symlink", linkname: target },
+          { name: "escape/pwned", content: "outside\n" },
+        ]),
+        compression: "gzip",
+      },
+    ],
+  });
+  layout.tag(img, "1");
+}
+
+let registry: Registry;
+let server: TestServer;
+let work: string;
+let templatesDir: string;
+
+before(async () => {
+  work = mkdtempSync("/var/tmp/aenv-img-");
+  registry = await startRegistry();
+  tinyImage(join(work, "tiny"));
+  await push(join(work, "tiny"), "1", registry.host, "tiny");
+  mkdirSync(join(work, "sentinel"));
+  evilImage(join(work, "evil"), join(work, "sentinel"));
+  await push(join(work, "evil"), "1", registry.host, "evil");
+  mkdirSync(join(work, "ctx", "site"), { recursive: true });
+  writeFileSync(join(work, "ctx", "site", "page.html"), "copied page\n");
+  templatesDir = join(work, "templates");
+  mkdirSync(templatesDir);
+  mkdirSync(join(TEMPLATES_DIR, ".warm"), { recursive: true });
+  symlinkSync(join(TEMPLATES_DIR, ".warm"), join(templatesDir, ".warm"));
+  server = await startServer({ templatesDir });
+  useE2b(server);
+});
+
+after(async () => {
+  for (const name of ["img-web"]) await server.api("DELETE", `/templates/${name}`).catch(() => {});
+  await server.stop();
+  cleanupDataDir(server);
+  await registry.stop();
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe("templates from OCI images", () => {
+  test("Template.fromImage from the local registry with RUN, ENV, WORKDIR, COPY and a start command", async () => {
+    const logs: string[] = [];
+    const tpl = Template({ fileContextPath: join(work, "ctx") })
+      .fromImage(`${registry.host}/tiny:1`)
+      .runCmd("echo $IMAGE_VAR > /www/env.txt")
+      .setEnvs({ ADDED: "by-env-step" })
+      .copy("site", "/www/site")
+      .setStartCmd("httpd -f -p 8080 -h /www", "wget -q -O /dev/null http://127.0.0.1:8080/index.html");
+    await Template.build(tpl, "img-web", { onBuildLogs: (l) => logs.push(l.message) });
+    assert.ok(
+      logs.some((l) => /^pull layer [0-9a-f]{12} (downloading|done|cached)/.test(l)),
+      "layer progress logged",
+    );
+    const sbx = await Sandbox.create("img-web");
+    try {
+      const page = await getViaHost(server, `8080-${sbx.sandboxId}.${server.domain}`, "/index.html");
+      assert.equal(page.status, 200, "the start command serves at once");
+      assert.equal(page.body, "from the image\n");
+      const copied = await getViaHost(server, `8080-${sbx.sandboxId}.${server.domain}`, "/site/page.html");
+      assert.equal(copied.body, "copied page\n");
+      const r = await sbx.commands.run("cat /www/env.txt; echo $ADDED; whoami; pwd");
+      assert.equal(r.stdout, "from-config\nby-env-step\nuser\n/www\n");
+    } finally {
+      await sbx.kill();
+    }
+  });
+
+  test("POST /sandboxes-cold boots an image directly; the second start reuses the unpacked tree", async () => {
+    const image = `${registry.host}/tiny:1`;
+    const first = await server.api("POST", "/sandboxes-cold", { image, memoryMB: 256, timeout: 60 });
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    const id = (first.body as { sandboxID: string }).sandboxID;
+    const sbx = await Sandbox.connect(id);
+    assert.equal((await sbx.commands.run("cat /www/index.html")).stdout, "from the image\n");
+    const info = (await server.api("GET", `/sandboxes/${id}`)).body as { memoryMB: number };
+    assert.equal(info.memoryMB, 256);
+    const second = await server.api("POST", "/sandboxes-cold", { image });
+    assert.equal(second.status, 201);
+    const imported = (
+      (await server.api("GET", "/templates")).body as Array<{ fromImage?: string; names: string[] }>
+    ).filter((t) => t.fromImage === image && t.names[0]?.startsWith("image-"));
+    assert.equal(imported.length, 1, "one template per image");
+    await server.api("DELETE", `/sandboxes/${id}`);
+    await server.api("DELETE", `/sandboxes/${(second.body as { sandboxID: string }).sandboxID}`);
+  });
+
+  test("bad images are refused with clear errors and nothing is written outside", async () => {
+    const missing = await server.api("POST", "/sandboxes-cold", { image: `${registry.host}/nope:1` });
+    assert.equal(missing.status, 400);
+    assert.match((missing.body as { message: string }).message, /nope/);
+    const evil = await server.api("POST", "/sandboxes-cold", { image: `${registry.host}/evil:1` });
+    assert.equal(evil.status, 400);
+    assert.match((evil.body as { message: string }).message, /escape/i);
+    assert.equal(existsSync(join(work, "sentinel", "pwned")), false);
+    const bad = await server.api("POST", "/sandboxes-cold", { image: "", memoryMB: 1 });
+    assert.equal(bad.status, 400);
+  });
+});
