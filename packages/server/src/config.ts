@@ -1,6 +1,37 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { parse as parseToml } from "smol-toml";
+
+export interface S3Config {
+  /** Absent: AWS itself. */
+  endpoint?: string;
+  bucket: string;
+  /** Required with backend s3. */
+  region: string;
+  prefix: string;
+  forcePathStyle: boolean;
+}
+
+export interface RepositoryConfig {
+  backend: "posix_fs" | "s3";
+  /** posix_fs: the folder (possibly on a shared filesystem). */
+  path: string;
+  s3: S3Config;
+  /** zstd level of new chunks. */
+  compressionLevel: number;
+  /** Chunks uploaded/fetched in parallel. */
+  concurrency: number;
+  /** Node-local chunk cache. */
+  cacheDir: string;
+  cacheMaxBytes: number;
+  /** Also put committed chunks into the cache (a local resume then fetches nothing). */
+  cacheOnCommit: boolean;
+  /** Periodic GC every this many seconds; 0 disables it. */
+  gcIntervalS: number;
+  /** Unreferenced chunks younger than this survive a GC. */
+  gcGraceS: number;
+}
 
 export interface ServerConfig {
   host: string;
@@ -21,6 +52,9 @@ export interface ServerConfig {
   warmSlots: number;
   /** Most sandboxes (running or starting) this node runs at once; more get 429. */
   maxSandboxes: number;
+  repository: RepositoryConfig;
+  /** The config file read, if any. */
+  configFile?: string;
 }
 
 export interface CliArgs {
@@ -28,14 +62,61 @@ export interface CliArgs {
   dataDir?: string;
   templatesDir?: string;
   domain?: string;
+  /** --config FILE (TOML); AENV_CONFIG_PATH otherwise. */
+  config?: string;
+}
+
+/** Bad configuration; the message is one line meant to be printed as is. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
 }
 
 export function parseListen(s: string): { host: string; port: number } {
   const m = /^(.*):(\d+)$/.exec(s);
-  if (!m) throw new Error(`--listen expects HOST:PORT, got "${s}"`);
+  if (!m) throw new ConfigError(`--listen expects HOST:PORT, got "${s}"`);
   const port = Number(m[2]);
-  if (port < 0 || port > 65535) throw new Error(`bad port in --listen ${s}`);
+  if (port < 0 || port > 65535) throw new ConfigError(`bad port in --listen ${s}`);
   return { host: (m[1] ?? "").replace(/^\[|\]$/g, "") || "0.0.0.0", port };
+}
+
+const UNITS: Record<string, number> = {
+  "": 1,
+  b: 1,
+  k: 1024,
+  kib: 1024,
+  m: 1024 ** 2,
+  mib: 1024 ** 2,
+  g: 1024 ** 3,
+  gib: 1024 ** 3,
+  t: 1024 ** 4,
+  tib: 1024 ** 4,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  tb: 1e12,
+};
+
+/** "10GiB", "500MB", "512M" (binary), "1073741824" → bytes. */
+export function parseBytes(v: string | number, what: string): number {
+  if (typeof v === "number" && Number.isInteger(v) && v >= 0) return v;
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(String(v));
+  const unit = UNITS[(m?.[2] ?? "").toLowerCase()];
+  if (!m || unit === undefined) throw new ConfigError(`${what}: expected a size like 10GiB or 500MB, got "${v}"`);
+  return Math.floor(Number(m[1]) * unit);
+}
+
+function parseBool(v: string, what: string): boolean {
+  if (/^(1|true|yes|on)$/i.test(v)) return true;
+  if (/^(0|false|no|off)$/i.test(v)) return false;
+  throw new ConfigError(`${what}: expected true or false, got "${v}"`);
+}
+
+function parseInt10(v: string, what: string): number {
+  if (!/^\d+$/.test(v.trim())) throw new ConfigError(`${what}: expected a whole number, got "${v}"`);
+  return Number(v);
 }
 
 /** The API key: AENV_API_KEY, else one generated on first start into DATA/secrets/api-key (0600). */
@@ -51,27 +132,167 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   return key;
 }
 
+type Kind = "string" | "int" | "bool" | "size";
+type Value = string | number | boolean;
+
+/** Every key the config file may hold (docs/configuration.md documents each). */
+const FILE_KEYS: Record<string, Kind> = {
+  listen: "string",
+  data_dir: "string",
+  templates_dir: "string",
+  domain: "string",
+  log_level: "string",
+  "runtime.platform": "string",
+  "runtime.runsc": "string",
+  "network.slot_cidr": "string",
+  "network.net_prefix": "string",
+  "network.warm_slots": "int",
+  "sandbox.default_timeout_secs": "int",
+  "sandbox.max_timeout_secs": "int",
+  "sandbox.max_sandboxes": "int",
+  "api.body_limit_bytes": "size",
+  "repository.backend": "string",
+  "repository.path": "string",
+  "repository.compression_level": "int",
+  "repository.concurrency": "int",
+  "repository.s3.endpoint": "string",
+  "repository.s3.bucket": "string",
+  "repository.s3.region": "string",
+  "repository.s3.prefix": "string",
+  "repository.s3.force_path_style": "bool",
+  "cache.dir": "string",
+  "cache.max_bytes": "size",
+  "cache.cache_on_commit": "bool",
+  "gc.interval_secs": "int",
+  "gc.grace_secs": "int",
+};
+
+/** Reads a TOML config file into flat dotted keys, refusing unknown keys and wrong types. */
+export function readConfigFile(path: string): Map<string, Value> {
+  let doc: Record<string, unknown>;
+  try {
+    doc = parseToml(readFileSync(path, "utf8")) as Record<string, unknown>;
+  } catch (err) {
+    const msg = (err as Error).message.split("\n")[0];
+    throw new ConfigError(`config file ${path}: ${msg}`);
+  }
+  const out = new Map<string, Value>();
+  const walk = (obj: Record<string, unknown>, prefix: string) => {
+    for (const [k, v] of Object.entries(obj)) {
+      const key = prefix + k;
+      if (v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof Date)) {
+        walk(v as Record<string, unknown>, `${key}.`);
+        continue;
+      }
+      const kind = FILE_KEYS[key];
+      if (!kind) throw new ConfigError(`config file ${path}: unknown key '${key}'`);
+      const ok =
+        (kind === "string" && typeof v === "string") ||
+        (kind === "int" && typeof v === "number" && Number.isInteger(v) && v >= 0) ||
+        (kind === "bool" && typeof v === "boolean") ||
+        (kind === "size" && (typeof v === "string" || (typeof v === "number" && Number.isInteger(v))));
+      if (!ok)
+        throw new ConfigError(
+          `config file ${path}: '${key}' must be ${kind === "int" ? "a whole number" : `a ${kind}`}`,
+        );
+      out.set(key, kind === "size" ? parseBytes(v as string | number, `${key} in ${path}`) : (v as Value));
+    }
+  };
+  walk(doc, "");
+  return out;
+}
+
+/**
+ * Settings come from, highest first: command-line flags, AENV_* environment variables, the
+ * config file (--config FILE or AENV_CONFIG_PATH), built-in defaults.
+ */
 export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env): ServerConfig {
-  const { host, port } = parseListen(args.listen ?? env.AENV_LISTEN ?? "0.0.0.0:8000");
-  const dataDir = args.dataDir ?? env.AENV_DATA_DIR ?? "/var/lib/aenv";
+  const configFile = args.config ?? env.AENV_CONFIG_PATH;
+  const file = configFile ? readConfigFile(configFile) : new Map<string, Value>();
+  const str = (envName: string | undefined, key: string): string | undefined => {
+    const e = envName ? env[envName] : undefined;
+    return e !== undefined && e !== "" ? e : (file.get(key) as string | undefined);
+  };
+  // Older variables keep their lenient parsing (a bad value falls back to the default).
+  const num = (envName: string, key: string, d: number) => {
+    const v = env[envName];
+    if (v && Number.isFinite(Number(v))) return Number(v);
+    return (file.get(key) as number | undefined) ?? d;
+  };
+  const int = (envName: string, key: string, d: number) => {
+    const v = env[envName];
+    return v ? parseInt10(v, envName) : ((file.get(key) as number | undefined) ?? d);
+  };
+  const bool = (envName: string, key: string, d: boolean) => {
+    const v = env[envName];
+    return v ? parseBool(v, envName) : ((file.get(key) as boolean | undefined) ?? d);
+  };
+  const size = (envName: string, key: string, d: number) => {
+    const v = env[envName];
+    return v ? parseBytes(v, envName) : ((file.get(key) as number | undefined) ?? d);
+  };
+
+  const { host, port } = parseListen(args.listen ?? str("AENV_LISTEN", "listen") ?? "0.0.0.0:8000");
+  const dataDir = args.dataDir ?? str("AENV_DATA_DIR", "data_dir") ?? "/var/lib/aenv";
   mkdirSync(dataDir, { recursive: true });
-  const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d);
+
+  const backend = str("AENV_REPOSITORY_BACKEND", "repository.backend") ?? "posix_fs";
+  if (backend !== "posix_fs" && backend !== "s3") {
+    throw new ConfigError(`repository backend must be posix_fs or s3, got "${backend}" (AENV_REPOSITORY_BACKEND)`);
+  }
+  const s3: S3Config = {
+    endpoint: str("AENV_S3_ENDPOINT", "repository.s3.endpoint") || undefined,
+    bucket: str("AENV_S3_BUCKET", "repository.s3.bucket") ?? "",
+    region: str("AENV_S3_REGION", "repository.s3.region") ?? "",
+    prefix: str("AENV_S3_PREFIX", "repository.s3.prefix") ?? "",
+    forcePathStyle: bool("AENV_S3_FORCE_PATH_STYLE", "repository.s3.force_path_style", false),
+  };
+  if (backend === "s3") {
+    // No guessing (AWS_REGION, us-east-1): a wrong region fails later in confusing ways.
+    if (!s3.region) {
+      throw new ConfigError(
+        "repository backend s3 needs an explicit region: set AENV_S3_REGION or [repository.s3] region",
+      );
+    }
+    if (!s3.bucket) {
+      throw new ConfigError("repository backend s3 needs a bucket: set AENV_S3_BUCKET or [repository.s3] bucket");
+    }
+  }
+  const compressionLevel = int("AENV_REPOSITORY_COMPRESSION_LEVEL", "repository.compression_level", 3);
+  if (compressionLevel < 1 || compressionLevel > 19) {
+    throw new ConfigError(`repository compression level must be 1..19, got ${compressionLevel}`);
+  }
+  const repository: RepositoryConfig = {
+    backend,
+    path: str("AENV_REPOSITORY_PATH", "repository.path") ?? join(dataDir, "repository"),
+    s3,
+    compressionLevel,
+    concurrency: Math.max(1, int("AENV_REPOSITORY_CONCURRENCY", "repository.concurrency", 8)),
+    cacheDir: str("AENV_CACHE_DIR", "cache.dir") ?? join(dataDir, "cache"),
+    cacheMaxBytes: size("AENV_CACHE_MAX_BYTES", "cache.max_bytes", 10 * 1024 ** 3),
+    cacheOnCommit: bool("AENV_CACHE_ON_COMMIT", "cache.cache_on_commit", true),
+    gcIntervalS: int("AENV_GC_INTERVAL", "gc.interval_secs", 3600),
+    gcGraceS: int("AENV_GC_GRACE", "gc.grace_secs", 900),
+  };
+
   return {
     host,
     port,
     dataDir,
-    templatesDir: args.templatesDir ?? env.AENV_TEMPLATES_DIR ?? join(dataDir, "templates"),
+    templatesDir: args.templatesDir ?? str("AENV_TEMPLATES_DIR", "templates_dir") ?? join(dataDir, "templates"),
     apiKey: resolveApiKey(dataDir, env),
-    domain: args.domain ?? env.AENV_DOMAIN ?? `localhost:${port}`,
-    slotCidr: env.AENV_SLOT_CIDR ?? "10.201.0.0/16",
-    netPrefix: env.AENV_NET_PREFIX ?? "aenv",
-    platform: env.AENV_RUNSC_PLATFORM ?? "auto",
-    runscBinary: env.AENV_RUNSC ?? "runsc",
-    logLevel: env.AENV_LOG_LEVEL ?? "info",
-    defaultTimeoutS: num(env.AENV_DEFAULT_TIMEOUT, 300),
-    maxTimeoutS: num(env.AENV_MAX_TIMEOUT, 24 * 3600),
-    bodyLimitBytes: num(env.AENV_BODY_LIMIT, 1024 * 1024),
-    warmSlots: num(env.AENV_WARM_SLOTS, 4),
-    maxSandboxes: num(env.AENV_MAX_SANDBOXES, 256),
+    domain: args.domain ?? str("AENV_DOMAIN", "domain") ?? `localhost:${port}`,
+    slotCidr: str("AENV_SLOT_CIDR", "network.slot_cidr") ?? "10.201.0.0/16",
+    netPrefix: str("AENV_NET_PREFIX", "network.net_prefix") ?? "aenv",
+    platform: str("AENV_RUNSC_PLATFORM", "runtime.platform") ?? "auto",
+    runscBinary: str("AENV_RUNSC", "runtime.runsc") ?? "runsc",
+    logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
+    defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
+    maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),
+    bodyLimitBytes: num("AENV_BODY_LIMIT", "api.body_limit_bytes", 1024 * 1024),
+    warmSlots: num("AENV_WARM_SLOTS", "network.warm_slots", 4),
+    maxSandboxes: num("AENV_MAX_SANDBOXES", "sandbox.max_sandboxes", 256),
+    repository,
+    configFile,
   };
 }

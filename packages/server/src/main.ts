@@ -1,12 +1,15 @@
 import { parseArgs } from "node:util";
 import pino from "pino";
-import { loadConfig } from "./config.js";
+import { ConfigError, loadConfig, type ServerConfig } from "./config.js";
 import { RuntimeUnavailableError } from "./runtime/driver.js";
 import { startServer } from "./server.js";
 
 const HELP = `aenv-server — E2B-compatible sandbox server on gVisor
 
-Usage: aenv-server [--listen HOST:PORT] [--data-dir DIR] [--templates-dir DIR] [--domain DOMAIN]
+Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--templates-dir DIR] [--domain DOMAIN]
+
+  --config         TOML config file (default: AENV_CONFIG_PATH; see docs/configuration.md);
+                   flags override environment variables, which override the file
 
   --listen         address to serve the API and the sandbox proxy on (default 0.0.0.0:8000)
   --data-dir       state, sandboxes, secrets (default /var/lib/aenv)
@@ -18,12 +21,18 @@ Environment: AENV_API_KEY (else generated into DATA/secrets/api-key), AENV_RUNSC
 (auto|systrap|ptrace), AENV_SLOT_CIDR (default 10.201.0.0/16), AENV_LOG_LEVEL.`;
 
 async function main(): Promise<void> {
+  // Subcommands that do not start the server.
+  if (process.argv[2] === "import-template") {
+    const { importTemplateCommand } = await import("./commands/import-template.js");
+    process.exit(await importTemplateCommand(process.argv.slice(3)));
+  }
   const { values } = parseArgs({
     options: {
       listen: { type: "string" },
       "data-dir": { type: "string" },
       "templates-dir": { type: "string" },
       domain: { type: "string" },
+      config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -31,12 +40,20 @@ async function main(): Promise<void> {
     console.log(HELP);
     return;
   }
-  const cfg = loadConfig({
-    listen: values.listen,
-    dataDir: values["data-dir"],
-    templatesDir: values["templates-dir"],
-    domain: values.domain,
-  });
+  let cfg: ServerConfig;
+  try {
+    cfg = loadConfig({
+      listen: values.listen,
+      dataDir: values["data-dir"],
+      templatesDir: values["templates-dir"],
+      domain: values.domain,
+      config: values.config,
+    });
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    console.error(`aenv-server: ${err.message}`);
+    process.exit(2);
+  }
   const log = pino({ level: cfg.logLevel });
   if (process.getuid?.() !== 0) {
     log.fatal("aenv-server must run as root (gVisor sandboxes, network namespaces, checkpoints)");

@@ -1,10 +1,12 @@
 /**
  * The snapshot repository seam: content-addressed chunks plus one manifest per snapshot,
- * written last. posix_fs is the local backend; an S3 backend keeps the same layout in a bucket.
+ * written last. ChunkRepository (chunk-repository.ts) implements it over any
+ * RepositoryBackend (posix_fs folder or S3 bucket, same layout).
  */
 export interface ChunkRef {
-  /** sha256 of the chunk's bytes, hex. */
+  /** sha256 of the chunk's uncompressed bytes, hex. */
   sha256: string;
+  /** Uncompressed size. */
   size: number;
 }
 
@@ -15,19 +17,29 @@ export interface ManifestFile {
 }
 
 export interface Manifest {
-  version: 1;
+  /** 2: chunks are zstd frames under chunks/<aa>/<sha256>.zst. */
+  version: 2;
   id: string;
   createdAt: string;
+  /** Fixed chunk size the files were cut at (the last chunk of a file may be shorter). */
+  chunkSize: number;
+  compression: "zstd";
   files: ManifestFile[];
   /** Whatever the orchestrator needs to restore it (sizing, rootfs, runtime, token…). */
   meta: Record<string, unknown>;
 }
 
 export interface CommitStats {
+  /** Uncompressed bytes of all files. */
   bytes: number;
+  /** Chunk references in the manifest. */
   chunks: number;
-  /** Chunks that were already stored (deduplicated). */
+  /** References that needed no upload: already stored, or repeated within this commit. */
   reused: number;
+  /** Chunks this commit wrote to the backend, and their compressed bytes. */
+  uploadedChunks: number;
+  uploadedBytes: number;
+  durationMs: number;
 }
 
 export interface SnapshotRepository {
@@ -37,12 +49,56 @@ export interface SnapshotRepository {
     srcDir: string,
     meta: Record<string, unknown>,
   ): Promise<{ manifest: Manifest; stats: CommitStats }>;
-  /** Rebuilds the files of a snapshot into destDir, verifying every chunk's digest. */
+  /**
+   * Rebuilds the files of a snapshot into destDir (which must not exist, or be empty),
+   * verifying every chunk's digest. On failure destDir is left as it was.
+   */
   materialize(id: string, destDir: string): Promise<void>;
   get(id: string): Promise<Manifest | undefined>;
   list(): Promise<Manifest[]>;
-  /** Removes the manifest, then every chunk no other manifest references. */
+  /** Removes the manifest, then (by default) every chunk of it no other manifest references. */
   delete(id: string): Promise<void>;
 }
 
-export class CorruptChunkError extends Error {}
+/** A chunk's bytes do not match its digest (or do not decompress). Names snapshot and chunk. */
+export class CorruptChunkError extends Error {
+  constructor(
+    readonly snapshotId: string,
+    readonly digest: string,
+    detail: string,
+  ) {
+    super(`snapshot '${snapshotId}': chunk ${digest} is corrupt (${detail})`);
+    this.name = "CorruptChunkError";
+  }
+}
+
+/** A chunk a manifest references is not in the backend. Names snapshot and chunk. */
+export class MissingChunkError extends Error {
+  constructor(
+    readonly snapshotId: string,
+    readonly digest: string,
+    where: string,
+  ) {
+    super(`snapshot '${snapshotId}': chunk ${digest} is missing from ${where}`);
+    this.name = "MissingChunkError";
+  }
+}
+
+export class SnapshotNotFoundError extends Error {
+  constructor(readonly snapshotId: string) {
+    super(`snapshot '${snapshotId}' not in the repository`);
+    this.name = "SnapshotNotFoundError";
+  }
+}
+
+/** A commit failed; nothing of it is visible (no manifest). The message says why. */
+export class CommitError extends Error {
+  constructor(
+    readonly snapshotId: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`commit of '${snapshotId}' failed: ${message}`, options);
+    this.name = "CommitError";
+  }
+}

@@ -1,0 +1,398 @@
+import { createHash, randomBytes } from "node:crypto";
+import { constants } from "node:fs";
+import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import type { RepositoryBackend } from "./backend.js";
+import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
+import { forEachLimit } from "./concurrency.js";
+import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
+import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
+import { activeGcLocks, Lease } from "./leases.js";
+import {
+  type ChunkRef,
+  CommitError,
+  type CommitStats,
+  CorruptChunkError,
+  type Manifest,
+  type ManifestFile,
+  MissingChunkError,
+  SnapshotNotFoundError,
+  type SnapshotRepository,
+} from "./repository.js";
+import { compress, decompress } from "./zstd.js";
+
+/** Seams for tests that need to interleave a commit and a GC deterministically. */
+export interface RepositoryHooks {
+  /** commit: the lease is written; next it looks for running GCs. */
+  afterLease?(id: string): Promise<void> | void;
+  /** commit: a live GC lock was seen; the commit polls until it is gone. */
+  waitingForGc?(id: string): Promise<void> | void;
+  /** commit: existence checks done (`missing` will be uploaded, the rest reused). */
+  afterExistenceCheck?(id: string, missing: readonly string[]): Promise<void> | void;
+  /** gc: the lock is visible and leases are read; manifests come next. */
+  gcAfterLeases?(): Promise<void> | void;
+}
+
+export interface RepositoryOptions {
+  /** Node-local chunk cache; default none (every materialize fetches everything). */
+  cache?: ChunkCache;
+  /** zstd level for new chunks (default 3). */
+  compressionLevel?: number;
+  /** Chunks uploaded, fetched or checked in parallel (default 8). */
+  concurrency?: number;
+  /** Put the chunks of a commit into the cache as well, so a local restore fetches nothing (default true). */
+  cacheOnCommit?: boolean;
+  /** delete(id) collects that manifest's chunks right away (default true). */
+  gcOnDelete?: boolean;
+  /** Grace period of the GC that delete(id) runs, and default for gc() (default 0). */
+  gcGraceMs?: number;
+  /** A commit's lease counts for this long since its last refresh (default 6 h). */
+  leaseTtlMs?: number;
+  /** A GC lock counts for this long; a GC stops deleting before it runs out (default 15 min). */
+  gcLockTtlMs?: number;
+  /** How often a commit waiting for a GC looks again (default 500 ms). */
+  gcPollMs?: number;
+  hooks?: RepositoryHooks;
+}
+
+interface Piece {
+  file: string;
+  offset: number;
+  size: number;
+}
+
+const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number | null): Promise<number> {
+  // Fill the whole chunk so chunk boundaries never depend on how reads happen to split.
+  let filled = 0;
+  while (filled < len) {
+    const { bytesRead } = await fh.read(buf, filled, len - filled, pos === null ? null : pos + filled);
+    if (bytesRead === 0) break;
+    filled += bytesRead;
+  }
+  return filled;
+}
+
+async function fsyncDir(path: string): Promise<void> {
+  const fh = await open(path, constants.O_RDONLY);
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * The snapshot repository over a backend: files cut into 4 MiB chunks named by the sha256 of
+ * their bytes, stored once as zstd frames, one manifest per id written last; restores go
+ * through a bounded node-local cache that fetches only missing chunks.
+ */
+export class ChunkRepository implements SnapshotRepository {
+  readonly cache: ChunkCache;
+  private readonly level: number;
+  private readonly concurrency: number;
+  private readonly cacheOnCommit: boolean;
+  private readonly gcOnDelete: boolean;
+  private readonly gcGraceMs: number;
+  private readonly leaseTtlMs: number;
+  private readonly gcLockTtlMs: number;
+  private readonly gcPollMs: number;
+  private readonly hooks: RepositoryHooks;
+
+  constructor(
+    readonly backend: RepositoryBackend,
+    opts: RepositoryOptions = {},
+  ) {
+    this.cache = opts.cache ?? new ChunkCache({ dir: "", maxBytes: 0 });
+    this.level = opts.compressionLevel ?? 3;
+    this.concurrency = opts.concurrency ?? 8;
+    this.cacheOnCommit = opts.cacheOnCommit ?? true;
+    this.gcOnDelete = opts.gcOnDelete ?? true;
+    this.gcGraceMs = opts.gcGraceMs ?? 0;
+    this.leaseTtlMs = opts.leaseTtlMs ?? 6 * 3600_000;
+    this.gcLockTtlMs = opts.gcLockTtlMs ?? 15 * 60_000;
+    this.gcPollMs = opts.gcPollMs ?? 500;
+    this.hooks = opts.hooks ?? {};
+  }
+
+  // ------------------------------------------------------------------ commit
+
+  async commit(
+    id: string,
+    srcDir: string,
+    meta: Record<string, unknown>,
+  ): Promise<{ manifest: Manifest; stats: CommitStats }> {
+    assertId(id);
+    const t0 = Date.now();
+    try {
+      return await this.commitInner(id, srcDir, meta, t0);
+    } catch (err) {
+      if (err instanceof CommitError) throw err;
+      throw new CommitError(id, (err as Error).message, { cause: err });
+    }
+  }
+
+  private async commitInner(id: string, srcDir: string, meta: Record<string, unknown>, t0: number) {
+    const stats: CommitStats = { bytes: 0, chunks: 0, reused: 0, uploadedChunks: 0, uploadedBytes: 0, durationMs: 0 };
+    // Pass 1: hash every chunk (and warm the local cache) without touching the backend.
+    const files: ManifestFile[] = [];
+    const where = new Map<string, Piece>();
+    const buf = Buffer.allocUnsafe(CHUNK_BYTES);
+    for (const name of (await readdir(srcDir)).sort()) {
+      const path = join(srcDir, name);
+      if (!(await stat(path)).isFile()) throw new CommitError(id, `${path} is not a regular file`);
+      const chunks: ChunkRef[] = [];
+      let size = 0;
+      const fh = await open(path, "r");
+      try {
+        for (;;) {
+          const n = await readFully(fh, buf, CHUNK_BYTES, null);
+          if (n === 0) break;
+          const data = buf.subarray(0, n);
+          const sha = sha256(data);
+          chunks.push({ sha256: sha, size: n });
+          if (!where.has(sha)) {
+            where.set(sha, { file: path, offset: size, size: n });
+            if (this.cacheOnCommit) await this.cache.insert(sha, Buffer.from(data));
+          }
+          size += n;
+          if (n < CHUNK_BYTES) break;
+        }
+      } finally {
+        await fh.close();
+      }
+      files.push({ name, size, chunks });
+      stats.bytes += size;
+      stats.chunks += chunks.length;
+    }
+
+    const digests = [...where.keys()];
+    const lease = await Lease.write(this.backend, id, digests);
+    try {
+      await this.hooks.afterLease?.(id);
+      await this.waitForGc(id);
+      // Only now may "exists" be trusted: no GC that missed our lease is still deleting.
+      const missing: string[] = [];
+      await forEachLimit(digests, this.concurrency, async (d) => {
+        if (!(await this.backend.head(chunkKey(d)))) missing.push(d);
+      });
+      await this.hooks.afterExistenceCheck?.(id, missing);
+
+      // Pass 2: read back, compress and upload only the missing chunks.
+      await forEachLimit(missing, this.concurrency, async (d) => {
+        const piece = where.get(d) as Piece;
+        const data = Buffer.allocUnsafe(piece.size);
+        const fh = await open(piece.file, "r");
+        try {
+          const n = await readFully(fh, data, piece.size, piece.offset);
+          if (n !== piece.size || sha256(data) !== d) {
+            throw new CommitError(id, `${piece.file} changed while it was being committed`);
+          }
+        } finally {
+          await fh.close();
+        }
+        const z = await compress(data, this.level);
+        await this.backend.put(chunkKey(d), z);
+        stats.uploadedChunks++;
+        stats.uploadedBytes += z.length;
+        await lease.refreshIfOlder(this.leaseTtlMs);
+      });
+      stats.reused = stats.chunks - stats.uploadedChunks;
+
+      const manifest: Manifest = {
+        version: 2,
+        id,
+        createdAt: new Date().toISOString(),
+        chunkSize: CHUNK_BYTES,
+        compression: "zstd",
+        files,
+        meta,
+      };
+      // The manifest is what makes the snapshot exist; it goes last.
+      await this.backend.put(manifestKey(id), Buffer.from(JSON.stringify(manifest)));
+      stats.durationMs = Date.now() - t0;
+      return { manifest, stats };
+    } finally {
+      await lease.release();
+    }
+  }
+
+  /** Waits while a GC that may have missed our lease is running (see docs/storage.md). */
+  private async waitForGc(id: string): Promise<void> {
+    const deadline = Date.now() + this.gcLockTtlMs;
+    while ((await activeGcLocks(this.backend, this.gcLockTtlMs)).length > 0) {
+      if (Date.now() > deadline) throw new CommitError(id, "a garbage collection did not finish in time");
+      await this.hooks.waitingForGc?.(id);
+      await sleep(this.gcPollMs);
+    }
+  }
+
+  // ------------------------------------------------------------------ read side
+
+  async get(id: string): Promise<Manifest | undefined> {
+    let key: string;
+    try {
+      key = manifestKey(id);
+    } catch {
+      return undefined;
+    }
+    const raw = await this.backend.get(key);
+    if (!raw) return undefined;
+    let m: Manifest;
+    try {
+      m = JSON.parse(raw.toString("utf8")) as Manifest;
+    } catch {
+      throw new Error(`manifest of '${id}' in ${this.backend.description} is not valid JSON`);
+    }
+    if (m.version !== 2) {
+      throw new Error(`manifest of '${id}' has version ${String(m.version)}; this aenv reads version 2`);
+    }
+    return m;
+  }
+
+  /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */
+  async list(): Promise<Manifest[]> {
+    const ids: string[] = [];
+    for await (const o of this.backend.list(MANIFESTS)) {
+      const id = idOfManifestKey(o.key);
+      if (id) ids.push(id);
+    }
+    const out: Manifest[] = [];
+    await forEachLimit(ids, this.concurrency, async (id) => {
+      const m = await this.get(id).catch(() => undefined);
+      if (m) out.push(m);
+    });
+    return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+  }
+
+  /** One chunk's verified bytes, from the cache or fetched (coalesced) from the backend. */
+  private loadChunk(id: string, ref: ChunkRef): Promise<Buffer> {
+    return this.cache.getOrLoad(ref.sha256, async () => {
+      const z = await this.backend.get(chunkKey(ref.sha256));
+      if (!z) throw new MissingChunkError(id, ref.sha256, this.backend.description);
+      let data: Buffer;
+      try {
+        data = await decompress(z);
+      } catch (err) {
+        throw new CorruptChunkError(id, ref.sha256, `does not decompress: ${(err as Error).message}`);
+      }
+      if (data.length !== ref.size) {
+        throw new CorruptChunkError(id, ref.sha256, `${data.length} bytes instead of ${ref.size}`);
+      }
+      if (sha256(data) !== ref.sha256) throw new CorruptChunkError(id, ref.sha256, "digest mismatch");
+      return { data, fetchedBytes: z.length };
+    });
+  }
+
+  async materialize(id: string, destDir: string): Promise<void> {
+    const m = await this.get(id);
+    if (!m) throw new SnapshotNotFoundError(id);
+    // Build beside destDir and rename at the end: a failure never leaves destDir looking complete.
+    const staging = join(dirname(destDir), `.${basename(destDir)}.partial-${randomBytes(4).toString("hex")}`);
+    await mkdir(staging, { recursive: true });
+    const handles: FileHandle[] = [];
+    try {
+      const jobs: { fh: FileHandle; offset: number; ref: ChunkRef }[] = [];
+      for (const f of m.files) {
+        if (f.name.includes("/") || f.name.startsWith(".")) throw new Error(`manifest of '${id}': bad file name`);
+        const fh = await open(join(staging, f.name), "w", 0o644);
+        handles.push(fh);
+        let offset = 0;
+        for (const ref of f.chunks) {
+          jobs.push({ fh, offset, ref });
+          offset += ref.size;
+        }
+      }
+      await forEachLimit(jobs, this.concurrency, async (j) => {
+        const data = await this.loadChunk(id, j.ref);
+        let done = 0;
+        while (done < data.length) {
+          const { bytesWritten } = await j.fh.write(data, done, data.length - done, j.offset + done);
+          done += bytesWritten;
+        }
+      });
+      for (const fh of handles) await fh.sync();
+      for (const fh of handles.splice(0)) await fh.close();
+      await fsyncDir(staging);
+      await rmdir(destDir).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== "ENOENT") throw new Error(`cannot materialize '${id}' into ${destDir}: ${err.message}`);
+      });
+      await rename(staging, destDir);
+      await fsyncDir(dirname(destDir));
+    } catch (err) {
+      for (const fh of handles) await fh.close().catch(() => {});
+      await rm(staging, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** Loads every chunk of a snapshot into the cache without writing files (e.g. before a resume). */
+  async prefetch(id: string): Promise<void> {
+    const m = await this.get(id);
+    if (!m) throw new SnapshotNotFoundError(id);
+    const refs = new Map(m.files.flatMap((f) => f.chunks.map((c) => [c.sha256, c] as const)));
+    await forEachLimit([...refs.values()], this.concurrency, async (ref) => {
+      await this.loadChunk(id, ref);
+    });
+  }
+
+  // ------------------------------------------------------------------ cache pins
+
+  /** Keeps a manifest's chunks in the cache (never evicted) until unpin(id). False when unknown. */
+  async pin(id: string): Promise<boolean> {
+    const m = await this.get(id);
+    if (!m) return false;
+    this.pinManifest(m);
+    return true;
+  }
+
+  pinManifest(m: Manifest): void {
+    this.cache.pin(
+      m.id,
+      m.files.flatMap((f) => f.chunks.map((c) => c.sha256)),
+    );
+  }
+
+  unpin(id: string): void {
+    this.cache.unpin(id);
+  }
+
+  /** Cache counters plus occupancy, for benchmarks and /metrics. */
+  metrics(): CacheCounters & { cacheUsedBytes: number; cacheMaxBytes: number; cacheChunks: number; pins: number } {
+    return {
+      ...this.cache.counters,
+      cacheUsedBytes: this.cache.usedBytes,
+      cacheMaxBytes: this.cache.maxBytes,
+      cacheChunks: this.cache.chunkCount,
+      pins: this.cache.pinnedOwners().length,
+    };
+  }
+
+  // ------------------------------------------------------------------ delete, gc
+
+  async delete(id: string): Promise<void> {
+    const m = await this.get(id).catch(() => undefined);
+    await this.backend.delete(manifestKey(id));
+    if (m && this.gcOnDelete) {
+      // Best effort: what this misses, the periodic gc() collects.
+      await this.gc({ only: m.files.flatMap((f) => f.chunks.map((c) => c.sha256)) }).catch(() => undefined);
+    }
+  }
+
+  /** Deletes chunks no manifest (and no commit in flight) references; see gc.ts. */
+  gc(opts: GcOptions = {}): Promise<GcResult> {
+    return collectGarbage(
+      this.backend,
+      { leaseTtlMs: this.leaseTtlMs, gcLockTtlMs: this.gcLockTtlMs },
+      { graceMs: this.gcGraceMs, ...opts },
+      this.hooks,
+    );
+  }
+}
+
+/** What `aenv-server gc` and the periodic timer call. */
+export function runGc(repo: ChunkRepository, opts?: GcOptions): Promise<GcResult> {
+  return repo.gc(opts);
+}

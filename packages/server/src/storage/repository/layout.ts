@@ -1,0 +1,45 @@
+/**
+ * Key layout shared by every backend (a folder and a bucket look the same):
+ *   chunks/<aa>/<sha256>.zst     zstd frame of one chunk; sha256 of the uncompressed bytes
+ *   manifests/<id>.json          one per snapshot/template/paused sandbox, written last
+ *   leases/<uuid>.json           digests a commit in flight needs (GC treats them as live)
+ *   gc-locks/<uuid>.json         a GC in progress (commits wait before trusting existence checks)
+ */
+export const CHUNK_BYTES = 4 * 1024 * 1024;
+
+export const CHUNKS = "chunks/";
+export const MANIFESTS = "manifests/";
+export const LEASES = "leases/";
+export const GC_LOCKS = "gc-locks/";
+
+const SHA_RE = /^[0-9a-f]{64}$/;
+/** Sandbox IDs (sbx-…), snapshot IDs (snap_…), template names: no path separators, no leading dot. */
+const ID_RE = /^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$/;
+
+export function isDigest(s: string): boolean {
+  return SHA_RE.test(s);
+}
+
+export function assertId(id: string): void {
+  if (!ID_RE.test(id)) throw new Error(`invalid snapshot id '${id}'`);
+}
+
+export function chunkKey(sha: string): string {
+  return `${CHUNKS}${sha.slice(0, 2)}/${sha}.zst`;
+}
+
+/** The digest a chunk key names, or undefined for anything else under chunks/. */
+export function digestOfChunkKey(key: string): string | undefined {
+  const m = /^chunks\/[0-9a-f]{2}\/([0-9a-f]{64})\.zst$/.exec(key);
+  return m?.[1];
+}
+
+export function manifestKey(id: string): string {
+  assertId(id);
+  return `${MANIFESTS}${id}.json`;
+}
+
+export function idOfManifestKey(key: string): string | undefined {
+  const m = /^manifests\/([^/]+)\.json$/.exec(key);
+  return m?.[1];
+}
