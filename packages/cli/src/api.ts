@@ -31,6 +31,38 @@ export interface SnapshotInfo {
   createdAt?: string;
 }
 
+export interface TemplateInfo {
+  templateID: string;
+  buildID?: string;
+  names?: string[];
+  aliases?: string[];
+  buildStatus?: string;
+  fromImage?: string;
+  fromTemplate?: string;
+  createdAt?: string;
+  updatedAt?: string;
+  cpuCount?: number;
+  memoryMB?: number;
+  builds?: Array<{ buildID: string; status: string }>;
+}
+
+export interface BuildStatus {
+  templateID: string;
+  buildID: string;
+  status: "waiting" | "building" | "ready" | "error";
+  logEntries: Array<{ timestamp: string; level: string; message: string; step?: string }>;
+  reason?: { message: string; step?: string };
+}
+
+export interface ColdOptions {
+  image: string;
+  cpuCount?: number;
+  memoryMB?: number;
+  timeout?: number;
+  envVars?: Record<string, string>;
+  metadata?: Record<string, string>;
+}
+
 export type ForkResult = { sandbox: SandboxCreated } | { error: string };
 
 export interface CreateOptions {
@@ -59,7 +91,7 @@ export class Api {
     return this.cfg.apiKey;
   }
 
-  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+  async request<T>(method: string, path: string, body?: unknown, timeoutMs = 120_000): Promise<T> {
     let r: Response;
     try {
       r = await fetch(`${this.cfg.apiUrl}${path}`, {
@@ -69,7 +101,7 @@ export class Api {
           ...(body !== undefined ? { "content-type": "application/json" } : {}),
         },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(120_000),
+        signal: AbortSignal.timeout(timeoutMs),
       });
     } catch (e) {
       const cause = (e as { cause?: { code?: string; message?: string } }).cause;
@@ -129,8 +161,23 @@ export class Api {
   deleteSnapshot(id: string): Promise<void> {
     return this.request("DELETE", `/templates/${encodeURIComponent(id)}`);
   }
-  templates(): Promise<unknown[]> {
+  templates(): Promise<TemplateInfo[]> {
     return this.request("GET", "/templates");
+  }
+  template(ref: string): Promise<TemplateInfo> {
+    return this.request("GET", `/templates/${encodeURIComponent(ref)}`);
+  }
+  deleteTemplate(ref: string): Promise<void> {
+    return this.request("DELETE", `/templates/${encodeURIComponent(ref)}`);
+  }
+  buildStatus(templateID: string, buildID: string, logsOffset: number): Promise<BuildStatus> {
+    const t = encodeURIComponent(templateID);
+    return this.request("GET", `/templates/${t}/builds/${encodeURIComponent(buildID)}/status?logsOffset=${logsOffset}`);
+  }
+  /** A sandbox booted straight from an image reference (imported on first use). */
+  createCold(o: ColdOptions): Promise<SandboxCreated> {
+    // The first start of an image pulls it: allow for a slow registry.
+    return this.request("POST", "/sandboxes-cold", o, 30 * 60_000);
   }
 
   /** An e2b SDK handle for sandbox traffic (commands, pty, files), pointed at this server. */

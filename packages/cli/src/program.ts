@@ -1,5 +1,6 @@
 import { Command, CommanderError, Option } from "commander";
 import { registerAuth } from "./commands/auth.js";
+import { registerBuild } from "./commands/build.js";
 import { registerCompletion } from "./commands/completion.js";
 import { registerFiles } from "./commands/files.js";
 import { registerSandboxes } from "./commands/sandboxes.js";
@@ -41,7 +42,8 @@ export function buildProgram(io: ProgramIO = {}): Command {
   registerFiles(program, ctx);
   registerSnapshots(program, ctx);
   registerTemplates(program, ctx);
-  registerCompletion(program);
+  registerBuild(program, ctx);
+  registerCompletion(program, ctx);
   const configure = (c: Command) => {
     c.exitOverride();
     c.configureOutput({

@@ -4,6 +4,7 @@ import { type Ctx, examples } from "../context.js";
 import { CliError } from "../errors.js";
 import { relativeTime } from "../output.js";
 import { collectKeyValue, metadataQuery, parsePositiveInt, parseState } from "../parse.js";
+import { withSpinner } from "../progress/spinner.js";
 import { attachShell } from "./shell.js";
 
 export const SANDBOX_COLUMNS = [
@@ -36,15 +37,22 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
   program
     .command("start")
     .description("create a sandbox and open a shell in it (or print its ID with --detach)")
-    .argument("[template]", "template name or ID", "base")
+    .argument("[template]", "template name or ID (an image reference with --cold)", "base")
     .option("-d, --detach", "do not attach a shell; print the sandbox ID")
+    .option("--cold", "boot straight from a container image (pulled and unpacked on first use)")
+    .option("--cpu <n>", "vCPUs (with --cold)", parsePositiveInt("--cpu", 64))
+    .option("--memory <mb>", "memory in MiB (with --cold)", parsePositiveInt("--memory", 262_144))
     .option("--timeout <seconds>", "time to live in seconds", parsePositiveInt("--timeout", 86_400))
     .option("--env <K=V>", "environment variable (repeatable)", collectKeyValue)
     .option("--metadata <K=V>", "metadata (repeatable)", collectKeyValue)
     .option("--rm", "kill the sandbox when the shell exits")
     .addHelpText(
       "after",
-      examples("aenv start", "aenv start base --detach --timeout 600 --env FOO=bar --metadata owner=alice"),
+      examples(
+        "aenv start",
+        "aenv start base --detach --timeout 600 --env FOO=bar --metadata owner=alice",
+        "aenv start --cold python:3.12-slim --cpu 2 --memory 1024",
+      ),
     )
     .action(
       async (
@@ -55,15 +63,20 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
           env?: Record<string, string>;
           metadata?: Record<string, string>;
           rm?: boolean;
+          cold?: boolean;
+          cpu?: number;
+          memory?: number;
         },
       ) => {
         const api = ctx.api();
-        const created = await api.create({
-          templateID: template,
-          timeout: o.timeout,
-          envVars: o.env,
-          metadata: o.metadata,
-        });
+        if (!o.cold && (o.cpu || o.memory))
+          throw new CliError("--cpu and --memory apply to --cold starts; templates fix them at build time");
+        const common = { timeout: o.timeout, envVars: o.env, metadata: o.metadata };
+        const created = o.cold
+          ? await withSpinner(`Starting ${template}`, () =>
+              api.createCold({ image: template, cpuCount: o.cpu, memoryMB: o.memory, ...common }),
+            )
+          : await api.create({ templateID: template, ...common });
         if (o.detach) {
           ctx.out().item(created, created.sandboxID);
           return;
@@ -95,8 +108,18 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
       });
     if (alias) c.alias(alias);
   };
-  simple("pause", "pause a running sandbox (keeps its memory and files)", (id) => ctx.api().pause(id), "paused");
-  simple("resume", "resume a paused sandbox", (id) => ctx.api().resume(id), "resumed");
+  simple(
+    "pause",
+    "pause a running sandbox (keeps its memory and files)",
+    (id) => withSpinner(`Pausing ${id}`, () => ctx.api().pause(id)),
+    "paused",
+  );
+  simple(
+    "resume",
+    "resume a paused sandbox",
+    (id) => withSpinner(`Resuming ${id}`, () => ctx.api().resume(id)),
+    "resumed",
+  );
   simple("rm", "kill a sandbox and delete it", (id) => ctx.api().kill(id), "removed", "kill");
 
   program
@@ -117,7 +140,7 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
     .option("-n, --count <n>", "how many copies", parsePositiveInt("--count", 100), 1)
     .addHelpText("after", examples("aenv fork i1a2b3c4d5e6f7 --count 4"))
     .action(async (id: string, o: { count: number }) => {
-      const results = await ctx.api().fork(id, o.count);
+      const results = await withSpinner(`Forking ${id} ×${o.count}`, () => ctx.api().fork(id, o.count));
       const rows = results.map((r) =>
         "sandbox" in r ? { sandboxID: r.sandbox.sandboxID, error: "" } : { sandboxID: "", error: r.error },
       );
