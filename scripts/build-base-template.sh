@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the default template `base`: a Debian bookworm root filesystem with the tools agents
-# expect and a non-root user `user` (uid 1000). Cached: does nothing when the template exists.
+# expect and a non-root user `user` (uid 1000). debootstrap makes the tree; it is packed as a
+# one-layer OCI image and imported by `aenv-server import-template`, the same image machinery
+# every other template goes through. Cached: does nothing when the template exists.
 # Usage: build-base-template.sh TEMPLATES_DIR
 set -euo pipefail
 dir=${1:?usage: build-base-template.sh TEMPLATES_DIR}
@@ -16,7 +18,8 @@ tune() {
 
 if [ -f "$t/template.json" ]; then
   have=$(sed -n 's/.*"revision":\([0-9]*\).*/\1/p' "$t/template.json")
-  if [ "${have:-1}" -lt "$REVISION" ]; then
+  # Trees from before imports (rootfs/ beside template.json) are brought up to date in place.
+  if [ -d "$t/rootfs" ] && [ "${have:-1}" -lt "$REVISION" ]; then
     tune "$t/rootfs"
     sed -i "s/\"revision\":[0-9]*,//; s/^{/{\"revision\":$REVISION,/" "$t/template.json"
     echo "base template: updated to revision $REVISION"
@@ -44,8 +47,30 @@ printf '127.0.0.1 localhost\n::1 localhost\n' > "$tmp/rootfs/etc/hosts"
 mkdir -p "$tmp/rootfs/.aenv"
 tune "$tmp/rootfs"
 rm -rf "$tmp/rootfs/var/cache/apt/archives/"*.deb "$tmp/rootfs/var/lib/apt/lists/"*
-cat > "$tmp/template.json" <<JSON
-{"revision":$REVISION,"id":"base","name":"base","user":"user","workdir":"/home/user","env":{"PATH":"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},"cpuCount":2,"memoryMB":1024,"diskSizeMB":2048,"createdAt":"$(date -u +%FT%TZ)"}
-JSON
-mkdir -p "$dir"; rm -rf "$t"; mv "$tmp" "$t"; trap - EXIT
-echo "base template: ready at $t ($(du -sh "$t/rootfs" | cut -f1))"
+# One uncompressed-tar layer (zstd on disk) plus a config naming the user, workdir and PATH.
+oci="$tmp/oci"
+mkdir -p "$oci/blobs/sha256"
+tar --numeric-owner --xattrs --sort=name -C "$tmp/rootfs" -cf "$tmp/layer.tar" .
+diff_id=$(sha256sum "$tmp/layer.tar" | cut -d' ' -f1)
+zstd -q -T0 -3 --rm "$tmp/layer.tar" -o "$tmp/layer.tar.zst"
+desc() { # FILE MEDIATYPE [ANNOTATIONS] -> descriptor JSON on stdout; moves FILE into the layout
+  local d s; d=$(sha256sum "$1" | cut -d' ' -f1); s=$(stat -c %s "$1")
+  mv "$1" "$oci/blobs/sha256/$d"
+  printf '{"mediaType":"%s","digest":"sha256:%s","size":%s%s}' "$2" "$d" "$s" "${3:+,\"annotations\":$3}"
+}
+layer=$(desc "$tmp/layer.tar.zst" application/vnd.oci.image.layer.v1.tar+zstd)
+printf '{"architecture":"%s","os":"linux","config":{"User":"user","WorkingDir":"/home/user","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Labels":{"org.aenv.base.revision":"%s"}},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+  "$(dpkg --print-architecture)" "$REVISION" "$diff_id" > "$tmp/config.json"
+config=$(desc "$tmp/config.json" application/vnd.oci.image.config.v1+json)
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":%s,"layers":[%s]}' \
+  "$config" "$layer" > "$tmp/manifest.json"
+manifest=$(desc "$tmp/manifest.json" application/vnd.oci.image.manifest.v1+json \
+  '{"org.opencontainers.image.ref.name":"latest"}')
+printf '{"schemaVersion":2,"manifests":[%s]}' "$manifest" > "$oci/index.json"
+printf '{"imageLayoutVersion":"1.0.0"}' > "$oci/oci-layout"
+rm -rf "$tmp/rootfs"
+mkdir -p "$dir"
+node "$(dirname "$0")/../packages/server/bin/aenv-server.js" import-template --templates-dir "$dir" \
+  --id base --name base "oci:$oci:latest"
+rm -rf "$tmp"; trap - EXIT
+echo "base template: ready at $t ($(du -sh "$t" | cut -f1))"

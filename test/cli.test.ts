@@ -102,8 +102,8 @@ describe("cli: pure functions", () => {
     assert.equal(await run(["fork", "x", "--count", "zero"], io), 1);
     assert.equal(err, "aenv: --count must be a positive integer, got 'zero'\n");
     err = "";
-    assert.equal(await run(["pull", "debian:12"], io), 2);
-    assert.match(err, /not supported by this server yet \(needs the template build API\)/);
+    assert.equal(await run(["pull", "x", "--probe", "80", "--ready-cmd", "true"], io), 1);
+    assert.match(err, /give --ready-cmd or --probe, not both/);
     err = "";
     assert.equal(await run(["completion", "tcsh"], io), 1);
     assert.match(err, /unknown shell/);

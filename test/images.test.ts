@@ -1,50 +1,13 @@
 // Templates from OCI images in a real registry (Debian's docker-registry on loopback): the e2b
 // SDK's Template builder on a busybox image, and cold starts straight from an image reference.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox, Template } from "e2b";
-import {
-  makeTar,
-  OciLayout,
-  push,
-  type Registry,
-  startRegistry,
-  type TarSpec,
-} from "../packages/server/test/helpers/registry.js";
+import { makeTar, OciLayout, push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
+import { tinyImage } from "./helpers/images.js";
 import { cleanupDataDir, getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
-
-const APPLETS = ["sh", "ls", "cat", "mkdir", "echo", "httpd", "wget", "id", "whoami", "sleep", "env", "pwd", "stat"];
-
-/** A busybox root filesystem in two layers (gzip + zstd), with a config giving env and workdir. */
-function tinyImage(dir: string): void {
-  const base: TarSpec[] = [
-    { name: "bin/", type: "dir" },
-    { name: "etc/", type: "dir" },
-    { name: "root/", type: "dir", mode: 0o700 },
-    { name: "tmp/", type: "dir", mode: 0o1777 },
-    { name: "bin/busybox", content: readFileSync("/bin/busybox"), mode: 0o755 },
-    // The SDK runs commands with `bash -l -c`; busybox's ash stands in.
-    { name: "bin/bash", content: '#!/bin/busybox sh\nexec /bin/busybox sh "$@"\n', mode: 0o755 },
-    ...APPLETS.map((a): TarSpec => ({ name: `bin/${a}`, type: "symlink", linkname: "busybox" })),
-    { name: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
-    { name: "etc/group", content: "root:x:0:\n" },
-  ];
-  const site: TarSpec[] = [
-    { name: "www/", type: "dir" },
-    { name: "www/index.html", content: "from the image\n" },
-  ];
-  const layout = new OciLayout(dir);
-  const img = layout.image({
-    layers: [
-      { tar: makeTar(base), compression: "gzip" },
-      { tar: makeTar(site), compression: "zstd" },
-    ],
-    config: { Env: ["PATH=/bin", "IMAGE_VAR=from-config"], WorkingDir: "/www" },
-  });
-  layout.tag(img, "1");
-}
 
 /** An image whose layer tries to write outside the root filesystem. */
 function evilImage(dir: string, target: string): void {

@@ -22,7 +22,9 @@ before(async () => {
   writeFileSync(join(context, "site", "index.html"), "<h1>copied site</h1>\n");
   writeFileSync(join(context, "site", "sub", "deep.txt"), "deep\n");
   writeFileSync(join(context, "tool.sh"), "#!/bin/sh\necho tool ran\n");
-  server = await startServer({ templatesDir });
+  // Committing a copy of the whole base tree to the repository is covered elsewhere
+  // (repository-shared.test.ts, with a small image); here it would only cost CPU.
+  server = await startServer({ templatesDir, env: { AENV_COMMIT_TEMPLATES: "false" } });
   useE2b(server);
 });
 

@@ -31,6 +31,17 @@ export interface RepositoryConfig {
   gcIntervalS: number;
   /** Unreferenced chunks younger than this survive a GC. */
   gcGraceS: number;
+  /** Commit built templates too, so servers sharing the repository can start them. */
+  commitTemplates: boolean;
+}
+
+export interface ImagesConfig {
+  /** Registries (host or host:port) spoken to over plain HTTP; loopback ones always are. */
+  insecureRegistries: string[];
+  /** Docker-style credentials file; unset: REGISTRY_AUTH_FILE, DOCKER_CONFIG, ~/.docker/config.json. */
+  authFile?: string;
+  /** Largest COPY context a template build accepts. */
+  uploadLimitBytes: number;
 }
 
 export interface ServerConfig {
@@ -53,6 +64,7 @@ export interface ServerConfig {
   /** Most sandboxes (running or starting) this node runs at once; more get 429. */
   maxSandboxes: number;
   repository: RepositoryConfig;
+  images: ImagesConfig;
   /** The config file read, if any. */
   configFile?: string;
 }
@@ -160,11 +172,15 @@ const FILE_KEYS: Record<string, Kind> = {
   "repository.s3.region": "string",
   "repository.s3.prefix": "string",
   "repository.s3.force_path_style": "bool",
+  "repository.commit_templates": "bool",
   "cache.dir": "string",
   "cache.max_bytes": "size",
   "cache.cache_on_commit": "bool",
   "gc.interval_secs": "int",
   "gc.grace_secs": "int",
+  "images.insecure_registries": "string",
+  "images.auth_file": "string",
+  "images.upload_limit_bytes": "size",
 };
 
 /** Reads a TOML config file into flat dotted keys, refusing unknown keys and wrong types. */
@@ -273,6 +289,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     cacheOnCommit: bool("AENV_CACHE_ON_COMMIT", "cache.cache_on_commit", true),
     gcIntervalS: int("AENV_GC_INTERVAL", "gc.interval_secs", 3600),
     gcGraceS: int("AENV_GC_GRACE", "gc.grace_secs", 900),
+    commitTemplates: bool("AENV_COMMIT_TEMPLATES", "repository.commit_templates", true),
   };
 
   return {
@@ -293,6 +310,14 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     warmSlots: num("AENV_WARM_SLOTS", "network.warm_slots", 4),
     maxSandboxes: num("AENV_MAX_SANDBOXES", "sandbox.max_sandboxes", 256),
     repository,
+    images: {
+      insecureRegistries: (str("AENV_INSECURE_REGISTRIES", "images.insecure_registries") ?? "")
+        .split(",")
+        .map((h) => h.trim())
+        .filter(Boolean),
+      authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
+      uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
+    },
     configFile,
   };
 }

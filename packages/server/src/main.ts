@@ -3,10 +3,13 @@ import pino from "pino";
 import { ConfigError, loadConfig, type ServerConfig } from "./config.js";
 import { RuntimeUnavailableError } from "./runtime/driver.js";
 import { startServer } from "./server.js";
+import { BackendUnavailableError } from "./storage/repository/backend.js";
 
 const HELP = `aenv-server — E2B-compatible sandbox server on gVisor
 
 Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--templates-dir DIR] [--domain DOMAIN]
+       aenv-server gc [--dry-run] [--grace SECONDS]        garbage-collect the snapshot repository
+       aenv-server import-template --name NAME IMAGE       a template from an image, offline
 
   --config         TOML config file (default: AENV_CONFIG_PATH; see docs/configuration.md);
                    flags override environment variables, which override the file
@@ -25,6 +28,10 @@ async function main(): Promise<void> {
   if (process.argv[2] === "import-template") {
     const { importTemplateCommand } = await import("./commands/import-template.js");
     process.exit(await importTemplateCommand(process.argv.slice(3)));
+  }
+  if (process.argv[2] === "gc") {
+    const { gcCommand } = await import("./commands/gc.js");
+    process.exit(await gcCommand(process.argv.slice(3)));
   }
   const { values } = parseArgs({
     options: {
@@ -63,7 +70,7 @@ async function main(): Promise<void> {
   try {
     server = await startServer(cfg, log);
   } catch (err) {
-    if (err instanceof RuntimeUnavailableError) {
+    if (err instanceof RuntimeUnavailableError || err instanceof BackendUnavailableError) {
       log.fatal(err.message);
       process.exit(1);
     }

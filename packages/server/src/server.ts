@@ -6,6 +6,7 @@ import { type App, buildApp } from "./api/app.js";
 import { TemplateBuilder } from "./builds/builder.js";
 import { ContextFiles } from "./builds/context-files.js";
 import { imageProvider } from "./builds/image-provider.js";
+import { TemplateSync } from "./builds/template-sync.js";
 import type { ServerConfig } from "./config.js";
 import { SlotPool } from "./network/slots.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
@@ -14,7 +15,8 @@ import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
 import { SqliteStateStore } from "./state/sqlite-store.js";
 import { ImageStore } from "./storage/images/index.js";
-import { PosixFsRepository } from "./storage/repository/posix-fs.js";
+import { runGc } from "./storage/repository/chunk-repository.js";
+import { openRepository } from "./storage/repository/open.js";
 import { TemplateStore } from "./storage/templates.js";
 
 /** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
@@ -31,9 +33,6 @@ function writeResolvConf(dataDir: string): string {
   writeFileSync(file, servers.map((s) => `nameserver ${s}\n`).join("") || "# no reachable host resolver\n");
   return file;
 }
-
-/** Largest COPY context a template build accepts. */
-const UPLOAD_LIMIT_BYTES = 4 * 1024 ** 3;
 
 export interface RunningServer {
   app: App;
@@ -61,9 +60,13 @@ export async function startServer(
   if (!templates.get("base")) {
     log.warn({ templatesDir: cfg.templatesDir }, "default template 'base' missing: run scripts/build-base-template.sh");
   }
+  const repository = await openRepository(cfg, log.child({ component: "repository" }));
   const store = new SqliteStateStore(join(cfg.dataDir, "state.db"));
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(cfg.dataDir);
+  const sync = cfg.repository.commitTemplates
+    ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
+    : undefined;
   const orch = new Orchestrator({
     cfg,
     store,
@@ -74,8 +77,9 @@ export async function startServer(
     runtimeDir,
     resolvConf: writeResolvConf(cfg.dataDir),
     // Images restore only on the same runsc build, platform and /.aenv contents.
-    repository: new PosixFsRepository(join(cfg.dataDir, "repository")),
+    repository,
     imageKey: `${runtime.version.replace(/[^a-zA-Z0-9.]/g, "")}-${runtime.platform}-${basename(runtimeDir)}`,
+    ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
   });
   const { report: recovery, keepSlots } = await orch.recover();
   if (recovery.cleanedUp.length) {
@@ -83,10 +87,20 @@ export async function startServer(
   }
   await slots.init(keepSlots);
   orch.startReaper();
+  // Chunks no manifest references go, safe against commits in flight (storage/repository/gc.ts).
+  const gcTimer =
+    cfg.repository.gcIntervalS > 0
+      ? setInterval(() => {
+          runGc(repository, { graceMs: cfg.repository.gcGraceS * 1000 })
+            .then((r) => log.info({ component: "repository", ...r }, "repository garbage collected"))
+            .catch((err) => log.warn({ err }, "repository gc failed"));
+        }, cfg.repository.gcIntervalS * 1000)
+      : undefined;
+  gcTimer?.unref();
   const files = new ContextFiles(
     join(cfg.templatesDir, ".files"),
     createHash("sha256").update(`upload-links\n${cfg.apiKey}`).digest("hex"),
-    UPLOAD_LIMIT_BYTES,
+    cfg.images.uploadLimitBytes,
   );
   const builder = new TemplateBuilder({
     templates,
@@ -96,10 +110,12 @@ export async function startServer(
     images: imageProvider(
       new ImageStore({
         dir: join(cfg.templatesDir, ".images"),
-        insecureRegistries: (process.env.AENV_INSECURE_REGISTRIES ?? "").split(",").filter(Boolean),
+        insecureRegistries: cfg.images.insecureRegistries,
+        ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
         log: (msg) => log.child({ component: "images" }).info(msg),
       }),
     ),
+    ...(sync ? { sync } : {}),
     log: log.child({ component: "builds" }),
   });
   let ready = false;
@@ -136,6 +152,7 @@ export async function startServer(
     warming,
     async close() {
       ready = false;
+      if (gcTimer) clearInterval(gcTimer);
       await builder.close();
       await orch.close();
       await warming;

@@ -5,8 +5,9 @@
  *   node --import tsx --test packages/server/test/repository*.test.ts
  */
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { after, before, describe, test } from "node:test";
@@ -16,6 +17,7 @@ import {
   type ObjectInfo,
   type RepositoryBackend,
 } from "../src/storage/repository/backend.js";
+import { CDC_MAX, CDC_MIN, chunksOf, nextCut } from "../src/storage/repository/cdc.js";
 import { ChunkCache } from "../src/storage/repository/chunk-cache.js";
 import { ChunkRepository, type RepositoryOptions, runGc } from "../src/storage/repository/chunk-repository.js";
 import { CHUNK_BYTES, CHUNKS, chunkKey, LEASES, MANIFESTS } from "../src/storage/repository/layout.js";
@@ -46,6 +48,42 @@ function folder(files: Record<string, Buffer>): string {
   for (const [f, data] of Object.entries(files)) writeFileSync(join(dir, f), data);
   return dir;
 }
+
+/**
+ * Deterministic pseudo-random bytes (xorshift32): the same seed gives the same bytes, hence the
+ * same content-defined cut points, on every run. zstd cannot compress them.
+ */
+function seeded(n: number, seed: number): Buffer {
+  const words = new Uint32Array(Math.ceil(n / 4));
+  let x = Math.imul(seed + 1, 0x9e3779b9) >>> 0 || 1;
+  for (let i = 0; i < words.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    words[i] = x >>> 0;
+  }
+  return Buffer.from(words.buffer, 0, n);
+}
+
+const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+
+/** The chunks a commit must cut `data` into, from cdc.ts's cut points (not from offsets). */
+function cdcPieces(data: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  for (let off = 0; off < data.length; ) {
+    const n = nextCut(data.subarray(off));
+    out.push(data.subarray(off, off + n));
+    off += n;
+  }
+  return out;
+}
+
+/** Chunk refs as a manifest lists them for a file holding `data`. */
+const refsOf = (data: Buffer) => cdcPieces(data).map((p) => ({ sha256: sha256(p), size: p.length }));
+const digestsOf = (data: Buffer) => cdcPieces(data).map(sha256);
+/** How many distinct chunks (objects in the repository) these files need. */
+const distinctChunks = (...files: Buffer[]) => new Set(files.flatMap(digestsOf)).size;
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
 /** Wraps a backend to count chunk gets and to inject behaviour before puts. */
 class SpyBackend implements RepositoryBackend {
@@ -139,19 +177,22 @@ for (const kind of kinds) {
 
     test("commit + materialize rebuild files byte for byte; stats; meta; empty files", async () => {
       const repo = new ChunkRepository(kind.make(), { cache: newCache() });
-      const big = randomBytes(9 * MiB); // 3 chunks
+      const big = seeded(9 * MiB, 1);
+      const bigRefs = refsOf(big); // several content-defined chunks, all different
+      assert.ok(bigRefs.length >= 3 && distinctChunks(big) === bigRefs.length, `${bigRefs.length} chunks`);
       const src = folder({ "pages.img": big, "checkpoint.img": Buffer.from("meta"), "empty.img": Buffer.alloc(0) });
       const { manifest, stats } = await repo.commit("sbx-a1", src, { note: "a" });
-      assert.equal(stats.chunks, 4);
+      assert.equal(stats.chunks, bigRefs.length + 1);
       assert.equal(stats.reused, 0);
-      assert.equal(stats.uploadedChunks, 4);
+      assert.equal(stats.uploadedChunks, bigRefs.length + 1);
       assert.equal(stats.bytes, 9 * MiB + 4);
+      assert.equal(manifest.chunkSize, CHUNK_BYTES);
       assert.deepEqual(
-        manifest.files.map((f) => [f.name, f.size, f.chunks.length]),
+        manifest.files.map((f) => [f.name, f.size, f.chunks]),
         [
-          ["checkpoint.img", 4, 1],
-          ["empty.img", 0, 0],
-          ["pages.img", 9 * MiB, 3],
+          ["checkpoint.img", 4, [{ sha256: sha256(Buffer.from("meta")), size: 4 }]],
+          ["empty.img", 0, []],
+          ["pages.img", 9 * MiB, bigRefs],
         ],
       );
       const out = join(fresh("out"), "snap");
@@ -175,49 +216,87 @@ for (const kind of kinds) {
     test("identical content is stored once (dedup across snapshots and within one)", async () => {
       const b = kind.make();
       const repo = new ChunkRepository(b, { cache: newCache() });
-      const block = randomBytes(4 * MiB);
+      const block = seeded(4 * MiB, 2);
       const twice = Buffer.concat([block, block]);
+      // Cut points follow content: the second copy of the block re-synchronises with the first
+      // after the chunk that straddles the seam, so `twice` repeats chunks within itself, and
+      // the file holding just the block is cut exactly like the first copy.
+      const perFile = digestsOf(twice).length + digestsOf(block).length;
+      const unique = distinctChunks(twice, block);
+      assert.ok(new Set(digestsOf(twice)).size < digestsOf(twice).length, "twice repeats a chunk");
+      assert.ok(
+        digestsOf(block).every((d) => digestsOf(twice).includes(d)),
+        "block's chunks are all in twice",
+      );
       const s1 = await repo.commit("snap_1", folder({ a: twice, b: block }), {});
-      assert.equal(s1.stats.chunks, 3);
-      assert.equal(s1.stats.uploadedChunks, 1);
+      assert.equal(s1.stats.chunks, perFile);
+      assert.equal(s1.stats.uploadedChunks, unique);
+      assert.equal(s1.stats.reused, perFile - unique);
       const s2 = await repo.commit("tmpl-base", folder({ c: block }), {});
       assert.equal(s2.stats.uploadedChunks, 0);
       assert.equal(s2.stats.uploadedBytes, 0);
-      assert.equal((await keys(b, CHUNKS)).length, 1);
+      assert.equal((await keys(b, CHUNKS)).length, unique);
     });
 
-    test("incremental: 50 MB folder, 1 MB changed → about one chunk uploaded", async () => {
+    test("incremental: 50 MB folder, 1 MB changed in place or inserted mid-file → only the chunks around it uploaded", async () => {
       const repo = new ChunkRepository(kind.make(), { cache: newCache() });
-      const data = randomBytes(50 * MiB);
+      const data = seeded(50 * MiB, 3);
       const first = await repo.commit("sbx-inc", folder({ "pages.img": data }), {});
-      assert.equal(first.stats.uploadedChunks, 13);
-      randomBytes(MiB).copy(data, 20 * MiB); // 1 MiB inside chunk 5
-      const second = await repo.commit("snap_inc2", folder({ "pages.img": data }), {});
-      assert.equal(second.stats.uploadedChunks, 1);
-      assert.equal(second.stats.reused, 12);
-      assert.ok(second.stats.uploadedBytes < 4.1 * MiB, `${second.stats.uploadedBytes}`);
-      assert.ok(second.stats.uploadedBytes > 0);
-      const out = join(fresh("out"), "inc");
-      await repo.materialize("snap_inc2", out);
-      assert.deepEqual(readFileSync(join(out, "pages.img")), data);
+      const stored = new Set(digestsOf(data));
+      assert.equal(first.stats.uploadedChunks, stored.size);
+      assert.ok(stored.size > 30, `${stored.size} chunks`);
+      const overwritten = Buffer.from(data);
+      seeded(MiB, 4).copy(overwritten, 20 * MiB);
+      // an insertion shifts the last 25 MiB: fixed-size chunks would all change
+      const inserted = Buffer.concat([data.subarray(0, 25 * MiB), seeded(MiB, 5), data.subarray(25 * MiB)]);
+      const edits: [string, string, Buffer][] = [
+        ["snap_inc2", "1 MiB overwritten at 20 MiB", overwritten],
+        ["snap_inc3", "1 MiB inserted at 25 MiB", inserted],
+      ];
+      for (const [id, edit, next] of edits) {
+        const pieces = cdcPieces(next);
+        const added = new Map(pieces.filter((p) => !stored.has(sha256(p))).map((p) => [sha256(p), p.length]));
+        const addedBytes = sum([...added.values()]);
+        const { stats } = await repo.commit(id, folder({ "pages.img": next }), {});
+        assert.equal(stats.chunks, pieces.length, edit);
+        assert.equal(stats.uploadedChunks, added.size, edit);
+        assert.equal(stats.reused, pieces.length - added.size, edit);
+        assert.ok(added.size >= 1, edit);
+        // A 1 MiB edit re-uploads only the chunks around it: the one it starts in (which begins
+        // less than CDC_MAX before it), those inside it, and the one after it in which the cut
+        // points meet the old ones again (they do at the first cut past the edit, at most CDC_MAX
+        // further). Hence at most 1 MiB + 2 * CDC_MAX = 9 MiB of a 50 MiB file, ~3 MiB on
+        // average (1-4 chunks of ~1 MiB); the exact chunks are the ones cdc.ts says are new.
+        // Uploaded bytes are zstd frames of incompressible data: raw size plus a little framing.
+        const framed = (raw: number) => raw + raw / 1000 + 1024;
+        assert.ok(stats.uploadedBytes >= addedBytes, `${edit}: ${stats.uploadedBytes}`);
+        assert.ok(stats.uploadedBytes <= framed(addedBytes), `${edit}: ${stats.uploadedBytes} > ${addedBytes}`);
+        assert.ok(stats.uploadedBytes <= framed(MiB + 2 * CDC_MAX), `${edit}: ${stats.uploadedBytes}`);
+        const out = join(fresh("out"), id);
+        await repo.materialize(id, out);
+        assert.deepEqual(readFileSync(join(out, "pages.img")), next);
+        for (const d of added.keys()) stored.add(d);
+      }
     });
 
     test("cold cache fetches every chunk, warm cache fetches nothing", async () => {
       const b = new SpyBackend(kind.make());
       const writer = new ChunkRepository(b, { cache: newCache(), cacheOnCommit: false });
-      const data = randomBytes(10 * MiB);
+      const data = seeded(10 * MiB, 6);
+      const n = distinctChunks(data);
+      assert.ok(n >= 3, `${n} chunks`);
       await writer.commit("snap_cw", folder({ f: data }), {});
       const reader = new ChunkRepository(b, { cache: newCache() });
       b.chunkGets = 0;
       await reader.materialize("snap_cw", join(fresh("out"), "cold"));
-      assert.equal(b.chunkGets, 3);
-      assert.equal(reader.metrics().misses, 3);
+      assert.equal(b.chunkGets, n);
+      assert.equal(reader.metrics().misses, n);
       assert.ok(reader.metrics().bytesFetched > 10 * MiB);
       b.chunkGets = 0;
       const out = join(fresh("out"), "warm");
       await reader.materialize("snap_cw", out);
       assert.equal(b.chunkGets, 0);
-      assert.equal(reader.metrics().hits, 3);
+      assert.equal(reader.metrics().hits, n);
       assert.deepEqual(readFileSync(join(out, "f")), data);
       // a commit with cacheOnCommit leaves the cache warm for a local restore
       const local = new ChunkRepository(b, { cache: newCache() });
@@ -235,7 +314,8 @@ for (const kind of kinds) {
       const sha = manifest.files[0]?.chunks[1]?.sha256 as string;
       const stored = (await b.get(chunkKey(sha))) as Buffer;
       const flipped = Buffer.from(stored);
-      flipped[flipped.length >> 1] ^= 0xff; // inside the compressed payload
+      const mid = flipped.length >> 1; // inside the compressed payload
+      flipped[mid] = (flipped[mid] as number) ^ 0xff;
       await b.put(chunkKey(sha), flipped);
       const reader = new ChunkRepository(b, { cache: newCache() });
       const outParent = fresh("out");
@@ -273,13 +353,15 @@ for (const kind of kinds) {
     test("delete removes the manifest and only the chunks nobody else references", async () => {
       const b = kind.make();
       const repo = new ChunkRepository(b, { cache: newCache() });
-      const shared = randomBytes(4 * MiB);
+      const shared = seeded(4 * MiB, 7);
+      const own = seeded(MiB, 8);
       await repo.commit("snap_keep", folder({ a: shared }), {});
-      await repo.commit("snap_drop", folder({ a: shared, b: randomBytes(MiB) }), {});
-      assert.equal((await keys(b, CHUNKS)).length, 2);
+      await repo.commit("snap_drop", folder({ a: shared, b: own }), {});
+      const keep = new Set(digestsOf(shared));
+      assert.deepEqual(await keys(b, CHUNKS), [...new Set([...keep, ...digestsOf(own)])].map(chunkKey).sort());
       await repo.delete("snap_drop");
       assert.equal(await repo.get("snap_drop"), undefined);
-      assert.equal((await keys(b, CHUNKS)).length, 1);
+      assert.deepEqual(await keys(b, CHUNKS), [...keep].map(chunkKey).sort());
       await repo.materialize("snap_keep", join(fresh("out"), "k"));
       await repo.delete("snap_keep");
       assert.deepEqual(await keys(b, CHUNKS), []);
@@ -297,14 +379,16 @@ for (const kind of kinds) {
       const b = kind.make();
       const nodeA = new ChunkRepository(b, { cache: newCache() });
       const nodeB = new ChunkRepository(b, { cache: newCache() });
-      const data = randomBytes(16 * MiB);
+      const data = seeded(16 * MiB, 9);
+      const n = digestsOf(data).length;
+      assert.equal(distinctChunks(data), n);
       const [ra, rb] = await Promise.all([
         nodeA.commit("snap_node_a", folder({ f: data }), { node: "a" }),
         nodeB.commit("snap_node_b", folder({ f: data }), { node: "b" }),
       ]);
-      assert.equal(ra.stats.chunks, 4);
-      assert.equal(rb.stats.chunks, 4);
-      assert.equal((await keys(b, CHUNKS)).length, 4);
+      assert.equal(ra.stats.chunks, n);
+      assert.equal(rb.stats.chunks, n);
+      assert.deepEqual(await keys(b, CHUNKS), digestsOf(data).map(chunkKey).sort());
       const fresh1 = new ChunkRepository(b, { cache: newCache() });
       for (const id of ["snap_node_a", "snap_node_b"]) {
         const out = join(fresh("out"), id);
@@ -315,7 +399,9 @@ for (const kind of kinds) {
 
     test("GC never deletes a chunk a commit in flight reuses (both interleavings)", async () => {
       const b = kind.make();
-      const data = randomBytes(8 * MiB);
+      const data = seeded(8 * MiB, 10);
+      const n = distinctChunks(data);
+      assert.ok(n >= 2, `${n} chunks`);
       const gate = () => {
         let open!: () => void;
         const p = new Promise<void>((r) => {
@@ -350,9 +436,9 @@ for (const kind of kinds) {
         await commitWaiting.p; // the commit saw the GC lock and holds off its existence checks
         gcPaused.open();
         const res = await gc;
-        assert.equal(res.chunksDeleted, 2);
+        assert.equal(res.chunksDeleted, n);
         const { stats } = await commit;
-        assert.equal(stats.uploadedChunks, 2, "the commit re-uploads what the GC deleted");
+        assert.equal(stats.uploadedChunks, n, "the commit re-uploads what the GC deleted");
         const out = join(fresh("out"), "new");
         await new ChunkRepository(b).materialize("snap_new", out);
         assert.deepEqual(readFileSync(join(out, "f")), data);
@@ -377,7 +463,7 @@ for (const kind of kinds) {
         await b.delete(`${MANIFESTS}snap_new.json`); // the only manifest referencing the chunks
         const res = await runGc(new ChunkRepository(b));
         assert.equal(res.chunksDeleted, 0);
-        assert.equal(res.chunksLive, 2);
+        assert.equal(res.chunksLive, n);
         assert.equal(res.leasesLive, 1);
         commitPaused.open();
         const { stats } = await commit;
@@ -393,19 +479,21 @@ for (const kind of kinds) {
     test("GC: grace period, dry run, expired leases", async () => {
       const b = kind.make();
       const repo = new ChunkRepository(b, { gcOnDelete: false });
-      await repo.commit("snap_g", folder({ f: randomBytes(MiB) }), {});
+      const data = seeded(MiB, 11); // one or a few chunks: count them
+      const n = distinctChunks(data);
+      await repo.commit("snap_g", folder({ f: data }), {});
       await repo.delete("snap_g");
       const young = await repo.gc({ graceMs: 3_600_000 });
-      assert.equal(young.chunksTooNew, 1);
+      assert.equal(young.chunksTooNew, n);
       assert.equal(young.chunksDeleted, 0);
       const dry = await repo.gc({ dryRun: true });
-      assert.equal(dry.chunksDeleted, 1);
-      assert.equal((await keys(b, CHUNKS)).length, 1);
+      assert.equal(dry.chunksDeleted, n);
+      assert.equal((await keys(b, CHUNKS)).length, n);
       // a lease left by a crashed commit protects its chunks until it expires
       await b.put(`${LEASES}crashed.json`, Buffer.from(JSON.stringify({ id: "x", at: Date.now(), digests: [] })));
       await b.put(`${LEASES}old.json`, Buffer.from(JSON.stringify({ id: "y", at: 0, digests: [] })));
       const real = await repo.gc();
-      assert.equal(real.chunksDeleted, 1);
+      assert.equal(real.chunksDeleted, n);
       assert.equal(real.expiredLeasesRemoved, 1);
       assert.deepEqual(await keys(b, LEASES), [`${LEASES}crashed.json`]);
       assert.deepEqual(await keys(b, CHUNKS), []);
@@ -417,59 +505,76 @@ describe("node-local chunk cache", () => {
   test("LRU eviction within the byte bound; pinned chunks are never evicted", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
     const writer = new ChunkRepository(b, { cacheOnCommit: false });
-    const a = randomBytes(4 * MiB);
-    const c = randomBytes(4 * MiB);
-    const d = randomBytes(4 * MiB);
+    // Three snapshots of several chunks each, all different.
+    const a = seeded(4 * MiB, 12);
+    const c = seeded(3 * MiB, 13);
+    const d = seeded(4 * MiB, 14);
+    const [da, dc, dd] = [a, c, d].map(digestsOf) as [string[], string[], string[]];
+    assert.equal(new Set([...da, ...dc, ...dd]).size, da.length + dc.length + dd.length);
+    assert.ok(dc.length >= 2, `${dc.length} chunks`);
     await writer.commit("snap_a", folder({ f: a }), {});
     await writer.commit("snap_c", folder({ f: c }), {});
     await writer.commit("snap_d", folder({ f: d }), {});
-    const cache = newCache(9 * MiB); // room for two chunks
+    const cache = newCache(a.length + d.length); // room for a and c, or a and d, not all three
     const repo = new ChunkRepository(b, { cache });
     assert.equal(await repo.pin("snap_a"), true);
     await repo.materialize("snap_a", join(fresh("o"), "a"));
     await repo.materialize("snap_c", join(fresh("o"), "c"));
-    await repo.materialize("snap_d", join(fresh("o"), "d")); // evicts c (a is pinned)
-    assert.ok(cache.usedBytes <= 9 * MiB);
-    assert.equal(repo.metrics().evictions, 1);
+    assert.equal(repo.metrics().evictions, 0);
+    await repo.materialize("snap_d", join(fresh("o"), "d")); // evicts all of c (a is pinned)
+    assert.equal(cache.usedBytes, cache.maxBytes);
+    assert.equal(repo.metrics().evictions, dc.length);
+    assert.deepEqual(
+      [...da, ...dd].filter((x) => !cache.has(x)),
+      [],
+    );
+    assert.deepEqual(
+      dc.filter((x) => cache.has(x)),
+      [],
+    );
     b.chunkGets = 0;
     await repo.materialize("snap_a", join(fresh("o"), "a2"));
     await repo.materialize("snap_d", join(fresh("o"), "d2"));
     assert.equal(b.chunkGets, 0);
-    await repo.materialize("snap_c", join(fresh("o"), "c2"));
-    assert.equal(b.chunkGets, 1);
     // a cache full of pinned chunks still serves reads, straight through (bypassed)
-    await repo.pin("snap_c");
-    assert.equal(
-      cache.isPinned(d.length ? ((await repo.get("snap_d"))?.files[0]?.chunks[0]?.sha256 ?? "") : ""),
-      false,
-    );
+    assert.equal(cache.isPinned(dd[0] as string), false);
     await repo.pin("snap_d");
+    assert.ok(dd.every((x) => cache.isPinned(x)));
     const before = repo.metrics().bypassed;
-    b.chunkGets = 0;
-    const x = randomBytes(3 * MiB);
-    await writer.commit("snap_x", folder({ f: x }), {});
-    const out = join(fresh("o"), "x");
-    await repo.materialize("snap_x", out);
-    assert.deepEqual(readFileSync(join(out, "f")), x);
-    assert.equal(repo.metrics().bypassed, before + 1);
-    assert.ok(cache.usedBytes <= 9 * MiB);
-    // unpinning makes room again
+    const out = join(fresh("o"), "c2");
+    await repo.materialize("snap_c", out);
+    assert.deepEqual(readFileSync(join(out, "f")), c);
+    assert.equal(b.chunkGets, dc.length);
+    assert.equal(repo.metrics().bypassed, before + dc.length);
+    assert.equal(repo.metrics().evictions, dc.length);
+    assert.equal(cache.usedBytes, cache.maxBytes);
+    // unpinning makes room again; c's chunks evict a's, least recently used (d was read after a)
     repo.unpin("snap_a");
-    repo.unpin("snap_c");
     repo.unpin("snap_d");
-    await repo.materialize("snap_x", join(fresh("o"), "x2"));
-    assert.equal(cache.has((await repo.get("snap_x"))?.files[0]?.chunks[0]?.sha256 as string), true);
+    b.chunkGets = 0;
+    await repo.materialize("snap_c", join(fresh("o"), "c3"));
+    assert.equal(b.chunkGets, dc.length);
+    assert.ok(dc.every((x) => cache.has(x)));
+    assert.ok(dd.every((x) => cache.has(x)));
+    assert.ok(da.some((x) => !cache.has(x)));
+    assert.ok(cache.usedBytes <= cache.maxBytes);
+    b.chunkGets = 0;
+    await repo.materialize("snap_c", join(fresh("o"), "c4"));
+    assert.equal(b.chunkGets, 0);
   });
 
   test("concurrent materializes of one snapshot fetch each chunk once (coalesced)", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
-    await new ChunkRepository(b, { cacheOnCommit: false }).commit("snap_co", folder({ f: randomBytes(12 * MiB) }), {});
+    const data = seeded(12 * MiB, 15);
+    const n = distinctChunks(data);
+    assert.ok(n >= 3, `${n} chunks`);
+    await new ChunkRepository(b, { cacheOnCommit: false }).commit("snap_co", folder({ f: data }), {});
     const repo = new ChunkRepository(b, { cache: newCache() });
     b.chunkGets = 0;
     await Promise.all(Array.from({ length: 5 }, (_, i) => repo.materialize("snap_co", join(fresh("o"), `c${i}`))));
-    assert.equal(b.chunkGets, 3);
-    assert.equal(repo.metrics().backendGets, 3);
-    assert.ok(repo.metrics().coalesced + repo.metrics().hits >= 12);
+    assert.equal(b.chunkGets, n);
+    assert.equal(repo.metrics().backendGets, n);
+    assert.equal(repo.metrics().coalesced + repo.metrics().hits, 4 * n); // the other four reads of each chunk
   });
 
   test("a corrupted cache file is detected, dropped and fetched again; index survives a restart", async () => {
@@ -481,7 +586,7 @@ describe("node-local chunk cache", () => {
     const sha = manifest.files[0]?.chunks[0]?.sha256 as string;
     const p = join(dir, sha.slice(0, 2), sha);
     const bytes = readFileSync(p);
-    bytes[7] ^= 1;
+    bytes[7] = (bytes[7] as number) ^ 1;
     writeFileSync(p, bytes);
     b.chunkGets = 0;
     const out = join(fresh("o"), "cc");
@@ -501,7 +606,9 @@ describe("faults and start-up checks", () => {
   test("s3 stopped mid-upload: the commit fails clearly, nothing is visible, the retry succeeds", async () => {
     const b = new SpyBackend(new S3Backend(s3.backendOptions(`t${++seq}/fault`)));
     const repo = new ChunkRepository(b, { cache: newCache(), concurrency: 2 });
-    const data = randomBytes(40 * MiB);
+    const data = seeded(40 * MiB, 16);
+    const n = distinctChunks(data);
+    assert.ok(n >= 10, `${n} chunks`);
     const src = folder({ "pages.img": data });
     let chunkPuts = 0;
     b.beforePut = async (key) => {
@@ -521,7 +628,14 @@ describe("faults and start-up checks", () => {
       [],
     );
     const { stats } = await repo.commit("sbx-fault", src, {});
-    assert.ok(stats.uploadedChunks < 10, `${stats.uploadedChunks} chunks re-uploaded`);
+    // With two uploads at a time, the 4th chunk put starts only after two others finished:
+    // those are stored, and the retry reuses them.
+    assert.equal(stats.chunks, n);
+    assert.ok(
+      stats.uploadedChunks >= 1 && stats.uploadedChunks <= n - 2,
+      `${stats.uploadedChunks} of ${n} re-uploaded`,
+    );
+    assert.equal(stats.reused, n - stats.uploadedChunks);
     const out = join(fresh("o"), "fault");
     await new ChunkRepository(b).materialize("sbx-fault", out);
     assert.deepEqual(readFileSync(join(out, "pages.img")), data);
@@ -555,14 +669,103 @@ describe("faults and start-up checks", () => {
       return true;
     });
   });
+});
 
-  test("chunk keys and sizes: files are cut at exactly CHUNK_BYTES", async () => {
+describe("content-defined chunking (cdc.ts)", () => {
+  /** Sizes chunksOf yields for `data` read from a file (it reads 8 MiB at a time). */
+  const fileChunks = async (data: Buffer): Promise<Buffer[]> => {
+    const path = join(fresh("cdc"), "f");
+    writeFileSync(path, data);
+    const fh = await open(path, "r");
+    try {
+      const out: Buffer[] = [];
+      for await (const chunk of chunksOf(fh)) out.push(chunk);
+      return out;
+    } finally {
+      await fh.close();
+    }
+  };
+  const sizes = (pieces: Buffer[]) => pieces.map((p) => p.length);
+
+  test("cut points depend only on the bytes; chunks within bounds; files rebuild from them", async () => {
+    const data = seeded(20 * MiB, 17);
+    const pieces = await fileChunks(data);
+    assert.deepEqual(Buffer.concat(pieces), data);
+    // same cuts whether read from a file in 8 MiB blocks or cut from memory, and for a copy
+    assert.deepEqual(sizes(pieces), sizes(cdcPieces(data)));
+    assert.deepEqual(sizes(await fileChunks(Buffer.from(data))), sizes(pieces));
+    assert.ok(pieces.length >= (20 * MiB) / CDC_MAX, `${pieces.length} chunks`);
+    for (const [i, p] of pieces.entries()) {
+      assert.ok(p.length <= CDC_MAX, `chunk ${i}: ${p.length}`);
+      if (i < pieces.length - 1) assert.ok(p.length > CDC_MIN, `chunk ${i}: ${p.length}`);
+    }
+    // not fixed-size: cuts fall where the content says, so sizes vary
+    assert.ok(new Set(sizes(pieces)).size > pieces.length / 2);
+    // the repository stores exactly these chunks, each under the key of its digest
+    const b = new PosixFsBackend(fresh("repo"));
+    const { manifest } = await new ChunkRepository(b).commit("snap_sz", folder({ f: data }), {});
+    assert.deepEqual(manifest.files[0]?.chunks, refsOf(data));
+    assert.deepEqual(await keys(b, CHUNKS), [...new Set(pieces.map(sha256))].map(chunkKey).sort());
+  });
+
+  test("shift resistance: bytes inserted or removed near the start leave later chunks unchanged", async () => {
+    const data = seeded(32 * MiB, 18);
+    const base = digestsOf(data);
+    const edits: [string, Buffer][] = [
+      ["100 bytes inserted at 1000", Buffer.concat([data.subarray(0, 1000), seeded(100, 19), data.subarray(1000)])],
+      ["1 byte removed at 5000", Buffer.concat([data.subarray(0, 5000), data.subarray(5001)])],
+      ["4 KiB prepended", Buffer.concat([seeded(4096, 20), data])],
+    ];
+    for (const [what, edited] of edits) {
+      const kept = new Set(digestsOf(edited));
+      const lost = base.filter((d) => !kept.has(d)).length;
+      // only the chunk(s) holding the edit change; everything after re-synchronises
+      assert.ok(lost <= 2, `${what}: ${lost} of ${base.length} chunks changed`);
+    }
+    // fixed 4 MiB chunks would have shared nothing after the first edit
+    const fixed = (b: Buffer) =>
+      Array.from({ length: Math.ceil(b.length / CDC_MAX) }, (_, i) =>
+        sha256(b.subarray(i * CDC_MAX, (i + 1) * CDC_MAX)),
+      );
+    const shifted = new Set(fixed(edits[0]?.[1] as Buffer));
+    assert.equal(fixed(data).filter((d) => shifted.has(d)).length, 0);
+  });
+
+  test("a run of zeros, tiny files and an empty file", async () => {
+    // zeros: no cut point in the content, so max-size chunks, all the same chunk
+    const zeros = Buffer.alloc(20 * MiB);
+    const zp = await fileChunks(zeros);
+    assert.deepEqual(Buffer.concat(zp), zeros);
+    assert.ok(zp.every((p) => p.length <= CDC_MAX));
+    assert.ok(zp.slice(0, -1).every((p) => p.length > CDC_MIN));
+    assert.ok(new Set(zp.map(sha256)).size <= 2, "a run of zeros repeats one chunk");
     const b = new PosixFsBackend(fresh("repo"));
     const repo = new ChunkRepository(b);
-    const { manifest } = await repo.commit("snap_sz", folder({ f: randomBytes(CHUNK_BYTES + 1) }), {});
+    const { stats } = await repo.commit("snap_zero", folder({ z: zeros }), {});
+    assert.ok(stats.uploadedChunks <= 2, `${stats.uploadedChunks}`);
+    assert.ok(stats.uploadedBytes < 64 * 1024, `${stats.uploadedBytes}`);
+    // small files are one chunk, an empty file none
+    for (const n of [1, 100, CDC_MIN - 1, CDC_MIN, CDC_MIN + 1]) {
+      const small = seeded(n, n);
+      assert.equal(nextCut(small), n);
+      assert.deepEqual(await fileChunks(small), [small]);
+    }
+    assert.equal(nextCut(new Uint8Array(0)), 0);
+    assert.deepEqual(await fileChunks(Buffer.alloc(0)), []);
+    const { manifest } = await repo.commit("snap_small", folder({ one: Buffer.from("x"), empty: Buffer.alloc(0) }), {});
     assert.deepEqual(
-      manifest.files[0]?.chunks.map((c) => c.size),
-      [CHUNK_BYTES, 1],
+      manifest.files.map((f) => [f.name, f.size, f.chunks]),
+      [
+        ["empty", 0, []],
+        ["one", 1, [{ sha256: sha256(Buffer.from("x")), size: 1 }]],
+      ],
     );
+    const out = join(fresh("o"), "small");
+    await repo.materialize("snap_small", out);
+    assert.equal(readFileSync(join(out, "one")).toString(), "x");
+    assert.equal(readFileSync(join(out, "empty")).length, 0);
+    const zout = join(fresh("o"), "zero");
+    await repo.materialize("snap_zero", zout);
+    assert.deepEqual(readFileSync(join(zout, "z")), zeros);
   });
 });

@@ -18,6 +18,7 @@ import type { ContextFiles } from "./context-files.js";
 import { inSandbox } from "./in-sandbox.js";
 import type { BuildStart, BuildStep, TemplateRequest } from "./spec.js";
 import { validateSteps } from "./spec.js";
+import type { TemplateSync } from "./template-sync.js";
 
 /** What a build needs from the image machinery: a tree and its config. */
 export interface ImageProvider {
@@ -69,6 +70,8 @@ export class TemplateBuilder {
       orch: Orchestrator;
       files: ContextFiles;
       images: ImageProvider;
+      /** Commits built templates to the repository (absent: they stay on this node). */
+      sync?: TemplateSync;
       log: Logger;
     },
   ) {}
@@ -304,6 +307,7 @@ export class TemplateBuilder {
       }
       t = this.d.templates.save({ ...t, buildStatus: "ready", buildCount: t.buildCount + 1, reason: undefined });
       b.status = "ready";
+      if (this.d.sync && warm) this.commitInBackground(t);
       log("info", `Build finished in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     } catch (err) {
       const step = err instanceof StepFailure ? err.step : "finalize";
@@ -457,6 +461,17 @@ export class TemplateBuilder {
     }
   }
 
+  private readonly commits = new Set<Promise<void>>();
+
+  /** Other servers can use the template once committed; the build does not wait for it. */
+  private commitInBackground(t: Template): void {
+    const p = (this.d.sync as TemplateSync)
+      .commit(t)
+      .catch((err) => this.d.log.warn({ err, template: t.id }, "template not committed to the repository"))
+      .finally(() => this.commits.delete(p));
+    this.commits.add(p);
+  }
+
   /** DELETE /templates/{id}: the catalog entry, its tree and its warm images. */
   delete(ref: string): void {
     const t = this.mustGet(ref);
@@ -466,10 +481,14 @@ export class TemplateBuilder {
     }
     this.d.orch.forgetTemplate(t.id);
     this.d.templates.remove(t.id);
+    void this.d.sync
+      ?.remove(t.id)
+      .catch((err) => this.d.log.warn({ err, template: t.id }, "template manifests not removed"));
   }
 
   async close(): Promise<void> {
     this.closing = true;
     await this.queue.catch(() => {});
+    await Promise.all(this.commits);
   }
 }

@@ -11,7 +11,8 @@ import type { RouteResult } from "../proxy/proxy.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
 import { commitImage, imageBytes, isCompleteImage } from "../runtime/gvisor/image.js";
 import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
-import type { SnapshotRepository } from "../storage/repository/repository.js";
+import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
+import type { Manifest } from "../storage/repository/repository.js";
 import type { Template, TemplateStore } from "../storage/templates.js";
 import { envdRequest, envdRun, waitForEnvd } from "./envd-client.js";
 import { envdProcess, type ProcessSpec } from "./envd-process.js";
@@ -84,8 +85,13 @@ export interface OrchestratorDeps {
   resolvConf: string;
   /** Identifies images this runtime can restore (driver, version, platform, runtime folder). */
   imageKey: string;
-  /** Where snapshots live (content-addressed); a node-local materialised copy is kept beside. */
-  repository: SnapshotRepository;
+  /**
+   * Where snapshots and paused sandboxes are committed (content-addressed, posix_fs or S3);
+   * node-local image folders are materialised copies of them.
+   */
+  repository: ChunkRepository;
+  /** Brings a template another server committed to the repository onto this node. */
+  fetchTemplate?: (ref: string) => Promise<Template | undefined>;
 }
 
 // Generous: idle systrap sandboxes burn CPU, so a busy 2-core node can take a while.
@@ -102,6 +108,9 @@ function templateInit(tpl: Template): Record<string, unknown> {
   return { envVars: tpl.env, defaultUser: tpl.user, defaultWorkdir: tpl.workdir };
 }
 
+/** Repository manifest of a paused sandbox: addressable by sandbox ID from any node. */
+export const pauseManifestId = (sandboxId: string) => `sbx-${sandboxId}`;
+
 function runtimeIdFor(sandboxId: string): string {
   return `${sandboxId}-${randomBytes(3).toString("hex")}`;
 }
@@ -116,6 +125,8 @@ export class Orchestrator {
   private readonly stoppedListeners: Array<(id: string) => void> = [];
   /** Runtime removals still running in the background, by sandbox ID. */
   private readonly cleanups = new Map<string, Promise<void>>();
+  /** Commits of pause images to the repository still running, by sandbox ID. */
+  private readonly pauseCommits = new Map<string, Promise<void>>();
   private reaper: NodeJS.Timeout | undefined;
   private closing = false;
 
@@ -140,7 +151,13 @@ export class Orchestrator {
     for (const rec of this.d.store.all()) {
       known.add(rec.id);
       const finalImage = join(rec.dir, "image");
-      if (rec.state === "paused" && isCompleteImage(rec.imageDir)) {
+      if (
+        rec.state === "paused" &&
+        (isCompleteImage(rec.imageDir) || (await this.d.repository.get(pauseManifestId(rec.id)).catch(() => undefined)))
+      ) {
+        await this.d.repository.pin(pauseManifestId(rec.id)).catch(() => false);
+        // A lost local image is rebuilt from the repository on resume.
+        rec.imageDir ??= finalImage;
         this.live.set(rec.id, { rec, op: Promise.resolve() });
         report.paused.push(rec.id);
         continue;
@@ -262,6 +279,26 @@ export class Orchestrator {
     }
     this.warm.set(tpl.id, dir);
     this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
+  }
+
+  private readonly warming = new Map<string, Promise<void>>();
+
+  private warmInBackground(tpl: Template): void {
+    const key = `${tpl.id}-r${tpl.revision}`;
+    if (this.warming.has(key)) return;
+    const p = this.warmTemplate(tpl)
+      .catch((err) => this.d.log.warn({ err, template: tpl.id }, "could not take a warm image"))
+      .finally(() => this.warming.delete(key));
+    this.warming.set(key, p);
+  }
+
+  private async fetchTemplate(ref: string): Promise<Template | undefined> {
+    if (!this.d.fetchTemplate) return undefined;
+    try {
+      return await this.d.fetchTemplate(ref);
+    } catch (err) {
+      throw new ApiError(500, `template '${ref}' could not be fetched from the repository: ${(err as Error).message}`);
+    }
   }
 
   /** Starts the template's start command in the background and waits for its ready command. */
@@ -463,15 +500,26 @@ export class Orchestrator {
     const timeoutS = this.clampTimeout(req.timeoutS);
     const id = newSandboxId();
     const dir = join(this.dataDir, "sandboxes", id);
-    const snap = this.findSnapshot(req.templateID);
+    const snap =
+      this.findSnapshot(req.templateID) ??
+      (this.d.templates.get(req.templateID) ? undefined : await this.findRemoteSnapshot(req.templateID));
     let rec: SandboxRecord;
     let source: Source;
     let envVars: Record<string, string>;
     let tpl: Template | undefined;
     if (snap) {
+      if (snap.imageKey && snap.imageKey !== this.d.imageKey) {
+        throw badRequest(
+          `snapshot '${snap.id}' was taken on another runtime (${snap.imageKey}, here ${this.d.imageKey})`,
+        );
+      }
+      if (!existsSync(snap.rootfs)) {
+        throw new ApiError(500, `snapshot '${snap.id}' needs the template tree ${snap.rootfs}, not on this node`);
+      }
       await this.materialize(snap);
       rec = this.newRecord(id, dir, snap.id, snap.names[0] ?? snap.id, snap.rootfs, req, snap);
-      rec.runtimeDir = snap.runtimeDir;
+      // Same runtime key means the same /.aenv contents: use this node's copy of them.
+      rec.runtimeDir = snap.imageKey ? this.d.runtimeDir : snap.runtimeDir;
       envVars = { ...snap.envVars, ...req.envVars };
       rec.envVars = envVars;
       source = {
@@ -480,7 +528,7 @@ export class Orchestrator {
         oldToken: snap.envdToken,
       };
     } else {
-      tpl = this.d.templates.get(req.templateID);
+      tpl = this.d.templates.get(req.templateID) ?? (await this.fetchTemplate(req.templateID));
       if (!tpl) throw notFound(`template '${req.templateID}' not found`);
       if (!usable(tpl)) throw badRequest(`template '${req.templateID}' has no finished build yet (${tpl.buildStatus})`);
       const sizing = {
@@ -527,6 +575,8 @@ export class Orchestrator {
         { sandboxID: id, template: rec.templateId, from: source.kind, ms: Date.now() - t0 },
         "sandbox created",
       );
+      // The next create from this template should be a restore.
+      if (tpl && source.kind === "boot" && !req.cold && !this.closing) this.warmInBackground(tpl);
       return rec;
     } catch (err) {
       this.d.log.error({ err, sandboxID: id }, "sandbox create failed");
@@ -697,8 +747,10 @@ export class Orchestrator {
     if (!l || l.rec.state === "killing" || l.rec.state === "creating") throw notFound(`sandbox '${id}' not found`);
     await this.serialize(l, async () => {
       if (!this.live.has(id)) return;
+      const wasPaused = l.rec.state === "paused";
       l.rec.state = "killing";
       await this.teardown(l, true);
+      if (wasPaused) this.dropPause(id);
       this.d.log.info({ sandboxID: id }, "sandbox killed");
     });
   }
@@ -782,7 +834,41 @@ export class Orchestrator {
         rmSync(tmp, { recursive: true, force: true });
       }
       this.d.log.info({ sandboxID: id, ms: Date.now() - t0, bytes: imageBytes(final) }, "sandbox paused");
+      this.commitPause(l.rec, final);
     });
+  }
+
+  /**
+   * A paused sandbox is committed to the repository too, in the background (the local image
+   * is already durable, so pause does not wait): it outlives this node's disk and is
+   * addressable by sandbox ID for a resume elsewhere.
+   */
+  private commitPause(rec: SandboxRecord, imageDir: string): void {
+    const id = rec.id;
+    const t0 = Date.now();
+    const p = this.d.repository
+      .commit(pauseManifestId(id), imageDir, { kind: "pause", sandbox: { ...rec }, imageKey: this.d.imageKey })
+      .then(({ manifest, stats }) => {
+        // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
+        this.d.repository.pinManifest(manifest);
+        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0 }, "pause image committed");
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause image not committed to the repository"))
+      .finally(() => {
+        if (this.pauseCommits.get(id) === p) this.pauseCommits.delete(id);
+      });
+    this.pauseCommits.set(id, p);
+  }
+
+  /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
+  private dropPause(id: string): void {
+    const pending = this.pauseCommits.get(id) ?? Promise.resolve();
+    void pending
+      .then(() => {
+        this.d.repository.unpin(pauseManifestId(id));
+        return this.d.repository.delete(pauseManifestId(id));
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
   }
 
   /**
@@ -796,8 +882,8 @@ export class Orchestrator {
     return this.joinOrRun(l, "resume", async () => {
       if (!this.live.has(id) || l.rec.state === "killing") throw notFound(`sandbox '${id}' not found`);
       if (l.rec.state === "running") return { rec: this.extend(id, timeoutS), resumed: false };
-      const image = l.rec.imageDir;
-      if (!isCompleteImage(image)) throw new ApiError(500, `sandbox '${id}' has no usable pause image`);
+      const image = l.rec.imageDir ?? join(l.rec.dir, "image");
+      if (!isCompleteImage(image)) await this.materializePause(id, image);
       this.admit();
       const t0 = Date.now();
       try {
@@ -805,7 +891,7 @@ export class Orchestrator {
           l,
           {
             kind: "image",
-            imageDir: image as string,
+            imageDir: image,
           },
           undefined,
         );
@@ -820,7 +906,8 @@ export class Orchestrator {
       l.rec.imageDir = undefined;
       l.rec.ttlLeftMs = undefined;
       this.d.store.put(l.rec);
-      rmSync(image as string, { recursive: true, force: true });
+      rmSync(image, { recursive: true, force: true });
+      this.dropPause(id);
       this.d.log.info({ sandboxID: id, ms: Date.now() - t0 }, "sandbox resumed");
       return { rec: l.rec, resumed: true };
     });
@@ -846,6 +933,7 @@ export class Orchestrator {
         // the local folder is a materialised cache of it.
         const { imageDir: _cache, ...meta } = rec;
         const { stats } = await this.d.repository.commit(snapId, tmp, meta as unknown as Record<string, unknown>);
+        rec.uploadedBytes = stats.uploadedBytes;
         commitImage(tmp, final);
         this.d.log.info({ snapshotID: snapId, ...stats }, "snapshot committed to the repository");
       } finally {
@@ -880,6 +968,7 @@ export class Orchestrator {
       diskSizeMB: src.diskSizeMB,
       sizeBytes,
       createdAt: Date.now(),
+      imageKey: this.d.imageKey,
     };
   }
 
@@ -895,6 +984,45 @@ export class Orchestrator {
       if (isCompleteImage(snap.imageDir)) return; // a concurrent create won
       throw new ApiError(500, `snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
     }
+  }
+
+  /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
+  private async materializePause(id: string, image: string): Promise<void> {
+    await this.pauseCommits.get(id);
+    const tmp = `${image}.tmp-${randomBytes(4).toString("hex")}`;
+    try {
+      await this.d.repository.materialize(pauseManifestId(id), tmp);
+      commitImage(tmp, image);
+      this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
+    } catch (err) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw new ApiError(500, `sandbox '${id}' has no usable pause image: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * A snapshot this node has not seen yet: another node sharing the repository committed it.
+   * Looked up by ID, then by name.
+   */
+  private async findRemoteSnapshot(ref: string): Promise<SnapshotRecord | undefined> {
+    const fromManifest = (m: Manifest | undefined) => {
+      const rec = m?.meta as unknown as SnapshotRecord | undefined;
+      if (!m || rec?.id !== m.id || !Array.isArray(rec.names)) return undefined;
+      const local = { ...rec, imageDir: join(this.dataDir, "snapshots", m.id) };
+      this.snapshots.set(m.id, local);
+      return local;
+    };
+    if (/^[A-Za-z0-9_.-]{1,128}$/.test(ref)) {
+      const byId = fromManifest(await this.d.repository.get(ref).catch(() => undefined));
+      if (byId) return byId;
+    }
+    for (const m of await this.d.repository.list().catch(() => [])) {
+      const names = (m.meta as { names?: unknown }).names;
+      if (Array.isArray(names) && names.includes(ref)) {
+        return fromManifest(m);
+      }
+    }
+    return undefined;
   }
 
   /** Whether sandboxes (running or paused) or snapshots still need a template's trees. */
@@ -1052,6 +1180,7 @@ export class Orchestrator {
     await Promise.all(
       [...this.live.values()].filter((l) => l.rec.state !== "paused").map((l) => this.kill(l.rec.id).catch(() => {})),
     );
+    await Promise.all([...this.warming.values()]);
     await Promise.all([...this.cleanups.values()]);
   }
 }

@@ -53,6 +53,10 @@ export interface SnapshotRecord {
   diskSizeMB: number;
   sizeBytes: number;
   createdAt: number;
+  /** Runtime the image was taken with (runsc version, platform, /.aenv contents). */
+  imageKey?: string;
+  /** What committing it to the repository stored: compressed bytes written (new chunks only). */
+  uploadedBytes?: number;
 }
 
 /** The seam for node-local state: SQLite here, Redis-backed views come with clustering. */

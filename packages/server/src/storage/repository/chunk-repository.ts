@@ -3,6 +3,7 @@ import { constants } from "node:fs";
 import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import type { RepositoryBackend } from "./backend.js";
+import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
 import { forEachLimit } from "./concurrency.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
@@ -85,7 +86,7 @@ async function fsyncDir(path: string): Promise<void> {
 }
 
 /**
- * The snapshot repository over a backend: files cut into 4 MiB chunks named by the sha256 of
+ * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts, ≤ 4 MiB) named by the sha256 of
  * their bytes, stored once as zstd frames, one manifest per id written last; restores go
  * through a bounded node-local cache that fetches only missing chunks.
  */
@@ -139,7 +140,6 @@ export class ChunkRepository implements SnapshotRepository {
     // Pass 1: hash every chunk (and warm the local cache) without touching the backend.
     const files: ManifestFile[] = [];
     const where = new Map<string, Piece>();
-    const buf = Buffer.allocUnsafe(CHUNK_BYTES);
     for (const name of (await readdir(srcDir)).sort()) {
       const path = join(srcDir, name);
       if (!(await stat(path)).isFile()) throw new CommitError(id, `${path} is not a regular file`);
@@ -147,18 +147,15 @@ export class ChunkRepository implements SnapshotRepository {
       let size = 0;
       const fh = await open(path, "r");
       try {
-        for (;;) {
-          const n = await readFully(fh, buf, CHUNK_BYTES, null);
-          if (n === 0) break;
-          const data = buf.subarray(0, n);
+        for await (const data of chunksOf(fh)) {
+          const n = data.length;
           const sha = sha256(data);
           chunks.push({ sha256: sha, size: n });
           if (!where.has(sha)) {
             where.set(sha, { file: path, offset: size, size: n });
-            if (this.cacheOnCommit) await this.cache.insert(sha, Buffer.from(data));
+            if (this.cacheOnCommit) await this.cache.insert(sha, data);
           }
           size += n;
-          if (n < CHUNK_BYTES) break;
         }
       } finally {
         await fh.close();

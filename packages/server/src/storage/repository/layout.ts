@@ -5,7 +5,8 @@
  *   leases/<uuid>.json           digests a commit in flight needs (GC treats them as live)
  *   gc-locks/<uuid>.json         a GC in progress (commits wait before trusting existence checks)
  */
-export const CHUNK_BYTES = 4 * 1024 * 1024;
+/** Largest chunk (content-defined cut points, see cdc.ts). */
+export { CDC_MAX as CHUNK_BYTES } from "./cdc.js";
 
 export const CHUNKS = "chunks/";
 export const MANIFESTS = "manifests/";

@@ -21,7 +21,7 @@ export interface Manifest {
   version: 2;
   id: string;
   createdAt: string;
-  /** Fixed chunk size the files were cut at (the last chunk of a file may be shorter). */
+  /** Largest chunk: files are cut at content-defined points (storage/repository/cdc.ts). */
   chunkSize: number;
   compression: "zstd";
   files: ManifestFile[];

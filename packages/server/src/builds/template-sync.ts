@@ -1,0 +1,122 @@
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
+import type { Manifest } from "../storage/repository/repository.js";
+import type { Template, TemplateData, TemplateStore } from "../storage/templates.js";
+import { exec } from "../util/exec.js";
+
+const PREFIX = "tpl-";
+
+interface TemplateMeta {
+  kind: "template";
+  template: TemplateData;
+}
+
+const isTemplate = (m: Manifest): m is Manifest & { meta: TemplateMeta } => {
+  const meta = m.meta as { kind?: unknown; template?: { id?: unknown } };
+  return meta.kind === "template" && typeof meta.template?.id === "string";
+};
+
+/**
+ * Built templates in the snapshot repository, so every server sharing it can start them:
+ * manifest `tpl-<id>-r<revision>` holds the tree as one tar (content-defined chunks dedup
+ * revisions against each other) and the catalog entry. A server that does not know a
+ * template fetches it on first use; warm images are per runtime and are taken locally.
+ */
+export class TemplateSync {
+  private readonly fetching = new Map<string, Promise<Template | undefined>>();
+
+  constructor(private readonly d: { repository: ChunkRepository; templates: TemplateStore; log: Logger }) {}
+
+  private manifestId(t: Pick<TemplateData, "id" | "revision">): string {
+    return `${PREFIX}${t.id}-r${t.revision}`;
+  }
+
+  /** Commits a template's current revision, then drops manifests of its older revisions. */
+  async commit(t: Template): Promise<void> {
+    const t0 = Date.now();
+    const tmp = join(this.d.templates.dir, `.commit-${t.id}-${randomBytes(4).toString("hex")}`);
+    mkdirSync(tmp, { recursive: true });
+    try {
+      await exec(
+        "tar",
+        ["--numeric-owner", "--xattrs", "--sort=name", "-C", t.rootfs, "-cf", join(tmp, "rootfs.tar"), "."],
+        {
+          timeoutMs: 30 * 60_000,
+        },
+      );
+      const { dir: _d, rootfs: _r, ...data } = t;
+      writeFileSync(join(tmp, "template.json"), JSON.stringify(data));
+      const meta: TemplateMeta = { kind: "template", template: data };
+      const { stats } = await this.d.repository.commit(
+        this.manifestId(t),
+        tmp,
+        meta as unknown as Record<string, unknown>,
+      );
+      this.d.log.info({ template: t.id, revision: t.revision, ...stats, ms: Date.now() - t0 }, "template committed");
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+    for (const m of await this.manifestsOf(t.id)) {
+      if (isTemplate(m) && m.meta.template.revision < t.revision) await this.d.repository.delete(m.id);
+    }
+  }
+
+  private async manifestsOf(id: string): Promise<Manifest[]> {
+    return (await this.d.repository.list()).filter((m) => m.id.startsWith(`${PREFIX}${id}-r`));
+  }
+
+  /** Removes every committed revision of a template. */
+  async remove(id: string): Promise<void> {
+    for (const m of await this.manifestsOf(id)) await this.d.repository.delete(m.id);
+  }
+
+  /** A template another server committed, by ID or name (newest revision), made local. */
+  fetch(ref: string): Promise<Template | undefined> {
+    let p = this.fetching.get(ref);
+    if (!p) {
+      p = this.fetchInner(ref).finally(() => this.fetching.delete(ref));
+      this.fetching.set(ref, p);
+    }
+    return p;
+  }
+
+  private async fetchInner(ref: string): Promise<Template | undefined> {
+    const found = (await this.d.repository.list())
+      .filter(isTemplate)
+      .filter((m) => m.meta.template.id === ref || m.meta.template.name === ref)
+      .sort((a, b) => b.meta.template.revision - a.meta.template.revision)[0];
+    if (!found) return undefined;
+    const data = found.meta.template;
+    const local = this.d.templates.get(data.id);
+    if (local && local.revision >= data.revision) return local;
+    const t0 = Date.now();
+    const dir = join(this.d.templates.dir, data.id);
+    const tmp = join(this.d.templates.dir, `.fetch-${data.id}-${randomBytes(4).toString("hex")}`);
+    const tree = join(dir, `${data.rootfsDir}.tmp`);
+    try {
+      await this.d.repository.materialize(found.id, tmp);
+      const committed = JSON.parse(readFileSync(join(tmp, "template.json"), "utf8")) as TemplateData;
+      rmSync(tree, { recursive: true, force: true });
+      mkdirSync(tree, { recursive: true });
+      await exec("tar", ["--numeric-owner", "--xattrs", "-xf", join(tmp, "rootfs.tar"), "-C", tree], {
+        timeoutMs: 30 * 60_000,
+      });
+      rmSync(join(dir, data.rootfsDir), { recursive: true, force: true });
+      renameSync(tree, join(dir, data.rootfsDir));
+      const t = this.d.templates.save({ ...committed, buildStatus: "ready", reason: undefined });
+      this.d.log.info(
+        { template: t.id, revision: t.revision, ms: Date.now() - t0 },
+        "template fetched from the repository",
+      );
+      return t;
+    } catch (err) {
+      rmSync(tree, { recursive: true, force: true });
+      throw err;
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  }
+}

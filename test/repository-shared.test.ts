@@ -1,0 +1,188 @@
+// Two servers on one machine sharing one snapshot repository (posix_fs, as a shared filesystem
+// would be): a snapshot taken on A starts on B, fetched on demand into B's own cache; small
+// changes upload little; pause images are committed and rebuilt from the repository; a
+// corrupted chunk fails the start clearly; `aenv-server gc` reclaims what nothing references.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { promisify } from "node:util";
+import { Sandbox, Template } from "e2b";
+import { push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
+import { tinyImage } from "./helpers/images.js";
+import { cleanupDataDir, getViaHost, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./helpers/server.js";
+
+const run = promisify(execFile);
+
+let repo: string;
+let a: TestServer;
+let b: TestServer;
+let registry: Registry;
+
+/** The SDK talks to one server at a time: these point it at A or B. */
+const on = (s: TestServer) => ({ apiUrl: s.url, sandboxUrl: s.url, apiKey: s.apiKey });
+
+before(async () => {
+  repo = mkdtempSync("/var/tmp/aenv-shared-repo-");
+  registry = await startRegistry();
+  tinyImage(`${repo}-img`);
+  await push(`${repo}-img`, "1", registry.host, "tiny");
+  const env = { AENV_REPOSITORY_PATH: repo, AENV_GC_INTERVAL: "0" };
+  // Each server its own catalog (sharing the base tree and warm images): B only learns of
+  // what A builds through the repository.
+  const catalog = (name: string) => {
+    const dir = `${repo}-${name}`;
+    mkdirSync(dir);
+    symlinkSync(join(TEMPLATES_DIR, "base"), join(dir, "base"));
+    symlinkSync(join(TEMPLATES_DIR, ".warm"), join(dir, ".warm"));
+    return dir;
+  };
+  a = await startServer({ env, templatesDir: catalog("tpl-a") });
+  b = await startServer({
+    env: { ...env, AENV_NET_PREFIX: "aeu", AENV_SLOT_CIDR: "10.206.0.0/16" },
+    templatesDir: catalog("tpl-b"),
+  });
+});
+
+after(async () => {
+  await Promise.all([a.stop(), b.stop()]);
+  cleanupDataDir(a);
+  cleanupDataDir(b);
+  await registry.stop();
+  rmSync(repo, { recursive: true, force: true });
+  for (const d of ["img", "tpl-a", "tpl-b"]) rmSync(`${repo}-${d}`, { recursive: true, force: true });
+});
+
+function manifest(id: string): { files: Array<{ chunks: Array<{ sha256: string }> }> } {
+  return JSON.parse(readFileSync(join(repo, "manifests", `${id}.json`), "utf8"));
+}
+
+describe("a repository shared by two servers", () => {
+  let snapshotId = "";
+
+  test("a snapshot taken on A starts on B; a second snapshot uploads only what changed", async () => {
+    const src = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
+    try {
+      await src.commands.run("head -c 20000000 /dev/urandom > /home/user/big.bin && echo one > /home/user/note.txt");
+      const first = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, { name: "shared-snap" })).body as {
+        snapshotID: string;
+        sizeBytes: number;
+        uploadedBytes: number;
+      };
+      snapshotId = first.snapshotID;
+      assert.ok(first.uploadedBytes > 10_000_000, `first snapshot uploaded ${first.uploadedBytes}`);
+      await src.commands.run("echo two > /home/user/note.txt");
+      const second = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as {
+        uploadedBytes: number;
+        sizeBytes: number;
+      };
+      // The 20 MB of random file data is unchanged: it is not uploaded again.
+      assert.ok(second.uploadedBytes < first.uploadedBytes / 2, `${second.uploadedBytes} vs ${first.uploadedBytes}`);
+    } finally {
+      await src.kill();
+    }
+    const onB = await Sandbox.create(snapshotId, on(b));
+    try {
+      assert.equal((await onB.commands.run("cat /home/user/note.txt")).stdout, "one\n");
+      assert.equal((await onB.commands.run("stat -c %s /home/user/big.bin")).stdout.trim(), "20000000");
+    } finally {
+      await onB.kill();
+    }
+    const byName = await Sandbox.create("shared-snap", on(b));
+    await byName.kill();
+  });
+
+  test("a paused sandbox is committed; its image is rebuilt from the repository if lost", async () => {
+    const s = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
+    await s.commands.run("echo kept > /home/user/p.txt");
+    await s.pause();
+    const m = join(repo, "manifests", `sbx-${s.sandboxId}.json`);
+    for (let i = 0; i < 200 && !existsSync(m); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(existsSync(m), "pause manifest committed");
+    // The node loses its local copy of the pause image.
+    rmSync(join(a.dataDir, "sandboxes", s.sandboxId, "image"), { recursive: true, force: true });
+    const r = await Sandbox.connect(s.sandboxId, on(a));
+    assert.equal((await r.commands.run("cat /home/user/p.txt")).stdout, "kept\n");
+    await r.kill();
+    for (let i = 0; i < 100 && existsSync(m); i++) await new Promise((res) => setTimeout(res, 100));
+    assert.equal(existsSync(m), false, "pause manifest removed once resumed");
+  });
+
+  test("a corrupted chunk fails the start with an error naming the snapshot", async () => {
+    const src = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
+    const snap = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as { snapshotID: string };
+    await src.kill();
+    // Flip a byte in every chunk only this snapshot has: B has never seen them.
+    const others = new Set<string>();
+    for (const id of [snapshotId]) for (const f of manifest(id).files) for (const c of f.chunks) others.add(c.sha256);
+    let flipped = 0;
+    for (const f of manifest(snap.snapshotID).files) {
+      for (const c of f.chunks) {
+        if (others.has(c.sha256)) continue;
+        const p = join(repo, "chunks", c.sha256.slice(0, 2), `${c.sha256}.zst`);
+        const bytes = readFileSync(p);
+        const at = Math.floor(bytes.length / 2);
+        bytes[at] = (bytes[at] as number) ^ 0xff;
+        writeFileSync(p, bytes);
+        flipped++;
+      }
+    }
+    assert.ok(flipped > 0);
+    const r = await b.api("POST", "/sandboxes", { templateID: snap.snapshotID });
+    assert.equal(r.status, 500);
+    assert.match((r.body as { message: string }).message, new RegExp(`snapshot '${snap.snapshotID}'.*corrupt`));
+    assert.equal((await a.api("DELETE", `/templates/${snap.snapshotID}`)).status, 204);
+  });
+
+  test("a template built on A starts on B (fetched from the repository)", async () => {
+    const t = Template()
+      .fromImage(`${registry.host}/tiny:1`)
+      .runCmd("echo built-on-a > /www/origin.txt")
+      .setStartCmd("httpd -f -p 8080 -h /www", "wget -q -O /dev/null http://127.0.0.1:8080/index.html");
+    const built = await Template.build(t, "shared-tpl", on(a));
+    const prefix = `tpl-${built.templateId}-r`;
+    const committed = () => readdirSync(join(repo, "manifests")).some((f) => f.startsWith(prefix));
+    for (let i = 0; i < 300 && !committed(); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(committed(), "template committed to the repository");
+    const s = await Sandbox.create("shared-tpl", on(b));
+    try {
+      const page = await getViaHost(b, `8080-${s.sandboxId}.${b.domain}`, "/origin.txt");
+      assert.equal(page.status, 200);
+      assert.equal(page.body, "built-on-a\n");
+    } finally {
+      await s.kill();
+    }
+    const onB = (await b.api("GET", "/templates/shared-tpl")).body as { templateID: string; buildStatus: string };
+    assert.equal(onB.templateID, built.templateId);
+    assert.equal(onB.buildStatus, "ready");
+  });
+
+  test("aenv-server gc reclaims chunks nothing references", async () => {
+    assert.equal((await a.api("DELETE", "/templates/shared-snap")).status, 204);
+    assert.equal((await a.api("DELETE", "/templates/shared-tpl")).status, 204);
+    const tplLeft = () => readdirSync(join(repo, "manifests")).some((f) => f.startsWith("tpl-"));
+    for (let i = 0; i < 100 && tplLeft(); i++) await new Promise((r) => setTimeout(r, 100));
+    for (const s of ((await a.api("GET", "/snapshots")).body as Array<{ snapshotID: string }>) ?? []) {
+      await a.api("DELETE", `/templates/${s.snapshotID}`);
+    }
+    const { stdout } = await run(
+      process.execPath,
+      [join(ROOT, "packages/server/bin/aenv-server.js"), "gc", "--grace", "0", "--data-dir", a.dataDir],
+      { env: { ...process.env, AENV_REPOSITORY_PATH: repo } },
+    );
+    const result = JSON.parse(stdout) as { manifests: number; chunksDeleted: number };
+    assert.equal(result.manifests, 0);
+    const left = await run("find", [join(repo, "chunks"), "-type", "f"]);
+    assert.equal(left.stdout.trim(), "", "no chunk left once nothing references it");
+  });
+});
