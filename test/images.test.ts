@@ -65,6 +65,7 @@ describe("templates from OCI images", () => {
       .fromImage(`${registry.host}/tiny:1`)
       .runCmd("echo $IMAGE_VAR > /www/env.txt")
       .setEnvs({ ADDED: "by-env-step" })
+      .setWorkdir("/srv/app")
       .copy("site", "/www/site")
       .setStartCmd("httpd -f -p 8080 -h /www", "wget -q -O /dev/null http://127.0.0.1:8080/index.html");
     await Template.build(tpl, "img-web", { onBuildLogs: (l) => logs.push(l.message) });
@@ -80,7 +81,7 @@ describe("templates from OCI images", () => {
       const copied = await getViaHost(server, `8080-${sbx.sandboxId}.${server.domain}`, "/site/page.html");
       assert.equal(copied.body, "copied page\n");
       const r = await sbx.commands.run("cat /www/env.txt; echo $ADDED; whoami; pwd");
-      assert.equal(r.stdout, "from-config\nby-env-step\nuser\n/www\n");
+      assert.equal(r.stdout, "from-config\nby-env-step\nuser\n/srv/app\n");
     } finally {
       await sbx.kill();
     }

@@ -501,7 +501,7 @@ export class Orchestrator {
     const id = newSandboxId();
     const dir = join(this.dataDir, "sandboxes", id);
     const snap =
-      this.findSnapshot(req.templateID) ??
+      (await this.stillCommitted(this.findSnapshot(req.templateID))) ??
       (this.d.templates.get(req.templateID) ? undefined : await this.findRemoteSnapshot(req.templateID));
     let rec: SandboxRecord;
     let source: Source;
@@ -984,6 +984,24 @@ export class Orchestrator {
       if (isCompleteImage(snap.imageDir)) return; // a concurrent create won
       throw new ApiError(500, `snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
     }
+  }
+
+  /**
+   * A snapshot this node knows may have been deleted through another server sharing the
+   * repository: its manifest decides. If the repository cannot be reached, the local copy is
+   * used.
+   */
+  private async stillCommitted(snap: SnapshotRecord | undefined): Promise<SnapshotRecord | undefined> {
+    if (!snap) return undefined;
+    const m = await this.d.repository.get(snap.id).then(
+      (x) => x ?? null,
+      () => undefined,
+    );
+    if (m !== null) return snap;
+    this.d.log.info({ snapshotID: snap.id }, "snapshot was deleted from the repository elsewhere; forgetting it");
+    this.snapshots.delete(snap.id);
+    rmSync(snap.imageDir, { recursive: true, force: true });
+    return undefined;
   }
 
   /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
