@@ -32,9 +32,10 @@ interface Row {
 
 const holdMemory = (mb: number) =>
   `python3 -c "import os,signal,time
-b=bytearray(os.urandom(${mb}<<20))
+b=bytearray(${mb}<<20)
+for i in range(${mb}): b[i<<20:(i+1)<<20]=os.urandom(1<<20)
 signal.signal(signal.SIGUSR1, lambda *a: b.__setitem__(slice(${mb >> 1}<<20,(${mb >> 1}+1)<<20), os.urandom(1<<20)))
-open('/tmp/ready','w').close()
+open('/tmp/ready','w').write(str(os.getpid()))
 time.sleep(1e9)"`;
 
 async function main(): Promise<void> {
@@ -68,7 +69,7 @@ async function main(): Promise<void> {
     await mem.commands.run(holdMemory(MB), { background: true, timeoutMs: 0 });
     await mem.commands.run("while [ ! -e /tmp/ready ]; do sleep 0.2; done", { timeoutMs: 300_000 });
     await snap(`${MB} MB of process memory`, "first", mem);
-    await mem.commands.run("pkill -USR1 -f 'import os,signal'; sleep 0.5");
+    await mem.commands.run("kill -USR1 $(cat /tmp/ready); sleep 0.5");
     await snap(`${MB} MB of process memory`, "after 1 MB changed", mem);
     await mem.kill();
   } finally {

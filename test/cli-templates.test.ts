@@ -2,58 +2,16 @@
 // progress), build from a Dockerfile, template ls/watch/rm, cold starts from an image, and an
 // attached `aenv start` on a pulled template driven through tmux.
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import {
-  makeTar,
-  OciLayout,
-  push,
-  type Registry,
-  startRegistry,
-  type TarSpec,
-} from "../packages/server/test/helpers/registry.js";
-import { cleanupDataDir, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./helpers/server.js";
+import { push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
+import { AENV_BIN, cliRunner } from "./helpers/cli.js";
+import { tinyImage } from "./helpers/images.js";
+import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer } from "./helpers/server.js";
 
-const BIN = join(ROOT, "packages/cli/bin/aenv.js");
-const APPLETS = ["sh", "ls", "cat", "mkdir", "echo", "httpd", "wget", "id", "whoami", "sleep", "env", "pwd", "stat"];
-
-/** A busybox root filesystem in two layers (gzip + zstd), as in images.test.ts. */
-function tinyImage(dir: string): void {
-  const base: TarSpec[] = [
-    { name: "bin/", type: "dir" },
-    { name: "etc/", type: "dir" },
-    { name: "root/", type: "dir", mode: 0o700 },
-    { name: "tmp/", type: "dir", mode: 0o1777 },
-    { name: "bin/busybox", content: readFileSync("/bin/busybox"), mode: 0o755 },
-    // The SDK runs commands with `bash -l -c`; busybox's ash stands in.
-    { name: "bin/bash", content: '#!/bin/busybox sh\nexec /bin/busybox sh "$@"\n', mode: 0o755 },
-    ...APPLETS.map((a): TarSpec => ({ name: `bin/${a}`, type: "symlink", linkname: "busybox" })),
-    { name: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
-    { name: "etc/group", content: "root:x:0:\n" },
-  ];
-  const site: TarSpec[] = [
-    { name: "www/", type: "dir" },
-    { name: "www/index.html", content: "from the image\n" },
-  ];
-  const layout = new OciLayout(dir);
-  const img = layout.image({
-    layers: [
-      { tar: makeTar(base), compression: "gzip" },
-      { tar: makeTar(site), compression: "zstd" },
-    ],
-    config: { Env: ["PATH=/bin", "IMAGE_VAR=from-config"], WorkingDir: "/www" },
-  });
-  layout.tag(img, "1");
-}
-
-interface Res {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
+const BIN = AENV_BIN;
 let registry: Registry;
 let server: TestServer;
 let work: string;
@@ -62,21 +20,7 @@ const sandboxes = new Set<string>();
 const TEMPLATES = ["cli-tiny", "cli-web", "cli-bad"];
 
 const env = () => ({ ...process.env, AENV_API_URL: server.url, AENV_API_KEY: server.apiKey, XDG_CONFIG_HOME: work });
-const aenv = (...args: string[]): Promise<Res> =>
-  new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [BIN, ...args], { env: env(), stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    p.stdout.on("data", (d: Buffer) => (stdout += d));
-    p.stderr.on("data", (d: Buffer) => (stderr += d));
-    p.on("error", reject);
-    p.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
-const ok = async (...args: string[]) => {
-  const r = await aenv(...args);
-  assert.equal(r.code, 0, `aenv ${args.join(" ")} failed: ${r.stderr}`);
-  return r;
-};
+const { aenv, ok } = cliRunner(env);
 
 before(async () => {
   work = mkdtempSync("/var/tmp/aenv-cli-tpl-");

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -7,9 +7,10 @@ import { resolveConfig } from "../packages/cli/src/config.js";
 import { formatTable, outputMode } from "../packages/cli/src/output.js";
 import { collectKeyValue, joinCommand, metadataQuery, parsePositiveInt } from "../packages/cli/src/parse.js";
 import { buildProgram, run } from "../packages/cli/src/program.js";
-import { cleanupDataDir, ROOT, startServer, type TestServer } from "./helpers/server.js";
+import { AENV_BIN, cliRunner } from "./helpers/cli.js";
+import { cleanupDataDir, startServer, type TestServer } from "./helpers/server.js";
 
-const BIN = join(ROOT, "packages/cli/bin/aenv.js");
+const BIN = AENV_BIN;
 
 describe("cli: pure functions", () => {
   test("K=V options accumulate; '=' in values is kept; bad pairs are errors", () => {
@@ -111,33 +112,13 @@ describe("cli: pure functions", () => {
   });
 });
 
-interface Res {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 describe("cli: end to end against a real server", () => {
   let server: TestServer;
   const created = new Set<string>();
   const snapshots = new Set<string>();
   const tmp = mkdtempSync("/tmp/aenv-cli-test-");
   const env = () => ({ ...process.env, AENV_API_URL: server.url, AENV_API_KEY: server.apiKey, XDG_CONFIG_HOME: tmp });
-  const aenv = (...args: string[]): Promise<Res> =>
-    new Promise((resolve, reject) => {
-      const p = spawn(process.execPath, [BIN, ...args], { env: env(), stdio: ["ignore", "pipe", "pipe"] });
-      let stdout = "";
-      let stderr = "";
-      p.stdout.on("data", (d: Buffer) => (stdout += d));
-      p.stderr.on("data", (d: Buffer) => (stderr += d));
-      p.on("error", reject);
-      p.on("close", (code) => resolve({ code, stdout, stderr }));
-    });
-  const ok = async (...args: string[]) => {
-    const r = await aenv(...args);
-    assert.equal(r.code, 0, `aenv ${args.join(" ")} failed: ${r.stderr}`);
-    return r;
-  };
+  const { aenv, ok } = cliRunner(env);
 
   before(async () => {
     server = await startServer();

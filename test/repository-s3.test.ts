@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { S3_CREDENTIALS, startS3, type TestS3 } from "../packages/server/test/helpers/s3.js";
-import { cleanupDataDir, ROOT, startServer, type TestServer } from "./helpers/server.js";
+import { cleanupDataDir, ROOT, startServer, type TestServer, untilCommitted } from "./helpers/server.js";
 
 let s3: TestS3;
 let a: TestServer;
@@ -48,9 +48,8 @@ describe("the s3 repository backend, end to end", () => {
     await src.commands.run("echo in-s3 > /home/user/s3.txt");
     const snap = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, { name: "s3-snap" })).body as {
       snapshotID: string;
-      uploadedBytes: number;
     };
-    assert.ok(snap.uploadedBytes > 0);
+    assert.ok((await untilCommitted(a, snap.snapshotID)).uploadedBytes > 0);
     await src.pause();
     await new Promise((r) => setTimeout(r, 500));
     const resumed = await Sandbox.connect(src.sandboxId, on(a));

@@ -20,7 +20,15 @@ import { promisify } from "node:util";
 import { Sandbox, Template } from "e2b";
 import { push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
 import { tinyImage } from "./helpers/images.js";
-import { cleanupDataDir, getViaHost, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./helpers/server.js";
+import {
+  cleanupDataDir,
+  getViaHost,
+  ROOT,
+  startServer,
+  TEMPLATES_DIR,
+  type TestServer,
+  untilCommitted,
+} from "./helpers/server.js";
 
 const run = promisify(execFile);
 
@@ -74,18 +82,15 @@ describe("a repository shared by two servers", () => {
     const src = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
     try {
       await src.commands.run("head -c 20000000 /dev/urandom > /home/user/big.bin && echo one > /home/user/note.txt");
-      const first = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, { name: "shared-snap" })).body as {
+      const taken = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, { name: "shared-snap" })).body as {
         snapshotID: string;
-        sizeBytes: number;
-        uploadedBytes: number;
       };
-      snapshotId = first.snapshotID;
+      snapshotId = taken.snapshotID;
+      const first = await untilCommitted(a, snapshotId);
       assert.ok(first.uploadedBytes > 10_000_000, `first snapshot uploaded ${first.uploadedBytes}`);
       await src.commands.run("echo two > /home/user/note.txt");
-      const second = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as {
-        uploadedBytes: number;
-        sizeBytes: number;
-      };
+      const again = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as { snapshotID: string };
+      const second = await untilCommitted(a, again.snapshotID);
       // The 20 MB of random file data is unchanged: it is not uploaded again.
       assert.ok(second.uploadedBytes < first.uploadedBytes / 2, `${second.uploadedBytes} vs ${first.uploadedBytes}`);
     } finally {
@@ -121,6 +126,7 @@ describe("a repository shared by two servers", () => {
   test("a corrupted chunk fails the start with an error naming the snapshot", async () => {
     const src = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
     const snap = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as { snapshotID: string };
+    await untilCommitted(a, snap.snapshotID);
     await src.kill();
     // Flip a byte in every chunk only this snapshot has: B has never seen them.
     const others = new Set<string>();

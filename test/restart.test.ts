@@ -7,7 +7,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, untilCommitted, useE2b } from "./helpers/server.js";
 
 function runscIds(dataDir: string): string[] {
   const out = execFileSync("runsc", [`--root=${dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
@@ -31,6 +31,8 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
   await paused.files.write("/home/user/p.txt", "paused-data");
   await paused.pause();
   const snap = await alive.createSnapshot();
+  // Committed to the repository in the background: wait for it (the test removes the local copy).
+  await untilCommitted(first, snap.snapshotId);
   const counter = await alive.commands.run(
     "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done'",
     {
@@ -39,6 +41,8 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
     },
   );
   assert.ok(counter.pid > 0);
+  // Taken just before the crash: its commit may not have finished; the restart finishes it.
+  const late = await alive.createSnapshot();
   await first.crash();
   // The doomed sandbox dies while no server is watching.
   const doomedRuntime = runscIds(first.dataDir).find((id) => id.startsWith(doomed.sandboxId));
@@ -67,6 +71,8 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
     assert.equal(await Sandbox.kill(doomed.sandboxId), false);
     // Snapshots live in the repository; the node-local copy is only a cache.
     rmSync(join(second.dataDir, "snapshots", snap.snapshotId), { recursive: true, force: true });
+    await untilCommitted(second, late.snapshotId);
+    await Sandbox.deleteSnapshot(late.snapshotId);
     const listed = await Sandbox.listSnapshots().nextItems();
     assert.deepEqual(
       listed.map((x) => x.snapshotId),

@@ -180,3 +180,14 @@ export function serverForFile(opts: StartOptions = {}): () => TestServer {
     return server;
   };
 }
+
+/** Snapshots are committed to the repository in the background: waits until this one is. */
+export async function untilCommitted(server: TestServer, id: string): Promise<{ uploadedBytes: number }> {
+  for (let i = 0; i < 600; i++) {
+    const r = await server.api("GET", `/snapshots/${id}`);
+    const b = r.body as { committed?: boolean; uploadedBytes: number };
+    if (b.committed) return b;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  throw new Error(`snapshot ${id} was not committed to the repository`);
+}

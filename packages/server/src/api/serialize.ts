@@ -64,6 +64,7 @@ export function snapshotInfo(s: SnapshotRecord) {
     memoryMB: s.memoryMB,
     diskSizeMB: s.diskSizeMB,
     sizeBytes: s.sizeBytes,
+    committed: s.committed === true,
     ...(s.uploadedBytes !== undefined ? { uploadedBytes: s.uploadedBytes } : {}),
     createdAt: new Date(s.createdAt).toISOString(),
     updatedAt: new Date(s.createdAt).toISOString(),

@@ -8,7 +8,7 @@ import { type Orchestrator, usable } from "../orchestrator/orchestrator.js";
 import {
   newTemplateId,
   type Template,
-  type TemplateData,
+  type TemplateInput,
   type TemplateStore,
   validTemplateName,
 } from "../storage/templates.js";
@@ -90,7 +90,7 @@ export class TemplateBuilder {
       throw conflict(`template '${name}' has a build in progress`);
     }
     const buildId = randomUUID();
-    const base: TemplateData = existing ?? {
+    const base: TemplateInput = existing ?? {
       id: newTemplateId(),
       name,
       revision: 0,
@@ -296,6 +296,7 @@ export class TemplateBuilder {
         fromTemplate: spec.fromImage ? undefined : (spec.fromTemplate ?? "base"),
         imageDigest: ctx.imageDigest,
         buildStatus: "building",
+        warm,
       });
       if (warm) {
         log("info", "Taking the warm snapshot (start command running, ready command passed)", "finalize");

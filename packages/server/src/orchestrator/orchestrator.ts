@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { ENVD_PORT } from "@aenv/protocol";
@@ -14,7 +14,7 @@ import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.j
 import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import type { Manifest } from "../storage/repository/repository.js";
 import type { Template, TemplateStore } from "../storage/templates.js";
-import { envdRequest, envdRun, waitForEnvd } from "./envd-client.js";
+import { envdRequest, waitForEnvd } from "./envd-client.js";
 import { envdProcess, type ProcessSpec } from "./envd-process.js";
 import { newClientId, newSandboxId, newToken } from "./ids.js";
 
@@ -125,6 +125,8 @@ export class Orchestrator {
   private readonly stoppedListeners: Array<(id: string) => void> = [];
   /** Runtime removals still running in the background, by sandbox ID. */
   private readonly cleanups = new Map<string, Promise<void>>();
+  /** Commits of snapshots to the repository still running, by snapshot ID. */
+  private readonly snapshotCommits = new Map<string, Promise<void>>();
   /** Commits of pause images to the repository still running, by sandbox ID. */
   private readonly pauseCommits = new Map<string, Promise<void>>();
   private reaper: NodeJS.Timeout | undefined;
@@ -218,14 +220,31 @@ export class Orchestrator {
     for (const m of await this.d.repository.list()) {
       const rec = m.meta as unknown as SnapshotRecord;
       if (rec?.id !== m.id) continue;
-      this.snapshots.set(m.id, { ...rec, imageDir: join(this.dataDir, "snapshots", m.id) });
+      this.snapshots.set(m.id, { ...rec, imageDir: join(this.dataDir, "snapshots", m.id), committed: true });
     }
     const snapDir = join(this.dataDir, "snapshots");
+    // Snapshots taken here whose commit had not finished: committed again now.
+    const pending: SnapshotRecord[] = [];
     if (existsSync(snapDir)) {
       for (const name of readdirSync(snapDir)) {
-        if (!this.snapshots.has(name)) rmSync(join(snapDir, name), { recursive: true, force: true });
+        const id = name.replace(/\.pending\.json$/, "");
+        if (id === name || this.snapshots.has(id) || !isCompleteImage(join(snapDir, id))) continue;
+        try {
+          const rec = JSON.parse(readFileSync(join(snapDir, name), "utf8")) as SnapshotRecord;
+          if (rec.id !== id) continue;
+          const local = { ...rec, imageDir: join(snapDir, id) };
+          this.snapshots.set(id, local);
+          pending.push(local);
+        } catch {
+          // an unreadable record: the image is dropped below
+        }
+      }
+      for (const name of readdirSync(snapDir)) {
+        const id = name.replace(/\.pending\.json$/, "");
+        if (!this.snapshots.has(id)) rmSync(join(snapDir, name), { recursive: true, force: true });
       }
     }
+    for (const rec of pending) this.commitSnapshot(rec);
     return { report, keepSlots };
   }
 
@@ -246,7 +265,7 @@ export class Orchestrator {
   async prepareWarmImages(): Promise<void> {
     for (const tpl of this.d.templates.list()) {
       if (this.closing) return;
-      if (!usable(tpl)) continue;
+      if (!usable(tpl) || !tpl.warm) continue;
       try {
         await this.warmTemplate(tpl);
       } catch (err) {
@@ -339,7 +358,11 @@ export class Orchestrator {
       if (live.slot) await this.startTemplateCmd(live.slot.slotIp, tpl, undefined, onLog);
       // Run a login shell once so the image holds bash and its libraries in the sentry's
       // page cache: the first command after every restore is then as fast as later ones.
-      if (live.slot) await envdRun(live.slot.slotIp, "true", undefined).catch(() => "");
+      if (live.slot) {
+        await envdProcess(live.slot.slotIp, { cmd: "/bin/bash", args: ["-l", "-c", "true"], timeoutMs: 30_000 }).catch(
+          () => undefined,
+        );
+      }
       const tmp = `${finalDir}.tmp-${process.pid}`;
       mkdirSync(join(finalDir, ".."), { recursive: true });
       rmSync(tmp, { recursive: true, force: true });
@@ -576,7 +599,7 @@ export class Orchestrator {
         "sandbox created",
       );
       // The next create from this template should be a restore.
-      if (tpl && source.kind === "boot" && !req.cold && !this.closing) this.warmInBackground(tpl);
+      if (tpl?.warm && source.kind === "boot" && !req.cold && !this.closing) this.warmInBackground(tpl);
       return rec;
     } catch (err) {
       this.d.log.error({ err, sandboxID: id }, "sandbox create failed");
@@ -929,20 +952,53 @@ export class Orchestrator {
       try {
         await this.capture(l, tmp);
         rec = this.snapshotRecord(l.rec, snapId, name, final, imageBytes(tmp));
-        // The repository commit (chunks, then the manifest) is what makes the snapshot exist;
-        // the local folder is a materialised cache of it.
-        const { imageDir: _cache, ...meta } = rec;
-        const { stats } = await this.d.repository.commit(snapId, tmp, meta as unknown as Record<string, unknown>);
-        rec.uploadedBytes = stats.uploadedBytes;
+        // Durable on this node first (image, then its record); the repository commit follows
+        // in the background and is redone after a restart until it succeeds.
         commitImage(tmp, final);
-        this.d.log.info({ snapshotID: snapId, ...stats }, "snapshot committed to the repository");
+        this.writePendingSnapshot(rec);
       } finally {
         rmSync(tmp, { recursive: true, force: true });
       }
       this.snapshots.set(snapId, rec);
+      this.commitSnapshot(rec);
       this.d.log.info({ sandboxID: id, snapshotID: snapId, ms: Date.now() - t0 }, "snapshot taken");
       return rec;
     });
+  }
+
+  private pendingPath(id: string): string {
+    return join(this.dataDir, "snapshots", `${id}.pending.json`);
+  }
+
+  private writePendingSnapshot(rec: SnapshotRecord): void {
+    const { imageDir: _local, ...data } = rec;
+    const file = this.pendingPath(rec.id);
+    writeFileSync(`${file}.tmp`, JSON.stringify(data));
+    renameSync(`${file}.tmp`, file);
+  }
+
+  /** Commits a snapshot's local image to the repository; other servers can use it after. */
+  private commitSnapshot(rec: SnapshotRecord): void {
+    const { imageDir, committed: _c, uploadedBytes: _u, ...meta } = rec;
+    const t0 = Date.now();
+    const p = this.d.repository
+      .commit(rec.id, imageDir, meta as unknown as Record<string, unknown>)
+      .then(({ stats }) => {
+        rec.uploadedBytes = stats.uploadedBytes;
+        rec.committed = true;
+        rmSync(this.pendingPath(rec.id), { force: true });
+        this.d.log.info({ snapshotID: rec.id, ...stats, ms: Date.now() - t0 }, "snapshot committed to the repository");
+      })
+      .catch((err) =>
+        this.d.log.warn(
+          { err, snapshotID: rec.id },
+          "snapshot not committed to the repository; retried at the next start",
+        ),
+      )
+      .finally(() => {
+        if (this.snapshotCommits.get(rec.id) === p) this.snapshotCommits.delete(rec.id);
+      });
+    this.snapshotCommits.set(rec.id, p);
   }
 
   private snapshotRecord(
@@ -992,7 +1048,7 @@ export class Orchestrator {
    * used.
    */
   private async stillCommitted(snap: SnapshotRecord | undefined): Promise<SnapshotRecord | undefined> {
-    if (!snap) return undefined;
+    if (!snap?.committed) return snap;
     const m = await this.d.repository.get(snap.id).then(
       (x) => x ?? null,
       () => undefined,
@@ -1026,7 +1082,7 @@ export class Orchestrator {
     const fromManifest = (m: Manifest | undefined) => {
       const rec = m?.meta as unknown as SnapshotRecord | undefined;
       if (!m || rec?.id !== m.id || !Array.isArray(rec.names)) return undefined;
-      const local = { ...rec, imageDir: join(this.dataDir, "snapshots", m.id) };
+      const local = { ...rec, imageDir: join(this.dataDir, "snapshots", m.id), committed: true };
       this.snapshots.set(m.id, local);
       return local;
     };
@@ -1068,7 +1124,9 @@ export class Orchestrator {
     const s = this.findSnapshot(ref);
     if (!s) throw notFound(`snapshot '${ref}' not found`);
     this.snapshots.delete(s.id);
+    await this.snapshotCommits.get(s.id);
     await this.d.repository.delete(s.id);
+    rmSync(this.pendingPath(s.id), { force: true });
     rmSync(s.imageDir, { recursive: true, force: true });
   }
 
@@ -1199,6 +1257,7 @@ export class Orchestrator {
       [...this.live.values()].filter((l) => l.rec.state !== "paused").map((l) => this.kill(l.rec.id).catch(() => {})),
     );
     await Promise.all([...this.warming.values()]);
+    await Promise.all([...this.snapshotCommits.values()]);
     await Promise.all([...this.cleanups.values()]);
   }
 }

@@ -57,6 +57,8 @@ export interface SnapshotRecord {
   imageKey?: string;
   /** What committing it to the repository stored: compressed bytes written (new chunks only). */
   uploadedBytes?: number;
+  /** In the repository (other servers can use it); until then only this node's copy exists. */
+  committed?: boolean;
 }
 
 /** The seam for node-local state: SQLite here, Redis-backed views come with clustering. */

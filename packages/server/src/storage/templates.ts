@@ -34,9 +34,13 @@ const TemplateFile = z.object({
   buildStatus: BuildStatus.default("ready"),
   reason: z.object({ message: z.string(), step: z.string().optional() }).optional(),
   buildCount: z.number().int().nonnegative().default(1),
+  /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
+  warm: z.boolean().default(true),
 });
 
 export type TemplateData = z.infer<typeof TemplateFile>;
+/** What save() takes: fields with defaults may be left out. */
+export type TemplateInput = z.input<typeof TemplateFile>;
 export type Template = TemplateData & { rootfs: string; dir: string };
 
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -92,7 +96,7 @@ export class TemplateStore {
   }
 
   /** Writes template.json atomically (temp name, rename). */
-  save(t: TemplateData): Template {
+  save(t: TemplateInput): Template {
     const dir = join(this.dir, t.id);
     mkdirSync(dir, { recursive: true });
     const data = TemplateFile.parse({ ...t, updatedAt: new Date().toISOString() });

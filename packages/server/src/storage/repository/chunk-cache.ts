@@ -119,6 +119,11 @@ export class ChunkCache {
     return this.lru.has(sha);
   }
 
+  /** Whether a getOrLoad of this chunk is fetching it right now. */
+  isLoading(sha: string): boolean {
+    return this.inflight.has(sha);
+  }
+
   isPinned(sha: string): boolean {
     return (this.pinCount.get(sha) ?? 0) > 0;
   }
@@ -151,7 +156,10 @@ export class ChunkCache {
    * and return the uncompressed bytes plus the bytes it transferred). Concurrent calls for
    * the same digest share one load().
    */
-  async getOrLoad(sha: string, load: () => Promise<{ data: Buffer; fetchedBytes: number }>): Promise<Buffer> {
+  async getOrLoad(
+    sha: string,
+    load: () => Promise<{ data: Buffer; fetchedBytes: number; coalesced?: boolean }>,
+  ): Promise<Buffer> {
     await this.init();
     const pending = this.inflight.get(sha);
     if (pending) {
@@ -161,10 +169,15 @@ export class ChunkCache {
     const p = (async () => {
       const cached = await this.read(sha);
       if (cached) return cached;
-      this.counters.misses++;
-      this.counters.backendGets++;
-      const { data, fetchedBytes } = await load();
-      this.counters.bytesFetched += fetchedBytes;
+      const { data, fetchedBytes, coalesced } = await load();
+      if (coalesced) {
+        // Another restore's batch fetched it.
+        this.counters.coalesced++;
+      } else {
+        this.counters.misses++;
+        this.counters.backendGets++;
+        this.counters.bytesFetched += fetchedBytes;
+      }
       await this.insert(sha, data);
       return data;
     })();

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
-import { constants } from "node:fs";
 import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { fsyncDir } from "../../util/fsync.js";
 import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
@@ -20,7 +20,7 @@ import {
   SnapshotNotFoundError,
   type SnapshotRepository,
 } from "./repository.js";
-import { compress, decompress } from "./zstd.js";
+import { compressMany, decompress, decompressMany, MAX_BATCH } from "./zstd.js";
 
 /** Seams for tests that need to interleave a commit and a GC deterministically. */
 export interface RepositoryHooks {
@@ -76,21 +76,16 @@ async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number |
   return filled;
 }
 
-async function fsyncDir(path: string): Promise<void> {
-  const fh = await open(path, constants.O_RDONLY);
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
 /**
  * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts, ≤ 4 MiB) named by the sha256 of
  * their bytes, stored once as zstd frames, one manifest per id written last; restores go
  * through a bounded node-local cache that fetches only missing chunks.
  */
+type Loaded = { data: Buffer; fetchedBytes: number } | Error;
+
 export class ChunkRepository implements SnapshotRepository {
+  /** Chunks batches are fetching right now, so concurrent restores share the fetch. */
+  private readonly fetching = new Map<string, Promise<Loaded>>();
   readonly cache: ChunkCache;
   private readonly level: number;
   private readonly concurrency: number;
@@ -108,7 +103,7 @@ export class ChunkRepository implements SnapshotRepository {
   ) {
     this.cache = opts.cache ?? new ChunkCache({ dir: "", maxBytes: 0 });
     this.level = opts.compressionLevel ?? 3;
-    this.concurrency = opts.concurrency ?? 8;
+    this.concurrency = opts.concurrency ?? 16;
     this.cacheOnCommit = opts.cacheOnCommit ?? true;
     this.gcOnDelete = opts.gcOnDelete ?? true;
     this.gcGraceMs = opts.gcGraceMs ?? 0;
@@ -177,8 +172,8 @@ export class ChunkRepository implements SnapshotRepository {
       });
       await this.hooks.afterExistenceCheck?.(id, missing);
 
-      // Pass 2: read back, compress and upload only the missing chunks.
-      await forEachLimit(missing, this.concurrency, async (d) => {
+      // Pass 2: read back, compress (a batch per zstd process) and upload the missing chunks.
+      const readPiece = async (d: string): Promise<Buffer> => {
         const piece = where.get(d) as Piece;
         const data = Buffer.allocUnsafe(piece.size);
         const fh = await open(piece.file, "r");
@@ -190,11 +185,23 @@ export class ChunkRepository implements SnapshotRepository {
         } finally {
           await fh.close();
         }
-        const z = await compress(data, this.level);
-        await this.backend.put(chunkKey(d), z);
-        stats.uploadedChunks++;
-        stats.uploadedBytes += z.length;
-        await lease.refreshIfOlder(this.leaseTtlMs);
+        return data;
+      };
+      const batches: string[][] = [];
+      for (let i = 0; i < missing.length; i += MAX_BATCH) batches.push(missing.slice(i, i + MAX_BATCH));
+      await forEachLimit(batches, 2, async (digests) => {
+        const datas = await Promise.all(digests.map(readPiece));
+        const zs = await compressMany(datas, this.level);
+        await forEachLimit(
+          digests.map((d, i) => [d, zs[i] as Buffer] as const),
+          this.concurrency,
+          async ([d, z]) => {
+            await this.backend.put(chunkKey(d), z);
+            stats.uploadedChunks++;
+            stats.uploadedBytes += z.length;
+            await lease.refreshIfOlder(this.leaseTtlMs);
+          },
+        );
       });
       stats.reused = stats.chunks - stats.uploadedChunks;
 
@@ -265,22 +272,93 @@ export class ChunkRepository implements SnapshotRepository {
   }
 
   /** One chunk's verified bytes, from the cache or fetched (coalesced) from the backend. */
-  private loadChunk(id: string, ref: ChunkRef): Promise<Buffer> {
-    return this.cache.getOrLoad(ref.sha256, async () => {
-      const z = await this.backend.get(chunkKey(ref.sha256));
-      if (!z) throw new MissingChunkError(id, ref.sha256, this.backend.description);
-      let data: Buffer;
-      try {
-        data = await decompress(z);
-      } catch (err) {
-        throw new CorruptChunkError(id, ref.sha256, `does not decompress: ${(err as Error).message}`);
-      }
-      if (data.length !== ref.size) {
-        throw new CorruptChunkError(id, ref.sha256, `${data.length} bytes instead of ${ref.size}`);
-      }
-      if (sha256(data) !== ref.sha256) throw new CorruptChunkError(id, ref.sha256, "digest mismatch");
-      return { data, fetchedBytes: z.length };
+  /** One chunk fetched, decompressed and verified (bytes for the cache, bytes transferred). */
+  private async fetchOne(id: string, ref: ChunkRef): Promise<{ data: Buffer; fetchedBytes: number }> {
+    const z = await this.backend.get(chunkKey(ref.sha256));
+    if (!z) throw new MissingChunkError(id, ref.sha256, this.backend.description);
+    let data: Buffer;
+    try {
+      data = await decompress(z);
+    } catch (err) {
+      throw new CorruptChunkError(id, ref.sha256, `does not decompress: ${(err as Error).message}`);
+    }
+    if (data.length !== ref.size) {
+      throw new CorruptChunkError(id, ref.sha256, `${data.length} bytes instead of ${ref.size}`);
+    }
+    if (sha256(data) !== ref.sha256) throw new CorruptChunkError(id, ref.sha256, "digest mismatch");
+    return { data, fetchedBytes: z.length };
+  }
+
+  /**
+   * The verified bytes of many chunks, in order. Cached chunks and chunks another restore is
+   * already fetching come through the cache (hits, coalesced); the others are fetched here and
+   * decompressed by one zstd process for the whole batch.
+   */
+  private async loadBatch(id: string, refs: ChunkRef[]): Promise<Buffer[]> {
+    await this.cache.init();
+    // Chunks some other restore's batch is fetching are awaited, not fetched again.
+    const shared = new Map<string, Promise<Loaded>>();
+    const mine = new Map<string, ChunkRef>();
+    for (const r of refs) {
+      const other = this.fetching.get(r.sha256);
+      if (other) shared.set(r.sha256, other);
+      else if (!this.cache.has(r.sha256) && !this.cache.isLoading(r.sha256)) mine.set(r.sha256, r);
+    }
+    const todo = [...mine.values()];
+    const batch = this.fetchBatch(id, todo);
+    for (const r of todo) {
+      const p = batch.then((m) => m.get(r.sha256) as Loaded);
+      p.catch(() => {});
+      this.fetching.set(r.sha256, p);
+      void p
+        .finally(() => {
+          if (this.fetching.get(r.sha256) === p) this.fetching.delete(r.sha256);
+        })
+        .catch(() => {});
+    }
+    return Promise.all(
+      refs.map((r) =>
+        this.cache.getOrLoad(r.sha256, async () => {
+          const own = mine.has(r.sha256) ? this.fetching.get(r.sha256) : undefined;
+          const p = own ?? shared.get(r.sha256);
+          if (!p) return this.fetchOne(id, r);
+          const got = await p;
+          if (got instanceof Error) throw got;
+          return own ? got : { ...got, coalesced: true };
+        }),
+      ),
+    );
+  }
+
+  /** Fetches chunks and decompresses them with one zstd process; each result or its error. */
+  private async fetchBatch(id: string, todo: ChunkRef[]): Promise<Map<string, Loaded>> {
+    const out = new Map<string, Loaded>();
+    if (!todo.length) return out;
+    const zs: Array<Buffer | undefined> = new Array(todo.length);
+    await forEachLimit(
+      todo.map((r, i) => [r, i] as const),
+      this.concurrency,
+      async ([r, i]) => {
+        zs[i] = await this.backend.get(chunkKey(r.sha256));
+      },
+    );
+    const idx = todo.map((_, i) => i).filter((i) => zs[i] !== undefined);
+    const datas = await decompressMany(idx.map((i) => zs[i] as Buffer));
+    todo.forEach((r, i) => {
+      if (zs[i] === undefined) out.set(r.sha256, new MissingChunkError(id, r.sha256, this.backend.description));
     });
+    idx.forEach((i, k) => {
+      const r = todo[i] as ChunkRef;
+      const data = datas[k] as Buffer | Error;
+      if (data instanceof Error) {
+        out.set(r.sha256, new CorruptChunkError(id, r.sha256, `does not decompress: ${data.message}`));
+      } else if (data.length !== r.size) {
+        out.set(r.sha256, new CorruptChunkError(id, r.sha256, `${data.length} bytes instead of ${r.size}`));
+      } else if (sha256(data) !== r.sha256) {
+        out.set(r.sha256, new CorruptChunkError(id, r.sha256, "digest mismatch"));
+      } else out.set(r.sha256, { data, fetchedBytes: (zs[i] as Buffer).length });
+    });
+    return out;
   }
 
   async materialize(id: string, destDir: string): Promise<void> {
@@ -302,13 +380,24 @@ export class ChunkRepository implements SnapshotRepository {
           offset += ref.size;
         }
       }
-      await forEachLimit(jobs, this.concurrency, async (j) => {
-        const data = await this.loadChunk(id, j.ref);
-        let done = 0;
-        while (done < data.length) {
-          const { bytesWritten } = await j.fh.write(data, done, data.length - done, j.offset + done);
-          done += bytesWritten;
-        }
+      const batches: Array<typeof jobs> = [];
+      for (let i = 0; i < jobs.length; i += MAX_BATCH) batches.push(jobs.slice(i, i + MAX_BATCH));
+      await forEachLimit(batches, 2, async (batch) => {
+        const datas = await this.loadBatch(
+          id,
+          batch.map((j) => j.ref),
+        );
+        await forEachLimit(
+          batch.map((j, i) => [j, datas[i] as Buffer] as const),
+          this.concurrency,
+          async ([j, data]) => {
+            let done = 0;
+            while (done < data.length) {
+              const { bytesWritten } = await j.fh.write(data, done, data.length - done, j.offset + done);
+              done += bytesWritten;
+            }
+          },
+        );
       });
       for (const fh of handles) await fh.sync();
       for (const fh of handles.splice(0)) await fh.close();
@@ -329,9 +418,11 @@ export class ChunkRepository implements SnapshotRepository {
   async prefetch(id: string): Promise<void> {
     const m = await this.get(id);
     if (!m) throw new SnapshotNotFoundError(id);
-    const refs = new Map(m.files.flatMap((f) => f.chunks.map((c) => [c.sha256, c] as const)));
-    await forEachLimit([...refs.values()], this.concurrency, async (ref) => {
-      await this.loadChunk(id, ref);
+    const refs = [...new Map(m.files.flatMap((f) => f.chunks.map((c) => [c.sha256, c] as const))).values()];
+    const batches: ChunkRef[][] = [];
+    for (let i = 0; i < refs.length; i += MAX_BATCH) batches.push(refs.slice(i, i + MAX_BATCH));
+    await forEachLimit(batches, 2, async (batch) => {
+      await this.loadBatch(id, batch);
     });
   }
 

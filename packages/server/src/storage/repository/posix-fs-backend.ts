@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { constants, type Dirent } from "node:fs";
+import type { Dirent } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { fsyncDir } from "../../util/fsync.js";
 import {
   assertKey,
   BackendError,
@@ -14,15 +15,6 @@ import {
 } from "./backend.js";
 
 const isNotFound = (err: unknown) => (err as NodeJS.ErrnoException)?.code === "ENOENT";
-
-async function fsyncDir(path: string): Promise<void> {
-  const fh = await open(path, constants.O_RDONLY);
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
 
 /**
  * posix_fs backend: each key is a file under root. Writes go to a dot-prefixed temp file in the

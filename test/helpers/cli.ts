@@ -1,0 +1,32 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { ROOT } from "./server.js";
+
+export const AENV_BIN = join(ROOT, "packages/cli/bin/aenv.js");
+
+export interface Res {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real `aenv` binary with the environment `env()` gives at call time. */
+export function cliRunner(env: () => NodeJS.ProcessEnv) {
+  const aenv = (...args: string[]): Promise<Res> =>
+    new Promise((resolve, reject) => {
+      const p = spawn(process.execPath, [AENV_BIN, ...args], { env: env(), stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      p.stdout.on("data", (d: Buffer) => (stdout += d));
+      p.stderr.on("data", (d: Buffer) => (stderr += d));
+      p.on("error", reject);
+      p.on("close", (code) => resolve({ code, stdout, stderr }));
+    });
+  const ok = async (...args: string[]) => {
+    const r = await aenv(...args);
+    assert.equal(r.code, 0, `aenv ${args.join(" ")} failed: ${r.stderr}`);
+    return r;
+  };
+  return { aenv, ok };
+}
