@@ -11,7 +11,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
-import { startServer, untilCommitted, useE2b } from "../test/helpers/server.js";
+import { cleanupDataDir, startServer, untilCommitted, useE2b } from "../test/helpers/server.js";
 
 const MB = Number(process.env.BENCH_SNAPSHOT_MB ?? 500);
 const RESULTS = join(import.meta.dirname, "results");
@@ -81,6 +81,7 @@ async function main(): Promise<void> {
     await mem.kill();
   } finally {
     await server.stop();
+    cleanupDataDir(server);
   }
   const meta = { date: new Date().toISOString(), cpus: cpus().length, loadAvg: loadavg(), mb: MB };
   mkdirSync(RESULTS, { recursive: true });
