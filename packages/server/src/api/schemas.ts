@@ -3,37 +3,34 @@ import { z } from "zod";
 const stringMap = z.record(z.string(), z.string());
 const timeout = z.number().int().min(0).max(2_147_483_647);
 
-/** Body of POST /sandboxes (SDK <= 2.50) and POST /v2/sandboxes (2.51+). Unknown fields are ignored. */
-export const NewSandbox = z.looseObject({
-  templateID: z.string().min(1).max(256),
+/** What every sandbox-creating body shares: lifetime, metadata, env and network. */
+const SandboxOptions = z.looseObject({
   timeout: timeout.optional(),
   metadata: stringMap.optional(),
   envVars: stringMap.optional(),
   allow_internet_access: z.boolean().optional(),
   allowInternetAccess: z.boolean().optional(),
   autoPause: z.boolean().optional(),
-  autoPauseMemory: z.boolean().optional(),
   autoResume: z.object({ enabled: z.boolean() }).optional(),
-  secure: z.boolean().optional(),
   network: z.looseObject({}).optional(),
+});
+export type SandboxOptions = z.infer<typeof SandboxOptions>;
+
+/** Body of POST /sandboxes (SDK <= 2.50) and POST /v2/sandboxes (2.51+). Unknown fields are ignored. */
+export const NewSandbox = SandboxOptions.extend({
+  templateID: z.string().min(1).max(256),
+  autoPauseMemory: z.boolean().optional(),
+  secure: z.boolean().optional(),
   volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
 });
 export type NewSandbox = z.infer<typeof NewSandbox>;
 
 /** Body of POST /sandboxes-cold: a sandbox booted straight from an image reference. */
-export const ColdSandbox = z.looseObject({
+export const ColdSandbox = SandboxOptions.extend({
   image: z.string().min(1).max(1024),
   cpuCount: z.number().int().min(1).max(64).optional(),
   memoryMB: z.number().int().min(128).max(262_144).optional(),
   diskSizeMB: z.number().int().min(1024).multipleOf(1024).optional(),
-  timeout: timeout.optional(),
-  metadata: stringMap.optional(),
-  envVars: stringMap.optional(),
-  allow_internet_access: z.boolean().optional(),
-  allowInternetAccess: z.boolean().optional(),
-  autoPause: z.boolean().optional(),
-  autoResume: z.object({ enabled: z.boolean() }).optional(),
-  network: z.looseObject({}).optional(),
 });
 
 export const TimeoutBody = z.looseObject({ timeout: timeout });

@@ -13,6 +13,7 @@ import {
   PauseBody,
   RefreshBody,
   SandboxIdParams,
+  type SandboxOptions,
   SnapshotBody,
   SnapshotIdParams,
   SnapshotListQuery,
@@ -28,20 +29,24 @@ export interface SandboxRoutesOptions {
 
 const body = (b: unknown) => (b === undefined || b === null ? {} : b);
 
+/** The E2B body fields every create shares, as the orchestrator takes them. */
+function sandboxOptions(b: SandboxOptions) {
+  return {
+    timeoutS: b.timeout,
+    metadata: b.metadata,
+    envVars: b.envVars,
+    allowInternetAccess: b.allow_internet_access ?? b.allowInternetAccess,
+    autoPause: b.autoPause,
+    autoResume: b.autoResume?.enabled,
+  };
+}
+
 export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOptions): Promise<void> {
   const { orch, ctx } = opts;
 
   const create = async (raw: unknown) => {
     const b = NewSandbox.parse(body(raw));
-    const rec = await orch.create({
-      templateID: b.templateID,
-      timeoutS: b.timeout,
-      metadata: b.metadata,
-      envVars: b.envVars,
-      allowInternetAccess: b.allow_internet_access ?? b.allowInternetAccess,
-      autoPause: b.autoPause,
-      autoResume: b.autoResume?.enabled,
-    });
+    const rec = await orch.create({ templateID: b.templateID, ...sandboxOptions(b) });
     return sandboxCreated(rec, ctx);
   };
   app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body)));
@@ -57,12 +62,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       cpuCount: b.cpuCount,
       memoryMB: b.memoryMB,
       diskSizeMB: b.diskSizeMB,
-      timeoutS: b.timeout,
-      metadata: b.metadata,
-      envVars: b.envVars,
-      allowInternetAccess: b.allow_internet_access ?? b.allowInternetAccess,
-      autoPause: b.autoPause,
-      autoResume: b.autoResume?.enabled,
+      ...sandboxOptions(b),
     });
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
