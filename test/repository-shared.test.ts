@@ -45,7 +45,8 @@ before(async () => {
   registry = await startRegistry();
   tinyImage(`${repo}-img`);
   await push(`${repo}-img`, "1", registry.host, "tiny");
-  const env = { AENV_REPOSITORY_PATH: repo, AENV_GC_INTERVAL: "0" };
+  // Pause images are committed at once here (by default after a minute paused).
+  const env = { AENV_REPOSITORY_PATH: repo, AENV_GC_INTERVAL: "0", AENV_PAUSE_COMMIT_DELAY: "0" };
   // Each server its own catalog (sharing the base tree and warm images): B only learns of
   // what A builds through the repository.
   const catalog = (name: string) => {

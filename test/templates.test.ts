@@ -123,6 +123,20 @@ describe("template builds (e2b Template SDK)", () => {
     assert.equal((await server.api("GET", "/templates/tpl-bad-steps")).status, 404);
   });
 
+  test("tags: assigned, listed, started by name:tag, removed", async () => {
+    const r = await Template.assignTags("tpl-web", ["v1", "stable"]);
+    assert.deepEqual(r.tags, ["v1", "stable"]);
+    const id = ((await server.api("GET", "/templates/tpl-web")).body as { templateID: string }).templateID;
+    const tags = await Template.getTags(id);
+    assert.deepEqual(tags.map((t) => t.tag).sort(), ["stable", "v1"]);
+    const sbx = await Sandbox.create("tpl-web:v1");
+    await sbx.kill();
+    await Template.removeTags("tpl-web", ["v1"]);
+    assert.equal((await server.api("POST", "/sandboxes", { templateID: "tpl-web:v1" })).status, 404);
+    const bad = await server.api("POST", "/templates/tags", { target: "tpl-web", tags: ["no spaces"] });
+    assert.equal(bad.status, 400);
+  });
+
   test("built templates survive a restart; delete removes them", async () => {
     server = await (async () => {
       await server.stop();

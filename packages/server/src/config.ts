@@ -33,6 +33,8 @@ export interface RepositoryConfig {
   gcGraceS: number;
   /** Commit built templates too, so servers sharing the repository can start them. */
   commitTemplates: boolean;
+  /** A paused sandbox is committed once it has stayed paused this long (0: at once). */
+  pauseCommitDelayS: number;
 }
 
 export interface ImagesConfig {
@@ -173,6 +175,7 @@ const FILE_KEYS: Record<string, Kind> = {
   "repository.s3.prefix": "string",
   "repository.s3.force_path_style": "bool",
   "repository.commit_templates": "bool",
+  "repository.pause_commit_delay_secs": "int",
   "cache.dir": "string",
   "cache.max_bytes": "size",
   "cache.cache_on_commit": "bool",
@@ -290,6 +293,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     gcIntervalS: int("AENV_GC_INTERVAL", "gc.interval_secs", 3600),
     gcGraceS: int("AENV_GC_GRACE", "gc.grace_secs", 900),
     commitTemplates: bool("AENV_COMMIT_TEMPLATES", "repository.commit_templates", true),
+    pauseCommitDelayS: int("AENV_PAUSE_COMMIT_DELAY", "repository.pause_commit_delay_secs", 60),
   };
 
   return {

@@ -50,6 +50,7 @@ class StepFailure extends Error {
 }
 
 const STAGING_MOUNT = "/.aenv-build";
+const TAG_RE = /^[A-Za-z0-9_.-]{1,128}$/;
 const RUN_TIMEOUT_MS = 30 * 60_000;
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -77,14 +78,15 @@ export class TemplateBuilder {
   ) {}
 
   /** POST /v3/templates: registers a build; an existing name gets a new build of its template. */
-  request(req: TemplateRequest): Template & { tags: string[] } {
+  request(req: TemplateRequest): { template: Template; tags: string[] } {
     const raw = req.name ?? req.alias;
     if (!raw) throw badRequest("name is required");
     const [name, tag] = raw.split(":", 2) as [string, string | undefined];
     if (!validTemplateName(name))
       throw badRequest(`invalid template name '${name}': use letters, digits, '_', '-', '.'`);
     if (this.d.orch.findSnapshot(name)) throw conflict(`name '${name}' is taken by a snapshot`);
-    const tags = [...(req.tags ?? []), ...(tag ? [tag] : [])];
+    const tags = [...new Set([...(req.tags ?? []), ...(tag ? [tag] : [])])];
+    for (const x of tags) if (!TAG_RE.test(x)) throw badRequest(`invalid tag '${x}'`);
     const existing = this.d.templates.get(name);
     if (existing && (existing.buildStatus === "building" || this.isQueued(existing))) {
       throw conflict(`template '${name}' has a build in progress`);
@@ -106,6 +108,7 @@ export class TemplateBuilder {
       buildCount: 0,
       createdAt: new Date().toISOString(),
     };
+    const now = new Date().toISOString();
     const t = this.d.templates.save({
       ...base,
       cpuCount: req.cpuCount ?? base.cpuCount,
@@ -113,6 +116,10 @@ export class TemplateBuilder {
       buildId,
       buildStatus: "waiting",
       reason: undefined,
+      tags: [
+        ...(base.tags ?? []).filter((x) => !tags.includes(x.tag)),
+        ...tags.map((tag) => ({ tag, buildId, createdAt: now })),
+      ],
     });
     this.builds.set(buildId, {
       templateID: t.id,
@@ -121,7 +128,7 @@ export class TemplateBuilder {
       logs: [],
       startedAt: new Date().toISOString(),
     });
-    return { ...t, tags };
+    return { template: t, tags };
   }
 
   private isQueued(t: Template): boolean {
@@ -171,7 +178,7 @@ export class TemplateBuilder {
     let p = this.imports.get(name);
     if (!p) {
       p = (async () => {
-        const t = this.request({ name });
+        const { template: t } = this.request({ name });
         await this.start(t.id, t.buildId, { fromImage: ref, steps: [] }, { warm: false });
         const done = this.mustGet(t.id);
         if (done.buildStatus !== "ready") {
@@ -471,6 +478,27 @@ export class TemplateBuilder {
       .catch((err) => this.d.log.warn({ err, template: t.id }, "template not committed to the repository"))
       .finally(() => this.commits.delete(p));
     this.commits.add(p);
+  }
+
+  /** POST /templates/tags: names the target's current build with more tags. */
+  assignTags(target: string, tags: string[]): { buildID: string; tags: string[] } {
+    const t = this.mustGet(target);
+    for (const tag of tags) if (!TAG_RE.test(tag)) throw badRequest(`invalid tag '${tag}'`);
+    const now = new Date().toISOString();
+    const saved = this.d.templates.save({
+      ...t,
+      tags: [
+        ...t.tags.filter((x) => !tags.includes(x.tag)),
+        ...tags.map((tag) => ({ tag, buildId: t.buildId, createdAt: now })),
+      ],
+    });
+    return { buildID: saved.buildId, tags };
+  }
+
+  /** DELETE /templates/tags. */
+  removeTags(name: string, tags: string[]): void {
+    const t = this.mustGet(name);
+    this.d.templates.save({ ...t, tags: t.tags.filter((x) => !tags.includes(x.tag)) });
   }
 
   /** DELETE /templates/{id}: the catalog entry, its tree and its warm images. */

@@ -127,6 +127,8 @@ export class Orchestrator {
   private readonly cleanups = new Map<string, Promise<void>>();
   /** Commits of snapshots to the repository still running, by snapshot ID. */
   private readonly snapshotCommits = new Map<string, Promise<void>>();
+  /** Pause images waiting to be committed (see commitPause), by sandbox ID. */
+  private readonly pauseTimers = new Map<string, NodeJS.Timeout>();
   /** Commits of pause images to the repository still running, by sandbox ID. */
   private readonly pauseCommits = new Map<string, Promise<void>>();
   private reaper: NodeJS.Timeout | undefined;
@@ -153,15 +155,17 @@ export class Orchestrator {
     for (const rec of this.d.store.all()) {
       known.add(rec.id);
       const finalImage = join(rec.dir, "image");
-      if (
-        rec.state === "paused" &&
-        (isCompleteImage(rec.imageDir) || (await this.d.repository.get(pauseManifestId(rec.id)).catch(() => undefined)))
-      ) {
-        await this.d.repository.pin(pauseManifestId(rec.id)).catch(() => false);
+      const committed =
+        rec.state === "paused"
+          ? await this.d.repository.get(pauseManifestId(rec.id)).catch(() => undefined)
+          : undefined;
+      if (rec.state === "paused" && (isCompleteImage(rec.imageDir) || committed)) {
         // A lost local image is rebuilt from the repository on resume.
         rec.imageDir ??= finalImage;
         this.live.set(rec.id, { rec, op: Promise.resolve() });
         report.paused.push(rec.id);
+        if (committed) this.d.repository.pinManifest(committed);
+        else this.commitPause(rec, rec.imageDir);
         continue;
       }
       const slot =
@@ -868,6 +872,19 @@ export class Orchestrator {
    */
   private commitPause(rec: SandboxRecord, imageDir: string): void {
     const id = rec.id;
+    // Short pause/resume cycles (the common case in rollouts) never pay for a commit: it starts
+    // once the sandbox has stayed paused a while.
+    const timer = setTimeout(() => {
+      this.pauseTimers.delete(id);
+      const l = this.live.get(id);
+      if (l?.rec.state === "paused" && l.rec.imageDir === imageDir && !this.closing) this.commitPauseNow(rec, imageDir);
+    }, this.d.cfg.repository.pauseCommitDelayS * 1000);
+    timer.unref();
+    this.pauseTimers.set(id, timer);
+  }
+
+  private commitPauseNow(rec: SandboxRecord, imageDir: string): void {
+    const id = rec.id;
     const t0 = Date.now();
     const p = this.d.repository
       .commit(pauseManifestId(id), imageDir, { kind: "pause", sandbox: { ...rec }, imageKey: this.d.imageKey })
@@ -885,6 +902,13 @@ export class Orchestrator {
 
   /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
   private dropPause(id: string): void {
+    const timer = this.pauseTimers.get(id);
+    if (timer) {
+      // Never committed: nothing to remove.
+      clearTimeout(timer);
+      this.pauseTimers.delete(id);
+      return;
+    }
     const pending = this.pauseCommits.get(id) ?? Promise.resolve();
     void pending
       .then(() => {
@@ -1252,6 +1276,7 @@ export class Orchestrator {
    */
   async close(): Promise<void> {
     this.closing = true;
+    for (const t of this.pauseTimers.values()) clearTimeout(t);
     if (this.reaper) clearInterval(this.reaper);
     await Promise.all(
       [...this.live.values()].filter((l) => l.rec.state !== "paused").map((l) => this.kill(l.rec.id).catch(() => {})),

@@ -36,6 +36,8 @@ const TemplateFile = z.object({
   buildCount: z.number().int().nonnegative().default(1),
   /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
   warm: z.boolean().default(true),
+  /** E2B tags (`name:tag`); each names the build it was given to (only the latest is kept). */
+  tags: z.array(z.object({ tag: z.string(), buildId: z.string(), createdAt: z.string() })).default([]),
 });
 
 export type TemplateData = z.infer<typeof TemplateFile>;
@@ -65,10 +67,15 @@ export function newTemplateId(): string {
 export class TemplateStore {
   constructor(readonly dir: string) {}
 
-  /** By ID or by name; only templates that finished building are usable. */
+  /** By ID, name, or `name:tag`. */
   get(ref: string): Template | undefined {
     const all = this.list();
-    return all.find((t) => t.id === ref) ?? all.find((t) => t.name === ref);
+    const direct = all.find((t) => t.id === ref) ?? all.find((t) => t.name === ref);
+    if (direct) return direct;
+    const i = ref.lastIndexOf(":");
+    if (i <= 0) return undefined;
+    const [name, tag] = [ref.slice(0, i), ref.slice(i + 1)];
+    return all.find((t) => (t.name === name || t.id === name) && t.tags.some((x) => x.tag === tag));
   }
 
   /** Every template folder, including ones still building or failed. */

@@ -1,6 +1,7 @@
 import type { Readable } from "node:stream";
 import { ENVD_VERSION } from "@aenv/protocol";
 import type { FastifyInstance } from "fastify";
+import { z } from "zod";
 import type { TemplateBuilder } from "../../builds/builder.js";
 import type { ContextFiles } from "../../builds/context-files.js";
 import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../builds/spec.js";
@@ -34,9 +35,12 @@ function templateInfo(t: Template) {
     ...(t.fromTemplate ? { fromTemplate: t.fromTemplate } : {}),
     ...(t.startCmd ? { startCmd: t.startCmd } : {}),
     ...(t.readyCmd ? { readyCmd: t.readyCmd } : {}),
+    tags: t.tags.map((x) => x.tag),
   };
 }
 
+const TagsBody = z.looseObject({ target: z.string().min(1).max(256), tags: z.array(z.string()).min(1).max(64) });
+const UntagBody = z.looseObject({ name: z.string().min(1).max(256), tags: z.array(z.string()).min(1).max(64) });
 const FilesParams = TemplateIdParams.extend({ hash: TemplateIdParams.shape.templateID });
 const BuildParams = TemplateIdParams.extend({ buildID: TemplateIdParams.shape.templateID });
 
@@ -83,14 +87,14 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   });
 
   const request = async (req: { body: unknown }, reply: { status(n: number): { send(b: unknown): unknown } }) => {
-    const t = o.builder.request(TemplateRequest.parse(req.body ?? {}));
+    const { template: t, tags } = o.builder.request(TemplateRequest.parse(req.body ?? {}));
     return reply.status(202).send({
       templateID: t.id,
       buildID: t.buildId,
       public: false,
       names: [t.name],
       aliases: [t.name],
-      tags: t.tags,
+      tags,
     });
   };
   app.post("/v3/templates", request);
@@ -126,6 +130,20 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     const { templateID, buildID } = BuildParams.parse(req.params);
     const q = BuildStatusQuery.parse(req.query);
     return o.builder.status(templateID, buildID, q.logsOffset ?? 0, q.limit);
+  });
+
+  app.post("/templates/tags", async (req, reply) => {
+    const b = TagsBody.parse(req.body ?? {});
+    return reply.status(201).send(o.builder.assignTags(b.target, b.tags));
+  });
+  app.delete("/templates/tags", async (req, reply) => {
+    const b = UntagBody.parse(req.body ?? {});
+    o.builder.removeTags(b.name, b.tags);
+    return reply.status(204).send();
+  });
+  app.get("/templates/:templateID/tags", async (req) => {
+    const { templateID } = TemplateIdParams.parse(req.params);
+    return mustGet(templateID).tags.map((x) => ({ tag: x.tag, buildID: x.buildId, createdAt: x.createdAt }));
   });
 
   // Snapshots and templates share one namespace (E2B deletes both through this route).
