@@ -3,7 +3,8 @@
  * native addon would need a toolchain at install time. Starting a process costs 40-300 ms on
  * a busy 2-core host, far more than compressing a 1 MiB chunk, so commits and restores hand
  * over batches of chunks, one process each, in zstd's multi-file mode (files in a tmpfs
- * folder); the semaphore keeps it to one process per core.
+ * folder); the semaphore keeps it to one process per core, and `nice` keeps commits running
+ * in the background from slowing the sandboxes' own work.
  */
 import { spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
@@ -25,7 +26,7 @@ function run(args: string[], input: Uint8Array): Promise<Buffer> {
   return limit.run(
     () =>
       new Promise<Buffer>((resolve, reject) => {
-        const p = spawn("zstd", args, { stdio: ["pipe", "pipe", "pipe"] });
+        const p = spawn("nice", ["-n", "10", "zstd", ...args], { stdio: ["pipe", "pipe", "pipe"] });
         const out: Buffer[] = [];
         const err: Buffer[] = [];
         p.stdout.on("data", (b: Buffer) => out.push(b));
@@ -67,7 +68,7 @@ async function batch(inputs: Uint8Array[], args: string[], inSuffix: string, out
       const names = inputs.map((_, i) => `${i}${inSuffix}`);
       await Promise.all(inputs.map((b, i) => writeFile(join(dir, names[i] as string), b)));
       await new Promise<void>((resolve, reject) => {
-        const p = spawn("zstd", [...args, "-q", "-f", "--", ...names], { cwd: dir, stdio: "ignore" });
+        const p = spawn("nice", ["-n", "10", "zstd", ...args, "-q", "-f", "--", ...names], { cwd: dir, stdio: "ignore" });
         p.on("error", (e) => reject(new ZstdError(`cannot run zstd (install Debian's zstd): ${e.message}`)));
         p.on("close", (code) => (code === 0 ? resolve() : reject(new ZstdError(`zstd batch exited ${code}`))));
       });
