@@ -68,7 +68,10 @@ async function batch(inputs: Uint8Array[], args: string[], inSuffix: string, out
       const names = inputs.map((_, i) => `${i}${inSuffix}`);
       await Promise.all(inputs.map((b, i) => writeFile(join(dir, names[i] as string), b)));
       await new Promise<void>((resolve, reject) => {
-        const p = spawn("nice", ["-n", "10", "zstd", ...args, "-q", "-f", "--", ...names], { cwd: dir, stdio: "ignore" });
+        const p = spawn("nice", ["-n", "10", "zstd", ...args, "-q", "-f", "--", ...names], {
+          cwd: dir,
+          stdio: "ignore",
+        });
         p.on("error", (e) => reject(new ZstdError(`cannot run zstd (install Debian's zstd): ${e.message}`)));
         p.on("close", (code) => (code === 0 ? resolve() : reject(new ZstdError(`zstd batch exited ${code}`))));
       });
