@@ -94,6 +94,8 @@ describe("templates from OCI images", () => {
     const id = (first.body as { sandboxID: string }).sandboxID;
     const sbx = await Sandbox.connect(id);
     assert.equal((await sbx.commands.run("cat /www/index.html")).stdout, "from the image\n");
+    // As a container runtime would: the image's user, root when it names none.
+    assert.equal((await sbx.commands.run("whoami")).stdout, "root\n");
     const info = (await server.api("GET", `/sandboxes/${id}`)).body as { memoryMB: number };
     assert.equal(info.memoryMB, 256);
     const second = await server.api("POST", "/sandboxes-cold", { image });

@@ -268,25 +268,34 @@ export class TemplateBuilder {
       const ctx = await this.base(spec, tmpRoot, (m) => log("info", m, "base")).catch((err: Error) => {
         throw new StepFailure(err.message, "base");
       });
-      await this.stage(spec.steps, staging);
-      sandbox = await this.d.orch.buildSandbox({
-        rootfs: tmpRoot,
-        cpuCount: t.cpuCount,
-        memoryMB: t.memoryMB,
-        mounts: { [STAGING_MOUNT]: staging },
-      });
-      const ip = sandbox.ip;
-      ctx.bash = (await envdProcess(ip, inSandbox.exists("/bin/bash"))).exitCode === 0;
-      for (const [i, step] of spec.steps.entries()) {
-        await this.step(ip, i, step, ctx, log);
+      let user: string;
+      let workdir: string;
+      if (!warm && spec.steps.length === 0) {
+        // An image as it is (cold starts): nothing to run, so no build sandbox; it runs as the
+        // image's user, root by default, as a container runtime would.
+        user = ctx.userSet ?? "root";
+        workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
+      } else {
+        await this.stage(spec.steps, staging);
+        sandbox = await this.d.orch.buildSandbox({
+          rootfs: tmpRoot,
+          cpuCount: t.cpuCount,
+          memoryMB: t.memoryMB,
+          mounts: { [STAGING_MOUNT]: staging },
+        });
+        const ip = sandbox.ip;
+        ctx.bash = (await envdProcess(ip, inSandbox.exists("/bin/bash"))).exitCode === 0;
+        for (const [i, step] of spec.steps.entries()) {
+          await this.step(ip, i, step, ctx, log);
+        }
+        // finalize: the account and folder sandboxes start in, then the tree is the template's.
+        user = ctx.userSet ?? (ctx.user !== "root" ? ctx.user : "user");
+        if (user !== "root") await this.must(ip, inSandbox.ensureUser(user), "finalize", log);
+        workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
+        await this.must(ip, inSandbox.mkdir(workdir), "finalize", log);
+        await sandbox.close();
+        sandbox = undefined;
       }
-      // finalize: the account and folder sandboxes start in, then the tree is the template's.
-      const user = ctx.userSet ?? (ctx.user !== "root" ? ctx.user : "user");
-      if (user !== "root") await this.must(ip, inSandbox.ensureUser(user), "finalize", log);
-      const workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
-      await this.must(ip, inSandbox.mkdir(workdir), "finalize", log);
-      await sandbox.close();
-      sandbox = undefined;
       rmSync(join(tmpRoot, STAGING_MOUNT.slice(1)), { recursive: true, force: true });
       rmSync(join(t.dir, rootfsDir), { recursive: true, force: true });
       renameSync(tmpRoot, join(t.dir, rootfsDir));
