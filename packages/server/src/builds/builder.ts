@@ -4,9 +4,10 @@ import { join, posix } from "node:path";
 import type { Logger } from "pino";
 import { ApiError, badRequest, conflict, notFound } from "../errors.js";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
+import { newTemplateId } from "../orchestrator/ids.js";
 import { type Orchestrator, usable } from "../orchestrator/orchestrator.js";
 import {
-  newTemplateId,
+  DEFAULT_PATH,
   type Template,
   type TemplateInput,
   type TemplateStore,
@@ -52,7 +53,6 @@ class StepFailure extends Error {
 const STAGING_MOUNT = "/.aenv-build";
 const TAG_RE = /^[A-Za-z0-9_.-]{1,128}$/;
 const RUN_TIMEOUT_MS = 30 * 60_000;
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
  * Template builds (E2B's v2/v3 template API): a base tree from an image or another template,

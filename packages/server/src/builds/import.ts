@@ -1,10 +1,9 @@
 import { lstatSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { newTemplateId } from "../orchestrator/ids.js";
 import type { ImageStore } from "../storage/images/index.js";
-import { newTemplateId, type Template, type TemplateStore, validTemplateName } from "../storage/templates.js";
+import { DEFAULT_PATH, type Template, type TemplateStore, validTemplateName } from "../storage/templates.js";
 import { imageProvider } from "./image-provider.js";
-
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /** Whether the tree has an account, reading its /etc/passwd only if that is a plain file. */
 function hasAccount(rootfs: string, user: string): boolean {

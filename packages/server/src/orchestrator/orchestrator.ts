@@ -527,9 +527,10 @@ export class Orchestrator {
     const timeoutS = this.clampTimeout(req.timeoutS);
     const id = newSandboxId();
     const dir = join(this.dataDir, "sandboxes", id);
+    const localTpl = this.d.templates.get(req.templateID);
     const snap =
       (await this.stillCommitted(this.findSnapshot(req.templateID))) ??
-      (this.d.templates.get(req.templateID) ? undefined : await this.findRemoteSnapshot(req.templateID));
+      (localTpl ? undefined : await this.findRemoteSnapshot(req.templateID));
     let rec: SandboxRecord;
     let source: Source;
     let envVars: Record<string, string>;
@@ -555,7 +556,7 @@ export class Orchestrator {
         oldToken: snap.envdToken,
       };
     } else {
-      tpl = this.d.templates.get(req.templateID) ?? (await this.fetchTemplate(req.templateID));
+      tpl = localTpl ?? (await this.fetchTemplate(req.templateID));
       if (!tpl) throw notFound(`template '${req.templateID}' not found`);
       if (!usable(tpl)) throw badRequest(`template '${req.templateID}' has no finished build yet (${tpl.buildStatus})`);
       const sizing = {
@@ -1055,14 +1056,22 @@ export class Orchestrator {
   /** Makes sure the node-local copy of a snapshot exists, rebuilding it from the repository. */
   private async materialize(snap: SnapshotRecord): Promise<void> {
     if (isCompleteImage(snap.imageDir)) return;
-    const tmp = `${snap.imageDir}.tmp-${randomBytes(4).toString("hex")}`;
     try {
-      await this.d.repository.materialize(snap.id, tmp);
-      commitImage(tmp, snap.imageDir);
+      await this.rebuildImage(snap.id, snap.imageDir);
     } catch (err) {
-      rmSync(tmp, { recursive: true, force: true });
       if (isCompleteImage(snap.imageDir)) return; // a concurrent create won
       throw new ApiError(500, `snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
+    }
+  }
+
+  /** Materialises a repository manifest into a complete image folder (temp name, then rename). */
+  private async rebuildImage(manifestId: string, imageDir: string): Promise<void> {
+    const tmp = `${imageDir}.tmp-${randomBytes(4).toString("hex")}`;
+    try {
+      await this.d.repository.materialize(manifestId, tmp);
+      commitImage(tmp, imageDir);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
     }
   }
 
@@ -1087,13 +1096,10 @@ export class Orchestrator {
   /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
   private async materializePause(id: string, image: string): Promise<void> {
     await this.pauseCommits.get(id);
-    const tmp = `${image}.tmp-${randomBytes(4).toString("hex")}`;
     try {
-      await this.d.repository.materialize(pauseManifestId(id), tmp);
-      commitImage(tmp, image);
+      await this.rebuildImage(pauseManifestId(id), image);
       this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
     } catch (err) {
-      rmSync(tmp, { recursive: true, force: true });
       throw new ApiError(500, `sandbox '${id}' has no usable pause image: ${(err as Error).message}`);
     }
   }

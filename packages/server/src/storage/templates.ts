@@ -51,13 +51,8 @@ export function validTemplateName(name: string): boolean {
   return NAME_RE.test(name);
 }
 
-/** Short IDs in the E2B style: 20 lowercase alphanumerics. */
-export function newTemplateId(): string {
-  const abc = "abcdefghijklmnopqrstuvwxyz0123456789";
-  let s = "";
-  for (const b of randomBytes(20)) s += abc[b % abc.length];
-  return s;
-}
+/** PATH of templates and build steps whose image sets none. */
+export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
  * Templates on local disk: TEMPLATES_DIR/<id>/{template.json, <rootfsDir>/}. Every rebuild

@@ -1,3 +1,4 @@
+import { DEFAULT_PATH } from "../../storage/templates.js";
 import type { SandboxLaunch } from "../driver.js";
 
 /** Capabilities of a sandbox's root (gVisor is the boundary; this is Docker's default set + ptrace). */
@@ -64,7 +65,7 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
       terminal: false,
       user: { uid: 0, gid: 0 },
       args: ENVD_ARGS,
-      env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"],
+      env: [`PATH=${DEFAULT_PATH}`, "HOME=/root"],
       cwd: "/",
       capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS, inheritable: CAPS, ambient: [] },
       rlimits: [{ type: "RLIMIT_NOFILE", hard: 1048576, soft: 1048576 }],
