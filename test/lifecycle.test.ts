@@ -1,11 +1,14 @@
 // Pause, resume, TTL auto-pause, autoResume, snapshots and fork, with real runsc checkpoints
 // driven by the e2b SDK.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { getViaHost, serverForFile } from "./helpers/server.js";
 
-const srv = serverForFile();
+// The dead-sandbox check runs often here so that it overlaps pause/resume cycles: a check
+// racing a cycle once killed a healthy sandbox.
+const srv = serverForFile({ env: { AENV_DEAD_CHECK_INTERVAL: "0.3" } });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -71,6 +74,34 @@ describe("pause and resume", () => {
       assert.equal((await s.commands.run("ls /home/user/*.bin | wc -l")).stdout.trim(), "20");
     } finally {
       await s.kill();
+    }
+  });
+
+  test("a sandbox that dies on its own is noticed and removed; healthy ones are left alone", async () => {
+    const doomed = await Sandbox.create();
+    const healthy = await Sandbox.create();
+    try {
+      const root = `${srv().dataDir}/runsc`;
+      const ids = JSON.parse(execFileSync("runsc", [`--root=${root}`, "list", "--format=json"]).toString()) as Array<{
+        id: string;
+      }>;
+      const runtime = ids.find((c) => c.id.startsWith(`${doomed.sandboxId}-`));
+      assert.ok(runtime, "runsc knows the sandbox");
+      // As an OOM kill would: the sandbox's processes are gone, the server was not asked.
+      execFileSync("runsc", [`--root=${root}`, "kill", runtime.id, "KILL"]);
+      const deadline = Date.now() + 15_000;
+      while (Date.now() < deadline && (await Sandbox.list().nextItems()).some((x) => x.sandboxId === doomed.sandboxId))
+        await sleep(200);
+      await assert.rejects(Sandbox.getInfo(doomed.sandboxId), "the dead sandbox is gone from the API");
+      // Meanwhile the other one kept running through many checks, pauses and resumes included.
+      for (let i = 0; i < 3; i++) {
+        await healthy.pause();
+        await healthy.connect();
+      }
+      assert.equal((await healthy.commands.run("echo alive")).stdout, "alive\n");
+    } finally {
+      await doomed.kill().catch(() => false);
+      await healthy.kill();
     }
   });
 

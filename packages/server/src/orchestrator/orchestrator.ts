@@ -61,6 +61,10 @@ interface Live {
   slot?: Slot;
   /** Serialises lifecycle operations on one sandbox. */
   op: Promise<unknown>;
+  /** Bumped when a lifecycle operation is queued and when it ends (see sweepDead). */
+  opEpoch?: number;
+  /** Lifecycle operations queued or running. */
+  opsPending?: number;
   /** The pause/resume in flight, joined by identical concurrent calls. */
   inflight?: { kind: "pause" | "resume"; p: Promise<unknown> };
   /** Set while a capture is running: proxied traffic waits for it. */
@@ -132,6 +136,7 @@ export class Orchestrator {
   /** Commits of pause images to the repository still running, by sandbox ID. */
   private readonly pauseCommits = new Map<string, Promise<void>>();
   private reaper: NodeJS.Timeout | undefined;
+  private deadCheck: NodeJS.Timeout | undefined;
   private closing = false;
 
   constructor(private readonly d: OrchestratorDeps) {}
@@ -429,12 +434,15 @@ export class Orchestrator {
   // ---------------------------------------------------------------- TTL
 
   startReaper(): void {
-    let tick = 0;
-    this.reaper = setInterval(() => {
-      void this.reap();
-      if (++tick % 10 === 0) void this.sweepDead();
-    }, 1000);
+    this.reaper = setInterval(() => void this.reap(), 1000);
     this.reaper.unref();
+    const every = this.d.cfg.deadCheckIntervalS;
+    if (every > 0) {
+      this.deadCheck = setInterval(() => {
+        this.sweepDead().catch((err) => this.d.log.warn({ err }, "could not check for dead sandboxes"));
+      }, every * 1000);
+      this.deadCheck.unref();
+    }
   }
 
   private async reap(): Promise<void> {
@@ -454,11 +462,19 @@ export class Orchestrator {
 
   /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */
   private async sweepDead(): Promise<void> {
-    const running = [...this.live.values()].filter((l) => l.rec.state === "running" && !l.gate && !l.inflight);
+    const idle = (l: Live) => l.rec.state === "running" && !l.gate && !l.inflight && !l.opsPending;
+    const running = [...this.live.values()].filter(idle);
     if (!running.length) return;
+    // Any operation that started or ended while runsc listed (a pause and resume, a snapshot
+    // whose checkpoint the list caught) makes the list stale for that sandbox: never kill on it.
+    const seen = new Map(running.map((l) => [l, `${l.rec.runtimeId}/${l.opEpoch ?? 0}`]));
+    // runsc list can also wait on a restore in progress and leave containers out: a sandbox
+    // missing from it is asked about on its own before it is taken for dead.
+    const unchanged = (l: Live) => `${l.rec.runtimeId}/${l.opEpoch ?? 0}` === seen.get(l) && idle(l);
     const alive = new Set(await this.d.driver.list({ runningOnly: true }));
     for (const l of running) {
-      if (alive.has(l.rec.runtimeId) || l.rec.state !== "running" || l.gate || l.inflight) continue;
+      if (!unchanged(l) || alive.has(l.rec.runtimeId)) continue;
+      if ((await this.d.driver.isRunning(l.rec.runtimeId)) || !unchanged(l)) continue;
       this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
       this.kill(l.rec.id).catch(() => {});
     }
@@ -752,8 +768,15 @@ export class Orchestrator {
   // ---------------------------------------------------------------- operations
 
   private serialize<T>(l: Live, fn: () => Promise<T>): Promise<T> {
+    l.opEpoch = (l.opEpoch ?? 0) + 1;
+    l.opsPending = (l.opsPending ?? 0) + 1;
     const p = l.op.then(fn, fn);
-    l.op = p.catch(() => {});
+    l.op = p
+      .catch(() => {})
+      .finally(() => {
+        l.opEpoch = (l.opEpoch ?? 0) + 1;
+        l.opsPending = (l.opsPending ?? 1) - 1;
+      });
     return p;
   }
 
@@ -1284,6 +1307,7 @@ export class Orchestrator {
     this.closing = true;
     for (const t of this.pauseTimers.values()) clearTimeout(t);
     if (this.reaper) clearInterval(this.reaper);
+    if (this.deadCheck) clearInterval(this.deadCheck);
     await Promise.all(
       [...this.live.values()].filter((l) => l.rec.state !== "paused").map((l) => this.kill(l.rec.id).catch(() => {})),
     );

@@ -59,7 +59,7 @@ export interface RuntimeDriver {
   destroy(id: string): Promise<void>;
   isRunning(id: string): Promise<boolean>;
   stats(id: string): Promise<SandboxStats | undefined>;
-  /** IDs of every sandbox this driver's state knows about (to clean up after a restart). */
+  /** IDs of every sandbox this driver's state knows about (to clean up after a restart); throws when it cannot tell. */
   list(opts?: { runningOnly?: boolean }): Promise<string[]>;
 }
 

@@ -157,13 +157,10 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   async list(opts: { runningOnly?: boolean } = {}): Promise<string[]> {
+    // A failed list must not read as "nothing runs": callers kill what is missing from it.
     const r = await this.runsc.run(["list", "--format=json"], { allowFail: true });
-    if (r.code !== 0) return [];
-    try {
-      const arr = JSON.parse(r.stdout) as Array<{ id: string; status?: string }> | null;
-      return (arr ?? []).filter((c) => !opts.runningOnly || c.status === "running").map((c) => c.id);
-    } catch {
-      return [];
-    }
+    if (r.code !== 0) throw new Error(`runsc list failed: ${r.stderr.trim() || `exit ${r.code}`}`);
+    const arr = JSON.parse(r.stdout) as Array<{ id: string; status?: string }> | null;
+    return (arr ?? []).filter((c) => !opts.runningOnly || c.status === "running").map((c) => c.id);
   }
 }
