@@ -89,6 +89,7 @@ const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 class SpyBackend implements RepositoryBackend {
   chunkGets = 0;
   puts = 0;
+  lists = 0;
   beforePut?: (key: string) => Promise<void> | void;
   constructor(readonly inner: RepositoryBackend) {}
   get description() {
@@ -107,6 +108,7 @@ class SpyBackend implements RepositoryBackend {
     return this.inner.head(key);
   }
   list(prefix: string) {
+    this.lists++;
     return this.inner.list(prefix);
   }
   delete(key: string) {
@@ -575,6 +577,36 @@ describe("node-local chunk cache", () => {
     assert.equal(b.chunkGets, n);
     assert.equal(repo.metrics().backendGets, n);
     assert.equal(repo.metrics().coalesced + repo.metrics().hits, 4 * n); // the other four reads of each chunk
+  });
+
+  test("recent listings are shared by lookups; this node's commits and deletes refresh them", async () => {
+    const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
+    const repo = new ChunkRepository(b, { cache: newCache() });
+    await repo.commit("snap_l1", folder({ f: randomBytes(1000) }), {});
+    b.lists = 0; // a commit lists leases and GC locks
+    const [x, y] = await Promise.all([repo.listRecent(), repo.listRecent()]);
+    assert.equal(b.lists, 1);
+    assert.deepEqual(
+      x.map((m) => m.id),
+      ["snap_l1"],
+    );
+    assert.equal(x, y);
+    await repo.listRecent();
+    assert.equal(b.lists, 1, "a listing younger than the bound is reused");
+    await repo.commit("snap_l2", folder({ f: randomBytes(1000) }), {});
+    assert.deepEqual(
+      (await repo.listRecent()).map((m) => m.id),
+      ["snap_l1", "snap_l2"],
+    );
+    await repo.delete("snap_l1");
+    assert.deepEqual(
+      (await repo.listRecent()).map((m) => m.id),
+      ["snap_l2"],
+    );
+    const before = b.lists;
+    await new Promise((r) => setTimeout(r, 30));
+    await repo.listRecent(10);
+    assert.equal(b.lists, before + 1, "an older listing is redone");
   });
 
   test("a corrupted cache file is detected, dropped and fetched again; index survives a restart", async () => {

@@ -84,7 +84,7 @@ export class TemplateSync {
   }
 
   private async fetchInner(ref: string): Promise<Template | undefined> {
-    const found = (await this.d.repository.list())
+    const found = (await this.d.repository.listRecent())
       .filter(isTemplate)
       .filter((m) => m.meta.template.id === ref || m.meta.template.name === ref)
       .sort((a, b) => b.meta.template.revision - a.meta.template.revision)[0];

@@ -1143,7 +1143,7 @@ export class Orchestrator {
       const byId = fromManifest(await this.d.repository.get(ref).catch(() => undefined));
       if (byId) return byId;
     }
-    for (const m of await this.d.repository.list().catch(() => [])) {
+    for (const m of await this.d.repository.listRecent().catch(() => [])) {
       const names = (m.meta as { names?: unknown }).names;
       if (Array.isArray(names) && names.includes(ref)) {
         return fromManifest(m);

@@ -86,6 +86,7 @@ type Loaded = { data: Buffer; fetchedBytes: number } | Error;
 export class ChunkRepository implements SnapshotRepository {
   /** Chunks batches are fetching right now, so concurrent restores share the fetch. */
   private readonly fetching = new Map<string, Promise<Loaded>>();
+  private recent: { at: number; p: Promise<Manifest[]> } | undefined;
   readonly cache: ChunkCache;
   private readonly level: number;
   private readonly concurrency: number;
@@ -127,6 +128,8 @@ export class ChunkRepository implements SnapshotRepository {
     } catch (err) {
       if (err instanceof CommitError) throw err;
       throw new CommitError(id, (err as Error).message, { cause: err });
+    } finally {
+      this.recent = undefined;
     }
   }
 
@@ -257,6 +260,23 @@ export class ChunkRepository implements SnapshotRepository {
   }
 
   /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */
+  /**
+   * A listing at most `maxAgeMs` old, shared by concurrent callers: name lookups that miss
+   * locally (a snapshot, then a template, by the same name) list the backend once, not per
+   * lookup. This node's own commits and deletes make it stale at once; GC uses list().
+   */
+  listRecent(maxAgeMs = 2000): Promise<Manifest[]> {
+    const r = this.recent;
+    if (r && Date.now() - r.at <= maxAgeMs) return r.p;
+    const p = this.list();
+    const entry = { at: Date.now(), p };
+    this.recent = entry;
+    p.catch(() => {
+      if (this.recent === entry) this.recent = undefined;
+    });
+    return p;
+  }
+
   async list(): Promise<Manifest[]> {
     const ids: string[] = [];
     for await (const o of this.backend.list(MANIFESTS)) {
@@ -463,6 +483,7 @@ export class ChunkRepository implements SnapshotRepository {
   async delete(id: string): Promise<void> {
     const m = await this.get(id).catch(() => undefined);
     await this.backend.delete(manifestKey(id));
+    this.recent = undefined;
     if (m && this.gcOnDelete) {
       // Best effort: what this misses, the periodic gc() collects.
       await this.gc({ only: m.files.flatMap((f) => f.chunks.map((c) => c.sha256)) }).catch(() => undefined);
