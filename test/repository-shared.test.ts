@@ -174,6 +174,32 @@ describe("a repository shared by two servers", () => {
     assert.equal(onB.buildStatus, "ready");
   });
 
+  test("a template imported offline (aenv-server import-template) is committed and starts on B", async () => {
+    const { stdout } = await run(
+      process.execPath,
+      [
+        join(ROOT, "packages/server/bin/aenv-server.js"),
+        "import-template",
+        "--data-dir",
+        a.dataDir,
+        "--templates-dir",
+        `${repo}-tpl-a`,
+        "--name",
+        "imported",
+        `oci:${repo}-img:1`,
+      ],
+      { env: { ...process.env, AENV_REPOSITORY_PATH: repo } },
+    );
+    assert.match(stdout, /committed to the repository/);
+    const s = await Sandbox.create("imported", on(b));
+    try {
+      assert.equal((await s.commands.run("cat /www/index.html")).stdout, "from the image\n");
+    } finally {
+      await s.kill();
+    }
+    assert.equal((await a.api("DELETE", "/templates/imported")).status, 204);
+  });
+
   test("aenv-server gc reclaims chunks nothing references", async () => {
     assert.equal((await a.api("DELETE", "/templates/shared-snap")).status, 204);
     assert.equal((await a.api("DELETE", "/templates/shared-tpl")).status, 204);

@@ -1,17 +1,26 @@
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import pino from "pino";
 import { importTemplate } from "../builds/import.js";
+import { TemplateSync } from "../builds/template-sync.js";
+import { loadConfig } from "../config.js";
 import { ImageStore } from "../storage/images/index.js";
+import { openRepository } from "../storage/repository/open.js";
 import { TemplateStore } from "../storage/templates.js";
 
 const HELP = `aenv-server import-template — make a template from an image, offline (no server needed)
 
-Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR] IMAGE
+Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR]
+                                   [--config FILE] [--data-dir DIR] [--no-commit] IMAGE
 
   IMAGE  a registry reference (host/repo:tag), oci:DIR[:tag], oci-archive:FILE[:tag]
          or docker-archive:FILE
   The image's User must exist in it; env, workdir and user come from its config.
-  --templates-dir  default AENV_TEMPLATES_DIR, else /var/lib/aenv/templates`;
+  --templates-dir  default AENV_TEMPLATES_DIR, else /var/lib/aenv/templates
+  Then the template is committed to the configured snapshot repository (as the server's
+  --config / --data-dir / AENV_* settings say), so servers sharing it can start it; unless
+  --no-commit or repository.commit_templates = false. A failed commit is a warning: the
+  template is usable here.`;
 
 /** `aenv-server import-template`: pulls and unpacks an image into the template catalog. */
 export async function importTemplateCommand(argv: string[]): Promise<number> {
@@ -22,6 +31,9 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
       name: { type: "string" },
       id: { type: "string" },
       "templates-dir": { type: "string" },
+      config: { type: "string" },
+      "data-dir": { type: "string" },
+      "no-commit": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -41,5 +53,18 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
     },
   });
   console.log(`import-template: template '${t.name}' (${t.id}) revision ${t.revision} from ${t.fromImage}`);
+  if (values["no-commit"]) return 0;
+  try {
+    const cfg = loadConfig({ config: values.config, dataDir: values["data-dir"], templatesDir: dir });
+    if (!cfg.repository.commitTemplates) return 0;
+    const log = pino({ level: "warn" });
+    const repository = await openRepository(cfg, { info: () => {} });
+    const t0 = Date.now();
+    await new TemplateSync({ repository, templates: new TemplateStore(dir), log }).commit(t);
+    console.log(`import-template: committed to the repository in ${Date.now() - t0} ms`);
+  } catch (err) {
+    // Config, backend or commit errors alike: the template is usable on this node.
+    console.error(`import-template: warning: not committed to the repository: ${(err as Error).message}`);
+  }
   return 0;
 }
