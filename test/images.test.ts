@@ -51,7 +51,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const name of ["img-web"]) await server.api("DELETE", `/templates/${name}`).catch(() => {});
+  for (const name of ["img-web", "img-tags"]) await server.api("DELETE", `/templates/${name}`).catch(() => {});
   await server.stop();
   cleanupDataDir(server);
   await registry.stop();
@@ -85,6 +85,47 @@ describe("templates from OCI images", () => {
     } finally {
       await sbx.kill();
     }
+  });
+
+  test("a tag keeps starting the build it names after the template is rebuilt", async () => {
+    const build = (text: string, tag: string) =>
+      Template.build(
+        Template()
+          .fromImage(`${registry.host}/tiny:1`)
+          .runCmd(`echo ${text} > /www/which.txt`)
+          .setStartCmd("httpd -f -p 8080 -h /www", "wget -q -O /dev/null http://127.0.0.1:8080/which.txt"),
+        `img-tags:${tag}`,
+      );
+    const which = async (ref: string) => {
+      const sbx = await Sandbox.create(ref);
+      try {
+        const page = await getViaHost(server, `8080-${sbx.sandboxId}.${server.domain}`, "/which.txt");
+        const file = (await sbx.commands.run("cat /www/which.txt")).stdout;
+        assert.equal(page.body, file, "the warm image serves the tree it was taken on");
+        return file.trim();
+      } finally {
+        await sbx.kill();
+      }
+    };
+    await build("first", "v1");
+    await Template.assignTags("img-tags:v1", ["stable"]);
+    await build("second", "v2");
+    assert.equal(await which("img-tags"), "second");
+    assert.equal(await which("img-tags:v2"), "second");
+    assert.equal(await which("img-tags:v1"), "first");
+    assert.equal(await which("img-tags:stable"), "first", "a tag given through another tag names that build");
+    const tags = await Template.getTags(
+      ((await server.api("GET", "/templates/img-tags")).body as { templateID: string }).templateID,
+    );
+    const byTag = Object.fromEntries(tags.map((t) => [t.tag, t.buildId]));
+    assert.equal(byTag.v1, byTag.stable);
+    assert.notEqual(byTag.v1, byTag.v2);
+    // Moving a tag, removing one: the template itself is untouched.
+    await Template.assignTags("img-tags", ["stable"]);
+    assert.equal(await which("img-tags:stable"), "second");
+    await Template.removeTags("img-tags", ["v1"]);
+    assert.equal((await server.api("POST", "/sandboxes", { templateID: "img-tags:v1" })).status, 404);
+    assert.equal(await which("img-tags"), "second");
   });
 
   test("POST /sandboxes-cold boots an image directly; the second start reuses the unpacked tree", async () => {

@@ -92,6 +92,10 @@ export class TemplateBuilder {
       throw conflict(`template '${name}' has a build in progress`);
     }
     const buildId = randomUUID();
+    // Tags on the build being replaced keep starting it.
+    if (existing?.buildStatus === "ready" && existing.tags.some((x) => x.buildId === existing.buildId)) {
+      this.d.templates.recordBuild(existing);
+    }
     const base: TemplateInput = existing ?? {
       id: newTemplateId(),
       name,
@@ -214,8 +218,10 @@ export class TemplateBuilder {
     return b ? [b] : [];
   }
 
+  /** The template as it is now, by ID, name or `name:tag` (never an older build's view). */
   private mustGet(ref: string): Template {
-    const t = this.d.templates.get(ref);
+    const found = this.d.templates.get(ref);
+    const t = found ? this.d.templates.get(found.id) : undefined;
     if (!t) throw notFound(`template '${ref}' not found`);
     return t;
   }
@@ -489,19 +495,24 @@ export class TemplateBuilder {
     this.commits.add(p);
   }
 
-  /** POST /templates/tags: names the target's current build with more tags. */
+  /**
+   * POST /templates/tags: names a build with more tags. The target is `name` (the current
+   * build) or `name:tag` (the build that tag names, possibly an older one).
+   */
   assignTags(target: string, tags: string[]): { buildID: string; tags: string[] } {
-    const t = this.mustGet(target);
+    const build = this.d.templates.get(target);
+    if (!build) throw notFound(`template '${target}' not found`);
+    const t = this.mustGet(build.id);
     for (const tag of tags) if (!TAG_RE.test(tag)) throw badRequest(`invalid tag '${tag}'`);
     const now = new Date().toISOString();
-    const saved = this.d.templates.save({
+    this.d.templates.save({
       ...t,
       tags: [
         ...t.tags.filter((x) => !tags.includes(x.tag)),
-        ...tags.map((tag) => ({ tag, buildId: t.buildId, createdAt: now })),
+        ...tags.map((tag) => ({ tag, buildId: build.buildId, createdAt: now })),
       ],
     });
-    return { buildID: saved.buildId, tags };
+    return { buildID: build.buildId, tags };
   }
 
   /** DELETE /templates/tags. */

@@ -44,7 +44,8 @@ export async function importTemplate(opts: {
   rmSync(tmp, { recursive: true, force: true });
   const log = opts.onLog ?? (() => {});
   const img = await imageProvider(opts.images).pullInto(opts.ref, tmp, log);
-  const user = img.user || "user";
+  // As a container runtime would: root when the image names no user.
+  const user = img.user || "root";
   if (user !== "root" && user !== "0" && !hasAccount(tmp, user)) {
     rmSync(tmp, { recursive: true, force: true });
     throw new Error(`image ${opts.ref} has no account '${user}' (set the image's User, or build with steps)`);

@@ -84,6 +84,12 @@ export class TemplateSync {
   }
 
   private async fetchInner(ref: string): Promise<Template | undefined> {
+    // `name:tag`: the template is fetched, then the tag looked up in its catalog entry.
+    const colon = ref.lastIndexOf(":");
+    if (colon > 0) {
+      const t = await this.fetchInner(ref.slice(0, colon));
+      return t ? this.d.templates.get(ref) : undefined;
+    }
     const found = (await this.d.repository.listRecent())
       .filter(isTemplate)
       .filter((m) => m.meta.template.id === ref || m.meta.template.name === ref)

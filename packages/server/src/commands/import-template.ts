@@ -6,7 +6,7 @@ import { TemplateSync } from "../builds/template-sync.js";
 import { loadConfig } from "../config.js";
 import { ImageStore } from "../storage/images/index.js";
 import { openRepository } from "../storage/repository/open.js";
-import { TemplateStore } from "../storage/templates.js";
+import { type Template, TemplateStore } from "../storage/templates.js";
 
 const HELP = `aenv-server import-template — make a template from an image, offline (no server needed)
 
@@ -15,7 +15,7 @@ Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR]
 
   IMAGE  a registry reference (host/repo:tag), oci:DIR[:tag], oci-archive:FILE[:tag]
          or docker-archive:FILE
-  The image's User must exist in it; env, workdir and user come from its config.
+  Env, workdir and user come from its config (root when it names none; a named one must exist).
   --templates-dir  default AENV_TEMPLATES_DIR, else /var/lib/aenv/templates
   Then the template is committed to the configured snapshot repository (as the server's
   --config / --data-dir / AENV_* settings say), so servers sharing it can start it; unless
@@ -42,16 +42,23 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
     return values.help ? 0 : 2;
   }
   const dir = values["templates-dir"] ?? process.env.AENV_TEMPLATES_DIR ?? "/var/lib/aenv/templates";
-  const t = await importTemplate({
-    images: new ImageStore({ dir: join(dir, ".images") }),
-    templates: new TemplateStore(dir),
-    ref: positionals[0] as string,
-    name: values.name,
-    ...(values.id ? { id: values.id } : {}),
-    onLog: (m) => {
-      if (!/^(pull|unpack) layer .* (downloading|extracting) /.test(m)) console.log(`import-template: ${m}`);
-    },
-  });
+  let t: Template;
+  try {
+    t = await importTemplate({
+      images: new ImageStore({ dir: join(dir, ".images") }),
+      templates: new TemplateStore(dir),
+      ref: positionals[0] as string,
+      name: values.name,
+      ...(values.id ? { id: values.id } : {}),
+      onLog: (m) => {
+        if (!/^(pull|unpack) layer .* (downloading|extracting) /.test(m)) console.log(`import-template: ${m}`);
+      },
+    });
+  } catch (err) {
+    // Bad references, registry and layer errors already say what is wrong: one line.
+    console.error(`import-template: ${(err as Error).message}`);
+    return 1;
+  }
   console.log(`import-template: template '${t.name}' (${t.id}) revision ${t.revision} from ${t.fromImage}`);
   if (values["no-commit"]) return 0;
   try {

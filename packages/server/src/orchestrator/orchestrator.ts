@@ -115,6 +115,11 @@ function templateInit(tpl: Template): Record<string, unknown> {
 /** Repository manifest of a paused sandbox: addressable by sandbox ID from any node. */
 export const pauseManifestId = (sandboxId: string) => `sbx-${sandboxId}`;
 
+/** Warm images are per revision: a tag can start an older build than the current one. */
+function warmKey(tpl: Pick<Template, "id" | "revision">): string {
+  return `${tpl.id}-r${tpl.revision}`;
+}
+
 function runtimeIdFor(sandboxId: string): string {
   return `${sandboxId}-${randomBytes(3).toString("hex")}`;
 }
@@ -295,7 +300,7 @@ export class Orchestrator {
   async warmTemplate(tpl: Template, onLog?: (line: string) => void): Promise<void> {
     const dir = this.warmDir(tpl);
     if (isCompleteImage(dir)) {
-      this.warm.set(tpl.id, dir);
+      this.warm.set(warmKey(tpl), dir);
       return;
     }
     const t0 = Date.now();
@@ -305,14 +310,14 @@ export class Orchestrator {
       // Another server on this host may have committed the same image meanwhile.
       if (!isCompleteImage(dir)) throw err;
     }
-    this.warm.set(tpl.id, dir);
+    this.warm.set(warmKey(tpl), dir);
     this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
   }
 
   private readonly warming = new Map<string, Promise<void>>();
 
   private warmInBackground(tpl: Template): void {
-    const key = `${tpl.id}-r${tpl.revision}`;
+    const key = warmKey(tpl);
     if (this.warming.has(key)) return;
     const p = this.warmTemplate(tpl)
       .catch((err) => this.d.log.warn({ err, template: tpl.id }, "could not take a warm image"))
@@ -582,7 +587,7 @@ export class Orchestrator {
       };
       rec = this.newRecord(id, dir, tpl.id, tpl.name, tpl.rootfs, req, sizing);
       envVars = { ...tpl.env, ...rec.envVars };
-      const warm = this.warm.get(tpl.id);
+      const warm = this.warm.get(warmKey(tpl));
       // A warm image carries the template's sizing: other sizes boot.
       const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB;
       source =
@@ -603,7 +608,7 @@ export class Orchestrator {
         if (source.kind !== "image" || !tpl) throw err;
         // A stale warm image must not make the template unusable: boot instead.
         this.d.log.warn({ err, template: tpl.id }, "warm restore failed; cold-booting");
-        this.warm.delete(tpl.id);
+        this.warm.delete(warmKey(tpl));
         await this.teardownRuntime(live);
         source = { kind: "boot" };
         await this.bring(live, source, init);
@@ -1161,7 +1166,7 @@ export class Orchestrator {
 
   /** Drops a deleted template's warm images. */
   forgetTemplate(templateId: string): void {
-    this.warm.delete(templateId);
+    for (const k of [...this.warm.keys()]) if (k.startsWith(`${templateId}-r`)) this.warm.delete(k);
     const dir = join(this.d.cfg.templatesDir, ".warm");
     if (!existsSync(dir)) return;
     for (const name of readdirSync(dir)) {

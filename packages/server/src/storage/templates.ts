@@ -36,7 +36,10 @@ const TemplateFile = z.object({
   buildCount: z.number().int().nonnegative().default(1),
   /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
   warm: z.boolean().default(true),
-  /** E2B tags (`name:tag`); each names the build it was given to (only the latest is kept). */
+  /**
+   * E2B tags (`name:tag`); each names the build it was given to. A tag on an older build
+   * starts that build's tree and settings (`builds/<buildId>.json`, see recordBuild).
+   */
   tags: z.array(z.object({ tag: z.string(), buildId: z.string(), createdAt: z.string() })).default([]),
 });
 
@@ -70,7 +73,37 @@ export class TemplateStore {
     const i = ref.lastIndexOf(":");
     if (i <= 0) return undefined;
     const [name, tag] = [ref.slice(0, i), ref.slice(i + 1)];
-    return all.find((t) => (t.name === name || t.id === name) && t.tags.some((x) => x.tag === tag));
+    const t = all.find((x) => (x.name === name || x.id === name) && x.tags.some((y) => y.tag === tag));
+    const buildId = t?.tags.find((x) => x.tag === tag)?.buildId;
+    if (!t || !buildId || buildId === t.buildId) return t;
+    return this.readBuild(t, buildId);
+  }
+
+  /**
+   * Keeps a ready build's settings (its tree stays in its rootfs folder), so tags given to
+   * it still start exactly it after the template is rebuilt.
+   */
+  recordBuild(t: Template): void {
+    if (t.buildStatus !== "ready" || !/^[A-Za-z0-9_.-]+$/.test(t.buildId)) return;
+    const { dir: _d, rootfs: _r, ...data } = t;
+    mkdirSync(join(t.dir, "builds"), { recursive: true });
+    const tmp = join(t.dir, "builds", `.${t.buildId}.json.tmp-${randomBytes(4).toString("hex")}`);
+    writeFileSync(tmp, JSON.stringify(data, null, 2));
+    renameSync(tmp, join(t.dir, "builds", `${t.buildId}.json`));
+  }
+
+  /** An older build of a template, as it was when ready; its tags are the template's. */
+  private readBuild(t: Template, buildId: string): Template | undefined {
+    if (!/^[A-Za-z0-9_.-]+$/.test(buildId)) return undefined;
+    const file = join(t.dir, "builds", `${buildId}.json`);
+    if (!existsSync(file)) return undefined;
+    try {
+      const b = TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
+      if (b.id !== t.id) return undefined;
+      return { ...b, name: t.name, tags: t.tags, dir: t.dir, rootfs: join(t.dir, b.rootfsDir) };
+    } catch {
+      return undefined;
+    }
   }
 
   /** Every template folder, including ones still building or failed. */
