@@ -78,6 +78,7 @@ function manifest(id: string): { files: Array<{ chunks: Array<{ sha256: string }
 
 describe("a repository shared by two servers", () => {
   let snapshotId = "";
+  let secondId = "";
 
   test("a snapshot taken on A starts on B; a second snapshot uploads only what changed", async () => {
     const src = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
@@ -91,6 +92,7 @@ describe("a repository shared by two servers", () => {
       assert.ok(first.uploadedBytes > 10_000_000, `first snapshot uploaded ${first.uploadedBytes}`);
       await src.commands.run("echo two > /home/user/note.txt");
       const again = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as { snapshotID: string };
+      secondId = again.snapshotID;
       const second = await untilCommitted(a, again.snapshotID);
       // The 20 MB of random file data is unchanged: it is not uploaded again.
       assert.ok(second.uploadedBytes < first.uploadedBytes / 2, `${second.uploadedBytes} vs ${first.uploadedBytes}`);
@@ -106,6 +108,18 @@ describe("a repository shared by two servers", () => {
     }
     const byName = await Sandbox.create("shared-snap", on(b));
     await byName.kill();
+  });
+
+  test("GET /snapshots shows what other servers committed; a deletion through one is seen by the other", async () => {
+    const ids = async (s: TestServer) =>
+      ((await s.api("GET", "/snapshots")).body as Array<{ snapshotID: string }>).map((x) => x.snapshotID);
+    assert.ok((await ids(b)).includes(secondId), "B lists a snapshot only A took");
+    assert.equal((await b.api("GET", `/snapshots/${secondId}`)).status, 200);
+    assert.equal((await b.api("DELETE", `/templates/${secondId}`)).status, 204);
+    assert.ok(!(await ids(a)).includes(secondId), "A no longer lists it");
+    assert.ok((await ids(a)).includes(snapshotId));
+    assert.equal((await a.api("GET", `/snapshots/${secondId}`)).status, 404);
+    assert.equal((await a.api("POST", "/sandboxes", { templateID: secondId })).status, 404);
   });
 
   test("a paused sandbox is committed; its image is rebuilt from the repository if lost", async () => {

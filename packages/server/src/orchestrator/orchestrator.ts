@@ -1138,10 +1138,8 @@ export class Orchestrator {
    */
   private async findRemoteSnapshot(ref: string): Promise<SnapshotRecord | undefined> {
     const fromManifest = (m: Manifest | undefined) => {
-      const rec = m?.meta as unknown as SnapshotRecord | undefined;
-      if (!m || rec?.id !== m.id || !Array.isArray(rec.names)) return undefined;
-      const local = { ...rec, imageDir: join(this.dataDir, "snapshots", m.id), committed: true };
-      this.snapshots.set(m.id, local);
+      const local = m && this.snapshotOfManifest(m);
+      if (local) this.snapshots.set(local.id, local);
       return local;
     };
     if (/^[A-Za-z0-9_.-]{1,128}$/.test(ref)) {
@@ -1176,6 +1174,37 @@ export class Orchestrator {
 
   listSnapshots(): SnapshotRecord[] {
     return [...this.snapshots.values()].sort((a, b) => a.createdAt - b.createdAt);
+  }
+
+  /** A snapshot manifest's record as this node would keep it (undefined for other manifests). */
+  private snapshotOfManifest(m: Manifest): SnapshotRecord | undefined {
+    const rec = m.meta as unknown as SnapshotRecord | undefined;
+    if (rec?.id !== m.id || !Array.isArray(rec.names)) return undefined;
+    return { ...rec, imageDir: join(this.dataDir, "snapshots", m.id), committed: true };
+  }
+
+  /**
+   * What GET /snapshots shows: this node's snapshots and those other servers sharing the
+   * repository committed, less committed ones deleted elsewhere. This node's view alone
+   * when the repository cannot be listed.
+   */
+  async listSharedSnapshots(): Promise<SnapshotRecord[]> {
+    const local = this.listSnapshots();
+    const manifests = await this.d.repository.listRecent().catch(() => undefined);
+    if (!manifests) return local;
+    const inRepo = new Set(manifests.map((m) => m.id));
+    const out = local.filter((s) => !s.committed || inRepo.has(s.id));
+    const known = new Set(local.map((s) => s.id));
+    for (const m of manifests) {
+      const rec = known.has(m.id) ? undefined : this.snapshotOfManifest(m);
+      if (rec) out.push(rec);
+    }
+    return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+  }
+
+  /** A snapshot by ID or name, here or committed by another server sharing the repository. */
+  async findSharedSnapshot(ref: string): Promise<SnapshotRecord | undefined> {
+    return (await this.stillCommitted(this.findSnapshot(ref))) ?? (await this.findRemoteSnapshot(ref));
   }
 
   async deleteSnapshot(ref: string): Promise<void> {

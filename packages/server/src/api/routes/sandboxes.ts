@@ -150,8 +150,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/snapshots", async (req, reply) => {
     const q = SnapshotListQuery.parse(req.query);
-    const all = orch
-      .listSnapshots()
+    const all = (await orch.listSharedSnapshots())
       .filter((s) => (q.sandboxID ? s.sandboxId === q.sandboxID : true))
       .filter((s) => (q.name ? s.names.includes(q.name) : true));
     return paginate(all, q, (t) => void reply.header("x-next-token", t)).map(snapshotInfo);
@@ -159,7 +158,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/snapshots/:snapshotID", async (req) => {
     const { snapshotID } = SnapshotIdParams.parse(req.params);
-    const s = orch.findSnapshot(snapshotID);
+    const s = await orch.findSharedSnapshot(snapshotID);
     if (!s) throw new ApiError(404, `snapshot '${snapshotID}' not found`);
     return snapshotInfo(s);
   });

@@ -149,7 +149,11 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   // Snapshots and templates share one namespace (E2B deletes both through this route).
   app.delete("/templates/:templateID", async (req, reply) => {
     const { templateID } = TemplateIdParams.parse(req.params);
-    if (o.orch.findSnapshot(templateID)) await o.orch.deleteSnapshot(templateID);
+    // A snapshot here, or one another server sharing the repository committed.
+    const snapshot =
+      o.orch.findSnapshot(templateID) ??
+      (o.templates.get(templateID) ? undefined : await o.orch.findSharedSnapshot(templateID));
+    if (snapshot) await o.orch.deleteSnapshot(snapshot.id);
     else o.builder.delete(templateID);
     return reply.status(204).send();
   });
