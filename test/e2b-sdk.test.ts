@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError } from "e2b";
+import { untilListening, untilTrue } from "./helpers/sandbox.js";
 import { cleanupDataDir, getViaHost, startServer, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
@@ -160,16 +161,15 @@ describe("commands", () => {
   test("a background process outlives its client's disconnect", async () => {
     const h = await sbx.commands.run("sleep 2; echo done > /tmp/bg-done", { background: true, timeoutMs: 0 });
     await h.disconnect();
-    await new Promise((r) => setTimeout(r, 3000));
+    await untilTrue(sbx, "test -s /tmp/bg-done");
     const r = await sbx.commands.run("cat /tmp/bg-done");
     assert.equal(r.stdout, "done\n");
   });
 
   test("orphaned background processes are reaped, not left as zombies", async () => {
     await sbx.commands.run("for i in 1 2 3 4 5; do (sleep 0.2 &) ; done; true");
-    await new Promise((r) => setTimeout(r, 1500));
-    const z = await sbx.commands.run("ps -eo stat= | grep -c '^Z' || true");
-    assert.equal(z.stdout.trim(), "0");
+    // Each sleep ends after 0.2 s: its zombie must be gone soon after.
+    await untilTrue(sbx, `[ "$(ps -eo stat= | grep -c '^Z')" = 0 ]`, 10);
     const init = await sbx.commands.run("cat /proc/1/cmdline | tr '\\0' ' '");
     assert.match(init.stdout, /aenv-init/);
   });
@@ -339,7 +339,7 @@ describe("proxy", () => {
     ].join("\n");
     await sbx.files.write("/tmp/ws.py", server_py);
     await sbx.commands.run("python3 /tmp/ws.py", { background: true, timeoutMs: 0 });
-    await new Promise((r) => setTimeout(r, 1500));
+    await untilListening(sbx, 8765);
     const { WebSocket } = await import("ws");
     const msg = await new Promise<string>((resolve, reject) => {
       const ws = new WebSocket(`ws://127.0.0.1:${server.port}/`, {

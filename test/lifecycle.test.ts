@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
+import { untilListening, untilTrue } from "./helpers/sandbox.js";
 import { getViaHost, serverForFile } from "./helpers/server.js";
 
 // The dead-sandbox check runs often here so that it overlaps pause/resume cycles: a check
@@ -27,7 +28,8 @@ describe("pause and resume", () => {
       });
       await s.files.write("/home/user/keep.txt", "kept across pause");
       await s.commands.run("cd /tmp && python3 -m http.server 8000", { background: true, timeoutMs: 0 });
-      await sleep(1500);
+      await untilListening(s, 8000);
+      await untilTrue(s, "test -s /tmp/count");
       const before_ = await counter(s);
       assert.ok(before_ > 0);
       assert.equal(await s.pause(), true);
@@ -128,8 +130,16 @@ describe("TTL", () => {
 
   test("onTimeout kill kills", async () => {
     const s = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: "kill" } } as never);
-    await sleep(5_500);
+    // Expiry is checked every second; removal follows.
+    const gone = () =>
+      Sandbox.getInfo(s.sandboxId).then(
+        () => false,
+        () => true,
+      );
+    const deadline = Date.now() + 20_000;
+    while (!(await gone()) && Date.now() < deadline) await sleep(250);
     await assert.rejects(Sandbox.getInfo(s.sandboxId));
+    assert.ok(!(await Sandbox.list().nextItems()).some((x) => x.sandboxId === s.sandboxId));
   });
 
   test("autoResume: proxy traffic resumes a paused sandbox; without it, a clear error", async () => {
@@ -141,8 +151,8 @@ describe("TTL", () => {
           background: true,
           timeoutMs: 0,
         });
+        await untilListening(s, 8001);
       }
-      await sleep(1500);
       await on.pause();
       await off.pause();
       const r = await getViaHost(srv(), `8001-${on.sandboxId}.${srv().domain}`, "/i");
