@@ -30,19 +30,26 @@ describe("pause and resume", () => {
       await s.commands.run("cd /tmp && python3 -m http.server 8000", { background: true, timeoutMs: 0 });
       await untilListening(s, 8000);
       await untilTrue(s, "test -s /tmp/count");
+      const tBefore = Date.now();
       const before_ = await counter(s);
       assert.ok(before_ > 0);
       assert.equal(await s.pause(), true);
+      const tPaused = Date.now();
       assert.equal(await s.pause(), false, "second pause says already paused");
       const info = await Sandbox.getInfo(s.sandboxId);
       assert.equal(info.state, "paused");
       const listed = await Sandbox.list({ query: { state: ["paused"] } }).nextItems();
       assert.ok(listed.some((x) => x.sandboxId === s.sandboxId));
-      await sleep(1000);
+      await sleep(2000);
+      const tResume = Date.now();
       const r = await Sandbox.connect(s.sandboxId);
       const after_ = await counter(r);
-      // It continues from where it was, not from zero, and did not run while paused.
-      assert.ok(after_ >= before_ && after_ < before_ + 5, `before ${before_} after ${after_}`);
+      // It continues from where it was, not from zero, and did not run while paused: at most
+      // one tick per 200 ms it could have run (however slow pause and resume were), while the
+      // ≥ 2 s paused would have added ten more.
+      const ranMs = tPaused - tBefore + (Date.now() - tResume);
+      const most = before_ + Math.ceil(ranMs / 200) + 2;
+      assert.ok(after_ >= before_ && after_ <= most, `before ${before_} after ${after_} (at most ${most})`);
       await sleep(600);
       assert.ok((await counter(r)) > after_, "counter keeps counting");
       assert.equal(await r.files.read("/home/user/keep.txt"), "kept across pause");
@@ -214,7 +221,7 @@ describe("fork", () => {
           background: true,
           timeoutMs: 0,
         });
-        await sleep(800);
+        await untilTrue(p, "test -s /tmp/count");
         const forked = await p.fork({ count: n } as never);
         for (const f of forked as unknown as Array<Sandbox | Error>) {
           assert.ok(!(f instanceof Error), `fork child failed: ${(f as Error).message}`);

@@ -7,6 +7,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
+import { untilTrue } from "./helpers/sandbox.js";
 import { cleanupDataDir, startServer, untilCommitted, useE2b } from "./helpers/server.js";
 
 function runscIds(dataDir: string): string[] {
@@ -63,8 +64,7 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
     const a = await Sandbox.connect(alive.sandboxId);
     assert.equal((await a.commands.run("cat /tmp/mark")).stdout, "before-crash\n");
     const c1 = Number((await a.commands.run("cat /tmp/c")).stdout);
-    await new Promise((r) => setTimeout(r, 500));
-    assert.ok(Number((await a.commands.run("cat /tmp/c")).stdout) > c1);
+    await untilTrue(a, `[ "$(cat /tmp/c)" -gt ${c1} ]`, 10);
     // The paused one resumes with its files.
     const p = await Sandbox.connect(paused.sandboxId);
     assert.equal(await p.files.read("/home/user/p.txt"), "paused-data");
