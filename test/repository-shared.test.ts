@@ -63,8 +63,15 @@ before(async () => {
   });
 });
 
+/** Templates made here: B takes their warm images in the shared folder after A deleted them. */
+const madeTemplates: string[] = [];
+
 after(async () => {
   await Promise.all([a.stop(), b.stop()]);
+  const warm = join(TEMPLATES_DIR, ".warm");
+  for (const name of existsSync(warm) ? readdirSync(warm) : []) {
+    if (madeTemplates.some((id) => name.startsWith(`${id}-r`))) rmSync(join(warm, name), { recursive: true });
+  }
   cleanupDataDir(a);
   cleanupDataDir(b);
   await registry.stop();
@@ -171,6 +178,7 @@ describe("a repository shared by two servers", () => {
       .runCmd("echo built-on-a > /www/origin.txt")
       .setStartCmd("httpd -f -p 8080 -h /www", "wget -q -O /dev/null http://127.0.0.1:8080/index.html");
     const built = await Template.build(t, "shared-tpl", on(a));
+    madeTemplates.push(built.templateId);
     const prefix = `tpl-${built.templateId}-r`;
     const committed = () => readdirSync(join(repo, "manifests")).some((f) => f.startsWith(prefix));
     for (let i = 0; i < 300 && !committed(); i++) await new Promise((r) => setTimeout(r, 100));
@@ -206,6 +214,7 @@ describe("a repository shared by two servers", () => {
     );
     assert.match(stdout, /committed to the repository/);
     const s = await Sandbox.create("imported", on(b));
+    madeTemplates.push(((await b.api("GET", "/templates/imported")).body as { templateID: string }).templateID);
     try {
       assert.equal((await s.commands.run("cat /www/index.html")).stdout, "from the image\n");
     } finally {
