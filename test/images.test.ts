@@ -120,6 +120,14 @@ describe("templates from OCI images", () => {
     const byTag = Object.fromEntries(tags.map((t) => [t.tag, t.buildId]));
     assert.equal(byTag.v1, byTag.stable);
     assert.notEqual(byTag.v1, byTag.v2);
+    // The replaced build's own record (status, logs) is still there beside its kept settings.
+    const id = ((await server.api("GET", "/templates/img-tags")).body as { templateID: string }).templateID;
+    const old = (await server.api("GET", `/templates/${id}/builds/${byTag.v1}/status`)).body as {
+      status: string;
+      logEntries: unknown[];
+    };
+    assert.equal(old.status, "ready");
+    assert.ok(old.logEntries.length > 0);
     // Moving a tag, removing one: the template itself is untouched.
     await Template.assignTags("img-tags", ["stable"]);
     assert.equal(await which("img-tags:stable"), "second");

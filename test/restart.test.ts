@@ -3,12 +3,12 @@
 // up, leaving no runsc sandboxes, namespaces or links behind.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
 import { untilTrue } from "./helpers/sandbox.js";
-import { cleanupDataDir, startServer, untilCommitted, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, TEMPLATES_DIR, untilCommitted, useE2b } from "./helpers/server.js";
 
 function runscIds(dataDir: string): string[] {
   const out = execFileSync("runsc", [`--root=${dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
@@ -90,4 +90,37 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
   }
   assert.deepEqual(runscIds(second.dataDir), []);
   assert.deepEqual(netns(), []);
+});
+
+test("at start, warm images of other runtime builds unused for a day, and half-written ones, are removed", async () => {
+  const warm = join(TEMPLATES_DIR, ".warm");
+  mkdirSync(warm, { recursive: true });
+  const day = 24 * 3600;
+  const recent = readdirSync(warm).filter((n) => Date.now() - statSync(join(warm, n)).mtimeMs < (day - 600) * 1000);
+  const tag = `prunetest${process.pid}`;
+  const make = (name: string, ageS: number) => {
+    const p = join(warm, name);
+    mkdirSync(p);
+    writeFileSync(join(p, "checkpoint.img"), "x");
+    const t = new Date(Date.now() - ageS * 1000);
+    utimesSync(p, t, t);
+    return p;
+  };
+  const old = make(`${tag}-r1-0.0-systrap-otherbuild`, 2 * day);
+  const fresh = make(`${tag}-r2-0.0-systrap-otherbuild`, 60);
+  const partial = make(`${tag}-r1-0.0-systrap-otherbuild.tmp-4242`, 2 * 3600);
+  const server = await startServer();
+  try {
+    const deadline = Date.now() + 20_000;
+    while ((existsSync(old) || existsSync(partial)) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
+    assert.ok(!existsSync(old), "an old image of another build is removed");
+    assert.ok(!existsSync(partial), "a half-written capture is removed");
+    assert.ok(existsSync(fresh), "a recently used image of another build is kept");
+    for (const n of recent) assert.ok(existsSync(join(warm, n)), `${n} kept`);
+  } finally {
+    await server.stop();
+    cleanupDataDir(server);
+    rmSync(fresh, { recursive: true, force: true });
+  }
 });

@@ -62,6 +62,8 @@ export interface ServerConfig {
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
   deadCheckIntervalS: number;
+  /** Warm images of other runtime builds unused this long are removed at start. */
+  staleWarmImageS: number;
   maxTimeoutS: number;
   bodyLimitBytes: number;
   warmSlots: number;
@@ -312,6 +314,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
+    staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),
     bodyLimitBytes: num("AENV_BODY_LIMIT", "api.body_limit_bytes", 1024 * 1024),
     warmSlots: num("AENV_WARM_SLOTS", "network.warm_slots", 4),

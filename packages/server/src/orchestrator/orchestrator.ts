@@ -1,5 +1,15 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { ENVD_PORT } from "@aenv/protocol";
@@ -114,6 +124,16 @@ function templateInit(tpl: Template): Record<string, unknown> {
 
 /** Repository manifest of a paused sandbox: addressable by sandbox ID from any node. */
 export const pauseManifestId = (sandboxId: string) => `sbx-${sandboxId}`;
+
+/** Marks a warm image used (pruneWarmImages goes by its age); best effort. */
+function touch(dir: string): void {
+  try {
+    const now = new Date();
+    utimesSync(dir, now, now);
+  } catch {
+    // Read-only or gone: the restore itself will say.
+  }
+}
 
 /** Warm images are per revision: a tag can start an older build than the current one. */
 function warmKey(tpl: Pick<Template, "id" | "revision">): string {
@@ -277,6 +297,11 @@ export class Orchestrator {
    * restore rather than a boot. Images are per runtime key; missing ones are built here.
    */
   async prepareWarmImages(): Promise<void> {
+    try {
+      this.pruneWarmImages();
+    } catch (err) {
+      this.d.log.warn({ err }, "could not prune warm images");
+    }
     for (const tpl of this.d.templates.list()) {
       if (this.closing) return;
       if (!usable(tpl) || !tpl.warm) continue;
@@ -285,6 +310,31 @@ export class Orchestrator {
       } catch (err) {
         this.d.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
       }
+    }
+  }
+
+  /**
+   * Warm images of other runtime builds (an upgraded aenv, another platform) never restore
+   * here: one unused for `runtime.stale_warm_image_secs` is removed (a server still using it
+   * takes it again), as are captures a crash left half-written. Creates touch the image they
+   * restore, so its age is the time since it was last used.
+   */
+  pruneWarmImages(): void {
+    const dir = join(this.d.cfg.templatesDir, ".warm");
+    if (!existsSync(dir)) return;
+    const now = Date.now();
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      const st = statSync(p, { throwIfNoEntry: false });
+      if (!st?.isDirectory()) continue;
+      const idleS = (now - st.mtimeMs) / 1000;
+      const partial = /\.tmp-\d+$/.test(name);
+      const stale = partial
+        ? idleS > 3600
+        : !name.endsWith(`-${this.d.imageKey}`) && idleS > this.d.cfg.staleWarmImageS;
+      if (!stale) continue;
+      rmSync(p, { recursive: true, force: true });
+      this.d.log.info({ image: name, idleS: Math.round(idleS) }, "stale warm image removed");
     }
   }
 
@@ -592,6 +642,7 @@ export class Orchestrator {
       const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB;
       source =
         !req.cold && warmFits && warm && isCompleteImage(warm) ? { kind: "image", imageDir: warm } : { kind: "boot" };
+      if (source.kind === "image") touch(source.imageDir);
     }
     const live: Live = { rec, op: Promise.resolve() };
     this.live.set(id, live);

@@ -38,7 +38,7 @@ const TemplateFile = z.object({
   warm: z.boolean().default(true),
   /**
    * E2B tags (`name:tag`); each names the build it was given to. A tag on an older build
-   * starts that build's tree and settings (`builds/<buildId>.json`, see recordBuild).
+   * starts that build's tree and settings (`builds/<buildId>.template.json`, see recordBuild).
    */
   tags: z.array(z.object({ tag: z.string(), buildId: z.string(), createdAt: z.string() })).default([]),
 });
@@ -87,15 +87,15 @@ export class TemplateStore {
     if (t.buildStatus !== "ready" || !/^[A-Za-z0-9_.-]+$/.test(t.buildId)) return;
     const { dir: _d, rootfs: _r, ...data } = t;
     mkdirSync(join(t.dir, "builds"), { recursive: true });
-    const tmp = join(t.dir, "builds", `.${t.buildId}.json.tmp-${randomBytes(4).toString("hex")}`);
+    const tmp = join(t.dir, "builds", `.${t.buildId}.template.json.tmp-${randomBytes(4).toString("hex")}`);
     writeFileSync(tmp, JSON.stringify(data, null, 2));
-    renameSync(tmp, join(t.dir, "builds", `${t.buildId}.json`));
+    renameSync(tmp, join(t.dir, "builds", `${t.buildId}.template.json`));
   }
 
   /** An older build of a template, as it was when ready; its tags are the template's. */
   private readBuild(t: Template, buildId: string): Template | undefined {
     if (!/^[A-Za-z0-9_.-]+$/.test(buildId)) return undefined;
-    const file = join(t.dir, "builds", `${buildId}.json`);
+    const file = join(t.dir, "builds", `${buildId}.template.json`);
     if (!existsSync(file)) return undefined;
     try {
       const b = TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
