@@ -154,7 +154,7 @@ type Kind = "string" | "int" | "bool" | "size";
 type Value = string | number | boolean;
 
 /** Every key the config file may hold (docs/configuration.md documents each). */
-const FILE_KEYS: Record<string, Kind> = {
+export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   listen: "string",
   data_dir: "string",
   templates_dir: "string",
@@ -162,12 +162,14 @@ const FILE_KEYS: Record<string, Kind> = {
   log_level: "string",
   "runtime.platform": "string",
   "runtime.runsc": "string",
+  "runtime.stale_warm_image_secs": "int",
   "network.slot_cidr": "string",
   "network.net_prefix": "string",
   "network.warm_slots": "int",
   "sandbox.default_timeout_secs": "int",
   "sandbox.max_timeout_secs": "int",
   "sandbox.max_sandboxes": "int",
+  "sandbox.dead_check_interval_secs": "int",
   "api.body_limit_bytes": "size",
   "repository.backend": "string",
   "repository.path": "string",

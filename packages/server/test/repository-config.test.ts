@@ -1,9 +1,9 @@
 /** Repository configuration: config file (TOML), environment overrides, start-up failures. */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { ConfigError, loadConfig, parseBytes } from "../src/config.js";
+import { ConfigError, FILE_KEYS, loadConfig, parseBytes } from "../src/config.js";
 import { BackendUnavailableError } from "../src/storage/repository/backend.js";
 import { openRepository } from "../src/storage/repository/open.js";
 
@@ -118,5 +118,28 @@ test("openRepository builds a working repository, and fails at start with one li
     else process.env.AWS_ACCESS_KEY_ID = saved.id;
     if (saved.secret === undefined) delete process.env.AWS_SECRET_ACCESS_KEY;
     else process.env.AWS_SECRET_ACCESS_KEY = saved.secret;
+  }
+});
+
+test("docs/configuration.md documents exactly the keys the config file accepts", () => {
+  const doc = readFileSync(join(import.meta.dirname, "..", "..", "..", "docs", "configuration.md"), "utf8");
+  const documented = [...doc.matchAll(/^\| `([a-z0-9_.]+)` \|/gm)].map((m) => m[1] as string).sort();
+  assert.deepEqual(documented, Object.keys(FILE_KEYS).sort());
+  // And every one of them is accepted in a file.
+  for (const key of Object.keys(FILE_KEYS)) {
+    const kind = FILE_KEYS[key];
+    const value = kind === "string" ? '"x"' : kind === "bool" ? "true" : "1";
+    const parts = key.split(".");
+    const leaf = parts.pop() as string;
+    const file = join(dir, `one-${key}.toml`);
+    writeFileSync(file, `${parts.length ? `[${parts.join(".")}]\n` : ""}${leaf} = ${value}\n`);
+    assert.doesNotThrow(() => {
+      try {
+        loadConfig({ config: file, dataDir: dir }, env);
+      } catch (err) {
+        // Values may be refused (a made-up path, an s3 backend without a bucket); keys may not.
+        if (err instanceof ConfigError && /unknown key/.test(err.message)) throw err;
+      }
+    }, key);
   }
 });
