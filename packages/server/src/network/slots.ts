@@ -52,6 +52,8 @@ export class SlotPool {
   private readonly base: number;
   private readonly free: Slot[] = [];
   private readonly inUse = new Map<number, Slot>();
+  /** The egress verdict each slot's router holds now, as this process set it. */
+  private readonly verdicts = new Map<number, "accept" | "drop">();
   private next = 0;
   private refilling: Promise<void> | undefined;
 
@@ -135,9 +137,13 @@ table inet ${this.prefix}-host {
 
   async applyPolicy(slot: Slot, policy: EgressPolicy): Promise<void> {
     const verdict = policy.allowInternet ? "accept" : "drop";
+    // Reused slots usually keep their verdict: skipping the nft process saves ~30 ms a start.
+    if (this.verdicts.get(slot.index) === verdict) return;
+    this.verdicts.delete(slot.index);
     await exec("ip", ["netns", "exec", slot.routerNetns, "nft", "-f", "-"], {
       input: `flush chain ip aenv egress\nadd rule ip aenv egress ${verdict}\n`,
     });
+    this.verdicts.set(slot.index, verdict);
   }
 
   /** Gives a slot back. netstack took the guest address off eth0, so it is re-applied first. */
@@ -161,6 +167,7 @@ table inet ${this.prefix}-host {
 
   async destroy(slot: Slot): Promise<void> {
     this.inUse.delete(slot.index);
+    this.verdicts.delete(slot.index);
     await exec("ip", ["netns", "delete", slot.sandboxNetns], { allowFail: true });
     await exec("ip", ["netns", "delete", slot.routerNetns], { allowFail: true });
     await exec("ip", ["link", "delete", slot.hostIf], { allowFail: true });
@@ -239,6 +246,7 @@ table inet ${this.prefix}-host {
           input: ROUTER_TABLE(this.cidr, a.hostIp),
         },
       );
+      this.verdicts.set(index, "drop");
       return s;
     } catch (err) {
       await this.destroy(s);

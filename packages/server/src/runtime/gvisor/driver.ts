@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
@@ -108,8 +108,34 @@ export class GvisorDriver implements RuntimeDriver {
     );
   }
 
+  /**
+   * The sandbox process's PID from runsc's own state file, checked against /proc (a PID
+   * the kernel reused for something else is never taken): no `runsc state` process to
+   * start, which costs ~50 ms here on every pause and kill. Undefined when in doubt.
+   */
+  private sandboxPid(id: string): number | undefined {
+    try {
+      const file = join(this.opts.stateDir, `${id}_sandbox:${id}.state`);
+      const pid = (JSON.parse(readFileSync(file, "utf8")) as { sandbox?: { pid?: unknown } }).sandbox?.pid;
+      if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 1) return undefined;
+      const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+      return argv[0]?.includes("runsc") && argv.includes(id) ? pid : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
   /** SIGKILL to the sandbox process: immediate, where `runsc delete` takes 1-2 s here. */
   async stop(id: string): Promise<void> {
+    const known = this.sandboxPid(id);
+    if (known) {
+      try {
+        process.kill(known, "SIGKILL");
+        return;
+      } catch {
+        // Gone meanwhile: ask runsc below.
+      }
+    }
     const r = await this.runsc.run(["state", id], { allowFail: true });
     if (r.code !== 0) return;
     try {
