@@ -12,5 +12,6 @@ npm run build --silent
 bash scripts/build-base-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 shopt -s nullglob
 files=(packages/*/test/*.test.ts test/*.test.ts)
-# Sandboxes are heavy on 2 cores: test files run one at a time.
-exec node --import tsx --test --test-concurrency=1 --test-reporter=spec "${files[@]}" "$@"
+# Sandboxes are heavy on 2 cores: test files run one at a time. A file that hangs fails after
+# 10 minutes (the longest takes about two) instead of holding CI until its limit.
+exec node --import tsx --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "${files[@]}" "$@"

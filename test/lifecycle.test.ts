@@ -27,7 +27,10 @@ describe("pause and resume", () => {
         timeoutMs: 0,
       });
       await s.files.write("/home/user/keep.txt", "kept across pause");
-      await s.commands.run("cd /tmp && python3 -m http.server 8000", { background: true, timeoutMs: 0 });
+      // Serves a folder of its own: /tmp/count is rewritten 5 times a second, and a file
+      // truncated while python sends it is a response cut short, whatever the proxy does.
+      await s.files.write("/tmp/www/page.txt", "served across pause");
+      await s.commands.run("cd /tmp/www && python3 -m http.server 8000", { background: true, timeoutMs: 0 });
       await untilListening(s, 8000);
       await untilTrue(s, "test -s /tmp/count");
       const tBefore = Date.now();
@@ -53,8 +56,9 @@ describe("pause and resume", () => {
       await sleep(600);
       assert.ok((await counter(r)) > after_, "counter keeps counting");
       assert.equal(await r.files.read("/home/user/keep.txt"), "kept across pause");
-      const web = await getViaHost(srv(), `8000-${s.sandboxId}.${srv().domain}`, "/count");
+      const web = await getViaHost(srv(), `8000-${s.sandboxId}.${srv().domain}`, "/page.txt");
       assert.equal(web.status, 200);
+      assert.equal(web.body, "served across pause");
       const procs = await r.commands.list();
       assert.ok(
         procs.some((p) => p.args.join(" ").includes("http.server")),

@@ -158,7 +158,13 @@ export function getViaHost(server: TestServer, host: string, path = "/"): Promis
       res.setEncoding("utf8");
       res.on("data", (d: string) => (body += d));
       res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+      // A response cut short never ends: fail instead of waiting forever.
+      res.on("error", reject);
+      res.on("close", () => {
+        if (!res.complete) reject(new Error(`response from ${host}${path} was cut short after ${body.length} bytes`));
+      });
     });
+    req.setTimeout(30_000, () => req.destroy(new Error(`no answer from ${host}${path} within 30 s`)));
     req.on("error", reject);
     req.end();
   });
