@@ -1,7 +1,8 @@
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
 import { mkdir, readdir, readFile, rename, stat, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { sha256Fair } from "./hash.js";
 import { isDigest } from "./layout.js";
 
 export interface CacheCounters {
@@ -200,7 +201,7 @@ export class ChunkCache {
       this.forget(sha);
       return undefined;
     }
-    if (data.length !== size || createHash("sha256").update(data).digest("hex") !== sha) {
+    if (data.length !== size || (await sha256Fair(data)) !== sha) {
       this.counters.corrupt++;
       this.forget(sha);
       await unlink(this.path(sha)).catch(() => {});

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { fsyncDir } from "../../util/fsync.js";
@@ -7,6 +7,7 @@ import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
 import { forEachLimit } from "./concurrency.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
+import { sha256, sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
 import {
@@ -62,7 +63,6 @@ interface Piece {
   size: number;
 }
 
-const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number | null): Promise<number> {
@@ -182,7 +182,7 @@ export class ChunkRepository implements SnapshotRepository {
         const fh = await open(piece.file, "r");
         try {
           const n = await readFully(fh, data, piece.size, piece.offset);
-          if (n !== piece.size || sha256(data) !== d) {
+          if (n !== piece.size || (await sha256Fair(data)) !== d) {
             throw new CommitError(id, `${piece.file} changed while it was being committed`);
           }
         } finally {
@@ -305,7 +305,7 @@ export class ChunkRepository implements SnapshotRepository {
     if (data.length !== ref.size) {
       throw new CorruptChunkError(id, ref.sha256, `${data.length} bytes instead of ${ref.size}`);
     }
-    if (sha256(data) !== ref.sha256) throw new CorruptChunkError(id, ref.sha256, "digest mismatch");
+    if ((await sha256Fair(data)) !== ref.sha256) throw new CorruptChunkError(id, ref.sha256, "digest mismatch");
     return { data, fetchedBytes: z.length };
   }
 
@@ -367,17 +367,17 @@ export class ChunkRepository implements SnapshotRepository {
     todo.forEach((r, i) => {
       if (zs[i] === undefined) out.set(r.sha256, new MissingChunkError(id, r.sha256, this.backend.description));
     });
-    idx.forEach((i, k) => {
+    for (const [k, i] of idx.entries()) {
       const r = todo[i] as ChunkRef;
       const data = datas[k] as Buffer | Error;
       if (data instanceof Error) {
         out.set(r.sha256, new CorruptChunkError(id, r.sha256, `does not decompress: ${data.message}`));
       } else if (data.length !== r.size) {
         out.set(r.sha256, new CorruptChunkError(id, r.sha256, `${data.length} bytes instead of ${r.size}`));
-      } else if (sha256(data) !== r.sha256) {
+      } else if ((await sha256Fair(data)) !== r.sha256) {
         out.set(r.sha256, new CorruptChunkError(id, r.sha256, "digest mismatch"));
       } else out.set(r.sha256, { data, fetchedBytes: (zs[i] as Buffer).length });
-    });
+    }
     return out;
   }
 
