@@ -57,6 +57,27 @@ export function validTemplateName(name: string): boolean {
 /** PATH of templates and build steps whose image sets none. */
 export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/** IDs and build IDs used as file names. */
+const SAFE_NAME = /^[A-Za-z0-9_.-]+$/;
+
+/** A template.json (or a kept build's copy); a half-written or foreign file is none. */
+function readTemplateFile(file: string): TemplateData | undefined {
+  if (!existsSync(file)) return undefined;
+  try {
+    return TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Writes JSON under a temp name, then renames it: readers never see half a file. */
+function writeAtomic(dir: string, name: string, data: unknown): void {
+  mkdirSync(dir, { recursive: true });
+  const tmp = join(dir, `.${name}.tmp-${randomBytes(4).toString("hex")}`);
+  writeFileSync(tmp, JSON.stringify(data, null, 2));
+  renameSync(tmp, join(dir, name));
+}
+
 /**
  * Templates on local disk: TEMPLATES_DIR/<id>/{template.json, <rootfsDir>/}. Every rebuild
  * gets a new rootfs folder (rootfs-r<revision>), so paused sandboxes and snapshots of an
@@ -84,26 +105,17 @@ export class TemplateStore {
    * it still start exactly it after the template is rebuilt.
    */
   recordBuild(t: Template): void {
-    if (t.buildStatus !== "ready" || !/^[A-Za-z0-9_.-]+$/.test(t.buildId)) return;
+    if (t.buildStatus !== "ready" || !SAFE_NAME.test(t.buildId)) return;
     const { dir: _d, rootfs: _r, ...data } = t;
-    mkdirSync(join(t.dir, "builds"), { recursive: true });
-    const tmp = join(t.dir, "builds", `.${t.buildId}.template.json.tmp-${randomBytes(4).toString("hex")}`);
-    writeFileSync(tmp, JSON.stringify(data, null, 2));
-    renameSync(tmp, join(t.dir, "builds", `${t.buildId}.template.json`));
+    writeAtomic(join(t.dir, "builds"), `${t.buildId}.template.json`, data);
   }
 
   /** An older build of a template, as it was when ready; its tags are the template's. */
   private readBuild(t: Template, buildId: string): Template | undefined {
-    if (!/^[A-Za-z0-9_.-]+$/.test(buildId)) return undefined;
-    const file = join(t.dir, "builds", `${buildId}.template.json`);
-    if (!existsSync(file)) return undefined;
-    try {
-      const b = TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
-      if (b.id !== t.id) return undefined;
-      return { ...b, name: t.name, tags: t.tags, dir: t.dir, rootfs: join(t.dir, b.rootfsDir) };
-    } catch {
-      return undefined;
-    }
+    if (!SAFE_NAME.test(buildId)) return undefined;
+    const b = readTemplateFile(join(t.dir, "builds", `${buildId}.template.json`));
+    if (!b || b.id !== t.id) return undefined;
+    return { ...b, name: t.name, tags: t.tags, dir: t.dir, rootfs: join(t.dir, b.rootfsDir) };
   }
 
   /** Every template folder, including ones still building or failed. */
@@ -119,31 +131,21 @@ export class TemplateStore {
   }
 
   private read(id: string): Template | undefined {
-    const file = join(this.dir, id, "template.json");
-    if (!existsSync(file)) return undefined;
-    try {
-      const t = TemplateFile.parse(JSON.parse(readFileSync(file, "utf8")));
-      return { ...t, dir: join(this.dir, id), rootfs: join(this.dir, id, t.rootfsDir) };
-    } catch {
-      // A half-written or foreign folder is not a template.
-      return undefined;
-    }
+    const t = readTemplateFile(join(this.dir, id, "template.json"));
+    return t && { ...t, dir: join(this.dir, id), rootfs: join(this.dir, id, t.rootfsDir) };
   }
 
   /** Writes template.json atomically (temp name, rename). */
   save(t: TemplateInput): Template {
     const dir = join(this.dir, t.id);
-    mkdirSync(dir, { recursive: true });
     const data = TemplateFile.parse({ ...t, updatedAt: new Date().toISOString() });
-    const tmp = join(dir, `.template.json.tmp-${randomBytes(4).toString("hex")}`);
-    writeFileSync(tmp, JSON.stringify(data, null, 2));
-    renameSync(tmp, join(dir, "template.json"));
+    writeAtomic(dir, "template.json", data);
     return { ...data, dir, rootfs: join(dir, data.rootfsDir) };
   }
 
   /** Removes a template's folder (every revision). */
   remove(id: string): void {
-    if (!/^[A-Za-z0-9_.-]+$/.test(id)) return;
+    if (!SAFE_NAME.test(id)) return;
     rmSync(join(this.dir, id), { recursive: true, force: true });
   }
 }
