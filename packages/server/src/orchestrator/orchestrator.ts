@@ -252,9 +252,8 @@ export class Orchestrator {
     // Snapshots are what the repository holds (a manifest is written last, so every listed
     // one is complete); local copies are only a cache and are rebuilt on demand.
     for (const m of await this.d.repository.list()) {
-      const rec = m.meta as unknown as SnapshotRecord;
-      if (rec?.id !== m.id) continue;
-      this.snapshots.set(m.id, { ...rec, imageDir: join(this.dataDir, "snapshots", m.id), committed: true });
+      const rec = this.snapshotOfManifest(m);
+      if (rec) this.snapshots.set(m.id, rec);
     }
     const snapDir = join(this.dataDir, "snapshots");
     // Snapshots taken here whose commit had not finished: committed again now.
@@ -340,7 +339,7 @@ export class Orchestrator {
 
   private warmDir(tpl: Template): string {
     // Beside the templates, so every data dir on the host shares them.
-    return join(this.d.cfg.templatesDir, ".warm", `${tpl.id}-r${tpl.revision}-${this.d.imageKey}`);
+    return join(this.d.cfg.templatesDir, ".warm", `${warmKey(tpl)}-${this.d.imageKey}`);
   }
 
   /**
