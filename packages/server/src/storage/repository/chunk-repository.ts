@@ -21,7 +21,7 @@ import {
   SnapshotNotFoundError,
   type SnapshotRepository,
 } from "./repository.js";
-import { compressMany, decompress, decompressMany, MAX_BATCH } from "./zstd.js";
+import { compressMany, decompressMany, MAX_BATCH } from "./zstd.js";
 
 /** Seams for tests that need to interleave a commit and a GC deterministically. */
 export interface RepositoryHooks {
@@ -76,13 +76,20 @@ async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number |
   return filled;
 }
 
-/**
- * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts, ≤ 4 MiB) named by the sha256 of
- * their bytes, stored once as zstd frames, one manifest per id written last; restores go
- * through a bounded node-local cache that fetches only missing chunks.
- */
 type Loaded = { data: Buffer; fetchedBytes: number } | Error;
 
+/** Up to MAX_BATCH items per batch: one zstd run each. */
+function inBatches<T>(items: T[]): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += MAX_BATCH) out.push(items.slice(i, i + MAX_BATCH));
+  return out;
+}
+
+/**
+ * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts,
+ * ≤ 4 MiB) named by the sha256 of their bytes, stored once as zstd frames, one manifest per id
+ * written last; restores go through a bounded node-local cache that fetches only missing chunks.
+ */
 export class ChunkRepository implements SnapshotRepository {
   /** Chunks batches are fetching right now, so concurrent restores share the fetch. */
   private readonly fetching = new Map<string, Promise<Loaded>>();
@@ -190,9 +197,7 @@ export class ChunkRepository implements SnapshotRepository {
         }
         return data;
       };
-      const batches: string[][] = [];
-      for (let i = 0; i < missing.length; i += MAX_BATCH) batches.push(missing.slice(i, i + MAX_BATCH));
-      await forEachLimit(batches, 2, async (digests) => {
+      await forEachLimit(inBatches(missing), 2, async (digests) => {
         const datas = await Promise.all(digests.map(readPiece));
         const zs = await compressMany(datas, this.level);
         await forEachLimit(
@@ -259,7 +264,6 @@ export class ChunkRepository implements SnapshotRepository {
     return m;
   }
 
-  /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */
   /**
    * A listing at most `maxAgeMs` old, shared by concurrent callers: name lookups that miss
    * locally (a snapshot, then a template, by the same name) list the backend once, not per
@@ -277,6 +281,7 @@ export class ChunkRepository implements SnapshotRepository {
     return p;
   }
 
+  /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */
   async list(): Promise<Manifest[]> {
     const ids: string[] = [];
     for await (const o of this.backend.list(MANIFESTS)) {
@@ -291,22 +296,11 @@ export class ChunkRepository implements SnapshotRepository {
     return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
-  /** One chunk's verified bytes, from the cache or fetched (coalesced) from the backend. */
   /** One chunk fetched, decompressed and verified (bytes for the cache, bytes transferred). */
   private async fetchOne(id: string, ref: ChunkRef): Promise<{ data: Buffer; fetchedBytes: number }> {
-    const z = await this.backend.get(chunkKey(ref.sha256));
-    if (!z) throw new MissingChunkError(id, ref.sha256, this.backend.description);
-    let data: Buffer;
-    try {
-      data = await decompress(z);
-    } catch (err) {
-      throw new CorruptChunkError(id, ref.sha256, `does not decompress: ${(err as Error).message}`);
-    }
-    if (data.length !== ref.size) {
-      throw new CorruptChunkError(id, ref.sha256, `${data.length} bytes instead of ${ref.size}`);
-    }
-    if ((await sha256Fair(data)) !== ref.sha256) throw new CorruptChunkError(id, ref.sha256, "digest mismatch");
-    return { data, fetchedBytes: z.length };
+    const got = (await this.fetchBatch(id, [ref])).get(ref.sha256) as Loaded;
+    if (got instanceof Error) throw got;
+    return got;
   }
 
   /**
@@ -400,9 +394,7 @@ export class ChunkRepository implements SnapshotRepository {
           offset += ref.size;
         }
       }
-      const batches: Array<typeof jobs> = [];
-      for (let i = 0; i < jobs.length; i += MAX_BATCH) batches.push(jobs.slice(i, i + MAX_BATCH));
-      await forEachLimit(batches, 2, async (batch) => {
+      await forEachLimit(inBatches(jobs), 2, async (batch) => {
         const datas = await this.loadBatch(
           id,
           batch.map((j) => j.ref),
@@ -439,9 +431,7 @@ export class ChunkRepository implements SnapshotRepository {
     const m = await this.get(id);
     if (!m) throw new SnapshotNotFoundError(id);
     const refs = [...new Map(m.files.flatMap((f) => f.chunks.map((c) => [c.sha256, c] as const))).values()];
-    const batches: ChunkRef[][] = [];
-    for (let i = 0; i < refs.length; i += MAX_BATCH) batches.push(refs.slice(i, i + MAX_BATCH));
-    await forEachLimit(batches, 2, async (batch) => {
+    await forEachLimit(inBatches(refs), 2, async (batch) => {
       await this.loadBatch(id, batch);
     });
   }
