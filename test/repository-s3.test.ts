@@ -8,14 +8,14 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { S3_CREDENTIALS, startS3, type TestS3 } from "../packages/server/test/helpers/s3.js";
-import { cleanupDataDir, ROOT, startServer, type TestServer, untilCommitted } from "./helpers/server.js";
+import { cleanupDataDir, ROOT, sdkOptions, startServer, type TestServer, untilCommitted } from "./helpers/server.js";
 
 let s3: TestS3;
 let a: TestServer;
 let b: TestServer;
 let env: Record<string, string>;
 
-const on = (s: TestServer) => ({ apiUrl: s.url, sandboxUrl: s.url, apiKey: s.apiKey });
+const on = sdkOptions;
 
 before(async () => {
   s3 = await startS3("aenv-e2e");

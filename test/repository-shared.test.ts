@@ -24,6 +24,7 @@ import {
   cleanupDataDir,
   getViaHost,
   ROOT,
+  sdkOptions,
   startServer,
   TEMPLATES_DIR,
   type TestServer,
@@ -38,7 +39,7 @@ let b: TestServer;
 let registry: Registry;
 
 /** The SDK talks to one server at a time: these point it at A or B. */
-const on = (s: TestServer) => ({ apiUrl: s.url, sandboxUrl: s.url, apiKey: s.apiKey });
+const on = sdkOptions;
 
 before(async () => {
   repo = mkdtempSync("/var/tmp/aenv-shared-repo-");

@@ -139,6 +139,11 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
 }
 
 /** Points the e2b SDK at a test server (process-wide, as a user would with env vars). */
+/** SDK options that point one call at this server (where useE2b points them all). */
+export function sdkOptions(s: TestServer): { apiUrl: string; sandboxUrl: string; apiKey: string } {
+  return { apiUrl: s.url, sandboxUrl: s.url, apiKey: s.apiKey };
+}
+
 export function useE2b(s: TestServer): void {
   process.env.E2B_API_URL = s.url;
   process.env.E2B_SANDBOX_URL = s.url;

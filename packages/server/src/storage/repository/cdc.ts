@@ -51,8 +51,8 @@ export async function* chunksOf(fh: FileHandle): AsyncGenerator<Buffer> {
     const cut = nextCut(pending);
     yield Buffer.from(pending.subarray(0, cut));
     pending = pending.subarray(cut);
-    // Cutting and hashing are synchronous: without a turn of the event loop between chunks,
-    // a background commit stalled the API and the proxy for up to ~90 ms at a time.
+    // Cutting and hashing are synchronous: one turn of the event loop per chunk, not the up to
+    // eight chunks of one read in a row, so a background commit leaves room for API traffic.
     await new Promise<void>((res) => setImmediate(res));
   }
 }
