@@ -12,13 +12,13 @@ import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { startServer, TEMPLATES_DIR, type TestServer, useE2b } from "../test/helpers/server.js";
+import { RESULTS, templateRootfs } from "./paths.js";
 import { RawRunsc } from "./raw-runsc.js";
 import { mean } from "./stats.js";
 
 const DIRTY = (process.env.BENCH_DIRTY_MB ?? "10,100,500").split(",").map(Number);
 const FORKS = (process.env.BENCH_FORKS ?? "1,4,16").split(",").map(Number);
 const REPS = Number(process.env.BENCH_REPS ?? 3);
-const RESULTS = join(import.meta.dirname, "results");
 
 interface Row {
   case: string;
@@ -177,7 +177,7 @@ async function main(): Promise<void> {
     env: { AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.204.0.0/16", AENV_LOG_LEVEL: "warn" },
   });
   useE2b(server);
-  const raw = new RawRunsc({ rootfs: join(TEMPLATES_DIR, "base", "rootfs"), overlay: "dir" });
+  const raw = new RawRunsc({ rootfs: templateRootfs(), overlay: "dir" });
   try {
     // Let the template's warm image finish so creates are restores.
     await new Promise((r) => setTimeout(r, 8000));

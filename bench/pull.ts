@@ -14,10 +14,10 @@ import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { ImageStore } from "../packages/server/src/storage/images/index.js";
 import { makeTar, OciLayout, push, startRegistry, type TarSpec } from "../packages/server/test/helpers/registry.js";
+import { RESULTS } from "./paths.js";
 import { mean } from "./stats.js";
 
 const REPS = Number(process.env.BENCH_REPS ?? 3);
-const RESULTS = join(import.meta.dirname, "results");
 const MB = 1e6;
 
 interface Row {

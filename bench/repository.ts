@@ -19,12 +19,12 @@ import { ChunkRepository } from "../packages/server/src/storage/repository/chunk
 import { PosixFsBackend } from "../packages/server/src/storage/repository/posix-fs-backend.js";
 import { S3Backend } from "../packages/server/src/storage/repository/s3-backend.js";
 import { startS3 } from "../packages/server/test/helpers/s3.js";
+import { RESULTS } from "./paths.js";
 
 const MB = 1e6;
 const MiB = 1024 * 1024;
 const SIZE_MB = Number(process.env.BENCH_REPO_MB ?? 200);
 const INC_MB = Number(process.env.BENCH_INC_MB ?? 500);
-const RESULTS = join(import.meta.dirname, "results");
 
 interface Row {
   backend: string;

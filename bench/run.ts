@@ -17,6 +17,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "../test/helpers/server.js";
+import { RESULTS, templateRootfs } from "./paths.js";
 import { memAvailableKiB, sandboxesPss } from "./procmem.js";
 import { RawRunsc } from "./raw-runsc.js";
 import { type IdleMemory, markdown, type Results, type Throughput, writeResults } from "./report.js";
@@ -37,8 +38,6 @@ const MEM_SETTLE_MS = 3000;
 const RAW_OVERLAY = process.env.BENCH_RAW_OVERLAY === "dir" ? "dir" : "memory";
 const TIMEOUT_S = envInt("BENCH_TIMEOUT_S", 345);
 const WARMUP = 1;
-const RESULTS_DIR = resolve(import.meta.dirname, "results");
-const ROOTFS = join(TEMPLATES_DIR, "base", "rootfs");
 
 // A collectable heap for the memory step: the bench's own garbage (32 MiB payloads) would
 // otherwise move MemAvailable while it is being read.
@@ -347,7 +346,7 @@ async function main(res: Results): Promise<void> {
   };
   res.meta.aenvRuntime = details.runtime;
   res.meta.platform = details.runtime?.platform ?? "systrap";
-  raw = new RawRunsc({ rootfs: ROOTFS, platform: res.meta.platform, overlay: RAW_OVERLAY });
+  raw = new RawRunsc({ rootfs: templateRootfs(), platform: res.meta.platform, overlay: RAW_OVERLAY });
   const r = raw;
 
   res.createToFirstCommand = {};
@@ -439,7 +438,7 @@ try {
 if (results.errors.length) exitCode = 1;
 results.meta.durationS = (Date.now() - started) / 1000;
 results.meta.loadAvgEnd = loadavg().map((x) => Math.round(x * 100) / 100);
-const files = writeResults(RESULTS_DIR, results);
+const files = writeResults(RESULTS, results);
 process.stdout.write(`\n${markdown(results)}\n`);
 log(`wrote ${files.join(", ")}`);
 process.exit(exitCode);

@@ -12,9 +12,9 @@ import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, untilCommitted, useE2b } from "../test/helpers/server.js";
+import { RESULTS } from "./paths.js";
 
 const MB = Number(process.env.BENCH_SNAPSHOT_MB ?? 500);
-const RESULTS = join(import.meta.dirname, "results");
 
 interface SnapInfo {
   snapshotID: string;

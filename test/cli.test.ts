@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { resolveConfig } from "../packages/cli/src/config.js";
 import { formatTable, outputMode } from "../packages/cli/src/output.js";
-import { collectKeyValue, joinCommand, metadataQuery, parsePositiveInt } from "../packages/cli/src/parse.js";
+import { collectKeyValue, commandLine, metadataQuery, parsePositiveInt } from "../packages/cli/src/parse.js";
 import { buildProgram, run } from "../packages/cli/src/program.js";
 import { AENV_BIN, cliRunner } from "./helpers/cli.js";
 import { cleanupDataDir, startServer, type TestServer } from "./helpers/server.js";
@@ -25,8 +25,14 @@ describe("cli: pure functions", () => {
     assert.throws(() => parsePositiveInt("--count", 100)("0"), /between 1 and 100/);
     assert.throws(() => parsePositiveInt("--count")("-3"), /positive integer/);
     assert.equal(metadataQuery({ a: "1", "b c": "x&y" }), "a=1&b%20c=x%26y");
-    assert.equal(joinCommand(["echo", "hi", "&&", "exit", "3"]), "echo hi && exit 3");
-    assert.throws(() => joinCommand([]), /missing command/);
+    // Several words are an argv: each is quoted so the shell sees exactly those words.
+    assert.equal(commandLine(["echo", "hi", "&&", "exit", "3"]), "echo hi '&&' exit 3");
+    assert.equal(commandLine(["sh", "-c", 'echo "a  b"; exit 3']), `sh -c 'echo "a  b"; exit 3'`);
+    assert.equal(commandLine(["printf", "%s", "it's"]), `printf %s 'it'''s'`);
+    // One word is a shell command line, untouched.
+    assert.equal(commandLine(["ls | wc -l"]), "ls | wc -l");
+    assert.throws(() => commandLine([]), /missing command/);
+    assert.throws(() => commandLine(["  "]), /missing command/);
   });
   test("output mode: json when piped or asked; table on a TTY", () => {
     assert.equal(outputMode(undefined, true), "table");
@@ -164,6 +170,12 @@ describe("cli: end to end against a real server", () => {
     assert.equal(ex.stdout, "out-hello\n");
     assert.equal(ex.stderr, "err\n");
     assert.equal((await ok("exec", id, "--", "true")).stdout, "");
+    // Several words are an argv, run exactly: the two spaces and the exit code survive.
+    const argv = await aenv("exec", id, "--", "sh", "-c", 'echo "a  b"; echo e >&2; exit 3');
+    assert.equal(argv.code, 3, argv.stderr);
+    assert.equal(argv.stdout, "a  b\n");
+    assert.equal(argv.stderr, "e\n");
+    assert.equal((await ok("exec", id, "--", "printf", "%s|", "it's", "$HOME", "*")).stdout, "it's|$HOME|*|");
 
     const local = join(tmp, "up.bin");
     const payload = Buffer.from(Array.from({ length: 70_000 }, (_, i) => i % 251));

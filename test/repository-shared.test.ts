@@ -96,8 +96,14 @@ describe("a repository shared by two servers", () => {
         snapshotID: string;
       };
       snapshotId = taken.snapshotID;
+      // B looks the name up while A still commits (a miss: a listing without it)...
+      assert.equal((await b.api("POST", "/sandboxes", { templateID: "shared-snap" })).status, 404);
       const first = await untilCommitted(a, snapshotId);
       assert.ok(first.uploadedBytes > 10_000_000, `first snapshot uploaded ${first.uploadedBytes}`);
+      // ...and finds it the moment the commit is done: never a 404 from that older listing.
+      const atOnce = await Sandbox.create("shared-snap", on(b));
+      assert.equal((await atOnce.commands.run("cat /home/user/note.txt")).stdout, "one\n");
+      await atOnce.kill();
       await src.commands.run("echo two > /home/user/note.txt");
       const again = (await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, {})).body as { snapshotID: string };
       secondId = again.snapshotID;
@@ -198,6 +204,8 @@ describe("a repository shared by two servers", () => {
   });
 
   test("a template imported offline (aenv-server import-template) is committed and starts on B", async () => {
+    // B has just looked for it (a miss); the import's commit must be seen by B's next lookup.
+    assert.equal((await b.api("POST", "/sandboxes", { templateID: "imported" })).status, 404);
     const { stdout } = await run(
       process.execPath,
       [

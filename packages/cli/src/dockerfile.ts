@@ -1,4 +1,5 @@
 import { CliError } from "./errors.js";
+import { shellQuote } from "./parse.js";
 
 /**
  * A Dockerfile-like spec, parsed here rather than by the SDK's `fromDockerfile`, which splits
@@ -79,11 +80,6 @@ export function words(s: string): string[] {
   if (q) throw new Error("unterminated quote");
   if (has || cur) out.push(cur);
   return out;
-}
-
-/** A word for `sh -c`, quoted only when it needs to be. */
-export function shellQuote(w: string): string {
-  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`;
 }
 
 /** `["a", "b c"]` → ["a", "b c"]; anything that is not a JSON string array → undefined (shell form). */

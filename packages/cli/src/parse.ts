@@ -29,9 +29,20 @@ export function metadataQuery(m: Record<string, string>): string {
     .join("&");
 }
 
-/** `exec ID -- a b c` → "a b c" (arguments are joined with spaces, as a shell line). */
-export function joinCommand(args: string[]): string {
-  const cmd = args.join(" ").trim();
-  if (!cmd) throw new CliError("missing command: aenv exec ID -- CMD...");
-  return cmd;
+/** A word for `sh -c`, quoted only when it needs to be. */
+export function shellQuote(w: string): string {
+  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * What `aenv exec` runs, as `docker exec`/`kubectl exec` users expect: one argument is a shell
+ * command line (`'ls | wc -l'`); several are an argv, each word quoted so the shell runs
+ * exactly those words (`sh -c 'echo "a  b"'` keeps its two spaces).
+ */
+export function commandLine(args: string[]): string {
+  if (args.length === 0 || (args.length === 1 && !args[0]?.trim())) {
+    throw new CliError("missing command: aenv exec ID -- CMD [ARGS...]");
+  }
+  if (args.length === 1) return args[0] as string;
+  return args.map(shellQuote).join(" ");
 }

@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { Template } from "e2b";
-import { instructions, parseDockerfile, shellQuote, startCommand, words } from "../src/dockerfile.js";
+import { instructions, parseDockerfile, startCommand, words } from "../src/dockerfile.js";
+import { shellQuote } from "../src/parse.js";
 import { specToTemplate } from "../src/template-spec.js";
 
 describe("Dockerfile-like specs", () => {

@@ -1,5 +1,5 @@
 import { parseArgs } from "node:util";
-import pino from "pino";
+import pino, { type Logger } from "pino";
 import { ConfigError, loadConfig, type ServerConfig } from "./config.js";
 import { RuntimeUnavailableError } from "./runtime/driver.js";
 import { startServer } from "./server.js";
@@ -22,6 +22,20 @@ Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--temp
 
 Environment: AENV_API_KEY (else generated into DATA/secrets/api-key), AENV_RUNSC_PLATFORM
 (auto|systrap|ptrace), AENV_SLOT_CIDR (default 10.201.0.0/16), AENV_LOG_LEVEL.`;
+
+/**
+ * The last line of defence, not the fix: every promise the server starts is awaited or has its
+ * own handler. One that slips through is logged loudly and the server keeps serving the
+ * sandboxes it runs, rather than one bad request stopping them all.
+ */
+function installSafetyNet(log: Logger): void {
+  process.on("unhandledRejection", (reason) => {
+    log.error({ err: reason }, "BUG: unhandled promise rejection (server keeps running)");
+  });
+  process.on("uncaughtException", (err, origin) => {
+    log.error({ err, origin }, "BUG: uncaught exception (server keeps running)");
+  });
+}
 
 async function main(): Promise<void> {
   // Subcommands that do not start the server.
@@ -62,6 +76,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const log = pino({ level: cfg.logLevel });
+  installSafetyNet(log);
   if (process.getuid?.() !== 0) {
     log.fatal("aenv-server must run as root (gVisor sandboxes, network namespaces, checkpoints)");
     process.exit(1);

@@ -579,34 +579,45 @@ describe("node-local chunk cache", () => {
     assert.equal(repo.metrics().coalesced + repo.metrics().hits, 4 * n); // the other four reads of each chunk
   });
 
-  test("recent listings are shared by lookups; this node's commits and deletes refresh them", async () => {
+  test("fresh listings: a burst shares one listing, and nothing committed before the call is missed", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
     const repo = new ChunkRepository(b, { cache: newCache() });
+    // Another process (a second server, import-template) writes through its own instance.
+    const other = new ChunkRepository(b, { cache: newCache() });
     await repo.commit("snap_l1", folder({ f: randomBytes(1000) }), {});
     b.lists = 0; // a commit lists leases and GC locks
-    const [x, y] = await Promise.all([repo.listRecent(), repo.listRecent()]);
-    assert.equal(b.lists, 1);
+    const [x, y] = await Promise.all([repo.listFresh(), repo.listFresh()]);
+    assert.equal(b.lists, 2, "the second call arrived while the first listed: it waits for a listing of its own");
     assert.deepEqual(
       x.map((m) => m.id),
       ["snap_l1"],
     );
-    assert.equal(x, y);
-    await repo.listRecent();
-    assert.equal(b.lists, 1, "a listing younger than the bound is reused");
-    await repo.commit("snap_l2", folder({ f: randomBytes(1000) }), {});
     assert.deepEqual(
-      (await repo.listRecent()).map((m) => m.id),
+      y.map((m) => m.id),
+      ["snap_l1"],
+    );
+    // A burst of many costs at most two listings.
+    b.lists = 0;
+    await Promise.all(Array.from({ length: 20 }, () => repo.listFresh()));
+    assert.ok(b.lists <= 2, `${b.lists} listings for a burst of 20`);
+    // Committed by the other instance just before the call: always seen, however soon.
+    await repo.listFresh();
+    await other.commit("snap_l2", folder({ f: randomBytes(1000) }), {});
+    assert.deepEqual(
+      (await repo.listFresh()).map((m) => m.id),
       ["snap_l1", "snap_l2"],
     );
-    await repo.delete("snap_l1");
+    // Committed while a listing was in flight: a call made after the commit still sees it.
+    const inFlight = repo.listFresh();
+    await other.commit("snap_l3", folder({ f: randomBytes(1000) }), {});
+    const after = repo.listFresh();
+    await inFlight;
+    assert.ok((await after).some((m) => m.id === "snap_l3"));
+    await other.delete("snap_l1");
     assert.deepEqual(
-      (await repo.listRecent()).map((m) => m.id),
-      ["snap_l2"],
+      (await repo.listFresh()).map((m) => m.id),
+      ["snap_l2", "snap_l3"],
     );
-    const before = b.lists;
-    await new Promise((r) => setTimeout(r, 30));
-    await repo.listRecent(10);
-    assert.equal(b.lists, before + 1, "an older listing is redone");
   });
 
   test("a corrupted cache file is detected, dropped and fetched again; index survives a restart", async () => {

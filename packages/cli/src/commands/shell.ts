@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import { CommandExitError } from "e2b";
 import type { Api } from "../api.js";
 import { type Ctx, examples } from "../context.js";
-import { joinCommand } from "../parse.js";
+import { commandLine } from "../parse.js";
 
 const KEEPALIVE_MS = 30_000;
 const KEEPALIVE_S = 120;
@@ -67,17 +67,24 @@ export function registerShell(program: Command, ctx: Ctx): void {
 
   program
     .command("exec")
-    .description("run a command in a sandbox (bash -l -c), streaming its output; exits with its exit code")
+    .description("run a command in a sandbox, streaming stdout and stderr apart; exits with its exit code")
     .argument("<id>", "sandbox ID")
-    .argument("<cmd...>", "command and arguments (after --), joined with spaces")
+    .argument(
+      "<cmd...>",
+      "after --: several words are an argv, run exactly as given (like docker exec); one word is a shell command line (bash -l -c)",
+    )
     .option("--cwd <dir>", "working directory")
     .option("--user <user>", "user to run as")
     .addHelpText(
       "after",
-      examples("aenv exec i1a2b3c4d5e6f7 -- ls -la /home/user", "aenv exec i1a2b3c4d5e6f7 -- 'echo $HOME && exit 3'"),
+      examples(
+        "aenv exec i1a2b3c4d5e6f7 -- ls -la /home/user                  # argv: three words",
+        "aenv exec i1a2b3c4d5e6f7 -- sh -c 'echo \"a  b\"; exit 3'      # argv: quoting kept",
+        "aenv exec i1a2b3c4d5e6f7 'ls /tmp | wc -l'                      # one word: a shell line",
+      ),
     )
     .action(async (id: string, cmd: string[], o: { cwd?: string; user?: string }) => {
-      const line = joinCommand(cmd);
+      const line = commandLine(cmd);
       const sbx = await ctx.api().connect(id);
       const handle = await sbx.commands.run(line, {
         background: true,

@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
 import type { TemplateBuilder } from "../builds/builder.js";
 import type { ContextFiles } from "../builds/context-files.js";
@@ -48,6 +48,12 @@ export function buildApp(o: AppOptions): App {
     requestTimeout: 0,
     connectionTimeout: 0,
     keepAliveTimeout: 75_000,
+    // The router's own refusals (a URL it cannot decode, a path parameter over 100
+    // characters) answer in the E2B shape too.
+    frameworkErrors: (err, _req, reply) => {
+      const status = err.statusCode ?? 400;
+      void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
+    },
     serverFactory: (handler) => {
       const server = createServer((req: IncomingMessage, res: ServerResponse) => {
         const target = resolveTarget(req);
@@ -57,7 +63,19 @@ export function buildApp(o: AppOptions): App {
       server.on("upgrade", (req, socket, head) => {
         const target = resolveTarget(req);
         if (target) proxy.handleUpgrade(req, socket, head, target);
-        else socket.end("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        else {
+          socket.on("error", () => socket.destroy());
+          socket.end("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+      });
+      // Malformed requests from the network are answered 400 by Node and never reach us.
+      server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+        if (socket.writable && err.code !== "ECONNRESET") {
+          const body = JSON.stringify({ code: 400, message: `bad request: ${err.code ?? err.message}` });
+          socket.end(
+            `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+          );
+        } else socket.destroy();
       });
       server.headersTimeout = 60_000;
       server.requestTimeout = 0;

@@ -163,7 +163,13 @@ export class TemplateBuilder {
     }
     b.status = "building";
     this.d.templates.save({ ...t, buildStatus: "building" });
-    const run = () => this.run(t.id, b, spec, opts.warm ?? true);
+    // Started by a route that does not wait for it: a failure past run()'s own handling (the
+    // disk full while recording it) is logged, never an unhandled rejection.
+    const run = () =>
+      this.run(t.id, b, spec, opts.warm ?? true).catch((err) => {
+        b.status = "error";
+        this.d.log.error({ err, template: t.id, build: b.buildID }, "template build failed unexpectedly");
+      });
     const p = this.queue.then(run, run);
     this.queue = p;
     return p;

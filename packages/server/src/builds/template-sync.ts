@@ -90,7 +90,7 @@ export class TemplateSync {
       const t = await this.fetchInner(ref.slice(0, colon));
       return t ? this.d.templates.get(ref) : undefined;
     }
-    const found = (await this.d.repository.listRecent())
+    const found = (await this.d.repository.listFresh())
       .filter(isTemplate)
       .filter((m) => m.meta.template.id === ref || m.meta.template.name === ref)
       .sort((a, b) => b.meta.template.revision - a.meta.template.revision)[0];

@@ -1196,7 +1196,7 @@ export class Orchestrator {
       const byId = fromManifest(await this.d.repository.get(ref).catch(() => undefined));
       if (byId) return byId;
     }
-    for (const m of await this.d.repository.listRecent().catch(() => [])) {
+    for (const m of await this.d.repository.listFresh().catch(() => [])) {
       const names = (m.meta as { names?: unknown }).names;
       if (Array.isArray(names) && names.includes(ref)) {
         return fromManifest(m);
@@ -1240,7 +1240,7 @@ export class Orchestrator {
    */
   async listSharedSnapshots(): Promise<SnapshotRecord[]> {
     const local = this.listSnapshots();
-    const manifests = await this.d.repository.listRecent().catch(() => undefined);
+    const manifests = await this.d.repository.listFresh().catch(() => undefined);
     if (!manifests) return local;
     const inRepo = new Set(manifests.map((m) => m.id));
     const out = local.filter((s) => !s.committed || inRepo.has(s.id));

@@ -1,8 +1,8 @@
-import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
+import { Agent, type IncomingMessage, request, type ServerResponse, STATUS_CODES } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
-import { type ProxyTarget, upstreamHeaders } from "./target.js";
+import { type ProxyTarget, upstreamHeaders, validPort } from "./target.js";
 
 export type RouteResult = { ip: string } | { status: number; message: string };
 
@@ -12,13 +12,35 @@ export interface RouteLookup {
 }
 
 function sendError(res: ServerResponse, status: number, message: string): void {
-  if (res.headersSent) {
+  if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
   const body = JSON.stringify({ code: status, message });
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
+}
+
+/** The same E2B error body on a raw socket (an upgrade request has no ServerResponse). */
+function socketError(socket: Duplex, status: number, message: string): void {
+  if (socket.destroyed) return;
+  const body = JSON.stringify({ code: status, message });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
+/** Response headers a sandbox sent, as Node will accept them back; undefined when they are not. */
+function responseHead(ur: IncomingMessage): { status: number; headers: Record<string, string | string[]> } | undefined {
+  const status = ur.statusCode ?? 0;
+  // Code inside the sandbox controls this: a status Node refuses to write is a bad gateway.
+  if (!Number.isInteger(status) || status < 100 || status > 999) return undefined;
+  const headers: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(ur.headers)) {
+    if (v === undefined || k === "connection" || k === "keep-alive" || k === "transfer-encoding") continue;
+    headers[k] = v;
+  }
+  return { status, headers };
 }
 
 /**
@@ -40,9 +62,8 @@ export class SandboxProxy {
   ) {}
 
   private async lookup(t: ProxyTarget): Promise<RouteResult> {
-    if (!t.sandboxId || !Number.isInteger(t.port)) {
-      return { status: 400, message: "proxy request needs a sandbox ID and a port" };
-    }
+    if (!t.sandboxId) return { status: 400, message: "proxy request needs a sandbox ID and a port" };
+    if (!validPort(t.port)) return { status: 400, message: "sandbox port must be an integer from 1 to 65535" };
     return this.routes.resolve(t.sandboxId, t.port);
   }
 
@@ -56,21 +77,29 @@ export class SandboxProxy {
     s.once("close", () => set.delete(s));
   }
 
+  /** Never throws and never rejects: every failure is a logged error answer to this request. */
   handle(req: IncomingMessage, res: ServerResponse, t: ProxyTarget): void {
-    this.lookup(t).then(
-      (found) => {
-        if (!("ip" in found)) {
-          req.resume();
-          sendError(res, found.status, found.message);
-          return;
-        }
-        this.forward(req, res, t, found.ip, true);
-      },
-      (err: Error) => {
+    void this.handleAsync(req, res, t);
+  }
+
+  private async handleAsync(req: IncomingMessage, res: ServerResponse, t: ProxyTarget): Promise<void> {
+    try {
+      const found = await this.lookup(t);
+      if (!("ip" in found)) {
         req.resume();
-        sendError(res, 502, err.message);
-      },
-    );
+        sendError(res, found.status, found.message);
+        return;
+      }
+      this.forward(req, res, t, found.ip, true);
+    } catch (err) {
+      this.log.error({ err, sandboxID: t.sandboxId, port: t.port }, "proxy request failed");
+      req.resume();
+      try {
+        sendError(res, 502, `proxy error: ${(err as Error).message}`);
+      } catch {
+        res.destroy();
+      }
+    }
   }
 
   private forward(req: IncomingMessage, res: ServerResponse, t: ProxyTarget, ip: string, mayRetry: boolean): void {
@@ -85,15 +114,32 @@ export class SandboxProxy {
     this.track(t.sandboxId, up);
     let retried = false;
     up.on("response", (ur) => {
-      const headers: Record<string, string | string[]> = {};
-      for (const [k, v] of Object.entries(ur.headers)) {
-        if (v === undefined || k === "connection" || k === "keep-alive" || k === "transfer-encoding") continue;
-        headers[k] = v;
+      ur.on("error", () => res.destroy());
+      const head = responseHead(ur);
+      if (!head) {
+        ur.destroy();
+        sendError(
+          res,
+          502,
+          `sandbox '${t.sandboxId}' port ${t.port} answered an invalid HTTP status (${ur.statusCode})`,
+        );
+        return;
       }
-      res.writeHead(ur.statusCode ?? 502, headers);
+      try {
+        res.writeHead(head.status, head.headers);
+      } catch (err) {
+        // A header Node will not write back (the sandbox chose it): nothing was sent yet.
+        ur.destroy();
+        res.removeHeader("content-length");
+        sendError(
+          res,
+          502,
+          `sandbox '${t.sandboxId}' port ${t.port} answered an invalid response: ${(err as Error).message}`,
+        );
+        return;
+      }
       res.flushHeaders();
       ur.pipe(res);
-      ur.on("error", () => res.destroy());
     });
     up.on("error", (err: NodeJS.ErrnoException) => {
       // A kept-alive socket the sandbox dropped: retry once on a fresh one if nothing was sent yet.
@@ -116,24 +162,34 @@ export class SandboxProxy {
     req.pipe(up);
   }
 
+  /** Never throws and never rejects, like handle(). */
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): void {
-    this.lookup(t).then(
-      (found) => this.upgrade(req, socket, head, t, found),
-      () => socket.destroy(),
-    );
+    // A client reset before the lookup ends must not be an unhandled 'error' event.
+    socket.on("error", () => socket.destroy());
+    void this.upgradeAsync(req, socket, head, t);
   }
 
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget, found: RouteResult): void {
-    if (!("ip" in found)) {
-      const body = JSON.stringify({ code: found.status, message: found.message });
-      socket.end(
-        `HTTP/1.1 ${found.status} Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-      );
-      return;
+  private async upgradeAsync(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): Promise<void> {
+    try {
+      const found = await this.lookup(t);
+      if (!("ip" in found)) {
+        socketError(socket, found.status, found.message);
+        return;
+      }
+      this.upgrade(req, socket, head, t, found.ip);
+    } catch (err) {
+      this.log.error({ err, sandboxID: t.sandboxId, port: t.port }, "proxy upgrade failed");
+      socketError(socket, 502, `proxy error: ${(err as Error).message}`);
+      socket.destroy();
     }
-    const upstream: Socket = netConnect({ host: found.ip, port: t.port });
+  }
+
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget, ip: string): void {
+    const upstream: Socket = netConnect({ host: ip, port: t.port });
     this.track(t.sandboxId, upstream);
+    let connected = false;
     upstream.on("connect", () => {
+      connected = true;
       const headers = upstreamHeaders(req, true);
       let head_ = `${req.method} ${t.path} HTTP/1.1\r\n`;
       for (const [k, v] of Object.entries(headers)) {
@@ -144,14 +200,17 @@ export class SandboxProxy {
       upstream.pipe(socket);
       socket.pipe(upstream);
     });
+    let answered = false;
     const close = () => {
       upstream.destroy();
-      socket.destroy();
+      // An error answer already written ends the socket itself once flushed.
+      if (!answered) socket.destroy();
     };
     upstream.on("error", (err) => {
       this.log.debug({ err, sandboxID: t.sandboxId }, "upgrade upstream error");
-      if (!upstream.readyState || upstream.connecting) {
-        socket.end("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+      if (!connected) {
+        answered = true;
+        socketError(socket, 502, `sandbox '${t.sandboxId}' port ${t.port} unreachable: ${err.message}`);
       }
       close();
     });

@@ -11,17 +11,22 @@ export interface ProxyTarget {
 }
 
 const ROUTING_HEADERS = ["e2b-sandbox-id", "e2b-sandbox-port", "x-aenv-sandbox-id", "x-aenv-target-port"];
-export const HOST_RE = /^(\d{1,5})-([a-z0-9]{1,60})\.(.+)$/;
+export const HOST_RE = /^(\d{1,12})-([a-z0-9]{1,60})\.(.+)$/;
 
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
 }
 
-function parsePort(v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
+/** A TCP port 1..65535 from untrusted text; NaN for anything else (answered 400). */
+export function parsePort(v: string): number {
+  if (!/^\d{1,5}$/.test(v)) return Number.NaN;
   const n = Number(v);
-  return Number.isInteger(n) && n > 0 && n < 65536 ? n : Number.NaN;
+  return n >= 1 && n <= 65535 ? n : Number.NaN;
+}
+
+export function validPort(n: number): boolean {
+  return Number.isInteger(n) && n >= 1 && n <= 65535;
 }
 
 /**
@@ -35,16 +40,24 @@ export function resolveTarget(req: IncomingMessage): ProxyTarget | undefined {
   const isProxyPath = url === "/proxy" || url.startsWith("/proxy/") || url.startsWith("/proxy?");
   const hid = header(req, "e2b-sandbox-id") ?? header(req, "x-aenv-sandbox-id");
   if (hid) {
-    const port = parsePort(header(req, "e2b-sandbox-port") ?? header(req, "x-aenv-target-port")) ?? ENVD_PORT;
+    const raw = header(req, "e2b-sandbox-port") ?? header(req, "x-aenv-target-port");
+    const port = raw === undefined ? ENVD_PORT : parsePort(raw);
     const path = isProxyPath ? url.slice("/proxy".length) || "/" : url;
     return { sandboxId: hid, port, path: path.startsWith("/") ? path : `/${path}`, via: "header" };
   }
   const host = header(req, "host")?.toLowerCase();
   const hm = host ? HOST_RE.exec(host) : null;
-  if (hm) return { sandboxId: hm[2] as string, port: Number(hm[1]), path: url, via: "host" };
+  if (hm) return { sandboxId: hm[2] as string, port: parsePort(hm[1] as string), path: url, via: "host" };
   if (isProxyPath) {
-    const m = /^\/proxy\/([^/?]+)\/(\d{1,5})(\/[^?]*)?(\?.*)?$/.exec(url);
-    if (m) return { sandboxId: m[1] as string, port: Number(m[2]), path: `${m[3] ?? "/"}${m[4] ?? ""}`, via: "path" };
+    const m = /^\/proxy\/([^/?]+)\/([^/?]+)(\/[^?]*)?(\?.*)?$/.exec(url);
+    if (m) {
+      return {
+        sandboxId: m[1] as string,
+        port: parsePort(m[2] as string),
+        path: `${m[3] ?? "/"}${m[4] ?? ""}`,
+        via: "path",
+      };
+    }
     return { sandboxId: "", port: Number.NaN, path: url, via: "path" };
   }
   return undefined;

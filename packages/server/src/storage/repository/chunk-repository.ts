@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { freshSingleFlight } from "../../util/fresh.js";
 import { fsyncDir } from "../../util/fsync.js";
 import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
@@ -93,7 +94,8 @@ function inBatches<T>(items: T[]): T[][] {
 export class ChunkRepository implements SnapshotRepository {
   /** Chunks batches are fetching right now, so concurrent restores share the fetch. */
   private readonly fetching = new Map<string, Promise<Loaded>>();
-  private recent: { at: number; p: Promise<Manifest[]> } | undefined;
+  /** list(), coalesced; never older than the call (see util/fresh.ts). */
+  readonly listFresh: () => Promise<Manifest[]> = freshSingleFlight(() => this.list());
   readonly cache: ChunkCache;
   private readonly level: number;
   private readonly concurrency: number;
@@ -135,8 +137,6 @@ export class ChunkRepository implements SnapshotRepository {
     } catch (err) {
       if (err instanceof CommitError) throw err;
       throw new CommitError(id, (err as Error).message, { cause: err });
-    } finally {
-      this.recent = undefined;
     }
   }
 
@@ -262,23 +262,6 @@ export class ChunkRepository implements SnapshotRepository {
       throw new Error(`manifest of '${id}' has version ${String(m.version)}; this aenv reads version 2`);
     }
     return m;
-  }
-
-  /**
-   * A listing at most `maxAgeMs` old, shared by concurrent callers: name lookups that miss
-   * locally (a snapshot, then a template, by the same name) list the backend once, not per
-   * lookup. This node's own commits and deletes make it stale at once; GC uses list().
-   */
-  listRecent(maxAgeMs = 2000): Promise<Manifest[]> {
-    const r = this.recent;
-    if (r && Date.now() - r.at <= maxAgeMs) return r.p;
-    const p = this.list();
-    const entry = { at: Date.now(), p };
-    this.recent = entry;
-    p.catch(() => {
-      if (this.recent === entry) this.recent = undefined;
-    });
-    return p;
   }
 
   /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */
@@ -473,7 +456,6 @@ export class ChunkRepository implements SnapshotRepository {
   async delete(id: string): Promise<void> {
     const m = await this.get(id).catch(() => undefined);
     await this.backend.delete(manifestKey(id));
-    this.recent = undefined;
     if (m && this.gcOnDelete) {
       // Best effort: what this misses, the periodic gc() collects.
       await this.gc({ only: m.files.flatMap((f) => f.chunks.map((c) => c.sha256)) }).catch(() => undefined);

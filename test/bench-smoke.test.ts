@@ -1,0 +1,57 @@
+// `npm run bench` runs end to end on the machine the suite runs on (the `base` template as
+// setup made it: imported, rootfs-r1), with tiny settings: every benchmark exits 0 and the raw
+// runsc column is filled. Figures are not judged here; that is what the benchmarks are for.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { ROOT } from "./helpers/server.js";
+
+const TINY = {
+  BENCH_N: "1",
+  BENCH_RT_N: "2",
+  BENCH_RAW_RT_N: "2",
+  BENCH_FILE_MIB: "1",
+  BENCH_FILE_REPS: "1",
+  BENCH_MEM_K: "1",
+  BENCH_DIRTY_MB: "1",
+  BENCH_FORKS: "1",
+  BENCH_REPS: "1",
+  BENCH_SNAPSHOT_MB: "4",
+  BENCH_REPO_MB: "4",
+  BENCH_INC_MB: "4",
+};
+
+test("every benchmark runs once with tiny settings, raw column included", async () => {
+  const out = mkdtempSync("/var/tmp/aenv-bench-smoke-");
+  try {
+    let log = "";
+    const code = await new Promise<number>((resolve) => {
+      const p = spawn(process.execPath, ["--import", "tsx", join(ROOT, "bench/all.ts")], {
+        cwd: ROOT,
+        env: { ...process.env, ...TINY, BENCH_RESULTS_DIR: out },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      p.stdout.on("data", (d: Buffer) => (log += d.toString()));
+      p.stderr.on("data", (d: Buffer) => (log += d.toString()));
+      p.on("exit", (c) => resolve(c ?? 1));
+    });
+    assert.equal(code, 0, log.slice(-4000));
+    assert.match(log, /every benchmark ran/);
+    const main = JSON.parse(readFileSync(join(out, "latest.json"), "utf8")) as Record<string, unknown>;
+    assert.deepEqual(main.errors, []);
+    for (const k of ["createToFirstCommand", "commandRoundTrip", "idleMemory", "fileWrite", "fileRead"]) {
+      const row = main[k] as { raw?: unknown } | undefined;
+      assert.ok(row?.raw, `${k}: raw runsc figure missing`);
+    }
+    const life = JSON.parse(readFileSync(join(out, "lifecycle-latest.json"), "utf8")) as {
+      rows: Array<{ raw: number | null }>;
+      errors: string[];
+    };
+    assert.deepEqual(life.errors, []);
+    assert.ok(life.rows.length > 0 && life.rows.every((r) => typeof r.raw === "number"), "lifecycle raw column");
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});
