@@ -11,7 +11,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
-import { startServer, TEMPLATES_DIR, type TestServer, useE2b } from "../test/helpers/server.js";
+import { startServer, type TestServer, useE2b } from "../test/helpers/server.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { RawRunsc } from "./raw-runsc.js";
 import { mean } from "./stats.js";

@@ -12,7 +12,6 @@ import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { cpus, loadavg, release } from "node:os";
-import { join, resolve } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { Sandbox } from "e2b";

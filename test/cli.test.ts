@@ -28,7 +28,7 @@ describe("cli: pure functions", () => {
     // Several words are an argv: each is quoted so the shell sees exactly those words.
     assert.equal(commandLine(["echo", "hi", "&&", "exit", "3"]), "echo hi '&&' exit 3");
     assert.equal(commandLine(["sh", "-c", 'echo "a  b"; exit 3']), `sh -c 'echo "a  b"; exit 3'`);
-    assert.equal(commandLine(["printf", "%s", "it's"]), `printf %s 'it'''s'`);
+    assert.equal(commandLine(["printf", "%s", "it's"]), String.raw`printf %s 'it'\''s'`);
     // One word is a shell command line, untouched.
     assert.equal(commandLine(["ls | wc -l"]), "ls | wc -l");
     assert.throws(() => commandLine([]), /missing command/);

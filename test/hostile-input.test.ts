@@ -218,7 +218,13 @@ test("hundreds of malformed API requests in parallel: all E2B errors, /health th
     add("POST", "/v3/templates", json, b);
     add("POST", "/templates/tags", json, b);
   }
-  for (const b of ['{"count": -1}', '{"count": "x"}', '{"count": 1e9}', '{"count": 1.5}', '{"count": 2, "timeout": "x"}']) {
+  for (const b of [
+    '{"count": -1}',
+    '{"count": "x"}',
+    '{"count": 1e9}',
+    '{"count": 1.5}',
+    '{"count": 2, "timeout": "x"}',
+  ]) {
     add("POST", `/sandboxes/${sbx.sandboxId}/fork`, json, b);
   }
   for (const q of [

@@ -1,76 +1,20 @@
+import type {
+  BuildStatus,
+  ForkResult,
+  ListedSandbox,
+  SandboxCreated,
+  SnapshotInfo,
+  TemplateInfo,
+} from "@aenv/protocol";
+import type { ColdSandboxBody, NewSandboxBody } from "@aenv/protocol/rest";
 import { Sandbox } from "e2b";
 import type { ResolvedConfig } from "./config.js";
 import { CliError } from "./errors.js";
 
-export interface SandboxCreated {
-  sandboxID: string;
-  templateID: string;
-  alias?: string;
-  clientID?: string;
-  domain?: string;
-}
+export type { BuildStatus, ForkResult, ListedSandbox, SandboxCreated, SnapshotInfo, TemplateInfo };
 
-export interface ListedSandbox {
-  sandboxID: string;
-  templateID: string;
-  alias?: string;
-  startedAt: string;
-  endAt: string;
-  state: "running" | "paused";
-  cpuCount?: number;
-  memoryMB?: number;
-  metadata?: Record<string, string>;
-}
-
-export interface SnapshotInfo {
-  snapshotID: string;
-  names: string[];
-  sandboxID?: string;
-  templateID?: string;
-  sizeBytes?: number;
-  createdAt?: string;
-}
-
-export interface TemplateInfo {
-  templateID: string;
-  buildID?: string;
-  names?: string[];
-  aliases?: string[];
-  buildStatus?: string;
-  fromImage?: string;
-  fromTemplate?: string;
-  createdAt?: string;
-  updatedAt?: string;
-  cpuCount?: number;
-  memoryMB?: number;
-  builds?: Array<{ buildID: string; status: string }>;
-}
-
-export interface BuildStatus {
-  templateID: string;
-  buildID: string;
-  status: "waiting" | "building" | "ready" | "error";
-  logEntries: Array<{ timestamp: string; level: string; message: string; step?: string }>;
-  reason?: { message: string; step?: string };
-}
-
-export interface ColdOptions {
-  image: string;
-  cpuCount?: number;
-  memoryMB?: number;
-  timeout?: number;
-  envVars?: Record<string, string>;
-  metadata?: Record<string, string>;
-}
-
-export type ForkResult = { sandbox: SandboxCreated } | { error: string };
-
-export interface CreateOptions {
-  templateID: string;
-  timeout?: number;
-  envVars?: Record<string, string>;
-  metadata?: Record<string, string>;
-}
+export type ColdOptions = ColdSandboxBody;
+export type CreateOptions = NewSandboxBody;
 
 /** HTTP status of a failed control-plane call (for callers that treat some as "unsupported"). */
 export class ApiError extends CliError {

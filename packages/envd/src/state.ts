@@ -1,11 +1,8 @@
 /** Sandbox-wide configuration, set at startup and by POST /init. */
-export interface InitBody {
-  envVars?: Record<string, string>;
-  accessToken?: string;
-  defaultUser?: string;
-  defaultWorkdir?: string;
-  timestamp?: string;
-}
+import type { EnvdInitBody } from "@aenv/protocol";
+
+/** POST /init's body, as the server sends it (the contract lives in @aenv/protocol). */
+export type InitBody = EnvdInitBody;
 
 export class State {
   /** Access token; undefined = no auth required. */

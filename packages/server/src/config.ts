@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
+import { NodePaths } from "./node-paths.js";
 
 export interface S3Config {
   /** Absent: AWS itself. */
@@ -140,7 +141,7 @@ function parseInt10(v: string, what: string): number {
 /** The API key: AENV_API_KEY, else one generated on first start into DATA/secrets/api-key (0600). */
 export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   if (env.AENV_API_KEY) return env.AENV_API_KEY;
-  const dir = join(dataDir, "secrets");
+  const dir = new NodePaths(dataDir).secrets;
   const file = join(dir, "api-key");
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
   mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -289,11 +290,11 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
   }
   const repository: RepositoryConfig = {
     backend,
-    path: str("AENV_REPOSITORY_PATH", "repository.path") ?? join(dataDir, "repository"),
+    path: str("AENV_REPOSITORY_PATH", "repository.path") ?? new NodePaths(dataDir).repository,
     s3,
     compressionLevel,
     concurrency: Math.max(1, int("AENV_REPOSITORY_CONCURRENCY", "repository.concurrency", 16)),
-    cacheDir: str("AENV_CACHE_DIR", "cache.dir") ?? join(dataDir, "cache"),
+    cacheDir: str("AENV_CACHE_DIR", "cache.dir") ?? new NodePaths(dataDir).cache,
     cacheMaxBytes: size("AENV_CACHE_MAX_BYTES", "cache.max_bytes", 10 * 1024 ** 3),
     cacheOnCommit: bool("AENV_CACHE_ON_COMMIT", "cache.cache_on_commit", false),
     gcIntervalS: int("AENV_GC_INTERVAL", "gc.interval_secs", 3600),
@@ -306,7 +307,8 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     host,
     port,
     dataDir,
-    templatesDir: args.templatesDir ?? str("AENV_TEMPLATES_DIR", "templates_dir") ?? join(dataDir, "templates"),
+    templatesDir:
+      args.templatesDir ?? str("AENV_TEMPLATES_DIR", "templates_dir") ?? new NodePaths(dataDir).templatesDir,
     apiKey: resolveApiKey(dataDir, env),
     domain: args.domain ?? str("AENV_DOMAIN", "domain") ?? `localhost:${port}`,
     slotCidr: str("AENV_SLOT_CIDR", "network.slot_cidr") ?? "10.201.0.0/16",

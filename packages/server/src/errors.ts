@@ -1,15 +1,37 @@
-/** Errors the API maps to HTTP statuses in one place (api/error-handler.ts). */
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
+/**
+ * What can go wrong, as types the domain throws. They carry no HTTP status: api/http-errors.ts
+ * maps them to statuses in one place (for the API and the proxy alike).
+ */
+export abstract class AenvError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
   }
 }
 
-export const notFound = (what: string) => new ApiError(404, what);
-export const badRequest = (msg: string) => new ApiError(400, msg);
-export const conflict = (msg: string) => new ApiError(409, msg);
-export const unavailable = (msg: string) => new ApiError(503, msg);
-export const tooMany = (msg: string) => new ApiError(429, msg);
+/** The request itself is wrong (a value out of range, a conflicting option). */
+export class InvalidRequestError extends AenvError {}
+/** No or wrong credentials (API key, signed link). */
+export class UnauthorizedError extends AenvError {}
+/** The sandbox, snapshot, template or build does not exist (here or in the repository). */
+export class NotFoundError extends AenvError {}
+/** It exists, but its state does not allow this now (paused, being built, name taken). */
+export class ConflictError extends AenvError {}
+/** A sandbox that was paused and cannot be reached until it is resumed. */
+export class PausedError extends AenvError {}
+/** An upload or body over a configured limit. */
+export class TooLargeError extends AenvError {}
+/** The node has no room: sandbox limit or network slots. */
+export class AtCapacityError extends AenvError {}
+/** The server is stopping and takes no new work. */
+export class ShuttingDownError extends AenvError {}
+/** A sandbox could not be started, resumed or loaded; the message says why. */
+export class StartFailedError extends AenvError {}
+/** A fork child did not come up; its siblings are unaffected. */
+export class ChildFailedError extends AenvError {}
+/** A sandbox port could not be reached or answered something that is not HTTP. */
+export class UpstreamError extends AenvError {}
+
+export const notFound = (msg: string) => new NotFoundError(msg);
+export const badRequest = (msg: string) => new InvalidRequestError(msg);
+export const conflict = (msg: string) => new ConflictError(msg);

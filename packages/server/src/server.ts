@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { basename, join } from "node:path";
+import { basename } from "node:path";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
 import { TemplateBuilder } from "./builds/builder.js";
@@ -9,6 +9,7 @@ import { imageProvider } from "./builds/image-provider.js";
 import { TemplateSync } from "./builds/template-sync.js";
 import type { ServerConfig } from "./config.js";
 import { SlotPool } from "./network/slots.js";
+import { NodePaths } from "./node-paths.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
 import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
@@ -20,7 +21,7 @@ import { openRepository } from "./storage/repository/open.js";
 import { TemplateStore } from "./storage/templates.js";
 
 /** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
-function writeResolvConf(dataDir: string): string {
+function writeResolvConf(file: string): string {
   let servers: string[] = [];
   try {
     servers = [...readFileSync("/etc/resolv.conf", "utf8").matchAll(/^nameserver\s+(\S+)/gm)]
@@ -29,7 +30,6 @@ function writeResolvConf(dataDir: string): string {
   } catch {
     servers = [];
   }
-  const file = join(dataDir, "resolv.conf");
   writeFileSync(file, servers.map((s) => `nameserver ${s}\n`).join("") || "# no reachable host resolver\n");
   return file;
 }
@@ -49,9 +49,10 @@ export async function startServer(
   log: Logger = pino({ level: cfg.logLevel }),
 ): Promise<RunningServer> {
   mkdirSync(cfg.dataDir, { recursive: true });
+  const paths = new NodePaths(cfg.dataDir, cfg.templatesDir);
   const driver = new GvisorDriver({
     binary: cfg.runscBinary,
-    stateDir: join(cfg.dataDir, "runsc"),
+    stateDir: paths.runtimeState,
     platform: cfg.platform,
     log: log.child({ component: "gvisor" }),
   });
@@ -61,24 +62,25 @@ export async function startServer(
     log.warn({ templatesDir: cfg.templatesDir }, "default template 'base' missing: run scripts/build-base-template.sh");
   }
   const repository = await openRepository(cfg, log.child({ component: "repository" }));
-  const store = new SqliteStateStore(join(cfg.dataDir, "state.db"));
+  const store = new SqliteStateStore(paths.stateDb);
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
-  const runtimeDir = prepareEnvdRuntime(cfg.dataDir);
+  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
   const sync = cfg.repository.commitTemplates
     ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
     : undefined;
   const orch = new Orchestrator({
     cfg,
+    paths,
     store,
     templates,
     driver,
     slots,
     log: log.child({ component: "orchestrator" }),
     runtimeDir,
-    resolvConf: writeResolvConf(cfg.dataDir),
-    // Images restore only on the same runsc build, platform and /.aenv contents.
+    resolvConf: writeResolvConf(paths.resolvConf),
     repository,
-    imageKey: `${runtime.version.replace(/[^a-zA-Z0-9.]/g, "")}-${runtime.platform}-${basename(runtimeDir)}`,
+    // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
+    checkpointKey: `${runtime.checkpointKey}-${basename(runtimeDir)}`,
     ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
   });
   const { report: recovery, keepSlots } = await orch.recover();
@@ -98,7 +100,7 @@ export async function startServer(
       : undefined;
   gcTimer?.unref();
   const files = new ContextFiles(
-    join(cfg.templatesDir, ".files"),
+    paths.contextFiles,
     createHash("sha256").update(`upload-links\n${cfg.apiKey}`).digest("hex"),
     cfg.images.uploadLimitBytes,
   );
@@ -109,7 +111,7 @@ export async function startServer(
     // Blobs are content-addressed and written atomically: every data dir on the host shares them.
     images: imageProvider(
       new ImageStore({
-        dir: join(cfg.templatesDir, ".images"),
+        dir: paths.imageBlobs,
         insecureRegistries: cfg.images.insecureRegistries,
         ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
         log: (msg) => log.child({ component: "images" }).info(msg),

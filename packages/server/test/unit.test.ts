@@ -3,7 +3,7 @@ import type { IncomingMessage } from "node:http";
 import { describe, test } from "node:test";
 import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "../src/api/list-filter.js";
 import { parseListen } from "../src/config.js";
-import { ApiError } from "../src/errors.js";
+import { InvalidRequestError } from "../src/errors.js";
 import { parseCidr16, slotAddresses } from "../src/network/addresses.js";
 import { newSandboxId, SANDBOX_ID_RE } from "../src/orchestrator/ids.js";
 import { resolveTarget, upstreamHeaders } from "../src/proxy/target.js";
@@ -19,16 +19,16 @@ describe("list filters", () => {
     assert.deepEqual(parseMetadataFilter(decodeURIComponent(captured)), { user: "a b", "k&": "v=1" });
   });
   test("rejects pairs without exactly one '='", () => {
-    assert.throws(() => parseMetadataFilter("novalue"), ApiError);
+    assert.throws(() => parseMetadataFilter("novalue"), InvalidRequestError);
   });
   test("states default to both and reject unknown ones", () => {
     assert.deepEqual([...parseStates(undefined)], ["running", "paused"]);
     assert.deepEqual([...parseStates("running")], ["running"]);
-    assert.throws(() => parseStates("running,zombie"), ApiError);
+    assert.throws(() => parseStates("running,zombie"), InvalidRequestError);
   });
   test("cursor round trip and garbage", () => {
     assert.equal(decodeCursor(encodeCursor(42)), 42);
-    assert.throws(() => decodeCursor("garbage!!"), ApiError);
+    assert.throws(() => decodeCursor("garbage!!"), InvalidRequestError);
   });
 });
 

@@ -142,7 +142,9 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
     .action(async (id: string, o: { count: number }) => {
       const results = await withSpinner(`Forking ${id} ×${o.count}`, () => ctx.api().fork(id, o.count));
       const rows = results.map((r) =>
-        "sandbox" in r ? { sandboxID: r.sandbox.sandboxID, error: "" } : { sandboxID: "", error: r.error },
+        "sandbox" in r
+          ? { sandboxID: r.sandbox.sandboxID, error: "" }
+          : { sandboxID: "", error: `${r.error.message} (${r.error.code})` },
       );
       ctx.out().list(rows, [
         { header: "ID", get: (r) => r.sandboxID },

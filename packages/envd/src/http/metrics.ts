@@ -1,6 +1,7 @@
 /** GET /metrics — CPU, memory and root-disk usage from /proc and statfs. */
 import { promises as fsp } from "node:fs";
 import os from "node:os";
+import type { EnvdMetrics } from "@aenv/protocol";
 
 interface CpuSample {
   idle: number;
@@ -63,7 +64,7 @@ async function disk(): Promise<{ used: number; total: number }> {
   }
 }
 
-export async function collectMetrics(): Promise<Record<string, number>> {
+export async function collectMetrics(): Promise<EnvdMetrics> {
   const [cpu, mem, d] = await Promise.all([cpuUsedPct(), memInfo(), disk()]);
   const mib = 1024 * 1024;
   return {

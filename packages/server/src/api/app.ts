@@ -35,10 +35,7 @@ export interface App {
  * the control-plane API.
  */
 export function buildApp(o: AppOptions): App {
-  const proxy = new SandboxProxy(
-    { resolve: (id, port) => o.orch.resolveRoute(id, port) },
-    o.log.child({ component: "proxy" }),
-  );
+  const proxy = new SandboxProxy({ route: (id) => o.orch.route(id) }, o.log.child({ component: "proxy" }));
   o.orch.onStopped((id) => proxy.forget(id));
   const fastify = Fastify({
     // Per-request logs at info would drown the rest; errors are still logged.

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import { ApiError } from "../errors.js";
+import { UnauthorizedError } from "../errors.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -15,7 +15,7 @@ export function installAuth(app: FastifyInstance, apiKey: string): void {
     const got =
       (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
     if (!got || !timingSafeEqual(digest(got), want)) {
-      throw new ApiError(401, "invalid or missing API key (X-API-Key)");
+      throw new UnauthorizedError("invalid or missing API key (X-API-Key)");
     }
   });
 }

@@ -1,15 +1,14 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
-import { ApiError } from "../errors.js";
+import { AenvError } from "../errors.js";
+import { errorBody } from "./http-errors.js";
 
 /** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
 export function installErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((err: FastifyError | ApiError | ZodError | Error, req, reply) => {
-    let status = 500;
-    let message = "internal server error";
-    if (err instanceof ApiError) {
-      status = err.status;
-      message = err.message;
+  app.setErrorHandler((err: FastifyError | AenvError | ZodError | Error, req, reply) => {
+    let { code: status, message } = errorBody(err);
+    if (err instanceof AenvError) {
+      // mapped by errorBody
     } else if (err instanceof ZodError) {
       status = 400;
       message = `invalid request: ${err.issues.map((i) => `${i.path.join(".") || "body"}: ${i.message}`).join("; ")}`;

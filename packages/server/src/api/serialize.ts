@@ -1,4 +1,10 @@
-import { ENVD_VERSION } from "@aenv/protocol";
+import {
+  ENVD_VERSION,
+  type ListedSandbox,
+  type SandboxCreated,
+  type SandboxDetail,
+  type SnapshotInfo,
+} from "@aenv/protocol";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 
 export interface SerializeContext {
@@ -6,7 +12,7 @@ export interface SerializeContext {
 }
 
 /** `Sandbox` as returned by create/connect. */
-export function sandboxCreated(r: SandboxRecord, ctx: SerializeContext) {
+export function sandboxCreated(r: SandboxRecord, ctx: SerializeContext): SandboxCreated {
   return {
     sandboxID: r.id,
     templateID: r.templateId,
@@ -19,12 +25,12 @@ export function sandboxCreated(r: SandboxRecord, ctx: SerializeContext) {
   };
 }
 
-function lifecycle(r: SandboxRecord) {
+function lifecycle(r: SandboxRecord): SandboxDetail["lifecycle"] {
   return { onTimeout: r.autoPause ? "pause" : "kill", autoResume: r.autoResume };
 }
 
 /** `ListedSandbox` (list endpoints). */
-export function sandboxListed(r: SandboxRecord) {
+export function sandboxListed(r: SandboxRecord): ListedSandbox {
   return {
     sandboxID: r.id,
     templateID: r.templateId,
@@ -43,7 +49,7 @@ export function sandboxListed(r: SandboxRecord) {
 }
 
 /** `SandboxDetail` (GET /sandboxes/{id}). */
-export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext) {
+export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext): SandboxDetail {
   return {
     ...sandboxListed(r),
     envdAccessToken: r.envdToken,
@@ -54,7 +60,7 @@ export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext) {
 }
 
 /** `SnapshotInfo`: E2B's {snapshotID, names} plus sizing and dates. */
-export function snapshotInfo(s: SnapshotRecord) {
+export function snapshotInfo(s: SnapshotRecord): SnapshotInfo {
   return {
     snapshotID: s.id,
     names: s.names,

@@ -2,15 +2,16 @@ import { createHash, randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join, posix } from "node:path";
 import type { Logger } from "pino";
-import { ApiError, badRequest, conflict, notFound } from "../errors.js";
+import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
 import { newTemplateId } from "../orchestrator/ids.js";
-import { type Orchestrator, usable } from "../orchestrator/orchestrator.js";
+import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import {
   DEFAULT_PATH,
   type Template,
   type TemplateInput,
   type TemplateStore,
+  usable,
   validTemplateName,
 } from "../storage/templates.js";
 import { exec } from "../util/exec.js";
@@ -84,7 +85,7 @@ export class TemplateBuilder {
     const [name, tag] = raw.split(":", 2) as [string, string | undefined];
     if (!validTemplateName(name))
       throw badRequest(`invalid template name '${name}': use letters, digits, '_', '-', '.'`);
-    if (this.d.orch.findSnapshot(name)) throw conflict(`name '${name}' is taken by a snapshot`);
+    if (this.d.orch.snapshots.findLocal(name)) throw conflict(`name '${name}' is taken by a snapshot`);
     const tags = [...new Set([...(req.tags ?? []), ...(tag ? [tag] : [])])];
     for (const x of tags) if (!TAG_RE.test(x)) throw badRequest(`invalid tag '${x}'`);
     const existing = this.d.templates.get(name);
@@ -192,7 +193,7 @@ export class TemplateBuilder {
         await this.start(t.id, t.buildId, { fromImage: ref, steps: [] }, { warm: false });
         const done = this.mustGet(t.id);
         if (done.buildStatus !== "ready") {
-          throw new ApiError(400, `image '${ref}' cannot be started: ${done.reason?.message ?? "import failed"}`);
+          throw new InvalidRequestError(`image '${ref}' cannot be started: ${done.reason?.message ?? "import failed"}`);
         }
         return done;
       })().finally(() => this.imports.delete(name));
@@ -328,8 +329,8 @@ export class TemplateBuilder {
       });
       if (warm) {
         log("info", "Taking the warm snapshot (start command running, ready command passed)", "finalize");
-        await this.d.orch
-          .warmTemplate(t, (m) => log("info", m, "finalize"))
+        await this.d.orch.warmImages
+          .ensure(t, (m) => log("info", m, "finalize"))
           .catch((err: Error) => {
             throw new StepFailure(`start/ready command failed: ${err.message}`, "finalize");
           });
@@ -532,9 +533,9 @@ export class TemplateBuilder {
     const t = this.mustGet(ref);
     if (t.buildStatus === "building") throw conflict(`template '${ref}' is being built`);
     if (this.d.orch.templateInUse(t.id)) {
-      throw new ApiError(409, `template '${ref}' is used by sandboxes or snapshots; remove them first`);
+      throw new ConflictError(`template '${ref}' is used by sandboxes or snapshots; remove them first`);
     }
-    this.d.orch.forgetTemplate(t.id);
+    this.d.orch.warmImages.forget(t.id);
     this.d.templates.remove(t.id);
     void this.d.sync
       ?.remove(t.id)

@@ -3,7 +3,7 @@ import { createWriteStream, existsSync, mkdirSync, renameSync, rmSync } from "no
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { ApiError } from "../errors.js";
+import { InvalidRequestError, TooLargeError, UnauthorizedError } from "../errors.js";
 
 const HASH_RE = /^[A-Za-z0-9]{1,128}$/;
 const LINK_TTL_S = 3600;
@@ -21,7 +21,7 @@ export class ContextFiles {
   ) {}
 
   path(hash: string): string {
-    if (!HASH_RE.test(hash)) throw new ApiError(400, `invalid files hash '${hash}'`);
+    if (!HASH_RE.test(hash)) throw new InvalidRequestError(`invalid files hash '${hash}'`);
     return join(this.dir, `${hash}.tar`);
   }
 
@@ -46,18 +46,19 @@ export class ContextFiles {
 
   verify(templateId: string, hash: string, exp: string | undefined, sig: string | undefined): void {
     const e = Number(exp);
-    if (!sig || !Number.isInteger(e)) throw new ApiError(401, "upload link is not signed");
-    if (e < Date.now() / 1000) throw new ApiError(401, "upload link expired; ask for a new one");
+    if (!sig || !Number.isInteger(e)) throw new UnauthorizedError("upload link is not signed");
+    if (e < Date.now() / 1000) throw new UnauthorizedError("upload link expired; ask for a new one");
     const want = Buffer.from(this.sign(templateId, hash, e), "hex");
     const got = Buffer.from(sig, "hex");
-    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new ApiError(401, "bad upload link signature");
+    if (got.length !== want.length || !timingSafeEqual(got, want))
+      throw new UnauthorizedError("bad upload link signature");
   }
 
   /** Streams an upload to disk; visible under its hash only once complete. */
   async store(hash: string, body: Readable, declaredLength: number | undefined): Promise<number> {
     const final = this.path(hash);
     if (declaredLength !== undefined && declaredLength > this.maxBytes) {
-      throw new ApiError(413, `upload of ${declaredLength} bytes is over the limit of ${this.maxBytes}`);
+      throw new TooLargeError(`upload of ${declaredLength} bytes is over the limit of ${this.maxBytes}`);
     }
     mkdirSync(this.dir, { recursive: true });
     const tmp = `${final}.tmp-${randomBytes(4).toString("hex")}`;
@@ -69,14 +70,14 @@ export class ContextFiles {
         async function* (src: AsyncIterable<Buffer>) {
           for await (const chunk of src) {
             bytes += chunk.length;
-            if (bytes > max) throw new ApiError(413, `upload is over the limit of ${max} bytes`);
+            if (bytes > max) throw new TooLargeError(`upload is over the limit of ${max} bytes`);
             yield chunk;
           }
         },
         createWriteStream(tmp, { mode: 0o600 }),
       );
       if (declaredLength !== undefined && bytes !== declaredLength) {
-        throw new ApiError(400, `upload ended after ${bytes} of ${declaredLength} bytes`);
+        throw new InvalidRequestError(`upload ended after ${bytes} of ${declaredLength} bytes`);
       }
       renameSync(tmp, final);
       return bytes;

@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { readdir } from "node:fs/promises";
 import type { Logger } from "pino";
+import { AtCapacityError } from "../errors.js";
 import { exec } from "../util/exec.js";
 import {
   GUEST_GATEWAY,
@@ -191,7 +192,7 @@ table inet ${this.prefix}-host {
         return idx;
       }
     }
-    throw new Error("no free network slots");
+    throw new AtCapacityError("no free network slots");
   }
 
   private refill(): void {

@@ -1,5 +1,6 @@
-import { request } from "node:http";
-import { ENVD_PORT } from "@aenv/protocol";
+import { ENVD_PORT, Process } from "@aenv/protocol";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
 
 export interface ProcessSpec {
   cmd: string;
@@ -18,56 +19,15 @@ export interface ProcessEnd {
   error?: string;
 }
 
-interface StartEvent {
-  event?: {
-    start?: { pid?: number };
-    data?: { stdout?: string; stderr?: string };
-    end?: { exitCode?: number; exited?: boolean; status?: string; error?: string };
-  };
-  error?: { code?: string; message?: string };
-}
-
-function startRequest(spec: ProcessSpec) {
-  const payload = Buffer.from(
-    JSON.stringify({
-      process: { cmd: spec.cmd, args: spec.args, envs: spec.envs ?? {}, ...(spec.cwd ? { cwd: spec.cwd } : {}) },
-      stdin: false,
-    }),
+/**
+ * A client of envd's process service over a sandbox's slot address: the same generated
+ * service definition envd serves, JSON over HTTP/1.1 as the SDK speaks it.
+ */
+function processClient(ip: string) {
+  return createClient(
+    Process,
+    createConnectTransport({ baseUrl: `http://${ip}:${ENVD_PORT}`, httpVersion: "1.1", useBinaryFormat: false }),
   );
-  const frame = Buffer.alloc(5 + payload.length);
-  frame.writeUInt32BE(payload.length, 1);
-  payload.copy(frame, 5);
-  const headers: Record<string, string> = {
-    "content-type": "application/connect+json",
-    "connect-protocol-version": "1",
-    "content-length": String(frame.length),
-  };
-  if (spec.token) headers["x-access-token"] = spec.token;
-  if (spec.user) headers.authorization = `Basic ${Buffer.from(`${spec.user}:`).toString("base64")}`;
-  if (spec.timeoutMs) headers["connect-timeout-ms"] = String(spec.timeoutMs);
-  return { frame, headers };
-}
-
-/** Splits a Connect server stream into its enveloped JSON messages. */
-class FrameReader {
-  private buf = Buffer.alloc(0);
-  push(chunk: Buffer, onMessage: (flags: number, msg: StartEvent) => void): void {
-    this.buf = Buffer.concat([this.buf, chunk]);
-    while (this.buf.length >= 5) {
-      const len = this.buf.readUInt32BE(1);
-      if (this.buf.length < 5 + len) return;
-      const flags = this.buf[0] ?? 0;
-      const body = this.buf.subarray(5, 5 + len).toString("utf8");
-      this.buf = this.buf.subarray(5 + len);
-      let msg: StartEvent = {};
-      try {
-        msg = JSON.parse(body) as StartEvent;
-      } catch {
-        // A frame we cannot read carries nothing we need.
-      }
-      onMessage(flags, msg);
-    }
-  }
 }
 
 /**
@@ -75,54 +35,41 @@ class FrameReader {
  * its exit code once it ends. With `detach`, resolves as soon as the process has started
  * and closes the stream (the process keeps running inside the sandbox).
  */
-export function envdProcess(
+export async function envdProcess(
   ip: string,
   spec: ProcessSpec,
   opts: { onOutput?: (stream: "stdout" | "stderr", text: string) => void; detach?: boolean } = {},
 ): Promise<ProcessEnd> {
-  return new Promise((resolve, reject) => {
-    const { frame, headers } = startRequest(spec);
-    let settled = false;
-    const done = (fn: () => void) => {
-      if (settled) return;
-      settled = true;
-      fn();
-    };
-    const req = request(
-      { host: ip, port: ENVD_PORT, method: "POST", path: "/process.Process/Start", headers, agent: false },
-      (res) => {
-        if (res.statusCode !== 200) {
-          let body = "";
-          res.on("data", (d: Buffer) => (body += d.toString("utf8")));
-          res.on("end", () => done(() => reject(new Error(`envd refused the process (${res.statusCode}): ${body}`))));
-          return;
-        }
-        const reader = new FrameReader();
-        res.on("data", (chunk: Buffer) =>
-          reader.push(chunk, (flags, msg) => {
-            const ev = msg.event;
-            if (ev?.start && opts.detach) {
-              done(() => resolve({ exitCode: 0 }));
-              req.destroy();
-            }
-            if (ev?.data && opts.onOutput) {
-              if (ev.data.stdout) opts.onOutput("stdout", Buffer.from(ev.data.stdout, "base64").toString("utf8"));
-              if (ev.data.stderr) opts.onOutput("stderr", Buffer.from(ev.data.stderr, "base64").toString("utf8"));
-            }
-            if (ev?.end) {
-              const exitCode = ev.end.exitCode ?? (ev.end.exited ? 0 : -1);
-              done(() => resolve({ exitCode, ...(ev.end?.error ? { error: ev.end.error } : {}) }));
-            }
-            if (flags & 2 && msg.error) {
-              done(() => reject(new Error(`envd: ${msg.error?.message ?? msg.error?.code ?? "process failed"}`)));
-            }
-          }),
-        );
-        res.on("end", () => done(() => reject(new Error("envd closed the process stream before the process ended"))));
-        res.on("error", (err) => done(() => reject(err)));
-      },
-    );
-    req.on("error", (err) => done(() => reject(err)));
-    req.end(frame);
-  });
+  const headers: Record<string, string> = {};
+  if (spec.token) headers["x-access-token"] = spec.token;
+  if (spec.user) headers.authorization = `Basic ${Buffer.from(`${spec.user}:`).toString("base64")}`;
+  const abort = new AbortController();
+  const stream = processClient(ip).start(
+    { process: { cmd: spec.cmd, args: spec.args, envs: spec.envs ?? {}, ...(spec.cwd ? { cwd: spec.cwd } : {}) } },
+    { headers, signal: abort.signal, ...(spec.timeoutMs ? { timeoutMs: spec.timeoutMs } : {}) },
+  );
+  const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
+  try {
+    for await (const res of stream) {
+      const ev = res.event?.event;
+      if (ev?.case === "start" && opts.detach) {
+        abort.abort();
+        return { exitCode: 0 };
+      }
+      if (ev?.case === "data" && opts.onOutput) {
+        const out = ev.value.output;
+        if (out.case === "stdout") opts.onOutput("stdout", text(out.value));
+        if (out.case === "stderr") opts.onOutput("stderr", text(out.value));
+      }
+      if (ev?.case === "end") {
+        const end = ev.value;
+        return { exitCode: end.exitCode, ...(end.error ? { error: end.error } : {}) };
+      }
+    }
+  } catch (err) {
+    const ce = ConnectError.from(err);
+    if (ce.code === Code.Canceled && abort.signal.aborted) return { exitCode: 0 };
+    throw new Error(`envd: ${ce.rawMessage || Code[ce.code]}`, { cause: err });
+  }
+  throw new Error("envd closed the process stream before the process ended");
 }

@@ -1,14 +1,28 @@
 import { Agent, type IncomingMessage, request, type ServerResponse, STATUS_CODES } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import { ENVD_PORT } from "@aenv/protocol";
 import type { Logger } from "pino";
+import { errorBody } from "../api/http-errors.js";
+import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
 import { type ProxyTarget, upstreamHeaders, validPort } from "./target.js";
 
 export type RouteResult = { ip: string } | { status: number; message: string };
 
 export interface RouteLookup {
-  /** Waits out captures, auto-resumes when allowed; an error status otherwise. */
-  resolve(id: string, port: number): Promise<RouteResult>;
+  /** The slot address to send to: waits out captures, auto-resumes when allowed; throws otherwise. */
+  route(id: string): Promise<{ ip: string }>;
+}
+
+/**
+ * What a failed lookup answers. E2B's proxy says 502 for a sandbox it cannot reach (the SDK
+ * reads it as "not found") and 410 for a paused one on an application port.
+ */
+function lookupFailure(err: unknown, port: number): { status: number; message: string } {
+  const { code, message } = errorBody(err);
+  if (err instanceof PausedError) return { status: port === ENVD_PORT ? 502 : 410, message };
+  if (err instanceof NotFoundError) return { status: 502, message };
+  return { status: code >= 500 || code === 409 ? 502 : code, message };
 }
 
 function sendError(res: ServerResponse, status: number, message: string): void {
@@ -62,9 +76,13 @@ export class SandboxProxy {
   ) {}
 
   private async lookup(t: ProxyTarget): Promise<RouteResult> {
-    if (!t.sandboxId) return { status: 400, message: "proxy request needs a sandbox ID and a port" };
-    if (!validPort(t.port)) return { status: 400, message: "sandbox port must be an integer from 1 to 65535" };
-    return this.routes.resolve(t.sandboxId, t.port);
+    try {
+      if (!t.sandboxId) throw new InvalidRequestError("proxy request needs a sandbox ID and a port");
+      if (!validPort(t.port)) throw new InvalidRequestError("sandbox port must be an integer from 1 to 65535");
+      return await this.routes.route(t.sandboxId);
+    } catch (err) {
+      return lookupFailure(err, t.port);
+    }
   }
 
   private track(id: string, s: { destroy(): void; once(ev: "close", fn: () => void): unknown }): void {

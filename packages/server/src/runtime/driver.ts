@@ -32,6 +32,8 @@ export interface RuntimeInfo {
   driver: string;
   version: string;
   platform: string;
+  /** Checkpoints restore only on a runtime with the same key (driver build and platform). */
+  checkpointKey: string;
 }
 
 export interface SandboxStats {
@@ -53,6 +55,15 @@ export interface RuntimeDriver {
   checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean }): Promise<void>;
   /** Starts a sandbox from an image; launch may differ from the source's in ID, dir and netns. */
   restore(launch: SandboxLaunch, imageDir: string): Promise<void>;
+  /** Whether imageDir holds a whole checkpoint (a crash can leave part of one). */
+  isCompleteCheckpoint(imageDir: string | undefined): boolean;
+  /** Bytes a checkpoint takes on disk. */
+  checkpointBytes(imageDir: string): number;
+  /**
+   * Connections into the sandbox must be closed before a checkpoint (gVisor drops external
+   * TCP endpoints when it checkpoints, and an application socket restored that way spins).
+   */
+  readonly quiesceBeforeCheckpoint: boolean;
   /** Stops the sandbox at once (no more CPU or network); destroy() must still follow. */
   stop(id: string): Promise<void>;
   /** Stops and removes the sandbox and its runtime state; idempotent. Can take a while. */

@@ -21,7 +21,7 @@ function nodeLibraries(node: string): string[] {
  * Content-addressed by what went in, so a running sandbox's folder never changes under it
  * (restored images expect identical files).
  */
-export function prepareEnvdRuntime(dataDir: string): string {
+export function prepareEnvdRuntime(root: string): string {
   const node = realpathSync(process.execPath);
   const libs = nodeLibraries(node);
   const art = envdArtifacts();
@@ -31,7 +31,6 @@ export function prepareEnvdRuntime(dataDir: string): string {
     h.update(readFileSync(f));
   }
   const id = h.digest("hex").slice(0, 16);
-  const root = join(dataDir, "runtime");
   const dir = join(root, id);
   if (existsSync(join(dir, ".complete"))) return dir;
   const tmp = `${dir}.tmp-${process.pid}`;

@@ -48,6 +48,11 @@ export type TemplateData = z.infer<typeof TemplateFile>;
 export type TemplateInput = z.input<typeof TemplateFile>;
 export type Template = TemplateData & { rootfs: string; dir: string };
 
+/** A template can start sandboxes once a build has produced its root filesystem. */
+export function usable(t: Template): boolean {
+  return existsSync(t.rootfs);
+}
+
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 export function validTemplateName(name: string): boolean {

@@ -1,8 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { TemplateBuilder } from "../../builds/builder.js";
-import { ApiError } from "../../errors.js";
-import type { Orchestrator } from "../../orchestrator/orchestrator.js";
-import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
+import type { ForkResult, SandboxMetric } from "@aenv/protocol";
 import {
   ColdSandbox,
   ConnectBody,
@@ -18,7 +14,13 @@ import {
   SnapshotIdParams,
   SnapshotListQuery,
   TimeoutBody,
-} from "../schemas.js";
+} from "@aenv/protocol/rest";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { TemplateBuilder } from "../../builds/builder.js";
+import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
+import type { Orchestrator } from "../../orchestrator/orchestrator.js";
+import { errorBody } from "../http-errors.js";
+import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed, snapshotInfo } from "../serialize.js";
 
 export interface SandboxRoutesOptions {
@@ -77,7 +79,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const meta = parseMetadataFilter(q.metadata);
     const states = parseStates(q.state);
     const after = q.startedAfter ? Date.parse(q.startedAfter) : undefined;
-    if (after !== undefined && Number.isNaN(after)) throw new ApiError(400, "startedAfter is not a date");
+    if (after !== undefined && Number.isNaN(after)) throw new InvalidRequestError("startedAfter is not a date");
     const items = orch
       .list()
       .filter((r) => states.has(r.state) && matchesMetadata(r, meta))
@@ -130,7 +132,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.post("/sandboxes/:sandboxID/resume", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
-    if (orch.get(sandboxID).state !== "paused") throw new ApiError(409, `sandbox '${sandboxID}' is not paused`);
+    if (orch.get(sandboxID).state !== "paused") throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
     const { rec } = await orch.resume(sandboxID, b.timeout);
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
@@ -150,7 +152,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/snapshots", async (req, reply) => {
     const q = SnapshotListQuery.parse(req.query);
-    const all = (await orch.listSharedSnapshots())
+    const all = (await orch.snapshots.list())
       .filter((s) => (q.sandboxID ? s.sandboxId === q.sandboxID : true))
       .filter((s) => (q.name ? s.names.includes(q.name) : true));
     return paginate(all, q, (t) => void reply.header("x-next-token", t)).map(snapshotInfo);
@@ -158,8 +160,8 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/snapshots/:snapshotID", async (req) => {
     const { snapshotID } = SnapshotIdParams.parse(req.params);
-    const s = await orch.findSharedSnapshot(snapshotID);
-    if (!s) throw new ApiError(404, `snapshot '${snapshotID}' not found`);
+    const s = await orch.snapshots.find(snapshotID);
+    if (!s) throw new NotFoundError(`snapshot '${snapshotID}' not found`);
     return snapshotInfo(s);
   });
 
@@ -168,15 +170,16 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ForkBody.parse(body(req.body));
     const results = await orch.fork(sandboxID, b.count ?? 1, b.timeout);
-    return reply
-      .status(201)
-      .send(results.map((r) => ("sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: r.error })));
+    const out: ForkResult[] = results.map((r) =>
+      "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
+    );
+    return reply.status(201).send(out);
   });
 
   app.get("/sandboxes/:sandboxID/metrics", async (req) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     MetricsQuery.parse(req.query);
     const ms = await orch.metrics(sandboxID);
-    return ms.map((m) => ({ ...m, timestamp: new Date(m.timestampUnix * 1000).toISOString() }));
+    return ms.map((m): SandboxMetric => ({ ...m, timestamp: new Date(m.timestampUnix * 1000).toISOString() }));
   });
 }

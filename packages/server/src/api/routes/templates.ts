@@ -1,15 +1,15 @@
 import type { Readable } from "node:stream";
 import { ENVD_VERSION } from "@aenv/protocol";
+import { ListQuery, TemplateIdParams } from "@aenv/protocol/rest";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { TemplateBuilder } from "../../builds/builder.js";
 import type { ContextFiles } from "../../builds/context-files.js";
 import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../builds/spec.js";
-import { ApiError } from "../../errors.js";
+import { NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { Template, TemplateStore } from "../../storage/templates.js";
 import { paginate } from "../list-filter.js";
-import { ListQuery, TemplateIdParams } from "../schemas.js";
 
 /** E2B `Template`: the fields the SDK and CLIs read. */
 function templateInfo(t: Template) {
@@ -56,7 +56,7 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   const all = () => o.templates.list().sort((a, b) => a.id.localeCompare(b.id));
   const mustGet = (ref: string) => {
     const t = o.templates.get(ref);
-    if (!t) throw new ApiError(404, `template '${ref}' not found`);
+    if (!t) throw new NotFoundError(`template '${ref}' not found`);
     return t;
   };
 
@@ -151,9 +151,9 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     const { templateID } = TemplateIdParams.parse(req.params);
     // A snapshot here, or one another server sharing the repository committed.
     const snapshot =
-      o.orch.findSnapshot(templateID) ??
-      (o.templates.get(templateID) ? undefined : await o.orch.findSharedSnapshot(templateID));
-    if (snapshot) await o.orch.deleteSnapshot(snapshot.id);
+      o.orch.snapshots.findLocal(templateID) ??
+      (o.templates.get(templateID) ? undefined : await o.orch.snapshots.find(templateID));
+    if (snapshot) await o.orch.snapshots.delete(snapshot.id);
     else o.builder.delete(templateID);
     return reply.status(204).send();
   });

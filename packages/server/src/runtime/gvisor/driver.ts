@@ -9,6 +9,7 @@ import {
   type SandboxLaunch,
   type SandboxStats,
 } from "../driver.js";
+import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
 import { Runsc } from "./runsc.js";
 
@@ -29,6 +30,7 @@ interface RunscEvent {
 
 export class GvisorDriver implements RuntimeDriver {
   readonly name = "gvisor";
+  readonly quiesceBeforeCheckpoint = true;
   private runsc: Runsc;
   private readonly lastCpu = new Map<string, { t: number; ns: number }>();
 
@@ -65,7 +67,13 @@ export class GvisorDriver implements RuntimeDriver {
       if (r.code === 0) {
         this.runsc = new Runsc({ ...this.runsc.cfg, platform });
         this.opts.log.info({ platform, version }, "gVisor platform selected");
-        return { driver: this.name, version: m?.[1] ?? version, platform };
+        const v = m?.[1] ?? version;
+        return {
+          driver: this.name,
+          version: v,
+          platform,
+          checkpointKey: `${v.replace(/[^a-zA-Z0-9.]/g, "")}-${platform}`,
+        };
       }
       errors.push(`${platform}: ${r.stderr.trim().split("\n").pop()}`);
     }
@@ -90,6 +98,14 @@ export class GvisorDriver implements RuntimeDriver {
   async start(l: SandboxLaunch): Promise<void> {
     const { bundle, flags } = this.bundle(l);
     await this.runsc.detached(flags, ["run", "--detach", `--bundle=${bundle}`, l.id], join(l.dir, "runsc.log"));
+  }
+
+  isCompleteCheckpoint(imageDir: string | undefined): boolean {
+    return isCompleteImage(imageDir);
+  }
+
+  checkpointBytes(imageDir: string): number {
+    return imageBytes(imageDir);
   }
 
   async checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean }): Promise<void> {

@@ -125,11 +125,7 @@ export class ChunkRepository implements SnapshotRepository {
 
   // ------------------------------------------------------------------ commit
 
-  async commit(
-    id: string,
-    srcDir: string,
-    meta: Record<string, unknown>,
-  ): Promise<{ manifest: Manifest; stats: CommitStats }> {
+  async commit(id: string, srcDir: string, meta: object): Promise<{ manifest: Manifest; stats: CommitStats }> {
     assertId(id);
     const t0 = Date.now();
     try {
@@ -140,7 +136,7 @@ export class ChunkRepository implements SnapshotRepository {
     }
   }
 
-  private async commitInner(id: string, srcDir: string, meta: Record<string, unknown>, t0: number) {
+  private async commitInner(id: string, srcDir: string, meta: object, t0: number) {
     const stats: CommitStats = { bytes: 0, chunks: 0, reused: 0, uploadedChunks: 0, uploadedBytes: 0, durationMs: 0 };
     // Pass 1: hash every chunk (and warm the local cache) without touching the backend.
     const files: ManifestFile[] = [];
@@ -220,7 +216,7 @@ export class ChunkRepository implements SnapshotRepository {
         chunkSize: CHUNK_BYTES,
         compression: "zstd",
         files,
-        meta,
+        meta: { ...meta },
       };
       // The manifest is what makes the snapshot exist; it goes last.
       await this.backend.put(manifestKey(id), Buffer.from(JSON.stringify(manifest)));

@@ -25,7 +25,7 @@ export interface Manifest {
   chunkSize: number;
   compression: "zstd";
   files: ManifestFile[];
-  /** Whatever the orchestrator needs to restore it (sizing, rootfs, runtime, token…). */
+  /** What it is and what a restore needs; read through manifest-kinds.ts, opaque here. */
   meta: Record<string, unknown>;
 }
 
@@ -44,11 +44,7 @@ export interface CommitStats {
 
 export interface SnapshotRepository {
   /** Stores every file of srcDir as chunks, then the manifest; visible only once complete. */
-  commit(
-    id: string,
-    srcDir: string,
-    meta: Record<string, unknown>,
-  ): Promise<{ manifest: Manifest; stats: CommitStats }>;
+  commit(id: string, srcDir: string, meta: object): Promise<{ manifest: Manifest; stats: CommitStats }>;
   /**
    * Rebuilds the files of a snapshot into destDir (which must not exist, or be empty),
    * verifying every chunk's digest. On failure destDir is left as it was.
@@ -56,6 +52,14 @@ export interface SnapshotRepository {
   materialize(id: string, destDir: string): Promise<void>;
   get(id: string): Promise<Manifest | undefined>;
   list(): Promise<Manifest[]>;
+  /**
+   * A listing started no earlier than this call, shared by concurrent callers: a name that
+   * misses locally is never answered from a listing older than the request.
+   */
+  listFresh(): Promise<Manifest[]>;
+  /** Keeps a manifest's chunks in the node cache (a paused sandbox resumes without a fetch). */
+  pinManifest(m: Manifest): void;
+  unpin(id: string): void;
   /** Removes the manifest, then (by default) every chunk of it no other manifest references. */
   delete(id: string): Promise<void>;
 }

@@ -1,3 +1,7 @@
+/**
+ * Request bodies, queries and path parameters of the control-plane API, as zod schemas: the
+ * server validates every request with them at the edge, and clients take their types.
+ */
 import { z } from "zod";
 
 const stringMap = z.record(z.string(), z.string());
@@ -32,6 +36,10 @@ export const ColdSandbox = SandboxOptions.extend({
   memoryMB: z.number().int().min(128).max(262_144).optional(),
   diskSizeMB: z.number().int().min(1024).multipleOf(1024).optional(),
 });
+
+/** What a client sends (before defaults): the CLI builds its bodies from these. */
+export type NewSandboxBody = z.input<typeof NewSandbox>;
+export type ColdSandboxBody = z.input<typeof ColdSandbox>;
 
 export const TimeoutBody = z.looseObject({ timeout: timeout });
 export const ConnectBody = z.looseObject({ timeout: timeout.optional(), memory: z.boolean().optional() });

@@ -1,0 +1,35 @@
+/**
+ * envd's plain-HTTP side (beside its Connect services), as the server calls it over a
+ * sandbox's slot address: the bodies are defined once here for both ends.
+ */
+
+/** POST /init: (re)initialises envd after a boot or a restore. The old token authorises it. */
+export interface EnvdInitBody {
+  envVars?: Record<string, string>;
+  /** The new envd access token; absent or empty keeps the current one. */
+  accessToken?: string;
+  defaultUser?: string;
+  defaultWorkdir?: string;
+  /** The host's time; envd never sets the clock. */
+  timestamp?: string;
+}
+
+/** GET /metrics: one sample from inside the sandbox. */
+export interface EnvdMetrics {
+  ts: number;
+  cpu_count: number;
+  cpu_used_pct: number;
+  mem_total: number;
+  mem_used: number;
+  mem_cache: number;
+  mem_total_mib: number;
+  mem_used_mib: number;
+  disk_used: number;
+  disk_total: number;
+}
+
+/**
+ * POST /quiesce (no body, 204): envd closes every connection it holds open, before a
+ * checkpoint (a restored socket to a peer that is gone would spin).
+ */
+export const ENVD_QUIESCE_PATH = "/quiesce";

@@ -1,0 +1,117 @@
+/**
+ * The control-plane REST contract: what aenv-server answers (E2B's shapes plus our
+ * extensions). The server's serialisers return these types and the CLI reads them, so the two
+ * cannot drift. Request bodies are the zod schemas in rest-schemas.ts.
+ */
+
+/** Every error answer, from the API and the proxy alike. */
+export interface ErrorBody {
+  code: number;
+  message: string;
+}
+
+/** `Sandbox`: what create, connect and resume return. */
+export interface SandboxCreated {
+  sandboxID: string;
+  templateID: string;
+  clientID: string;
+  alias: string;
+  envdVersion: string;
+  envdAccessToken: string;
+  trafficAccessToken: string | null;
+  domain: string;
+}
+
+export type SandboxState = "running" | "paused";
+
+/** `ListedSandbox`: an entry of GET /v2/sandboxes. */
+export interface ListedSandbox {
+  sandboxID: string;
+  templateID: string;
+  alias: string;
+  clientID: string;
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+  startedAt: string;
+  endAt: string;
+  state: SandboxState;
+  envdVersion: string;
+  metadata: Record<string, string>;
+  volumeMounts: Array<{ name: string; path: string }>;
+}
+
+/** `SandboxDetail`: GET /sandboxes/{id}. */
+export interface SandboxDetail extends ListedSandbox {
+  envdAccessToken: string;
+  domain: string;
+  allowInternetAccess: boolean;
+  lifecycle: { onTimeout: "pause" | "kill"; autoResume: boolean };
+}
+
+/** One child of POST /sandboxes/{id}/fork: started, or why not (siblings are unaffected). */
+export type ForkResult = { sandbox: SandboxCreated } | { error: ErrorBody };
+
+/** A snapshot: E2B's {snapshotID, names} plus sizing, dates and the repository commit. */
+export interface SnapshotInfo {
+  snapshotID: string;
+  names: string[];
+  sandboxID: string;
+  templateID: string;
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+  sizeBytes: number;
+  /** In the shared repository: other servers can start it. */
+  committed: boolean;
+  uploadedBytes?: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One sample of GET /sandboxes/{id}/metrics. */
+export interface SandboxMetric {
+  timestamp: string;
+  timestampUnix: number;
+  cpuCount: number;
+  cpuUsedPct: number;
+  memUsed: number;
+  memTotal: number;
+  memCache: number;
+  diskUsed: number;
+  diskTotal: number;
+}
+
+export type BuildState = "waiting" | "building" | "ready" | "error";
+
+/** A template as GET /templates and GET /templates/{id} show it (fields the CLI reads). */
+export interface TemplateInfo {
+  templateID: string;
+  buildID?: string;
+  names?: string[];
+  aliases?: string[];
+  buildStatus?: string;
+  fromImage?: string;
+  fromTemplate?: string;
+  createdAt?: string;
+  updatedAt?: string;
+  cpuCount?: number;
+  memoryMB?: number;
+  builds?: Array<{ buildID: string; status: string }>;
+}
+
+export interface BuildLogEntry {
+  timestamp: string;
+  level: string;
+  message: string;
+  step?: string;
+}
+
+/** GET /templates/{id}/builds/{buildID}/status. */
+export interface BuildStatus {
+  templateID: string;
+  buildID: string;
+  status: BuildState;
+  logEntries: BuildLogEntry[];
+  reason?: { message: string; step?: string };
+}

@@ -1,0 +1,93 @@
+import { join } from "node:path";
+
+/**
+ * Every node-local path in one place. The data dir is this server's (state, sandboxes,
+ * snapshots); the templates dir may be shared by several servers on a host (trees, warm
+ * images, image blobs), so what lives there is safe to share.
+ */
+export class NodePaths {
+  readonly templatesDir: string;
+
+  constructor(
+    readonly dataDir: string,
+    templatesDir?: string,
+  ) {
+    this.templatesDir = templatesDir ?? join(dataDir, "templates");
+  }
+
+  // ---- data dir: this server's own
+  get secrets(): string {
+    return join(this.dataDir, "secrets");
+  }
+  get stateDb(): string {
+    return join(this.dataDir, "state.db");
+  }
+  /** runsc's --root. */
+  get runtimeState(): string {
+    return join(this.dataDir, "runsc");
+  }
+  /** envd, node and aenv-init, mounted read-only at /.aenv in every sandbox. */
+  get envdRuntimeRoot(): string {
+    return join(this.dataDir, "runtime");
+  }
+  get resolvConf(): string {
+    return join(this.dataDir, "resolv.conf");
+  }
+  get repository(): string {
+    return join(this.dataDir, "repository");
+  }
+  get cache(): string {
+    return join(this.dataDir, "cache");
+  }
+
+  get sandboxes(): string {
+    return join(this.dataDir, "sandboxes");
+  }
+  sandbox(id: string): string {
+    return join(this.sandboxes, id);
+  }
+  /** One start of a sandbox (bundle, writable layer, logs): a resume is a new runtime ID. */
+  sandboxRun(sandboxDir: string, runtimeId: string): string {
+    return join(sandboxDir, runtimeId);
+  }
+  /** A paused sandbox's checkpoint. */
+  pauseImage(sandboxDir: string): string {
+    return join(sandboxDir, "image");
+  }
+
+  get snapshots(): string {
+    return join(this.dataDir, "snapshots");
+  }
+  snapshot(id: string): string {
+    return join(this.snapshots, id);
+  }
+  /** A snapshot's record until its repository commit is done (redone after a restart). */
+  snapshotPending(id: string): string {
+    return join(this.snapshots, `${id}.pending.json`);
+  }
+
+  /** Transient captures of fork parents; removed at start. */
+  get forks(): string {
+    return join(this.dataDir, "forks");
+  }
+  fork(name: string): string {
+    return join(this.forks, name);
+  }
+
+  // ---- templates dir: shareable between servers on the host
+  /** Pre-booted template checkpoints, per template revision and runtime key. */
+  get warmImages(): string {
+    return join(this.templatesDir, ".warm");
+  }
+  warmImage(name: string): string {
+    return join(this.warmImages, name);
+  }
+  /** Build context uploads (content-addressed). */
+  get contextFiles(): string {
+    return join(this.templatesDir, ".files");
+  }
+  /** OCI image blobs (content-addressed). */
+  get imageBlobs(): string {
+    return join(this.templatesDir, ".images");
+  }
+}

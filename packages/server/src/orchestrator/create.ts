@@ -1,0 +1,146 @@
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import { AenvError, StartFailedError } from "../errors.js";
+import type { NodePaths } from "../node-paths.js";
+import type { SandboxRecord, StateStore } from "../state/store.js";
+import type { Template } from "../storage/templates.js";
+import { newSandboxId } from "./ids.js";
+import { type CreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
+import type { Live, SandboxRegistry } from "./registry.js";
+import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
+import type { Snapshots } from "./snapshots.js";
+import type { Sources } from "./sources.js";
+import { runStartCommand } from "./start-command.js";
+import type { WarmImages } from "./warm-images.js";
+
+export interface CreateDeps {
+  cfg: ServerConfig;
+  paths: NodePaths;
+  store: StateStore;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+  sources: Sources;
+  snapshots: Snapshots;
+  warmImages: WarmImages;
+  runtimeDir: string;
+  log: Logger;
+}
+
+/** A new sandbox's record, where it starts from, and envd's /init for it. */
+interface Plan {
+  rec: SandboxRecord;
+  from: StartFrom;
+  init: EnvdInit;
+  /** Set when it starts from a template (a failed warm restore falls back to a boot). */
+  tpl?: Template;
+}
+
+/**
+ * Creating a sandbox: admission, the source its templateID names, then a restore (snapshot
+ * or warm image) or a boot, envd initialised with its own token and environment.
+ */
+export class Creator {
+  constructor(private readonly d: CreateDeps) {}
+
+  async create(req: CreateRequest): Promise<SandboxRecord> {
+    const { registry, runner, log } = this.d;
+    registry.assertOpen();
+    registry.admit();
+    const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
+    const plan = await this.plan(req);
+    const { rec, init, tpl } = plan;
+    let from = plan.from;
+    const live: Live = { rec, op: Promise.resolve() };
+    registry.add(live);
+    const t0 = Date.now();
+    try {
+      try {
+        await runner.bring(live, from, init);
+      } catch (err) {
+        if (from.kind !== "image" || !tpl) throw err;
+        // A stale warm image must not make the template unusable: boot instead.
+        log.warn({ err, template: tpl.id }, "warm restore failed; cold-booting");
+        this.d.warmImages.drop(tpl);
+        await runner.stopRuntime(live);
+        from = { kind: "boot" };
+        await runner.bring(live, from, init);
+      }
+      // A cold boot has to start what a warm image already runs.
+      if (from.kind === "boot" && tpl?.startCmd && live.slot) {
+        await runStartCommand(live.slot.slotIp, tpl, rec.envdToken);
+      }
+      rec.state = "running";
+      rec.endAt = Date.now() + timeoutS * 1000;
+      this.d.store.put(rec);
+      log.info(
+        { sandboxID: rec.id, template: rec.templateId, from: from.kind, ms: Date.now() - t0 },
+        "sandbox created",
+      );
+      // The next create from this template should be a restore.
+      if (tpl?.warm && from.kind === "boot" && !req.cold) this.d.warmImages.ensureInBackground(tpl);
+      return rec;
+    } catch (err) {
+      log.error({ err, sandboxID: rec.id }, "sandbox create failed");
+      await runner.remove(live, true);
+      if (err instanceof AenvError) throw err;
+      throw new StartFailedError(`failed to start sandbox: ${(err as Error).message}`);
+    }
+  }
+
+  private async plan(req: CreateRequest): Promise<Plan> {
+    const id = newSandboxId();
+    const dir = this.d.paths.sandbox(id);
+    const source = await this.d.sources.resolve(req.templateID);
+    if (source.kind === "snapshot") {
+      const { snap } = source;
+      await this.d.snapshots.ensureLocal(snap);
+      const rec = newSandboxRecord(this.d.cfg, {
+        id,
+        dir,
+        templateId: snap.id,
+        alias: snap.names[0] ?? snap.id,
+        rootfs: snap.rootfs,
+        // Same checkpoint key means the same /.aenv contents: use this node's copy of them.
+        runtimeDir: snap.imageKey ? this.d.runtimeDir : snap.runtimeDir,
+        req,
+        sizing: snap,
+      });
+      rec.envVars = { ...snap.envVars, ...req.envVars };
+      return {
+        rec,
+        from: { kind: "image", imageDir: snap.imageDir, oldToken: snap.envdToken },
+        init: { accessToken: rec.envdToken, envVars: rec.envVars },
+      };
+    }
+    const { tpl } = source;
+    const sizing = {
+      cpuCount: req.cpuCount ?? tpl.cpuCount,
+      memoryMB: req.memoryMB ?? tpl.memoryMB,
+      diskSizeMB: req.diskSizeMB ?? tpl.diskSizeMB,
+    };
+    const rec = newSandboxRecord(this.d.cfg, {
+      id,
+      dir,
+      templateId: tpl.id,
+      alias: tpl.name,
+      rootfs: tpl.rootfs,
+      runtimeDir: this.d.runtimeDir,
+      req,
+      sizing,
+    });
+    // A warm image carries the template's sizing: other sizes boot.
+    const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB;
+    const warm = !req.cold && warmFits ? this.d.warmImages.take(tpl) : undefined;
+    return {
+      rec,
+      tpl,
+      from: warm ? { kind: "image", imageDir: warm } : { kind: "boot" },
+      init: {
+        accessToken: rec.envdToken,
+        envVars: { ...tpl.env, ...rec.envVars },
+        defaultUser: tpl.user,
+        defaultWorkdir: tpl.workdir,
+      },
+    };
+  }
+}

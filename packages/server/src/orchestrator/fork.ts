@@ -1,0 +1,100 @@
+import { randomBytes } from "node:crypto";
+import { rmSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import type { ServerConfig } from "../config.js";
+import { AenvError, ChildFailedError, ConflictError } from "../errors.js";
+import type { NodePaths } from "../node-paths.js";
+import type { SandboxRecord, StateStore } from "../state/store.js";
+import { newSandboxId } from "./ids.js";
+import { clampTimeoutS, newSandboxRecord } from "./records.js";
+import type { Live, SandboxRegistry } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+
+/** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
+export type ForkResult = { sandbox: SandboxRecord } | { error: Error };
+
+// Restores are CPU-bound: more in parallel than cores only adds contention.
+const FORK_PARALLELISM = Math.max(2, availableParallelism());
+
+export interface ForkDeps {
+  cfg: ServerConfig;
+  paths: NodePaths;
+  store: StateStore;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+}
+
+/**
+ * One capture of the running parent (it pauses only for that), then N children restored from
+ * it in parallel, each with its own ID, slot and envd token. A failed child is fully removed;
+ * the capture is deleted afterwards.
+ */
+export class Forker {
+  constructor(private readonly d: ForkDeps) {}
+
+  async fork(id: string, count: number, timeoutS: number | undefined): Promise<ForkResult[]> {
+    const { registry, runner } = this.d;
+    const l = registry.mustGet(id);
+    const parent = l.rec;
+    const captureDir = this.d.paths.fork(randomBytes(8).toString("hex"));
+    await registry.enqueue(l, async () => {
+      if (parent.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
+      await runner.capture(l, captureDir);
+    });
+    const ttlS = timeoutS ?? Math.max(1, Math.ceil((parent.endAt - Date.now()) / 1000));
+    const results: ForkResult[] = new Array(count);
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < count; i = next++) {
+        results[i] = await this.child(parent, captureDir, ttlS).then(
+          (sandbox) => ({ sandbox }),
+          (err: unknown) => ({ error: err instanceof Error ? err : new Error(String(err)) }),
+        );
+      }
+    };
+    try {
+      await Promise.all(Array.from({ length: Math.min(FORK_PARALLELISM, count) }, worker));
+    } finally {
+      rmSync(captureDir, { recursive: true, force: true });
+    }
+    return results;
+  }
+
+  private async child(parent: SandboxRecord, imageDir: string, ttlS: number): Promise<SandboxRecord> {
+    const { registry, runner } = this.d;
+    registry.assertOpen();
+    registry.admit();
+    const id = newSandboxId();
+    const rec = newSandboxRecord(this.d.cfg, {
+      id,
+      dir: this.d.paths.sandbox(id),
+      templateId: parent.templateId,
+      alias: parent.alias,
+      rootfs: parent.rootfs,
+      runtimeDir: parent.runtimeDir,
+      req: {
+        templateID: parent.templateId,
+        timeoutS: ttlS,
+        metadata: { ...parent.metadata },
+        envVars: { ...parent.envVars },
+        allowInternetAccess: parent.allowInternet,
+        autoPause: parent.autoPause,
+        autoResume: parent.autoResume,
+      },
+      sizing: parent,
+    });
+    const live: Live = { rec, op: Promise.resolve() };
+    registry.add(live);
+    try {
+      await runner.bring(live, { kind: "image", imageDir, oldToken: parent.envdToken }, { accessToken: rec.envdToken });
+      rec.state = "running";
+      rec.endAt = Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000;
+      this.d.store.put(rec);
+      return rec;
+    } catch (err) {
+      await runner.remove(live, true);
+      if (err instanceof AenvError) throw err;
+      throw new ChildFailedError(`fork child failed to start: ${(err as Error).message}`);
+    }
+  }
+}

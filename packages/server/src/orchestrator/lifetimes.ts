@@ -1,0 +1,97 @@
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import { ConflictError } from "../errors.js";
+import type { SandboxRecord, StateStore } from "../state/store.js";
+import { clampTimeoutS } from "./records.js";
+import type { Live, SandboxRegistry } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+
+export interface LifetimesDeps {
+  cfg: ServerConfig;
+  store: StateStore;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+  pause: (id: string) => Promise<void>;
+  kill: (id: string) => Promise<void>;
+  log: Logger;
+}
+
+/**
+ * How long sandboxes live: TTLs set and extended by clients, expiry (pause by default, kill
+ * with autoPause: false), and sandboxes that died on their own.
+ */
+export class Lifetimes {
+  private reaper: NodeJS.Timeout | undefined;
+  private deadCheck: NodeJS.Timeout | undefined;
+
+  constructor(private readonly d: LifetimesDeps) {}
+
+  start(): void {
+    this.reaper = setInterval(() => this.reap(), 1000);
+    this.reaper.unref();
+    const every = this.d.cfg.deadCheckIntervalS;
+    if (every > 0) {
+      this.deadCheck = setInterval(() => {
+        this.sweepDead().catch((err) => this.d.log.warn({ err }, "could not check for dead sandboxes"));
+      }, every * 1000);
+      this.deadCheck.unref();
+    }
+  }
+
+  stop(): void {
+    if (this.reaper) clearInterval(this.reaper);
+    if (this.deadCheck) clearInterval(this.deadCheck);
+  }
+
+  /** Sets the TTL to now + timeout (may shorten). */
+  set(id: string, timeoutS: number): void {
+    const l = this.d.registry.mustGet(id);
+    const t = clampTimeoutS(this.d.cfg, timeoutS);
+    if (l.rec.state === "paused") l.rec.ttlLeftMs = t * 1000;
+    else l.rec.endAt = Date.now() + t * 1000;
+    this.d.store.put(l.rec);
+  }
+
+  /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
+  extend(id: string, timeoutS: number | undefined): SandboxRecord {
+    const l = this.d.registry.mustGet(id);
+    if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is paused`);
+    const t = clampTimeoutS(this.d.cfg, timeoutS);
+    l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
+    this.d.store.put(l.rec);
+    return l.rec;
+  }
+
+  private reap(): void {
+    const now = Date.now();
+    for (const l of this.d.registry.all()) {
+      if (l.rec.state !== "running" || l.rec.endAt > now || l.inflight || l.gate) continue;
+      const id = l.rec.id;
+      const act = l.rec.autoPause ? "pause" : "kill";
+      this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
+      // Each has its own catch: an expiry that fails is logged and retried at the next tick.
+      this.d[act](id).catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
+    }
+  }
+
+  /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */
+  private async sweepDead(): Promise<void> {
+    const idle = (l: Live) => l.rec.state === "running" && !l.gate && !l.inflight && !l.opsPending;
+    const running = this.d.registry.all().filter(idle);
+    if (!running.length) return;
+    // Any operation that started or ended while the runtime listed (a pause and resume, a
+    // snapshot whose checkpoint the list caught) makes the list stale for that sandbox.
+    const seen = new Map(running.map((l) => [l, `${l.rec.runtimeId}/${l.opEpoch ?? 0}`]));
+    // runsc list can also wait on a restore in progress and leave containers out: a sandbox
+    // missing from it is asked about on its own before it is taken for dead.
+    const unchanged = (l: Live) => `${l.rec.runtimeId}/${l.opEpoch ?? 0}` === seen.get(l) && idle(l);
+    const driver = this.d.runner.driver;
+    const alive = new Set(await driver.list({ runningOnly: true }));
+    for (const l of running) {
+      if (!unchanged(l) || alive.has(l.rec.runtimeId)) continue;
+      if ((await driver.isRunning(l.rec.runtimeId)) || !unchanged(l)) continue;
+      this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
+      this.d.kill(l.rec.id).catch(() => {});
+    }
+  }
+}

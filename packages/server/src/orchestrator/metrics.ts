@@ -1,0 +1,47 @@
+import type { EnvdMetrics } from "@aenv/protocol";
+import type { RuntimeDriver } from "../runtime/driver.js";
+import { envdRequest } from "./envd-client.js";
+import type { Live } from "./registry.js";
+
+export interface SandboxMetric {
+  timestampUnix: number;
+  cpuCount: number;
+  cpuUsedPct: number;
+  memUsed: number;
+  memTotal: number;
+  memCache: number;
+  diskUsed: number;
+  diskTotal: number;
+}
+
+/** One sample now: CPU and memory from the runtime, disk from envd (best effort). */
+export async function sampleMetrics(driver: RuntimeDriver, l: Live): Promise<SandboxMetric[]> {
+  const rec = l.rec;
+  const stats = rec.state === "running" ? await driver.stats(rec.runtimeId) : undefined;
+  let diskUsed = 0;
+  let diskTotal = rec.diskSizeMB * 1024 * 1024;
+  if (l.slot && rec.state === "running") {
+    try {
+      const r = await envdRequest(l.slot.slotIp, "GET", "/metrics", { token: rec.envdToken, timeoutMs: 2000 });
+      if (r.status === 200) {
+        const m = JSON.parse(r.body) as Partial<EnvdMetrics>;
+        diskUsed = m.disk_used ?? 0;
+        diskTotal = m.disk_total ?? diskTotal;
+      }
+    } catch {
+      // Metrics are best effort.
+    }
+  }
+  return [
+    {
+      timestampUnix: Math.floor(Date.now() / 1000),
+      cpuCount: rec.cpuCount,
+      cpuUsedPct: Math.round((stats?.cpuUsedPct ?? 0) * 100) / 100,
+      memUsed: stats?.memUsedBytes ?? 0,
+      memTotal: rec.memoryMB * 1024 * 1024,
+      memCache: stats?.memCacheBytes ?? 0,
+      diskUsed,
+      diskTotal,
+    },
+  ];
+}

@@ -1,0 +1,182 @@
+import { rmSync } from "node:fs";
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
+import type { NodePaths } from "../node-paths.js";
+import type { SandboxRecord, StateStore } from "../state/store.js";
+import { type PauseMeta, pauseManifestId } from "../storage/repository/manifest-kinds.js";
+import type { SnapshotRepository } from "../storage/repository/repository.js";
+import { commitDir } from "../util/fsync.js";
+import { clampTimeoutS } from "./records.js";
+import type { SandboxRegistry } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+import { materializeImage } from "./snapshots.js";
+
+export interface PauseResumeDeps {
+  cfg: ServerConfig;
+  paths: NodePaths;
+  store: StateStore;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+  repository: SnapshotRepository;
+  checkpointKey: string;
+  log: Logger;
+}
+
+/**
+ * Pause = capture (memory, processes, writable layer), make the image durable, then stop the
+ * sandbox and free its slot; the image is committed to the repository once the sandbox has
+ * stayed paused a while, so any node can resume it. Resume = restore that image.
+ */
+export class PauseResume {
+  /** Pause images waiting to be committed, by sandbox ID. */
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+  /** Commits of pause images still running, by sandbox ID. */
+  private readonly commits = new Map<string, Promise<void>>();
+
+  constructor(private readonly d: PauseResumeDeps) {}
+
+  /** Until the image is durable the sandbox still runs, so a crash leaves it running or paused. */
+  async pause(id: string): Promise<void> {
+    const { registry, runner } = this.d;
+    const l = registry.mustGet(id);
+    if (l.rec.state === "paused" && !l.inflight) throw new ConflictError(`sandbox '${id}' is already paused`);
+    return registry.joinOrRun(l, "pause", async () => {
+      if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
+      if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
+      const t0 = Date.now();
+      const final = this.d.paths.pauseImage(l.rec.dir);
+      const tmp = `${final}.tmp`;
+      let gateOpen!: () => void;
+      const gate = new Promise<void>((res) => (gateOpen = res));
+      try {
+        await runner.capture(l, tmp);
+        // Traffic arriving from here on must see the sandbox paused, not half-stopped.
+        l.gate = gate;
+        commitDir(tmp, final);
+        l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
+        await runner.stopRuntime(l);
+        l.rec.state = "paused";
+        l.rec.imageDir = final;
+        this.d.store.put(l.rec);
+      } finally {
+        if (l.gate === gate) l.gate = undefined;
+        gateOpen();
+        rmSync(tmp, { recursive: true, force: true });
+      }
+      this.d.log.info(
+        { sandboxID: id, ms: Date.now() - t0, bytes: runner.driver.checkpointBytes(final) },
+        "sandbox paused",
+      );
+      this.commitLater(l.rec, final);
+    });
+  }
+
+  /**
+   * Resumes a paused sandbox (or extends a running one's TTL). The TTL after a resume is what
+   * was left at pause, and at least the requested timeout.
+   */
+  async resume(
+    id: string,
+    timeoutS: number | undefined,
+    extend: (id: string, timeoutS: number | undefined) => SandboxRecord,
+  ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
+    const { registry, runner } = this.d;
+    const l = registry.mustGet(id);
+    if (l.rec.state === "running" && !l.inflight) return { rec: extend(id, timeoutS), resumed: false };
+    return registry.joinOrRun(l, "resume", async () => {
+      if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
+      if (l.rec.state === "running") return { rec: extend(id, timeoutS), resumed: false };
+      const image = l.rec.imageDir ?? this.d.paths.pauseImage(l.rec.dir);
+      if (!runner.driver.isCompleteCheckpoint(image)) await this.rebuildFromRepository(id, image);
+      registry.admit();
+      const t0 = Date.now();
+      try {
+        await runner.bring(l, { kind: "image", imageDir: image }, undefined);
+      } catch (err) {
+        await runner.stopRuntime(l);
+        this.d.store.put(l.rec);
+        throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
+      }
+      const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
+      l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      l.rec.state = "running";
+      l.rec.imageDir = undefined;
+      l.rec.ttlLeftMs = undefined;
+      this.d.store.put(l.rec);
+      rmSync(image, { recursive: true, force: true });
+      this.forget(id);
+      this.d.log.info({ sandboxID: id, ms: Date.now() - t0 }, "sandbox resumed");
+      return { rec: l.rec, resumed: true };
+    });
+  }
+
+  /**
+   * Commits a pause image to the repository in the background (the local image is already
+   * durable, so pause does not wait). Short pause/resume cycles, the common case in rollouts,
+   * never pay for it: it starts once the sandbox has stayed paused a while.
+   */
+  commitLater(rec: SandboxRecord, imageDir: string): void {
+    const id = rec.id;
+    const timer = setTimeout(() => {
+      this.timers.delete(id);
+      const l = this.d.registry.get(id);
+      if (l?.rec.state === "paused" && l.rec.imageDir === imageDir && !this.d.registry.isClosing) {
+        this.commitNow(rec, imageDir);
+      }
+    }, this.d.cfg.repository.pauseCommitDelayS * 1000);
+    timer.unref();
+    this.timers.set(id, timer);
+  }
+
+  private commitNow(rec: SandboxRecord, imageDir: string): void {
+    const id = rec.id;
+    const t0 = Date.now();
+    const meta: PauseMeta = { kind: "pause", sandbox: { ...rec }, imageKey: this.d.checkpointKey };
+    const p = this.d.repository
+      .commit(pauseManifestId(id), imageDir, meta)
+      .then(({ manifest, stats }) => {
+        // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
+        this.d.repository.pinManifest(manifest);
+        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0 }, "pause image committed");
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause image not committed to the repository"))
+      .finally(() => {
+        if (this.commits.get(id) === p) this.commits.delete(id);
+      });
+    this.commits.set(id, p);
+  }
+
+  /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
+  forget(id: string): void {
+    const timer = this.timers.get(id);
+    if (timer) {
+      // Never committed: nothing to remove.
+      clearTimeout(timer);
+      this.timers.delete(id);
+      return;
+    }
+    const pending = this.commits.get(id) ?? Promise.resolve();
+    void pending
+      .then(() => {
+        this.d.repository.unpin(pauseManifestId(id));
+        return this.d.repository.delete(pauseManifestId(id));
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
+  }
+
+  /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
+  private async rebuildFromRepository(id: string, image: string): Promise<void> {
+    await this.commits.get(id);
+    try {
+      await materializeImage(this.d.repository, pauseManifestId(id), image);
+      this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
+    } catch (err) {
+      throw new StartFailedError(`sandbox '${id}' has no usable pause image: ${(err as Error).message}`);
+    }
+  }
+
+  close(): void {
+    for (const t of this.timers.values()) clearTimeout(t);
+  }
+}

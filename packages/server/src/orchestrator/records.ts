@@ -1,0 +1,75 @@
+import type { ServerConfig } from "../config.js";
+import { InvalidRequestError } from "../errors.js";
+import type { SandboxRecord } from "../state/store.js";
+import { newClientId, newToken } from "./ids.js";
+import { runtimeIdFor } from "./runner.js";
+
+/** What a client asks for when it creates a sandbox (from any template source). */
+export interface CreateRequest {
+  templateID: string;
+  timeoutS?: number;
+  metadata?: Record<string, string>;
+  envVars?: Record<string, string>;
+  allowInternetAccess?: boolean;
+  autoPause?: boolean;
+  autoResume?: boolean;
+  /** Boot the template's tree instead of restoring its warm image (POST /sandboxes-cold). */
+  cold?: boolean;
+  cpuCount?: number;
+  memoryMB?: number;
+  diskSizeMB?: number;
+}
+
+export interface Sizing {
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+}
+
+/** A requested lifetime in seconds, defaulted and capped by the server's limits. */
+export function clampTimeoutS(cfg: ServerConfig, s: number | undefined): number {
+  const t = s ?? cfg.defaultTimeoutS;
+  if (!Number.isFinite(t) || t < 0) throw new InvalidRequestError("timeout must be a non-negative number of seconds");
+  return Math.min(t, cfg.maxTimeoutS);
+}
+
+/** A new sandbox's record, state "creating", with fresh client ID, envd token and runtime ID. */
+export function newSandboxRecord(
+  cfg: ServerConfig,
+  o: {
+    id: string;
+    dir: string;
+    templateId: string;
+    alias: string;
+    rootfs: string;
+    runtimeDir: string;
+    req: CreateRequest;
+    sizing: Sizing;
+  },
+): SandboxRecord {
+  const now = Date.now();
+  return {
+    id: o.id,
+    templateId: o.templateId,
+    alias: o.alias,
+    clientId: newClientId(),
+    envdToken: newToken(),
+    startedAt: now,
+    endAt: now + clampTimeoutS(cfg, o.req.timeoutS) * 1000,
+    state: "creating",
+    cpuCount: o.sizing.cpuCount,
+    memoryMB: o.sizing.memoryMB,
+    diskSizeMB: o.sizing.diskSizeMB,
+    metadata: o.req.metadata ?? {},
+    envVars: o.req.envVars ?? {},
+    allowInternet: o.req.allowInternetAccess ?? true,
+    // TTL expiry pauses unless the client asked for kill (autoPause: false).
+    autoPause: o.req.autoPause ?? true,
+    autoResume: o.req.autoResume ?? false,
+    slotIndex: null,
+    dir: o.dir,
+    runtimeId: runtimeIdFor(o.id),
+    rootfs: o.rootfs,
+    runtimeDir: o.runtimeDir,
+  };
+}

@@ -1,0 +1,112 @@
+import { existsSync, readdirSync, rmSync } from "node:fs";
+import type { Logger } from "pino";
+import type { SlotPool } from "../network/slots.js";
+import type { NodePaths } from "../node-paths.js";
+import type { StateStore } from "../state/store.js";
+import { pauseManifestId } from "../storage/repository/manifest-kinds.js";
+import type { SnapshotRepository } from "../storage/repository/repository.js";
+import type { PauseResume } from "./pause-resume.js";
+import type { SandboxRegistry } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+import type { Snapshots } from "./snapshots.js";
+
+export interface RecoveryReport {
+  /** Running sandboxes that survived the restart and were taken over again. */
+  adopted: string[];
+  /** Paused sandboxes still resumable. */
+  paused: string[];
+  /** Sandboxes that were lost (died with or before the server) and were cleaned up. */
+  cleanedUp: string[];
+  orphanedRuntime: string[];
+}
+
+export interface RecoveryDeps {
+  paths: NodePaths;
+  store: StateStore;
+  slots: SlotPool;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+  pauses: PauseResume;
+  snapshots: Snapshots;
+  repository: SnapshotRepository;
+  log: Logger;
+}
+
+/**
+ * After a restart: running sandboxes whose runtime sandbox and network slot survived are
+ * taken over again; paused ones stay resumable; everything else is cleaned up. Returns the
+ * slots to keep when the network pool is reset.
+ */
+export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
+  const { registry, runner, store, log } = d;
+  const driver = runner.driver;
+  const report: RecoveryReport = { adopted: [], paused: [], cleanedUp: [], orphanedRuntime: [] };
+  const keepSlots: number[] = [];
+  const running = new Set(await driver.list({ runningOnly: true }));
+  const known = new Set<string>();
+  for (const rec of store.all()) {
+    known.add(rec.id);
+    const finalImage = d.paths.pauseImage(rec.dir);
+    const committed =
+      rec.state === "paused" ? await d.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;
+    if (rec.state === "paused" && (driver.isCompleteCheckpoint(rec.imageDir) || committed)) {
+      // A lost local image is rebuilt from the repository on resume.
+      rec.imageDir ??= finalImage;
+      registry.add({ rec, op: Promise.resolve() });
+      report.paused.push(rec.id);
+      if (committed) d.repository.pinManifest(committed);
+      else d.pauses.commitLater(rec, rec.imageDir);
+      continue;
+    }
+    const slot =
+      rec.state === "running" && running.has(rec.runtimeId) && rec.slotIndex !== null && d.slots.exists(rec.slotIndex)
+        ? d.slots.describe(rec.slotIndex)
+        : undefined;
+    if (slot && (await runner.answers(slot.slotIp))) {
+      registry.add({ rec, slot, op: Promise.resolve() });
+      keepSlots.push(slot.index);
+      report.adopted.push(rec.id);
+      log.info({ sandboxID: rec.id }, "running sandbox adopted after restart");
+      continue;
+    }
+    if (rec.state === "running" && driver.isCompleteCheckpoint(finalImage)) {
+      // Died between committing its pause image and recording it: it is paused.
+      await driver.destroy(rec.runtimeId);
+      rec.state = "paused";
+      rec.imageDir = finalImage;
+      rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
+      rec.slotIndex = null;
+      store.put(rec);
+      registry.add({ rec, op: Promise.resolve() });
+      report.paused.push(rec.id);
+      continue;
+    }
+    log.warn({ sandboxID: rec.id, state: rec.state }, "sandbox did not survive the server restart; cleaning up");
+    await driver.destroy(rec.runtimeId);
+    rmSync(rec.dir, { recursive: true, force: true });
+    store.delete(rec.id);
+    report.cleanedUp.push(rec.id);
+  }
+  const liveRuntime = new Set(
+    registry
+      .all()
+      .filter((l) => l.rec.state === "running")
+      .map((l) => l.rec.runtimeId),
+  );
+  for (const id of await driver.list()) {
+    if (liveRuntime.has(id)) continue;
+    if (!known.has(id.slice(0, 21))) report.orphanedRuntime.push(id);
+    log.warn({ sandboxID: id }, "runtime sandbox without a live record; destroying");
+    await driver.destroy(id);
+  }
+  // Sandbox folders nobody owns, and transient fork captures, go.
+  const sdir = d.paths.sandboxes;
+  if (existsSync(sdir)) {
+    for (const name of readdirSync(sdir)) {
+      if (!registry.has(name)) rmSync(d.paths.sandbox(name), { recursive: true, force: true });
+    }
+  }
+  rmSync(d.paths.forks, { recursive: true, force: true });
+  await d.snapshots.recover();
+  return { report, keepSlots };
+}

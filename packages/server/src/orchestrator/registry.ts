@@ -1,0 +1,120 @@
+import { AtCapacityError, NotFoundError, ShuttingDownError } from "../errors.js";
+import type { Slot } from "../network/slots.js";
+import type { SandboxLaunch } from "../runtime/driver.js";
+import type { SandboxRecord } from "../state/store.js";
+
+/** A sandbox this node holds (running, paused, or on its way), with its in-memory state. */
+export interface Live {
+  rec: SandboxRecord;
+  slot?: Slot;
+  /** Serialises lifecycle operations on one sandbox. */
+  op: Promise<unknown>;
+  /** Bumped when a lifecycle operation is queued and when it ends (see Lifetimes.sweepDead). */
+  opEpoch?: number;
+  /** Lifecycle operations queued or running. */
+  opsPending?: number;
+  /** The pause/resume in flight, joined by identical concurrent calls. */
+  inflight?: { kind: "pause" | "resume"; p: Promise<unknown> };
+  /** Set while a capture is running: proxied traffic waits for it. */
+  gate?: Promise<unknown>;
+  /** Internal helper sandbox (template capture or build): never persisted or listed. */
+  ephemeral?: boolean;
+  /** Template builds: writable rootfs and staging mounts. */
+  launchExtras?: Pick<SandboxLaunch, "writableRootfs" | "readOnlyMounts">;
+}
+
+/**
+ * The core every lifecycle module shares: which sandboxes live here, one operation at a time
+ * per sandbox, and admission against the node's capacity.
+ */
+export class SandboxRegistry {
+  private readonly live = new Map<string, Live>();
+  private closing = false;
+
+  constructor(private readonly maxSandboxes: number) {}
+
+  get isClosing(): boolean {
+    return this.closing;
+  }
+
+  /** From now on, new work is refused (ShuttingDownError). */
+  close(): void {
+    this.closing = true;
+  }
+
+  assertOpen(): void {
+    if (this.closing) throw new ShuttingDownError("server is shutting down");
+  }
+
+  get(id: string): Live | undefined {
+    return this.live.get(id);
+  }
+
+  has(id: string): boolean {
+    return this.live.has(id);
+  }
+
+  add(l: Live): void {
+    this.live.set(l.rec.id, l);
+  }
+
+  remove(id: string): void {
+    this.live.delete(id);
+  }
+
+  all(): Live[] {
+    return [...this.live.values()];
+  }
+
+  /** A sandbox a client may act on: not being created or killed. */
+  mustGet(id: string): Live {
+    const l = this.live.get(id);
+    if (!l || l.rec.state === "killing" || l.rec.state === "creating") {
+      throw new NotFoundError(`sandbox '${id}' not found`);
+    }
+    return l;
+  }
+
+  /** What clients see: running and paused sandboxes. */
+  list(): SandboxRecord[] {
+    return this.all()
+      .map((l) => l.rec)
+      .filter((r) => r.state === "running" || r.state === "paused");
+  }
+
+  /** Admission: running and starting sandboxes count against the node's capacity. */
+  admit(): void {
+    let n = 0;
+    for (const l of this.live.values()) if (l.rec.state === "running" || l.rec.state === "creating") n++;
+    if (n >= this.maxSandboxes) {
+      throw new AtCapacityError(`node is at capacity (${this.maxSandboxes} sandboxes); kill or pause some first`);
+    }
+  }
+
+  /** Runs fn after every operation queued on this sandbox before it. */
+  enqueue<T>(l: Live, fn: () => Promise<T>): Promise<T> {
+    l.opEpoch = (l.opEpoch ?? 0) + 1;
+    l.opsPending = (l.opsPending ?? 0) + 1;
+    const p = l.op.then(fn, fn);
+    l.op = p
+      .catch(() => {})
+      .finally(() => {
+        l.opEpoch = (l.opEpoch ?? 0) + 1;
+        l.opsPending = (l.opsPending ?? 1) - 1;
+      });
+    return p;
+  }
+
+  /** Identical concurrent calls (two pauses, two resumes) share the operation in flight. */
+  joinOrRun<T>(l: Live, kind: "pause" | "resume", fn: () => Promise<T>): Promise<T> {
+    if (l.inflight?.kind === kind) return l.inflight.p as Promise<T>;
+    const p = this.enqueue(l, fn);
+    const entry = { kind, p };
+    l.inflight = entry;
+    const clear = () => {
+      if (l.inflight === entry) l.inflight = undefined;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+}

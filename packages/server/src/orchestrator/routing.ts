@@ -1,0 +1,41 @@
+import { NotFoundError, PausedError, UpstreamError } from "../errors.js";
+import type { SandboxRegistry } from "./registry.js";
+
+/**
+ * Where the proxy sends traffic for a sandbox: waits out captures and resumes in flight, and
+ * resumes a paused sandbox when its autoResume is on. Throws NotFoundError, PausedError or
+ * UpstreamError; the proxy turns them into answers.
+ */
+export async function routeTo(
+  registry: SandboxRegistry,
+  resume: (id: string) => Promise<unknown>,
+  id: string,
+): Promise<{ ip: string }> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const l = registry.get(id);
+    if (!l || l.rec.state === "killing" || l.rec.state === "creating") {
+      throw new NotFoundError(`sandbox '${id}' not found or not running`);
+    }
+    if (l.gate) {
+      await l.gate.catch(() => {});
+      continue;
+    }
+    if (l.inflight) {
+      await l.inflight.p.catch(() => {});
+      continue;
+    }
+    if (l.rec.state === "paused") {
+      if (!l.rec.autoResume) {
+        throw new PausedError(`sandbox '${id}' is paused; resume it (connect) or create it with autoResume`);
+      }
+      try {
+        await resume(id);
+      } catch (err) {
+        throw new UpstreamError(`auto-resume of sandbox '${id}' failed: ${(err as Error).message}`);
+      }
+      continue;
+    }
+    if (l.slot) return { ip: l.slot.slotIp };
+  }
+  throw new UpstreamError(`sandbox '${id}' is not reachable`);
+}

@@ -1,0 +1,188 @@
+import { randomBytes } from "node:crypto";
+import { mkdirSync, rmSync } from "node:fs";
+import { ENVD_QUIESCE_PATH, type EnvdInitBody } from "@aenv/protocol";
+import type { Logger } from "pino";
+import type { Slot, SlotPool } from "../network/slots.js";
+import type { NodePaths } from "../node-paths.js";
+import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
+import type { StateStore } from "../state/store.js";
+import { envdRequest, waitForEnvd } from "./envd-client.js";
+import type { Live, SandboxRegistry } from "./registry.js";
+
+/** Where a sandbox's memory and processes come from when it starts. */
+export type StartFrom = { kind: "boot" } | { kind: "image"; imageDir: string; oldToken?: string };
+
+/** envd's /init body: token, environment, default user and folder (the time is added here). */
+export type EnvdInit = Omit<EnvdInitBody, "timestamp">;
+
+// Generous: idle systrap sandboxes burn CPU, so a busy 2-core node can take a while.
+const ENVD_READY_TIMEOUT_MS = 60_000;
+
+/** Runtime IDs: the sandbox ID plus a per-start suffix, fixed length (runsc matches prefixes). */
+export function runtimeIdFor(sandboxId: string): string {
+  return `${sandboxId}-${randomBytes(3).toString("hex")}`;
+}
+
+export interface RunnerDeps {
+  driver: RuntimeDriver;
+  slots: SlotPool;
+  store: StateStore;
+  registry: SandboxRegistry;
+  paths: NodePaths;
+  resolvConf: string;
+  log: Logger;
+}
+
+/**
+ * Brings sandboxes up and down: a network slot, the runtime driver, envd ready and
+ * initialised; and captures (quiesce, then checkpoint). Removal of a stopped runtime sandbox
+ * finishes in the background, tracked so a resume or a shutdown can wait for it.
+ */
+export class SandboxRunner {
+  private readonly stoppedListeners: Array<(id: string) => void> = [];
+  /** Runtime removals still running in the background, by runtime ID. */
+  private readonly cleanups = new Map<string, Promise<void>>();
+
+  constructor(private readonly d: RunnerDeps) {}
+
+  get driver(): RuntimeDriver {
+    return this.d.driver;
+  }
+
+  /** Called whenever a sandbox stops running or is captured (the proxy drops its connections). */
+  onStopped(fn: (id: string) => void): void {
+    this.stoppedListeners.push(fn);
+  }
+
+  private notifyStopped(id: string): void {
+    for (const fn of this.stoppedListeners) fn(id);
+  }
+
+  private launch(live: Live, slot: Slot): SandboxLaunch {
+    const { rec } = live;
+    return {
+      ...live.launchExtras,
+      id: rec.runtimeId,
+      rootfs: rec.rootfs,
+      dir: this.d.paths.sandboxRun(rec.dir, rec.runtimeId),
+      netnsPath: slot.netnsPath,
+      cpuCount: rec.cpuCount,
+      memoryMB: rec.memoryMB,
+      hostname: "aenv",
+      runtimeDir: rec.runtimeDir,
+      resolvConf: this.d.resolvConf,
+    };
+  }
+
+  /**
+   * Gets a sandbox running in a fresh slot, booted or restored, and waits for envd. With an
+   * init body, envd is (re)initialised: new token, env, user (the old token authorises it).
+   */
+  async bring(live: Live, from: StartFrom, init: EnvdInit | undefined): Promise<void> {
+    const { rec } = live;
+    // Each start is a new runtime sandbox: the previous one may still be being removed.
+    rec.runtimeId = runtimeIdFor(rec.id);
+    mkdirSync(rec.dir, { recursive: true });
+    live.slot = await this.d.slots.acquire({ allowInternet: rec.allowInternet });
+    rec.slotIndex = live.slot.index;
+    if (!live.ephemeral) this.d.store.put(rec);
+    const launch = this.launch(live, live.slot);
+    if (from.kind === "boot") await this.d.driver.start(launch);
+    else await this.d.driver.restore(launch, from.imageDir);
+    const ip = live.slot.slotIp;
+    await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
+    if (init) {
+      const oldToken = from.kind === "image" ? from.oldToken : undefined;
+      const body: EnvdInitBody = { ...init, timestamp: new Date().toISOString() };
+      const r = await envdRequest(ip, "POST", "/init", {
+        body,
+        token: oldToken,
+      });
+      if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
+    }
+  }
+
+  /**
+   * Stops the runtime sandbox now; removing it (runtime state, slot reset, optionally the
+   * sandbox folder) finishes in the background.
+   */
+  async stopRuntime(live: Live, removeDir = false): Promise<void> {
+    const id = live.rec.runtimeId;
+    const slot = live.slot;
+    const dir = removeDir ? live.rec.dir : this.d.paths.sandboxRun(live.rec.dir, id);
+    this.notifyStopped(live.rec.id);
+    live.slot = undefined;
+    live.rec.slotIndex = null;
+    await this.d.driver.stop(id).catch(() => {});
+    const prev = this.cleanups.get(id) ?? Promise.resolve();
+    const done = prev
+      .then(() => this.d.driver.destroy(id))
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "runtime removal failed"))
+      .then(async () => {
+        if (slot) await this.d.slots.release(slot).catch(() => {});
+        rmSync(dir, { recursive: true, force: true });
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "sandbox folder not removed"))
+      .finally(() => {
+        if (this.cleanups.get(id) === done) this.cleanups.delete(id);
+      });
+    this.cleanups.set(id, done);
+  }
+
+  /** Stops it and removes its folder; with removeRecord, it is forgotten too. */
+  async remove(live: Live, removeRecord: boolean): Promise<void> {
+    await this.stopRuntime(live, true);
+    if (removeRecord && !live.ephemeral) {
+      this.d.store.delete(live.rec.id);
+      this.d.registry.remove(live.rec.id);
+    }
+  }
+
+  /** Resolves once the runtime sandbox is fully gone (its rootfs is free for other uses). */
+  removed(runtimeId: string): Promise<void> {
+    return this.cleanups.get(runtimeId) ?? Promise.resolve();
+  }
+
+  async allRemoved(): Promise<void> {
+    await Promise.all([...this.cleanups.values()]);
+  }
+
+  /** Whether envd in a slot answers (recovery: is a sandbox that survived a restart usable?). */
+  async answers(ip: string): Promise<boolean> {
+    try {
+      return (await envdRequest(ip, "GET", "/health", { timeoutMs: 2000 })).status === 204;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Before a capture: connections into the sandbox are cut (the proxy's), and envd closes
+   * its own, where the driver needs it (see RuntimeDriver.quiesceBeforeCheckpoint).
+   */
+  async quiesce(l: Live, token: string | undefined): Promise<void> {
+    this.notifyStopped(l.rec.id);
+    if (!l.slot || !this.d.driver.quiesceBeforeCheckpoint) return;
+    const r = await envdRequest(l.slot.slotIp, "POST", ENVD_QUIESCE_PATH, { token, timeoutMs: 5000 }).catch(
+      () => undefined,
+    );
+    if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
+    // Let envd's side of the closed connections settle before the capture.
+    await new Promise((res) => setTimeout(res, 20));
+  }
+
+  /** Checkpoints a running sandbox that keeps running; proxied traffic waits at the gate meanwhile. */
+  async capture(l: Live, imageDir: string): Promise<void> {
+    let open!: () => void;
+    l.gate = new Promise<void>((res) => (open = res));
+    try {
+      await this.quiesce(l, l.rec.envdToken);
+      rmSync(imageDir, { recursive: true, force: true });
+      mkdirSync(imageDir, { recursive: true });
+      await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: true });
+    } finally {
+      l.gate = undefined;
+      open();
+    }
+  }
+}

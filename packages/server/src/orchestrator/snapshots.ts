@@ -1,0 +1,272 @@
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import type { Logger } from "pino";
+import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
+import type { NodePaths } from "../node-paths.js";
+import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
+import { type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
+import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
+import { commitDir } from "../util/fsync.js";
+import type { SandboxRegistry } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+
+export interface SnapshotsDeps {
+  paths: NodePaths;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+  repository: SnapshotRepository;
+  checkpointKey: string;
+  log: Logger;
+}
+
+/** A checkpoint image made whole from a repository manifest (temp name, then rename). */
+export async function materializeImage(repository: SnapshotRepository, manifestId: string, imageDir: string) {
+  const tmp = `${imageDir}.tmp-${randomBytes(4).toString("hex")}`;
+  try {
+    await repository.materialize(manifestId, tmp);
+    commitDir(tmp, imageDir);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Snapshots: named captures of running sandboxes, usable as a templateID. Durable on this
+ * node first, then committed to the repository in the background, after which any server
+ * sharing it can start them. The repository is the catalog; node-local images are copies.
+ */
+export class Snapshots {
+  private readonly byId = new Map<string, SnapshotRecord>();
+  /** Commits still running, by snapshot ID. */
+  private readonly commits = new Map<string, Promise<void>>();
+
+  constructor(private readonly d: SnapshotsDeps) {}
+
+  /** After a restart: the repository's snapshots, and local ones whose commit had not finished. */
+  async recover(): Promise<void> {
+    // A manifest is written last, so every listed one is complete.
+    for (const m of await this.d.repository.list()) {
+      const rec = this.ofManifest(m);
+      if (rec) this.byId.set(m.id, rec);
+    }
+    const root = this.d.paths.snapshots;
+    if (!existsSync(root)) return;
+    const pending: SnapshotRecord[] = [];
+    for (const name of readdirSync(root)) {
+      const id = name.replace(/\.pending\.json$/, "");
+      if (id === name || this.byId.has(id) || !this.d.runner.driver.isCompleteCheckpoint(this.d.paths.snapshot(id))) {
+        continue;
+      }
+      try {
+        const rec = JSON.parse(readFileSync(this.d.paths.snapshotPending(id), "utf8")) as SnapshotRecord;
+        if (rec.id !== id) continue;
+        const local = { ...rec, imageDir: this.d.paths.snapshot(id) };
+        this.byId.set(id, local);
+        pending.push(local);
+      } catch {
+        // an unreadable record: the image is dropped below
+      }
+    }
+    for (const name of readdirSync(root)) {
+      const id = name.replace(/\.pending\.json$/, "");
+      if (!this.byId.has(id)) rmSync(`${root}/${name}`, { recursive: true, force: true });
+    }
+    for (const rec of pending) this.commit(rec);
+  }
+
+  /** By ID or name, among those this node knows. */
+  findLocal(ref: string): SnapshotRecord | undefined {
+    return this.byId.get(ref) ?? [...this.byId.values()].find((s) => s.names.includes(ref));
+  }
+
+  /**
+   * By ID or name: one this node knows (unless deleted elsewhere meanwhile), else, with
+   * `remote`, one another server sharing the repository committed.
+   */
+  async find(ref: string, opts: { remote: boolean } = { remote: true }): Promise<SnapshotRecord | undefined> {
+    const known = await this.stillCommitted(this.findLocal(ref));
+    if (known || !opts.remote) return known;
+    return this.findRemote(ref);
+  }
+
+  /** What GET /snapshots shows: this node's, and those others committed, less those deleted elsewhere. */
+  async list(): Promise<SnapshotRecord[]> {
+    const local = [...this.byId.values()].sort((a, b) => a.createdAt - b.createdAt);
+    const manifests = await this.d.repository.listFresh().catch(() => undefined);
+    if (!manifests) return local;
+    const inRepo = new Set(manifests.map((m) => m.id));
+    const out = local.filter((s) => !s.committed || inRepo.has(s.id));
+    const known = new Set(local.map((s) => s.id));
+    for (const m of manifests) {
+      const rec = known.has(m.id) ? undefined : this.ofManifest(m);
+      if (rec) out.push(rec);
+    }
+    return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+  }
+
+  usesTemplate(templateId: string): boolean {
+    for (const s of this.byId.values()) if (s.templateId === templateId) return true;
+    return false;
+  }
+
+  /** Captures a running sandbox (it keeps running); the repository commit follows in the background. */
+  async take(id: string, name: string | undefined): Promise<SnapshotRecord> {
+    const l = this.d.registry.mustGet(id);
+    if (name !== undefined && this.findLocal(name)) throw new ConflictError(`a snapshot named '${name}' exists`);
+    return this.d.registry.enqueue(l, async () => {
+      if (l.rec.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
+      const snapId = `snap_${randomBytes(8).toString("hex")}`;
+      const final = this.d.paths.snapshot(snapId);
+      const tmp = `${final}.tmp`;
+      mkdirSync(this.d.paths.snapshots, { recursive: true });
+      const t0 = Date.now();
+      let rec: SnapshotRecord;
+      try {
+        await this.d.runner.capture(l, tmp);
+        rec = this.record(l.rec, snapId, name, final, this.d.runner.driver.checkpointBytes(tmp));
+        // Durable on this node first (image, then its record); the repository commit follows
+        // in the background and is redone after a restart until it succeeds.
+        commitDir(tmp, final);
+        this.writePending(rec);
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+      this.byId.set(snapId, rec);
+      this.commit(rec);
+      this.d.log.info({ sandboxID: id, snapshotID: snapId, ms: Date.now() - t0 }, "snapshot taken");
+      return rec;
+    });
+  }
+
+  /** Makes sure the node-local copy of a snapshot exists, rebuilding it from the repository. */
+  async ensureLocal(snap: SnapshotRecord): Promise<void> {
+    const complete = () => this.d.runner.driver.isCompleteCheckpoint(snap.imageDir);
+    if (complete()) return;
+    try {
+      await materializeImage(this.d.repository, snap.id, snap.imageDir);
+    } catch (err) {
+      if (complete()) return; // a concurrent create won
+      throw new StartFailedError(`snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
+    }
+  }
+
+  async delete(ref: string): Promise<void> {
+    const s = this.findLocal(ref);
+    if (!s) throw new NotFoundError(`snapshot '${ref}' not found`);
+    this.byId.delete(s.id);
+    await this.commits.get(s.id);
+    await this.d.repository.delete(s.id);
+    rmSync(this.d.paths.snapshotPending(s.id), { force: true });
+    rmSync(s.imageDir, { recursive: true, force: true });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.commits.values()]);
+  }
+
+  private writePending(rec: SnapshotRecord): void {
+    const { imageDir: _local, ...data } = rec;
+    const file = this.d.paths.snapshotPending(rec.id);
+    writeFileSync(`${file}.tmp`, JSON.stringify(data));
+    renameSync(`${file}.tmp`, file);
+  }
+
+  /** Commits a snapshot's local image to the repository; other servers can use it after. */
+  private commit(rec: SnapshotRecord): void {
+    const { imageDir, committed: _c, uploadedBytes: _u, ...data } = rec;
+    const meta: SnapshotMeta = { kind: "snapshot", ...data };
+    const t0 = Date.now();
+    const p = this.d.repository
+      .commit(rec.id, imageDir, meta)
+      .then(({ stats }) => {
+        rec.uploadedBytes = stats.uploadedBytes;
+        rec.committed = true;
+        rmSync(this.d.paths.snapshotPending(rec.id), { force: true });
+        this.d.log.info({ snapshotID: rec.id, ...stats, ms: Date.now() - t0 }, "snapshot committed to the repository");
+      })
+      .catch((err) =>
+        this.d.log.warn(
+          { err, snapshotID: rec.id },
+          "snapshot not committed to the repository; retried at the next start",
+        ),
+      )
+      .finally(() => {
+        if (this.commits.get(rec.id) === p) this.commits.delete(rec.id);
+      });
+    this.commits.set(rec.id, p);
+  }
+
+  private record(
+    src: SandboxRecord,
+    snapId: string,
+    name: string | undefined,
+    imageDir: string,
+    sizeBytes: number,
+  ): SnapshotRecord {
+    return {
+      id: snapId,
+      names: [name ?? snapId],
+      sandboxId: src.id,
+      templateId: src.templateId,
+      alias: src.alias,
+      rootfs: src.rootfs,
+      runtimeDir: src.runtimeDir,
+      imageDir,
+      envdToken: src.envdToken,
+      envVars: src.envVars,
+      cpuCount: src.cpuCount,
+      memoryMB: src.memoryMB,
+      diskSizeMB: src.diskSizeMB,
+      sizeBytes,
+      createdAt: Date.now(),
+      imageKey: this.d.checkpointKey,
+    };
+  }
+
+  /**
+   * A snapshot this node knows may have been deleted through another server sharing the
+   * repository: its manifest decides. If the repository cannot be reached, the local copy is
+   * used.
+   */
+  private async stillCommitted(snap: SnapshotRecord | undefined): Promise<SnapshotRecord | undefined> {
+    if (!snap?.committed) return snap;
+    const m = await this.d.repository.get(snap.id).then(
+      (x) => x ?? null,
+      () => undefined,
+    );
+    if (m !== null) return snap;
+    this.d.log.info({ snapshotID: snap.id }, "snapshot was deleted from the repository elsewhere; forgetting it");
+    this.byId.delete(snap.id);
+    rmSync(snap.imageDir, { recursive: true, force: true });
+    return undefined;
+  }
+
+  /**
+   * A snapshot this node has not seen yet: another node sharing the repository committed it.
+   * Looked up by ID (one manifest read), then by name in a listing taken after this call.
+   */
+  private async findRemote(ref: string): Promise<SnapshotRecord | undefined> {
+    const adopt = (m: Manifest | undefined) => {
+      const local = m && this.ofManifest(m);
+      if (local) this.byId.set(local.id, local);
+      return local;
+    };
+    if (/^[A-Za-z0-9_.-]{1,128}$/.test(ref)) {
+      const byId = adopt(await this.d.repository.get(ref).catch(() => undefined));
+      if (byId) return byId;
+    }
+    for (const m of await this.d.repository.listFresh().catch(() => [])) {
+      const meta = snapshotMetaOf(m);
+      if (meta?.names.includes(ref)) return adopt(m);
+    }
+    return undefined;
+  }
+
+  /** A snapshot manifest's record as this node keeps it (undefined for other kinds). */
+  private ofManifest(m: Manifest): SnapshotRecord | undefined {
+    const meta = snapshotMetaOf(m);
+    if (!meta) return undefined;
+    const { kind: _k, ...rec } = meta;
+    return { ...rec, imageDir: this.d.paths.snapshot(m.id), committed: true };
+  }
+}

@@ -1,0 +1,57 @@
+import { existsSync } from "node:fs";
+import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.js";
+import type { SnapshotRecord } from "../state/store.js";
+import { type Template, type TemplateStore, usable } from "../storage/templates.js";
+import type { Snapshots } from "./snapshots.js";
+
+/** What a templateID names: a snapshot (restored) or a template (warm image or boot). */
+export type SandboxSource = { kind: "snapshot"; snap: SnapshotRecord } | { kind: "template"; tpl: Template };
+
+export interface SourcesDeps {
+  templates: TemplateStore;
+  snapshots: Snapshots;
+  /** Brings a template another server committed to the repository onto this node. */
+  fetchTemplate?: (ref: string) => Promise<Template | undefined>;
+  checkpointKey: string;
+}
+
+/**
+ * Turns a client's templateID (a template's ID, name or name:tag, or a snapshot's ID or name)
+ * into what a sandbox starts from, here or fetched from the shared repository; checks it can
+ * start on this node.
+ */
+export class Sources {
+  constructor(private readonly d: SourcesDeps) {}
+
+  async resolve(ref: string): Promise<SandboxSource> {
+    const localTpl = this.d.templates.get(ref);
+    // A template of this name here wins over a snapshot of the same name elsewhere.
+    const snap = await this.d.snapshots.find(ref, { remote: !localTpl });
+    if (snap) {
+      if (snap.imageKey && snap.imageKey !== this.d.checkpointKey) {
+        throw new InvalidRequestError(
+          `snapshot '${snap.id}' was taken on another runtime (${snap.imageKey}, here ${this.d.checkpointKey})`,
+        );
+      }
+      if (!existsSync(snap.rootfs)) {
+        throw new StartFailedError(`snapshot '${snap.id}' needs the template tree ${snap.rootfs}, not on this node`);
+      }
+      return { kind: "snapshot", snap };
+    }
+    const tpl = localTpl ?? (await this.fetchTemplate(ref));
+    if (!tpl) throw new NotFoundError(`template '${ref}' not found`);
+    if (!usable(tpl)) throw new InvalidRequestError(`template '${ref}' has no finished build yet (${tpl.buildStatus})`);
+    return { kind: "template", tpl };
+  }
+
+  private async fetchTemplate(ref: string): Promise<Template | undefined> {
+    if (!this.d.fetchTemplate) return undefined;
+    try {
+      return await this.d.fetchTemplate(ref);
+    } catch (err) {
+      throw new StartFailedError(
+        `template '${ref}' could not be fetched from the repository: ${(err as Error).message}`,
+      );
+    }
+  }
+}

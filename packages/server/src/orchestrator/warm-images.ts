@@ -1,0 +1,195 @@
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync } from "node:fs";
+import { dirname } from "node:path";
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import type { NodePaths } from "../node-paths.js";
+import { type Template, type TemplateStore, usable } from "../storage/templates.js";
+import { commitDir } from "../util/fsync.js";
+import { envdProcess } from "./envd-process.js";
+import { newSandboxId } from "./ids.js";
+import { newSandboxRecord } from "./records.js";
+import type { Live } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+import { runStartCommand } from "./start-command.js";
+
+/** Warm images are per revision: a tag can start an older build than the current one. */
+function revisionKey(tpl: Pick<Template, "id" | "revision">): string {
+  return `${tpl.id}-r${tpl.revision}`;
+}
+
+/** Marks a warm image used (prune goes by its age); best effort. */
+function touch(dir: string): void {
+  try {
+    const now = new Date();
+    utimesSync(dir, now, now);
+  } catch {
+    // Read-only or gone: the restore itself will say.
+  }
+}
+
+export interface WarmImagesDeps {
+  cfg: ServerConfig;
+  paths: NodePaths;
+  templates: TemplateStore;
+  runner: SandboxRunner;
+  /** Checkpoints restore only on a runtime with this key (driver build, platform, /.aenv). */
+  checkpointKey: string;
+  runtimeDir: string;
+  isClosing: () => boolean;
+  log: Logger;
+}
+
+/**
+ * A warm image is a template checkpointed right after boot (envd up, start command running,
+ * ready command passed): creating from it is a restore instead of a boot. Kept beside the
+ * templates, so every server on the host shares them.
+ */
+export class WarmImages {
+  private readonly ready = new Map<string, string>();
+  private readonly warming = new Map<string, Promise<void>>();
+
+  constructor(private readonly d: WarmImagesDeps) {}
+
+  private dirOf(tpl: Template): string {
+    return this.d.paths.warmImage(`${revisionKey(tpl)}-${this.d.checkpointKey}`);
+  }
+
+  /** The template's warm image when it has a complete one (marked used), else undefined. */
+  take(tpl: Template): string | undefined {
+    const dir = this.ready.get(revisionKey(tpl));
+    if (!dir || !this.d.runner.driver.isCompleteCheckpoint(dir)) return undefined;
+    touch(dir);
+    return dir;
+  }
+
+  /** A warm image that failed to restore is not used again until it is retaken. */
+  drop(tpl: Template): void {
+    this.ready.delete(revisionKey(tpl));
+  }
+
+  /** Every usable template gets one, at start, in the background; failures mean cold boots. */
+  async prepareAll(): Promise<void> {
+    try {
+      this.prune();
+    } catch (err) {
+      this.d.log.warn({ err }, "could not prune warm images");
+    }
+    for (const tpl of this.d.templates.list()) {
+      if (this.d.isClosing()) return;
+      if (!usable(tpl) || !tpl.warm) continue;
+      try {
+        await this.ensure(tpl);
+      } catch (err) {
+        this.d.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
+      }
+    }
+  }
+
+  /**
+   * Warm images of other runtime builds (an upgraded aenv, another platform) never restore
+   * here: one unused for `runtime.stale_warm_image_secs` is removed (a server still using it
+   * takes it again), as are captures a crash left half-written. Creates touch the image they
+   * restore, so its age is the time since it was last used.
+   */
+  prune(): void {
+    const dir = this.d.paths.warmImages;
+    if (!existsSync(dir)) return;
+    const now = Date.now();
+    for (const name of readdirSync(dir)) {
+      const p = this.d.paths.warmImage(name);
+      const st = statSync(p, { throwIfNoEntry: false });
+      if (!st?.isDirectory()) continue;
+      const idleS = (now - st.mtimeMs) / 1000;
+      const partial = /\.tmp-\d+$/.test(name);
+      const stale = partial
+        ? idleS > 3600
+        : !name.endsWith(`-${this.d.checkpointKey}`) && idleS > this.d.cfg.staleWarmImageS;
+      if (!stale) continue;
+      rmSync(p, { recursive: true, force: true });
+      this.d.log.info({ image: name, idleS: Math.round(idleS) }, "stale warm image removed");
+    }
+  }
+
+  /** Makes sure a template has a warm image for this runtime, capturing one if needed. */
+  async ensure(tpl: Template, onLog?: (line: string) => void): Promise<void> {
+    const dir = this.dirOf(tpl);
+    if (this.d.runner.driver.isCompleteCheckpoint(dir)) {
+      this.ready.set(revisionKey(tpl), dir);
+      return;
+    }
+    const t0 = Date.now();
+    try {
+      await this.capture(tpl, dir, onLog);
+    } catch (err) {
+      // Another server on this host may have committed the same image meanwhile.
+      if (!this.d.runner.driver.isCompleteCheckpoint(dir)) throw err;
+    }
+    this.ready.set(revisionKey(tpl), dir);
+    this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
+  }
+
+  /** After a cold boot: the next create from this template should be a restore. */
+  ensureInBackground(tpl: Template): void {
+    const key = revisionKey(tpl);
+    if (this.warming.has(key) || this.d.isClosing()) return;
+    const p = this.ensure(tpl)
+      .catch((err) => this.d.log.warn({ err, template: tpl.id }, "could not take a warm image"))
+      .finally(() => this.warming.delete(key));
+    this.warming.set(key, p);
+  }
+
+  /** Drops a deleted template's warm images. */
+  forget(templateId: string): void {
+    for (const k of [...this.ready.keys()]) if (k.startsWith(`${templateId}-r`)) this.ready.delete(k);
+    const dir = this.d.paths.warmImages;
+    if (!existsSync(dir)) return;
+    for (const name of readdirSync(dir)) {
+      if (name.startsWith(`${templateId}-r`)) rmSync(this.d.paths.warmImage(name), { recursive: true, force: true });
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.warming.values()]);
+  }
+
+  private async capture(tpl: Template, finalDir: string, onLog?: (line: string) => void): Promise<void> {
+    const id = newSandboxId();
+    const rec = newSandboxRecord(this.d.cfg, {
+      id,
+      dir: this.d.paths.sandbox(id),
+      templateId: tpl.id,
+      alias: tpl.name,
+      rootfs: tpl.rootfs,
+      runtimeDir: this.d.runtimeDir,
+      req: { templateID: tpl.id },
+      sizing: tpl,
+    });
+    const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
+    const runner = this.d.runner;
+    try {
+      // No token: the create that restores this image sets one.
+      await runner.bring(
+        live,
+        { kind: "boot" },
+        { envVars: tpl.env, defaultUser: tpl.user, defaultWorkdir: tpl.workdir },
+      );
+      if (live.slot) await runStartCommand(live.slot.slotIp, tpl, undefined, onLog);
+      // Run a login shell once so the image holds bash and its libraries in the sentry's
+      // page cache: the first command after every restore is then as fast as later ones.
+      if (live.slot) {
+        await envdProcess(live.slot.slotIp, { cmd: "/bin/bash", args: ["-l", "-c", "true"], timeoutMs: 30_000 }).catch(
+          () => undefined,
+        );
+      }
+      const tmp = `${finalDir}.tmp-${process.pid}`;
+      mkdirSync(dirname(finalDir), { recursive: true });
+      rmSync(tmp, { recursive: true, force: true });
+      mkdirSync(tmp, { recursive: true });
+      await runner.quiesce(live, undefined);
+      await runner.driver.checkpoint(rec.runtimeId, tmp, { leaveRunning: false });
+      commitDir(tmp, finalDir);
+    } finally {
+      await runner.remove(live, false);
+    }
+  }
+}
