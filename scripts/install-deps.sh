@@ -16,9 +16,10 @@ fi
 need=()
 # gcc + libc6-dev build the static PID-1 reaper (packages/envd/init); zstd compresses snapshot
 # chunks and unpacks zstd image layers; docker-registry + skopeo serve the image tests' registry,
-# busybox-static is the tiny image those tests build.
+# busybox-static is the tiny image those tests build; redis-server holds a cluster's state
+# (its tests start their own on a free port).
 for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps gcc libc6-dev zstd \
-  docker-registry skopeo busybox-static; do
+  docker-registry skopeo busybox-static redis-server; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 runsc_ok=0

@@ -97,7 +97,8 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     if (Date.now() > deadline) throw new Error(`aenv-server did not become ready:\n${out}`);
     await new Promise((r) => setTimeout(r, 100));
   }
-  const exited = () => new Promise<void>((r) => (proc.exitCode !== null ? r() : proc.once("exit", () => r())));
+  const exited = () =>
+    new Promise<void>((r) => (proc.exitCode !== null || proc.signalCode !== null ? r() : proc.once("exit", () => r())));
   const server: TestServer = {
     url,
     port,

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { NodePaths } from "./node-paths.js";
@@ -72,11 +73,24 @@ export interface ServerConfig {
   maxSandboxes: number;
   repository: RepositoryConfig;
   images: ImagesConfig;
+  /** Set when this node is part of a cluster (Redis-backed routes, placement, drain). */
+  cluster?: ClusterConfig;
   /** The config file read, if any. */
   configFile?: string;
 }
 
+export interface ClusterConfig {
+  /** redis://HOST:PORT */
+  redisUrl: string;
+  nodeId: string;
+  /** Where gateways reach this node (default http://LISTEN). */
+  advertiseUrl: string;
+}
+
 export interface CliArgs {
+  cluster?: string;
+  nodeId?: string;
+  advertiseUrl?: string;
   listen?: string;
   dataDir?: string;
   templatesDir?: string;
@@ -183,6 +197,9 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "repository.s3.force_path_style": "bool",
   "repository.commit_templates": "bool",
   "repository.pause_commit_delay_secs": "int",
+  "cluster.redis": "string",
+  "cluster.node_id": "string",
+  "cluster.advertise_url": "string",
   "cache.dir": "string",
   "cache.max_bytes": "size",
   "cache.cache_on_commit": "bool",
@@ -302,6 +319,23 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     commitTemplates: bool("AENV_COMMIT_TEMPLATES", "repository.commit_templates", true),
     pauseCommitDelayS: int("AENV_PAUSE_COMMIT_DELAY", "repository.pause_commit_delay_secs", 60),
   };
+  const redisUrl = args.cluster ?? str("AENV_CLUSTER", "cluster.redis");
+  let cluster: ClusterConfig | undefined;
+  if (redisUrl) {
+    if (!/^rediss?:\/\/[^\s]+$/.test(redisUrl))
+      throw new ConfigError(`--cluster expects redis://HOST:PORT, got "${redisUrl}"`);
+    const nodeId = args.nodeId ?? str("AENV_NODE_ID", "cluster.node_id") ?? hostname();
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(nodeId)) throw new ConfigError(`invalid node ID "${nodeId}"`);
+    const advertiseHost = host === "0.0.0.0" ? "127.0.0.1" : host;
+    cluster = {
+      redisUrl,
+      nodeId,
+      advertiseUrl:
+        args.advertiseUrl ?? str("AENV_ADVERTISE_URL", "cluster.advertise_url") ?? `http://${advertiseHost}:${port}`,
+    };
+    // A paused sandbox must be in the shared repository promptly for any node to resume it.
+    repository.pauseCommitDelayS = Math.min(repository.pauseCommitDelayS, 1);
+  }
 
   return {
     host,
@@ -332,6 +366,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
     },
+    ...(cluster ? { cluster } : {}),
     configFile,
   };
 }

@@ -8,6 +8,7 @@ import { BackendUnavailableError } from "./storage/repository/backend.js";
 const HELP = `aenv-server — E2B-compatible sandbox server on gVisor
 
 Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--templates-dir DIR] [--domain DOMAIN]
+                   [--cluster redis://HOST:PORT --node-id NAME [--advertise-url URL]]
        aenv-server gc [--dry-run] [--grace SECONDS]        garbage-collect the snapshot repository
        aenv-server import-template --name NAME IMAGE       a template from an image, offline
 
@@ -19,6 +20,10 @@ Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--temp
   --templates-dir  template root filesystems (default DATA/templates)
   --domain         returned to SDKs as 'domain'; ports are served at {port}-{id}.{domain}
                    (default localhost:PORT)
+  --cluster        join a cluster whose state is in this Redis (AENV_CLUSTER); SIGTERM then
+                   drains (pauses sandboxes into the shared repository) instead of killing
+  --node-id        this node's ID in the cluster (AENV_NODE_ID, default the host name)
+  --advertise-url  where gateways reach this node (AENV_ADVERTISE_URL, default http://LISTEN)
 
 Environment: AENV_API_KEY (else generated into DATA/secrets/api-key), AENV_RUNSC_PLATFORM
 (auto|systrap|ptrace), AENV_SLOT_CIDR (default 10.201.0.0/16), AENV_LOG_LEVEL.`;
@@ -50,6 +55,9 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       listen: { type: "string" },
+      cluster: { type: "string" },
+      "node-id": { type: "string" },
+      "advertise-url": { type: "string" },
       "data-dir": { type: "string" },
       "templates-dir": { type: "string" },
       domain: { type: "string" },
@@ -69,6 +77,9 @@ async function main(): Promise<void> {
       templatesDir: values["templates-dir"],
       domain: values.domain,
       config: values.config,
+      cluster: values.cluster,
+      nodeId: values["node-id"],
+      advertiseUrl: values["advertise-url"],
     });
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
@@ -95,8 +106,13 @@ async function main(): Promise<void> {
   const stop = async (sig: string) => {
     if (stopping) return;
     stopping = true;
-    log.info({ signal: sig }, "shutting down: killing sandboxes");
-    await server.close();
+    if (cfg.cluster) {
+      log.info({ signal: sig }, "draining: pausing sandboxes into the shared repository");
+      await server.drain().catch((err) => log.error({ err }, "drain failed"));
+    } else {
+      log.info({ signal: sig }, "shutting down: killing sandboxes");
+      await server.close();
+    }
     process.exit(0);
   };
   process.on("SIGTERM", () => void stop("SIGTERM"));

@@ -1,12 +1,15 @@
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
+import { Redis } from "ioredis";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
 import { TemplateBuilder } from "./builds/builder.js";
 import { ContextFiles } from "./builds/context-files.js";
 import { imageProvider } from "./builds/image-provider.js";
 import { TemplateSync } from "./builds/template-sync.js";
+import { NodeAgent } from "./cluster/node-agent.js";
+import { describeNode } from "./cluster/node-info.js";
 import type { ServerConfig } from "./config.js";
 import { SlotPool } from "./network/slots.js";
 import { NodePaths } from "./node-paths.js";
@@ -42,6 +45,11 @@ export interface RunningServer {
   recovery: RecoveryReport;
   warming: Promise<void>;
   close(): Promise<void>;
+  /**
+   * Cluster nodes stop by draining: no new placements, running sandboxes paused and committed
+   * to the shared repository, then the node leaves. A single node just closes.
+   */
+  drain(): Promise<void>;
 }
 
 export async function startServer(
@@ -68,6 +76,7 @@ export async function startServer(
   const sync = cfg.repository.commitTemplates
     ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
     : undefined;
+  const checkpointKey = `${runtime.checkpointKey}-${basename(runtimeDir)}`;
   const orch = new Orchestrator({
     cfg,
     paths,
@@ -80,7 +89,7 @@ export async function startServer(
     resolvConf: writeResolvConf(paths.resolvConf),
     repository,
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
-    checkpointKey: `${runtime.checkpointKey}-${basename(runtimeDir)}`,
+    checkpointKey,
     ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
   });
   const { report: recovery, keepSlots } = await orch.recover();
@@ -121,7 +130,20 @@ export async function startServer(
     log: log.child({ component: "builds" }),
   });
   let ready = false;
+  let draining = false;
+  const c = cfg.cluster;
+  const describe = c
+    ? () =>
+        describeNode(cfg, orch, templates, {
+          nodeId: c.nodeId,
+          url: c.advertiseUrl,
+          version: runtime.version,
+          checkpointKey,
+          draining,
+        })
+    : undefined;
   const app = buildApp({
+    ...(describe ? { nodes: () => [describe()] } : {}),
     orch,
     templates,
     builder,
@@ -141,19 +163,55 @@ export async function startServer(
   await app.fastify.listen({ host: cfg.host, port: cfg.port });
   const addr = app.fastify.server.address();
   const port = typeof addr === "object" && addr ? addr.port : cfg.port;
+  let agent: NodeAgent | undefined;
+  let redis: Redis | undefined;
+  if (cfg.cluster && describe) {
+    const c = cfg.cluster;
+    redis = new Redis(c.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
+    redis.on("error", (err) => log.warn({ err: err.message }, "redis"));
+    await redis.connect();
+    agent = new NodeAgent({
+      redis,
+      nodeId: c.nodeId,
+      describe,
+      owned: () => orch.list().map((r) => r.id),
+      log: log.child({ component: "cluster" }),
+    });
+    // Room freed by a kill is published at once, not at the next beat.
+    orch.onKilled((id) => {
+      const a = agent;
+      if (a)
+        void a
+          .forget(id)
+          .then(() => a.beat())
+          .catch(() => {});
+    });
+    await agent.start();
+    log.info({ nodeId: c.nodeId, url: c.advertiseUrl }, "joined the cluster");
+  }
   ready = true;
   // Pre-booted template images make creates restores; built in the background.
   const warming = orch.prepareWarmImages().catch((err) => log.error({ err }, "warm images failed"));
   log.info({ host: cfg.host, port, runtime, dataDir: cfg.dataDir, domain: cfg.domain }, "aenv-server ready");
-  return {
+  const running: RunningServer = {
     app,
     orch,
     url: `http://${cfg.host === "0.0.0.0" ? "127.0.0.1" : cfg.host}:${port}`,
     runtime,
     recovery,
     warming,
+    async drain() {
+      if (!agent) return running.close();
+      draining = true;
+      await agent.beat().catch(() => {});
+      const r = await orch.drain();
+      log.info(r, "drained: paused sandboxes resume on other nodes");
+      await running.close();
+    },
     async close() {
       ready = false;
+      await agent?.stop();
+      await redis?.quit().catch(() => {});
       if (gcTimer) clearInterval(gcTimer);
       await builder.close();
       await orch.close();
@@ -164,4 +222,5 @@ export async function startServer(
       store.close();
     },
   };
+  return running;
 }

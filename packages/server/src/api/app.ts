@@ -22,6 +22,8 @@ export interface AppOptions {
   domain: string;
   bodyLimitBytes: number;
   health: () => Record<string, unknown>;
+  /** A cluster node answers GET /nodes about itself. */
+  nodes?: () => unknown[];
 }
 
 export interface App {
@@ -87,6 +89,8 @@ export function buildApp(o: AppOptions): App {
     return reply.status(503).send({ code: 503, message: "starting", ...h });
   });
   fastify.get("/health/details", async () => o.health());
+  const nodes = o.nodes;
+  if (nodes) fastify.get("/nodes", async () => nodes());
   void fastify.register(sandboxRoutes, { orch: o.orch, builder: o.builder, ctx: { domain: o.domain } });
   void fastify.register(templateRoutes, {
     templates: o.templates,

@@ -1,3 +1,4 @@
+import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { NotFoundError } from "../errors.js";
@@ -57,6 +58,7 @@ export class Orchestrator {
   private readonly pauses: PauseResume;
   private readonly forker: Forker;
   private readonly lifetimes: Lifetimes;
+  private readonly killedListeners: Array<(id: string) => void> = [];
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
@@ -155,6 +157,7 @@ export class Orchestrator {
       l.rec.state = "killing";
       await this.runner.remove(l, true);
       if (wasPaused) this.pauses.forget(id);
+      for (const fn of this.killedListeners) fn(id);
       this.d.log.info({ sandboxID: id }, "sandbox killed");
     });
   }
@@ -163,9 +166,50 @@ export class Orchestrator {
     return this.pauses.pause(id);
   }
 
-  /** Resumes a paused sandbox, or extends a running one's TTL; says which. */
-  resume(id: string, timeoutS: number | undefined): Promise<{ rec: SandboxRecord; resumed: boolean }> {
+  /**
+   * Resumes a paused sandbox, or extends a running one's TTL; says which. In a cluster, a
+   * sandbox paused on another node is taken over from the shared repository first.
+   */
+  async resume(id: string, timeoutS: number | undefined): Promise<{ rec: SandboxRecord; resumed: boolean }> {
+    if (this.d.cfg.cluster && !this.registry.has(id)) {
+      this.registry.assertOpen();
+      await this.pauses.adopt(id, this.d.runtimeDir);
+    }
     return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t));
+  }
+
+  /**
+   * Leaving a cluster: no new work, every running sandbox paused, every pause image committed
+   * to the shared repository (any node resumes them on their next use), then local copies go.
+   */
+  async drain(): Promise<{ paused: string[]; failed: string[] }> {
+    this.registry.close();
+    this.lifetimes.stop();
+    const running = this.registry.all().filter((l) => l.rec.state === "running");
+    const failed: string[] = [];
+    await Promise.all(
+      running.map((l) =>
+        this.pause(l.rec.id).catch((err) => {
+          failed.push(l.rec.id);
+          this.d.log.error({ err, sandboxID: l.rec.id }, "drain: pause failed; the sandbox is lost with this node");
+        }),
+      ),
+    );
+    await this.pauses.flush();
+    const paused: string[] = [];
+    for (const l of this.registry.all().filter((x) => x.rec.state === "paused")) {
+      if (!(await this.pauses.committed(l.rec.id))) {
+        failed.push(l.rec.id);
+        continue;
+      }
+      // Another node owns it from now on: this one must not take it back after a restart.
+      this.d.store.delete(l.rec.id);
+      this.registry.remove(l.rec.id);
+      rmSync(l.rec.dir, { recursive: true, force: true });
+      paused.push(l.rec.id);
+    }
+    await this.close();
+    return { paused, failed };
   }
 
   setTimeout(id: string, timeoutS: number): void {
@@ -195,6 +239,11 @@ export class Orchestrator {
 
   onStopped(fn: (id: string) => void): void {
     this.runner.onStopped(fn);
+  }
+
+  /** Called when a sandbox is gone for good (killed, expired with autoPause off). */
+  onKilled(fn: (id: string) => void): void {
+    this.killedListeners.push(fn);
   }
 
   buildSandbox(opts: {

@@ -4,7 +4,7 @@ import type { ServerConfig } from "../config.js";
 import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, StateStore } from "../state/store.js";
-import { type PauseMeta, pauseManifestId } from "../storage/repository/manifest-kinds.js";
+import { type PauseMeta, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDir } from "../util/fsync.js";
 import { clampTimeoutS } from "./records.js";
@@ -178,5 +178,50 @@ export class PauseResume {
 
   close(): void {
     for (const t of this.timers.values()) clearTimeout(t);
+  }
+
+  /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
+  async flush(): Promise<void> {
+    for (const [id, timer] of this.timers) {
+      clearTimeout(timer);
+      this.timers.delete(id);
+      const l = this.d.registry.get(id);
+      if (l?.rec.state === "paused" && l.rec.imageDir) this.commitNow(l.rec, l.rec.imageDir);
+    }
+    await Promise.all([...this.commits.values()]);
+  }
+
+  /** Whether a paused sandbox's image is in the repository (any node can resume it). */
+  async committed(id: string): Promise<boolean> {
+    await this.commits.get(id);
+    return !!(await this.d.repository.get(pauseManifestId(id)).catch(() => undefined));
+  }
+
+  /**
+   * A sandbox paused on another node (gone, or drained) is taken over from its pause manifest:
+   * its record comes with it, its image is rebuilt from the repository when it resumes.
+   */
+  async adopt(id: string, runtimeDir: string): Promise<boolean> {
+    const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
+    const meta = m && pauseMetaOf(m);
+    if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
+    if (meta.imageKey !== this.d.checkpointKey) {
+      throw new StartFailedError(
+        `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
+      );
+    }
+    const dir = this.d.paths.sandbox(id);
+    const rec: SandboxRecord = {
+      ...meta.sandbox,
+      state: "paused",
+      dir,
+      imageDir: this.d.paths.pauseImage(dir),
+      slotIndex: null,
+      runtimeDir,
+    };
+    this.d.store.put(rec);
+    this.d.registry.add({ rec, op: Promise.resolve() });
+    this.d.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
+    return true;
   }
 }

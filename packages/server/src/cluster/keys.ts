@@ -1,0 +1,41 @@
+/**
+ * Every Redis key the cluster uses. Redis is a cache plus locks: all of it can be rebuilt
+ * from the nodes (heartbeats, ownership republished every beat) and the repository.
+ *
+ *   aenv:node:{nodeId}       JSON NodeInfo, expires unless the node beats (TTL 3 × interval)
+ *   aenv:nodes               set of node IDs ever seen (entries without a live key are dead)
+ *   aenv:sbx:{sandboxId}     the node that owns it (running or paused there)
+ *   aenv:reserved:{nodeId}   creates placed on the node and not yet answered (expires)
+ *   aenv:lock:{name}         short locks (a resume moving a sandbox to another node)
+ */
+export const NODE_TTL_MS = 6_000;
+export const HEARTBEAT_MS = 2_000;
+
+export const keys = {
+  node: (id: string) => `aenv:node:${id}`,
+  nodes: "aenv:nodes",
+  sandbox: (id: string) => `aenv:sbx:${id}`,
+  reserved: (nodeId: string) => `aenv:reserved:${nodeId}`,
+  lock: (name: string) => `aenv:lock:${name}`,
+};
+
+/** What a node publishes about itself every heartbeat (E2B's node shape is built from it). */
+export interface NodeInfo {
+  nodeID: string;
+  /** Where gateways reach its API and proxy. */
+  url: string;
+  status: "ready" | "draining";
+  /** Sandboxes running or starting, and the most it admits. */
+  sandboxCount: number;
+  capacity: number;
+  /** Paused sandboxes it holds. */
+  pausedCount: number;
+  allocatedCPU: number;
+  allocatedMemoryMiB: number;
+  /** Checkpoints restore only between nodes with the same key. */
+  checkpointKey: string;
+  version: string;
+  /** Template IDs with a local tree (placement prefers them). */
+  templates: string[];
+  updatedAt: number;
+}

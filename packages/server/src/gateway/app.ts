@@ -1,0 +1,407 @@
+import { timingSafeEqual } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
+import type { Redis } from "ioredis";
+import type { Logger } from "pino";
+import { decodeCursor, encodeCursor } from "../api/list-filter.js";
+import type { NodeInfo } from "../cluster/keys.js";
+import { resolveTarget } from "../proxy/target.js";
+import { ClusterView } from "./cluster-view.js";
+import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
+
+export interface GatewayOptions {
+  redis: Redis;
+  apiKey: string;
+  log: Logger;
+}
+
+/** API paths about one sandbox: routed to the node that owns it. */
+const SANDBOX_PATH = /^\/(?:v2\/)?sandboxes\/([^/?]+)(\/[^?]*)?(?:\?.*)?$/;
+
+function keyOk(req: IncomingMessage, apiKey: string): boolean {
+  const got = req.headers["x-api-key"];
+  if (typeof got !== "string") return false;
+  const a = Buffer.from(got);
+  const b = Buffer.from(apiKey);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** E2B's node shape for GET /nodes. */
+function nodeShape(n: NodeInfo) {
+  return {
+    nodeID: n.nodeID,
+    status: n.status,
+    sandboxCount: n.sandboxCount,
+    pausedCount: n.pausedCount,
+    capacity: n.capacity,
+    allocatedCPU: n.allocatedCPU,
+    allocatedMemoryMiB: n.allocatedMemoryMiB,
+    version: n.version,
+    url: n.url,
+  };
+}
+
+/**
+ * The cluster's one endpoint: the E2B API, envd traffic and the sandbox proxy, each request
+ * routed to the node that owns its sandbox; creates placed on a node with room; lists merged.
+ * Stateless: everything it knows is in Redis.
+ */
+export function buildGateway(o: GatewayOptions): FastifyInstance {
+  const view = new ClusterView(o.redis);
+  const log = o.log;
+  const unauthorized = (res: ServerResponse) =>
+    sendJson(res, 401, { code: 401, message: "invalid or missing API key (X-API-Key)" });
+
+  /** Where a sandbox's requests go; a paused sandbox whose node is gone moves on connect. */
+  const routeSandbox = async (req: IncomingMessage, res: ServerResponse, id: string, rest: string) => {
+    const owner = await view.owner(id);
+    const moving = req.method === "POST" && (rest === "/connect" || rest === "/resume");
+    if (owner.node && moving) {
+      // Its node may have died since its last heartbeat: then the sandbox moves (only a paused
+      // one can: the node that takes it over needs its pause image in the repository).
+      const body = await readBody(req);
+      let ans: Awaited<ReturnType<typeof call>>;
+      try {
+        ans = await call(owner.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
+      } catch (err) {
+        log.warn({ err: (err as Error).message, node: owner.node.nodeID, sandboxID: id }, "owner unreachable; moving");
+        return resumeElsewhere(req, res, id, body, owner.node.nodeID);
+      }
+      return relay(res, ans);
+    }
+    if (owner.node) {
+      if (req.method === "POST" && rest === "/fork") return fork(req, res, owner.node);
+      if (req.method === "DELETE" && !rest) {
+        res.on("finish", () => {
+          if (res.statusCode < 300) view.dropOwner(id).catch(() => {});
+        });
+      }
+      return forward(req, res, owner.node.url);
+    }
+    if (!moving) {
+      const why = owner.dead ? `its node '${owner.dead}' is down; connect to resume it elsewhere` : "not found";
+      return sendJson(res, 404, { code: 404, message: `sandbox '${id}' ${why}` });
+    }
+    return resumeElsewhere(req, res, id, await readBody(req), owner.dead);
+  };
+
+  /** A paused sandbox resumed on another node from the shared repository; one gateway at a time. */
+  const resumeElsewhere = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    id: string,
+    body: Buffer,
+    dead?: string,
+  ) => {
+    const unlock = await view.lock(`resume:${id}`, 120_000);
+    try {
+      // Another gateway may have moved it while this one waited for the lock.
+      const again = await view.owner(id);
+      if (again.node && again.node.nodeID !== dead) {
+        return relay(res, await call(again.node.url, "POST", req.url ?? "/", nodeHeaders(req), body));
+      }
+      // A node can die between its last heartbeat and this call: skip it and try another.
+      const exclude = dead ? [dead] : [];
+      for (;;) {
+        const r = await view.place({ exclude });
+        if (!r) return sendJson(res, 429, { code: 429, message: "no node has room to resume this sandbox" });
+        let ans: Awaited<ReturnType<typeof call>>;
+        try {
+          ans = await call(r.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
+        } catch (err) {
+          await r.release(false);
+          log.warn({ err: (err as Error).message, node: r.node.nodeID }, "node unreachable; trying another");
+          exclude.push(r.node.nodeID);
+          continue;
+        }
+        await r.release(ans.status < 300);
+        if (ans.status === 429 || ans.status === 503) {
+          exclude.push(r.node.nodeID);
+          continue;
+        }
+        if (ans.status < 300) await view.setOwner(id, r.node.nodeID);
+        return relay(res, ans);
+      }
+    } finally {
+      await unlock();
+    }
+  };
+
+  const fork = async (req: IncomingMessage, res: ServerResponse, node: NodeInfo) => {
+    const ans = await call(node.url, "POST", req.url ?? "/", nodeHeaders(req), await readBody(req));
+    if (ans.status < 300) {
+      try {
+        const children = JSON.parse(ans.body.toString()) as Array<{ sandbox?: { sandboxID: string } }>;
+        for (const c of children) if (c.sandbox) await view.setOwner(c.sandbox.sandboxID, node.nodeID);
+      } catch {
+        // not a list: passed on as it is
+      }
+    }
+    relay(res, ans);
+  };
+
+  const dispatch = async (req: IncomingMessage, res: ServerResponse, next: () => void) => {
+    const target = resolveTarget(req);
+    if (target) {
+      // Sandbox traffic: envd checks its own token; the node validates the port.
+      const owner = target.sandboxId ? await view.owner(target.sandboxId) : {};
+      if (!owner.node) {
+        return sendJson(res, 502, { code: 502, message: `sandbox '${target.sandboxId}' not found or not running` });
+      }
+      return forward(req, res, owner.node.url);
+    }
+    const m = SANDBOX_PATH.exec(req.url ?? "");
+    if (m) {
+      if (!keyOk(req, o.apiKey)) return unauthorized(res);
+      return routeSandbox(req, res, decodeURIComponent(m[1] as string), m[2] ?? "");
+    }
+    next();
+  };
+
+  const fastify = Fastify({
+    loggerInstance: log.child({ component: "gateway" }, { level: "warn" }) as FastifyBaseLogger,
+    requestTimeout: 0,
+    connectionTimeout: 0,
+    keepAliveTimeout: 75_000,
+    frameworkErrors: (err, _req, reply) => {
+      const status = err.statusCode ?? 400;
+      void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
+    },
+    serverFactory: (handler) => {
+      const server = createServer((req, res) => {
+        dispatch(req, res, () => handler(req, res)).catch((err) => {
+          log.error({ err, url: req.url }, "gateway request failed");
+          sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });
+        });
+      });
+      server.on("upgrade", (req: IncomingMessage, socket, head) => {
+        socket.on("error", () => socket.destroy());
+        const target = resolveTarget(req);
+        const fail = (status: number, message: string) => {
+          const body = JSON.stringify({ code: status, message });
+          socket.end(
+            `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+          );
+        };
+        if (!target?.sandboxId) return fail(404, "no sandbox in this upgrade request");
+        view.owner(target.sandboxId).then(
+          (owner) => (owner.node ? forwardUpgrade(req, socket, head, owner.node.url) : fail(502, "sandbox not found")),
+          (err: Error) => fail(502, `gateway error: ${err.message}`),
+        );
+      });
+      server.headersTimeout = 60_000;
+      server.requestTimeout = 0;
+      return server;
+    },
+  });
+
+  fastify.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
+    const status = typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502;
+    if (status >= 500) req.log.error({ err }, "gateway request failed");
+    void reply.status(status).send({ code: status, message: err.message });
+  });
+  fastify.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send({ code: 404, message: `no route ${req.method} ${req.url.split("?")[0]}` });
+  });
+  fastify.addHook("onRequest", async (req, reply) => {
+    if (req.url === "/health") return;
+    if (!keyOk(req.raw, o.apiKey)) {
+      return reply.status(401).send({ code: 401, message: "invalid or missing API key (X-API-Key)" });
+    }
+  });
+  // Bodies stay bytes: they are passed to a node as they came.
+  fastify.removeAllContentTypeParsers();
+  fastify.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
+
+  fastify.get("/health", async (_req, reply) => {
+    const pong = await o.redis.ping().catch(() => undefined);
+    return pong === "PONG"
+      ? reply.status(204).send()
+      : reply.status(503).send({ code: 503, message: "cannot reach Redis" });
+  });
+
+  fastify.get("/nodes", async () => (await view.nodes()).map(nodeShape));
+  fastify.get("/nodes/:nodeID", async (req, reply) => {
+    const n = await view.node((req.params as { nodeID: string }).nodeID);
+    if (!n) return reply.status(404).send({ code: 404, message: "node not found" });
+    return nodeShape(n);
+  });
+
+  // Creates: placed on a node with room, retried on another if that one turns out full.
+  const create = async (req: { raw: IncomingMessage; body: unknown; url: string }, reply: FastifyReply) => {
+    const body = Buffer.isBuffer(req.body) ? req.body : Buffer.from("");
+    let templateId: string | undefined;
+    try {
+      templateId = (JSON.parse(body.toString() || "{}") as { templateID?: string }).templateID;
+    } catch {
+      // the node answers malformed JSON itself
+    }
+    const exclude: string[] = [];
+    for (;;) {
+      const r = await view.place({ ...(templateId ? { templateId } : {}), exclude });
+      if (!r) return reply.status(429).send({ code: 429, message: "no node has room for another sandbox" });
+      let ans: Awaited<ReturnType<typeof call>>;
+      try {
+        ans = await call(r.node.url, "POST", req.url, nodeHeaders(req.raw), body);
+      } catch (err) {
+        await r.release(false);
+        log.warn({ err, node: r.node.nodeID }, "create failed on node; trying another");
+        exclude.push(r.node.nodeID);
+        continue;
+      }
+      await r.release(ans.status < 300);
+      if (ans.status === 429 || ans.status === 503) {
+        exclude.push(r.node.nodeID);
+        continue;
+      }
+      if (ans.status === 201) {
+        const id = (JSON.parse(ans.body.toString()) as { sandboxID?: string }).sandboxID;
+        if (id) await view.setOwner(id, r.node.nodeID);
+      }
+      return relayReply(reply, ans);
+    }
+  };
+  fastify.post("/sandboxes", create);
+  fastify.post("/v2/sandboxes", create);
+  fastify.post("/sandboxes-cold", create);
+
+  // Lists: every node's, merged, ordered and paginated here.
+  const fanOut = async (path: string, req: IncomingMessage) => {
+    const nodes = (await view.nodes()).filter((n) => n.url);
+    const missing: string[] = [];
+    const parts = await Promise.all(
+      nodes.map(async (n) => {
+        const items: unknown[] = [];
+        let token: string | undefined;
+        try {
+          for (let page = 0; page < 1000; page++) {
+            const sep = path.includes("?") ? "&" : "?";
+            const p = `${path}${sep}limit=100${token ? `&nextToken=${encodeURIComponent(token)}` : ""}`;
+            const ans = await call(n.url, "GET", p, nodeHeaders(req), undefined, 15_000);
+            if (ans.status !== 200) throw new Error(`status ${ans.status}: ${ans.body.toString().slice(0, 200)}`);
+            items.push(...(JSON.parse(ans.body.toString()) as unknown[]));
+            const next = ans.headers["x-next-token"];
+            token = typeof next === "string" && next ? next : undefined;
+            if (!token) break;
+          }
+        } catch (err) {
+          log.warn({ err, node: n.nodeID }, "node did not answer a list");
+          missing.push(n.nodeID);
+        }
+        return items;
+      }),
+    );
+    return { items: parts.flat(), missing };
+  };
+  const listQuery = (url: string, drop: string[]) => {
+    const u = new URL(url, "http://x");
+    for (const k of drop) u.searchParams.delete(k);
+    const qs = u.searchParams.toString();
+    return { path: `${u.pathname}${qs ? `?${qs}` : ""}`, params: new URL(url, "http://x").searchParams };
+  };
+  const page = <T>(items: T[], params: URLSearchParams, reply: FastifyReply): T[] => {
+    const limit = Math.min(100, Math.max(1, Number(params.get("limit") ?? 100) || 100));
+    const offset = decodeCursor(params.get("nextToken") ?? undefined);
+    if (offset + limit < items.length) void reply.header("x-next-token", encodeCursor(offset + limit));
+    return items.slice(offset, offset + limit);
+  };
+  const warnMissing = (reply: FastifyReply, missing: string[]) => {
+    if (missing.length) void reply.header("x-aenv-partial", `nodes not answering: ${missing.join(",")}`);
+  };
+
+  fastify.get("/v2/sandboxes", async (req, reply) => {
+    const { path, params } = listQuery(req.url, ["limit", "nextToken"]);
+    const { items, missing } = await fanOut(path, req.raw);
+    const desc = (params.get("order") ?? "desc") === "desc";
+    const all = (items as Array<{ startedAt: string; sandboxID: string }>).sort(
+      (a, b) => a.startedAt.localeCompare(b.startedAt) || a.sandboxID.localeCompare(b.sandboxID),
+    );
+    if (desc) all.reverse();
+    warnMissing(reply, missing);
+    return page(all, params, reply);
+  });
+  fastify.get("/sandboxes", async (req, reply) => {
+    const nodes = await view.nodes();
+    const missing: string[] = [];
+    const parts = await Promise.all(
+      nodes.map((n) =>
+        call(n.url, "GET", req.url, nodeHeaders(req.raw), undefined, 15_000)
+          .then((a) => (a.status === 200 ? (JSON.parse(a.body.toString()) as unknown[]) : Promise.reject(a.status)))
+          .catch(() => {
+            missing.push(n.nodeID);
+            return [] as unknown[];
+          }),
+      ),
+    );
+    warnMissing(reply, missing);
+    return parts.flat();
+  });
+  fastify.get("/snapshots", async (req, reply) => {
+    const { path, params } = listQuery(req.url, ["limit", "nextToken"]);
+    const { items, missing } = await fanOut(path, req.raw);
+    const seen = new Map<string, { snapshotID: string; createdAt: string }>();
+    for (const s of items as Array<{ snapshotID: string; createdAt: string }>) seen.set(s.snapshotID, s);
+    const all = [...seen.values()].sort(
+      (a, b) => a.createdAt.localeCompare(b.createdAt) || a.snapshotID.localeCompare(b.snapshotID),
+    );
+    warnMissing(reply, missing);
+    return page(all, params, reply);
+  });
+
+  // Everything else (templates, builds, snapshots by ID): templates and snapshots live in the
+  // shared repository, so one node answers for all. Builds stay on the first ready node, so
+  // a build's status polls reach the node that runs it.
+  const anyNode = async (req: { raw: IncomingMessage; body: unknown }, reply: FastifyReply) => {
+    const n = (await view.nodes()).find((x) => x.status === "ready");
+    if (!n) return reply.status(503).send({ code: 503, message: "no node is ready" });
+    const body = Buffer.isBuffer(req.body) ? req.body : undefined;
+    reply.hijack();
+    forward(req.raw, reply.raw, n.url, body ? { body } : {});
+  };
+  for (const method of ["GET", "POST", "DELETE", "PUT", "PATCH"] as const) {
+    fastify.route({ method, url: "/templates*", handler: anyNode });
+    fastify.route({ method, url: "/v2/templates*", handler: anyNode });
+    fastify.route({ method, url: "/v3/templates*", handler: anyNode });
+    fastify.route({ method, url: "/snapshots/*", handler: anyNode });
+  }
+  return fastify;
+}
+
+function nodeHeaders(req: IncomingMessage): Record<string, string> {
+  const h: Record<string, string> = {};
+  for (const k of ["x-api-key", "content-type", "authorization", "user-agent"]) {
+    const v = req.headers[k];
+    if (typeof v === "string") h[k] = v;
+  }
+  return h;
+}
+
+function readBody(req: IncomingMessage, max = 1024 * 1024): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    req.on("data", (c: Buffer) => {
+      n += c.length;
+      if (n > max) req.destroy(new Error("body too large"));
+      else chunks.push(c);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+function relay(res: ServerResponse, ans: Awaited<ReturnType<typeof call>>): void {
+  const headers: Record<string, string> = { "content-length": String(ans.body.length) };
+  for (const k of ["content-type", "x-next-token"]) {
+    const v = ans.headers[k];
+    if (typeof v === "string") headers[k] = v;
+  }
+  res.writeHead(ans.status, headers);
+  res.end(ans.body);
+}
+
+function relayReply(reply: FastifyReply, ans: Awaited<ReturnType<typeof call>>): FastifyReply {
+  const ct = ans.headers["content-type"];
+  if (typeof ct === "string") void reply.header("content-type", ct);
+  return reply.status(ans.status).send(ans.body);
+}
