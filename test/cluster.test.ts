@@ -18,6 +18,8 @@ let redis: ChildProcess;
 let redisUrl = "";
 let repo = "";
 const nodes = new Map<string, TestServer>();
+/** Each node's namespace prefix and slot range: a server cleans up only its own. */
+const nets = new Map<string, Record<string, string>>();
 const gateways: Array<{ url: string; proc: ChildProcess; logs: () => string }> = [];
 
 async function startRedis(port: number): Promise<ChildProcess> {
@@ -40,18 +42,19 @@ async function startRedis(port: number): Promise<ChildProcess> {
 let slot = 0;
 async function startNode(id: string, extraEnv: Record<string, string> = {}): Promise<TestServer> {
   const n = slot++;
+  const net = { AENV_NET_PREFIX: `aec${"abcdefgh"[n]}`, AENV_SLOT_CIDR: `10.${210 + n}.0.0/16` };
   const s = await startServer({
     env: {
       AENV_CLUSTER: redisUrl,
       AENV_NODE_ID: id,
       AENV_REPOSITORY_PATH: repo,
       AENV_GC_INTERVAL: "0",
-      AENV_NET_PREFIX: `aec${"abcdefgh"[n]}`,
-      AENV_SLOT_CIDR: `10.${210 + n}.0.0/16`,
+      ...net,
       ...extraEnv,
     },
   });
   nodes.set(id, s);
+  nets.set(id, net);
   return s;
 }
 
@@ -125,11 +128,8 @@ after(async () => {
     }),
   );
   // Crashed nodes leave runsc sandboxes: a plain server on each data dir cleans them up.
-  for (const s of nodes.values()) {
-    const again = await startServer({
-      dataDir: s.dataDir,
-      env: { AENV_NET_PREFIX: "aecz", AENV_SLOT_CIDR: "10.219.0.0/16" },
-    });
+  for (const [id, s] of nodes) {
+    const again = await startServer({ dataDir: s.dataDir, env: { ...nets.get(id) } });
     await again.stop();
     cleanupDataDir(s);
   }

@@ -52,6 +52,37 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   const unauthorized = (res: ServerResponse) =>
     sendJson(res, 401, { code: 401, message: "invalid or missing API key (X-API-Key)" });
 
+  /**
+   * Places a call on a node with room and makes it: a node that answers 429/503 or cannot be
+   * reached (it may have died since its last heartbeat) is skipped and another tried.
+   */
+  const placeAndCall = async (
+    placement: { templateId?: string; exclude?: string[] },
+    req: IncomingMessage,
+    body: Buffer,
+  ): Promise<{ node: NodeInfo; ans: Awaited<ReturnType<typeof call>> } | undefined> => {
+    const exclude = [...(placement.exclude ?? [])];
+    for (;;) {
+      const r = await view.place({ ...placement, exclude });
+      if (!r) return undefined;
+      let ans: Awaited<ReturnType<typeof call>>;
+      try {
+        ans = await call(r.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
+      } catch (err) {
+        await r.release(false);
+        log.warn({ err: (err as Error).message, node: r.node.nodeID }, "node unreachable; trying another");
+        exclude.push(r.node.nodeID);
+        continue;
+      }
+      await r.release(ans.status < 300);
+      if (ans.status === 429 || ans.status === 503) {
+        exclude.push(r.node.nodeID);
+        continue;
+      }
+      return { node: r.node, ans };
+    }
+  };
+
   /** Where a sandbox's requests go; a paused sandbox whose node is gone moves on connect. */
   const routeSandbox = async (req: IncomingMessage, res: ServerResponse, id: string, rest: string) => {
     const owner = await view.owner(id);
@@ -100,28 +131,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       if (again.node && again.node.nodeID !== dead) {
         return relay(res, await call(again.node.url, "POST", req.url ?? "/", nodeHeaders(req), body));
       }
-      // A node can die between its last heartbeat and this call: skip it and try another.
-      const exclude = dead ? [dead] : [];
-      for (;;) {
-        const r = await view.place({ exclude });
-        if (!r) return sendJson(res, 429, { code: 429, message: "no node has room to resume this sandbox" });
-        let ans: Awaited<ReturnType<typeof call>>;
-        try {
-          ans = await call(r.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
-        } catch (err) {
-          await r.release(false);
-          log.warn({ err: (err as Error).message, node: r.node.nodeID }, "node unreachable; trying another");
-          exclude.push(r.node.nodeID);
-          continue;
-        }
-        await r.release(ans.status < 300);
-        if (ans.status === 429 || ans.status === 503) {
-          exclude.push(r.node.nodeID);
-          continue;
-        }
-        if (ans.status < 300) await view.setOwner(id, r.node.nodeID);
-        return relay(res, ans);
-      }
+      const placed = await placeAndCall(dead ? { exclude: [dead] } : {}, req, body);
+      if (!placed) return sendJson(res, 429, { code: 429, message: "no node has room to resume this sandbox" });
+      if (placed.ans.status < 300) await view.setOwner(id, placed.node.nodeID);
+      return relay(res, placed.ans);
     } finally {
       await unlock();
     }
@@ -236,30 +249,13 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     } catch {
       // the node answers malformed JSON itself
     }
-    const exclude: string[] = [];
-    for (;;) {
-      const r = await view.place({ ...(templateId ? { templateId } : {}), exclude });
-      if (!r) return reply.status(429).send({ code: 429, message: "no node has room for another sandbox" });
-      let ans: Awaited<ReturnType<typeof call>>;
-      try {
-        ans = await call(r.node.url, "POST", req.url, nodeHeaders(req.raw), body);
-      } catch (err) {
-        await r.release(false);
-        log.warn({ err, node: r.node.nodeID }, "create failed on node; trying another");
-        exclude.push(r.node.nodeID);
-        continue;
-      }
-      await r.release(ans.status < 300);
-      if (ans.status === 429 || ans.status === 503) {
-        exclude.push(r.node.nodeID);
-        continue;
-      }
-      if (ans.status === 201) {
-        const id = (JSON.parse(ans.body.toString()) as { sandboxID?: string }).sandboxID;
-        if (id) await view.setOwner(id, r.node.nodeID);
-      }
-      return relayReply(reply, ans);
+    const placed = await placeAndCall(templateId ? { templateId } : {}, req.raw, body);
+    if (!placed) return reply.status(429).send({ code: 429, message: "no node has room for another sandbox" });
+    if (placed.ans.status === 201) {
+      const id = (JSON.parse(placed.ans.body.toString()) as { sandboxID?: string }).sandboxID;
+      if (id) await view.setOwner(id, placed.node.nodeID);
     }
+    return relayReply(reply, placed.ans);
   };
   fastify.post("/sandboxes", create);
   fastify.post("/v2/sandboxes", create);

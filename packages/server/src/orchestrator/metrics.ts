@@ -1,18 +1,10 @@
-import type { EnvdMetrics } from "@aenv/protocol";
+import type { EnvdMetrics, SandboxMetric as MetricSample } from "@aenv/protocol";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import { envdRequest } from "./envd-client.js";
 import type { Live } from "./registry.js";
 
-export interface SandboxMetric {
-  timestampUnix: number;
-  cpuCount: number;
-  cpuUsedPct: number;
-  memUsed: number;
-  memTotal: number;
-  memCache: number;
-  diskUsed: number;
-  diskTotal: number;
-}
+/** A sample as the orchestrator takes it; the API adds the ISO `timestamp`. */
+export type SandboxMetric = Omit<MetricSample, "timestamp">;
 
 /** One sample now: CPU and memory from the runtime, disk from envd (best effort). */
 export async function sampleMetrics(driver: RuntimeDriver, l: Live): Promise<SandboxMetric[]> {
