@@ -5,7 +5,7 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 
-const BENCHMARKS = ["run.ts", "lifecycle.ts", "templates.ts", "snapshots.ts", "pull.ts", "repository.ts"];
+const BENCHMARKS = ["run.ts", "lifecycle.ts", "templates.ts", "snapshots.ts", "pull.ts", "repository.ts", "cluster.ts"];
 
 function runOne(file: string): Promise<number> {
   return new Promise((resolve) => {

@@ -4,84 +4,19 @@
 // paused sandbox after its node is killed -9, drain on SIGTERM, two gateways racing to resume,
 // and capacity held under a burst.
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { Redis } from "ioredis";
+import { API_KEY, alive, TestCluster, via } from "./helpers/cluster.js";
 import { untilTrue } from "./helpers/sandbox.js";
-import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./helpers/server.js";
+import type { TestServer } from "./helpers/server.js";
 
-const API_KEY = "test-key-0123456789";
-let redis: ChildProcess;
-let redisUrl = "";
-let repo = "";
-const nodes = new Map<string, TestServer>();
-/** Each node's namespace prefix and slot range: a server cleans up only its own. */
-const nets = new Map<string, Record<string, string>>();
-const gateways: Array<{ url: string; proc: ChildProcess; logs: () => string }> = [];
-
-async function startRedis(port: number): Promise<ChildProcess> {
-  const p = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
-    stdio: "ignore",
-  });
-  for (let i = 0; i < 100; i++) {
-    const ok = await new Promise<boolean>((res) => {
-      const c = spawn("redis-cli", ["-p", String(port), "ping"], { stdio: ["ignore", "pipe", "ignore"] });
-      let out = "";
-      c.stdout.on("data", (d: Buffer) => (out += d.toString()));
-      c.on("exit", () => res(out.trim() === "PONG"));
-    });
-    if (ok) return p;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("redis-server did not start");
-}
-
-let slot = 0;
-async function startNode(id: string, extraEnv: Record<string, string> = {}): Promise<TestServer> {
-  const n = slot++;
-  const net = { AENV_NET_PREFIX: `aec${"abcdefgh"[n]}`, AENV_SLOT_CIDR: `10.${210 + n}.0.0/16` };
-  const s = await startServer({
-    env: {
-      AENV_CLUSTER: redisUrl,
-      AENV_NODE_ID: id,
-      AENV_REPOSITORY_PATH: repo,
-      AENV_GC_INTERVAL: "0",
-      ...net,
-      ...extraEnv,
-    },
-  });
-  nodes.set(id, s);
-  nets.set(id, net);
-  return s;
-}
-
-async function startGateway(): Promise<string> {
-  const port = await freePort();
-  const proc = spawn(
-    process.execPath,
-    [join(ROOT, "packages/server/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, "--cluster", redisUrl],
-    { env: { ...process.env, AENV_API_KEY: API_KEY, AENV_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 100; i++) {
-    const r = await fetch(`${url}/health`).catch(() => undefined);
-    if (r?.status === 204) {
-      gateways.push({ url, proc, logs: () => out });
-      return url;
-    }
-    await new Promise((res) => setTimeout(res, 100));
-  }
-  throw new Error(`gateway did not start:\n${out}`);
-}
-
-const alive = (s: TestServer) => s.proc.exitCode === null && s.proc.signalCode === null;
-const via = (url: string) => ({ apiUrl: url, sandboxUrl: url, apiKey: API_KEY });
+const cluster = new TestCluster();
+const nodes = cluster.nodes;
+const gateways = cluster.gateways;
+const startNode = (id: string, env: Record<string, string> = {}) => cluster.startNode(id, env);
+const ownerOf = (id: string) => cluster.ownerOf(id);
 
 async function gw(url: string, method: string, path: string, body?: unknown) {
   const r = await fetch(`${url}${path}`, {
@@ -93,49 +28,21 @@ async function gw(url: string, method: string, path: string, body?: unknown) {
   return { status: r.status, headers: r.headers, body: text ? (JSON.parse(text) as unknown) : undefined };
 }
 
-/** Which node owns a sandbox, as the cluster's Redis says. */
-async function ownerOf(id: string): Promise<string> {
-  const c = new Redis(redisUrl, { maxRetriesPerRequest: 5 });
-  try {
-    return (await c.get(`aenv:sbx:${id}`)) ?? "";
-  } finally {
-    c.disconnect();
-  }
-}
-
 async function untilCommitted(id: string): Promise<void> {
-  const file = join(repo, "manifests", `sbx-${id}.json`);
+  const file = join(cluster.repo, "manifests", `sbx-${id}.json`);
   for (let i = 0; i < 300 && !existsSync(file); i++) await new Promise((r) => setTimeout(r, 100));
   assert.ok(existsSync(file), `pause of ${id} committed to the repository`);
 }
 
 before(async () => {
-  const port = await freePort();
-  redisUrl = `redis://127.0.0.1:${port}`;
-  redis = await startRedis(port);
-  repo = mkdtempSync("/var/tmp/aenv-cluster-repo-");
+  await cluster.start();
   await startNode("node-a", { AENV_MAX_SANDBOXES: "4" });
   await startNode("node-b", { AENV_MAX_SANDBOXES: "4" });
-  await startGateway();
-  await startGateway();
+  await cluster.startGateway();
+  await cluster.startGateway();
 });
 
-after(async () => {
-  for (const g of gateways) g.proc.kill("SIGKILL");
-  await Promise.all(
-    [...nodes.values()].map(async (s) => {
-      if (alive(s)) await s.crash();
-    }),
-  );
-  // Crashed nodes leave runsc sandboxes: a plain server on each data dir cleans them up.
-  for (const [id, s] of nodes) {
-    const again = await startServer({ dataDir: s.dataDir, env: { ...nets.get(id) } });
-    await again.stop();
-    cleanupDataDir(s);
-  }
-  redis?.kill("SIGKILL");
-  rmSync(repo, { recursive: true, force: true });
-});
+after(() => cluster.close());
 
 describe("a cluster of nodes behind two gateways", () => {
   const [g1, g2] = [() => gateways[0]?.url as string, () => gateways[1]?.url as string];
@@ -260,10 +167,7 @@ describe("a cluster of nodes behind two gateways", () => {
 
   test("Redis restarted mid-run: nodes republish themselves and their sandboxes", async () => {
     const s = await Sandbox.create(via(g1()));
-    const port = Number(new URL(redisUrl).port);
-    redis.kill("SIGKILL");
-    await new Promise((r) => redis.once("exit", r));
-    redis = await startRedis(port);
+    await cluster.restartRedis();
     let nodesBack = 0;
     for (let i = 0; i < 100 && nodesBack === 0; i++) {
       const r = await gw(g2(), "GET", "/nodes").catch(() => undefined);

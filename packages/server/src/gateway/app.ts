@@ -166,7 +166,13 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const m = SANDBOX_PATH.exec(req.url ?? "");
     if (m) {
       if (!keyOk(req, o.apiKey)) return unauthorized(res);
-      return routeSandbox(req, res, decodeURIComponent(m[1] as string), m[2] ?? "");
+      let id: string;
+      try {
+        id = decodeURIComponent(m[1] as string);
+      } catch {
+        return sendJson(res, 400, { code: 400, message: "sandbox ID is not valid URL encoding" });
+      }
+      return routeSandbox(req, res, id, m[2] ?? "");
     }
     next();
   };

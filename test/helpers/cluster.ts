@@ -1,0 +1,135 @@
+// A real cluster for tests and benchmarks: redis-server on a free port, aenv-server nodes with
+// their own data dirs, namespace prefixes and slot ranges over one shared repository, and
+// aenv-gateway processes.
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./server.js";
+
+export const API_KEY = "test-key-0123456789";
+
+export interface Gateway {
+  url: string;
+  proc: ChildProcess;
+  logs: () => string;
+}
+
+export const alive = (s: TestServer) => s.proc.exitCode === null && s.proc.signalCode === null;
+export const via = (url: string) => ({ apiUrl: url, sandboxUrl: url, apiKey: API_KEY });
+
+export async function startRedis(port: number): Promise<ChildProcess> {
+  const p = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
+    stdio: "ignore",
+  });
+  const c = new Redis(port, "127.0.0.1", { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  c.on("error", () => {});
+  try {
+    for (let i = 0; i < 100; i++) {
+      if (
+        await c.connect().then(
+          () => true,
+          () => false,
+        )
+      ) {
+        if ((await c.ping().catch(() => "")) === "PONG") return p;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    c.disconnect();
+  }
+  throw new Error("redis-server did not start");
+}
+
+/** Nodes, gateways and Redis of one cluster; `close()` removes everything it started. */
+export class TestCluster {
+  readonly nodes = new Map<string, TestServer>();
+  readonly gateways: Gateway[] = [];
+  /** Each node's namespace prefix and slot range: a server cleans up only its own. */
+  private readonly nets = new Map<string, Record<string, string>>();
+  private slot = 0;
+  redis!: ChildProcess;
+  redisUrl = "";
+  repo = "";
+
+  constructor(private readonly prefix = "aec") {}
+
+  async start(): Promise<void> {
+    const port = await freePort();
+    this.redisUrl = `redis://127.0.0.1:${port}`;
+    this.redis = await startRedis(port);
+    this.repo = mkdtempSync("/var/tmp/aenv-cluster-repo-");
+  }
+
+  async restartRedis(): Promise<void> {
+    const port = Number(new URL(this.redisUrl).port);
+    this.redis.kill("SIGKILL");
+    await new Promise((r) => this.redis.once("exit", r));
+    this.redis = await startRedis(port);
+  }
+
+  async startNode(id: string, extraEnv: Record<string, string> = {}): Promise<TestServer> {
+    const n = this.slot++;
+    const net = { AENV_NET_PREFIX: `${this.prefix}${"abcdefgh"[n]}`, AENV_SLOT_CIDR: `10.${210 + n}.0.0/16` };
+    const s = await startServer({
+      env: {
+        AENV_CLUSTER: this.redisUrl,
+        AENV_NODE_ID: id,
+        AENV_REPOSITORY_PATH: this.repo,
+        AENV_GC_INTERVAL: "0",
+        ...net,
+        ...extraEnv,
+      },
+    });
+    this.nodes.set(id, s);
+    this.nets.set(id, net);
+    return s;
+  }
+
+  async startGateway(): Promise<string> {
+    const port = await freePort();
+    const proc = spawn(
+      process.execPath,
+      [join(ROOT, "packages/server/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, "--cluster", this.redisUrl],
+      { env: { ...process.env, AENV_API_KEY: API_KEY, AENV_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+    proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
+    const url = `http://127.0.0.1:${port}`;
+    for (let i = 0; i < 100; i++) {
+      const r = await fetch(`${url}/health`).catch(() => undefined);
+      if (r?.status === 204) {
+        this.gateways.push({ url, proc, logs: () => out });
+        return url;
+      }
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    throw new Error(`gateway did not start:\n${out}`);
+  }
+
+  /** Which node owns a sandbox, as the cluster's Redis says ("" for none). */
+  async ownerOf(id: string): Promise<string> {
+    const c = new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
+    try {
+      return (await c.get(`aenv:sbx:${id}`)) ?? "";
+    } finally {
+      c.disconnect();
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const g of this.gateways) g.proc.kill("SIGKILL");
+    await Promise.all([...this.nodes.values()].map(async (s) => (alive(s) ? s.crash() : undefined)));
+    // Crashed nodes leave runsc sandboxes and namespaces: a plain server on each data dir, with
+    // the node's own prefix, cleans them up.
+    for (const [id, s] of this.nodes) {
+      const again = await startServer({ dataDir: s.dataDir, env: { ...this.nets.get(id) } });
+      await again.stop();
+      cleanupDataDir(s);
+    }
+    this.redis?.kill("SIGKILL");
+    if (this.repo) rmSync(this.repo, { recursive: true, force: true });
+  }
+}
