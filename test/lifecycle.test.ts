@@ -13,6 +13,7 @@ const srv = serverForFile({ env: { AENV_DEAD_CHECK_INTERVAL: "0.3" } });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The counter's value; it is written to a temp file and renamed, so a read never sees it half-written. */
 async function counter(s: Sandbox): Promise<number> {
   return Number((await s.commands.run("cat /tmp/count")).stdout.trim());
 }
@@ -22,10 +23,13 @@ describe("pause and resume", () => {
     const s = await Sandbox.create({ timeoutMs: 120_000 });
     try {
       // A counter that lives only in a process's memory, written out on each tick.
-      await s.commands.run("bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done'", {
-        background: true,
-        timeoutMs: 0,
-      });
+      await s.commands.run(
+        "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'",
+        {
+          background: true,
+          timeoutMs: 0,
+        },
+      );
       await s.files.write("/home/user/keep.txt", "kept across pause");
       // Serves a folder of its own: /tmp/count is rewritten 5 times a second, and a file
       // truncated while python sends it is a response cut short, whatever the proxy does.
@@ -221,10 +225,13 @@ describe("fork", () => {
       const kids: Sandbox[] = [];
       try {
         await p.files.write("/home/user/inherited.txt", "from parent");
-        await p.commands.run("bash -c 'i=100; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done'", {
-          background: true,
-          timeoutMs: 0,
-        });
+        await p.commands.run(
+          "bash -c 'i=100; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'",
+          {
+            background: true,
+            timeoutMs: 0,
+          },
+        );
         await untilTrue(p, "test -s /tmp/count");
         const forked = await p.fork({ count: n } as never);
         for (const f of forked as unknown as Array<Sandbox | Error>) {

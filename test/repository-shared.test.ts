@@ -96,11 +96,17 @@ describe("a repository shared by two servers", () => {
         snapshotID: string;
       };
       snapshotId = taken.snapshotID;
-      // B looks the name up while A still commits (a miss: a listing without it)...
-      assert.equal((await b.api("POST", "/sandboxes", { templateID: "shared-snap" })).status, 404);
+      // B asks for the name while A may still be committing: it waits for the commit (the
+      // snapshot was announced) and starts it, never a 404...
+      const during = await b.api("POST", "/sandboxes", { templateID: "shared-snap" });
+      assert.equal(during.status, 201, JSON.stringify(during.body));
+      assert.equal(
+        (await b.api("DELETE", `/sandboxes/${(during.body as { sandboxID: string }).sandboxID}`)).status,
+        204,
+      );
       const first = await untilCommitted(a, snapshotId);
       assert.ok(first.uploadedBytes > 10_000_000, `first snapshot uploaded ${first.uploadedBytes}`);
-      // ...and finds it the moment the commit is done: never a 404 from that older listing.
+      // ...and again the moment the commit is done.
       const atOnce = await Sandbox.create("shared-snap", on(b));
       assert.equal((await atOnce.commands.run("cat /home/user/note.txt")).stdout, "one\n");
       await atOnce.kill();
@@ -122,6 +128,29 @@ describe("a repository shared by two servers", () => {
     }
     const byName = await Sandbox.create("shared-snap", on(b));
     await byName.kill();
+  });
+
+  test("a snapshot taken on A starts on B the moment A returns it (B waits for the commit)", async () => {
+    const src = await Sandbox.create({ ...on(a), timeoutMs: 120_000 });
+    try {
+      await src.commands.run("head -c 8000000 /dev/urandom > /home/user/r.bin && echo instant > /home/user/i.txt");
+      const taken = await a.api("POST", `/sandboxes/${src.sandboxId}/snapshots`, { name: "instant-snap" });
+      assert.equal(taken.status, 201);
+      const id = (taken.body as { snapshotID: string }).snapshotID;
+      // No wait for the commit: by name and by ID, at once.
+      const [byName, byId] = await Promise.all([Sandbox.create("instant-snap", on(b)), Sandbox.create(id, on(b))]);
+      try {
+        assert.equal((await byName.commands.run("cat /home/user/i.txt")).stdout, "instant\n");
+        assert.equal((await byId.commands.run("stat -c %s /home/user/r.bin")).stdout.trim(), "8000000");
+      } finally {
+        await Promise.all([byName.kill(), byId.kill()]);
+      }
+      const pendingLeft = () => readdirSync(join(repo, "pending")).length;
+      for (let i = 0; i < 50 && pendingLeft() > 0; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(pendingLeft(), 0, "the announcement is withdrawn after the commit");
+    } finally {
+      await src.kill();
+    }
   });
 
   test("GET /snapshots shows what other servers committed; a deletion through one is seen by the other", async () => {

@@ -35,7 +35,7 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
   // Committed to the repository in the background: wait for it (the test removes the local copy).
   await untilCommitted(first, snap.snapshotId);
   const counter = await alive.commands.run(
-    "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done'",
+    "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.2; done'",
     {
       background: true,
       timeoutMs: 0,

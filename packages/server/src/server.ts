@@ -4,10 +4,6 @@ import { basename } from "node:path";
 import { Redis } from "ioredis";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
-import { TemplateBuilder } from "./builds/builder.js";
-import { ContextFiles } from "./builds/context-files.js";
-import { imageProvider } from "./builds/image-provider.js";
-import { TemplateSync } from "./builds/template-sync.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { describeNode } from "./cluster/node-info.js";
 import type { ServerConfig } from "./config.js";
@@ -21,7 +17,11 @@ import { SqliteStateStore } from "./state/sqlite-store.js";
 import { ImageStore } from "./storage/images/index.js";
 import { runGc } from "./storage/repository/chunk-repository.js";
 import { openRepository } from "./storage/repository/open.js";
-import { TemplateStore } from "./storage/templates.js";
+import { TemplateBuilder } from "./templates/builder.js";
+import { TemplateStore } from "./templates/catalog.js";
+import { ContextFiles } from "./templates/context-files.js";
+import { imageProvider } from "./templates/image-provider.js";
+import { TemplateSync } from "./templates/sync.js";
 
 /** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
 function writeResolvConf(file: string): string {

@@ -620,6 +620,25 @@ describe("node-local chunk cache", () => {
     );
   });
 
+  test("announced commits: listed until withdrawn, old ones ignored; waitFor sees the manifest when it lands", async () => {
+    const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
+    const repo = new ChunkRepository(b, { cache: newCache() });
+    const other = new ChunkRepository(b, { cache: newCache() });
+    await repo.announce("snap_p1", ["named"]);
+    assert.deepEqual(
+      (await other.announced()).map((a) => [a.id, a.names]),
+      [["snap_p1", ["named"]]],
+    );
+    assert.deepEqual(await other.announced(-1), [], "older than the bound: ignored");
+    assert.equal(await other.waitFor("snap_p1", 100), undefined, "nothing committed: undefined after the timeout");
+    const waiting = other.waitFor("snap_p1", 10_000);
+    await repo.commit("snap_p1", folder({ f: randomBytes(1000) }), {});
+    assert.equal((await waiting)?.id, "snap_p1");
+    await repo.withdraw("snap_p1");
+    assert.deepEqual(await other.announced(), []);
+    await assert.rejects(repo.announce("../x", []), /invalid/);
+  });
+
   test("a corrupted cache file is detected, dropped and fetched again; index survives a restart", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
     const dir = fresh("cache");

@@ -1,12 +1,12 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
-import type { TemplateBuilder } from "../builds/builder.js";
-import type { ContextFiles } from "../builds/context-files.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
 import { resolveTarget } from "../proxy/target.js";
-import type { TemplateStore } from "../storage/templates.js";
+import type { TemplateBuilder } from "../templates/builder.js";
+import type { TemplateStore } from "../templates/catalog.js";
+import type { ContextFiles } from "../templates/context-files.js";
 import { installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";

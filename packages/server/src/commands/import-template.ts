@@ -1,12 +1,12 @@
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import pino from "pino";
-import { importTemplate } from "../builds/import.js";
-import { TemplateSync } from "../builds/template-sync.js";
 import { loadConfig } from "../config.js";
 import { ImageStore } from "../storage/images/index.js";
 import { openRepository } from "../storage/repository/open.js";
-import { type Template, TemplateStore } from "../storage/templates.js";
+import { type Template, TemplateStore } from "../templates/catalog.js";
+import { importTemplate } from "../templates/import.js";
+import { TemplateSync } from "../templates/sync.js";
 
 const HELP = `aenv-server import-template — make a template from an image, offline (no server needed)
 

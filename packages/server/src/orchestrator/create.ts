@@ -3,7 +3,8 @@ import type { ServerConfig } from "../config.js";
 import { AenvError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, StateStore } from "../state/store.js";
-import type { Template } from "../storage/templates.js";
+import type { Template } from "../templates/catalog.js";
+import type { WarmImages } from "../templates/warm-images.js";
 import { newSandboxId } from "./ids.js";
 import { type CreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -11,7 +12,6 @@ import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
-import type { WarmImages } from "./warm-images.js";
 
 export interface CreateDeps {
   cfg: ServerConfig;

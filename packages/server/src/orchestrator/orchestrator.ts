@@ -7,7 +7,8 @@ import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
-import type { Template, TemplateStore } from "../storage/templates.js";
+import type { Template, TemplateStore } from "../templates/catalog.js";
+import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { Creator } from "./create.js";
 import { Forker, type ForkResult } from "./fork.js";
@@ -21,7 +22,6 @@ import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
-import { WarmImages } from "./warm-images.js";
 
 export type { CreateRequest, ForkResult, RecoveryReport, SandboxMetric };
 

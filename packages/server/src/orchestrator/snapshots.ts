@@ -10,6 +10,9 @@ import { commitDir } from "../util/fsync.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 
+/** How long a start waits for a snapshot another server is committing. */
+const COMMIT_WAIT_MS = 5 * 60_000;
+
 export interface SnapshotsDeps {
   paths: NodePaths;
   registry: SandboxRegistry;
@@ -71,7 +74,10 @@ export class Snapshots {
       const id = name.replace(/\.pending\.json$/, "");
       if (!this.byId.has(id)) rmSync(`${root}/${name}`, { recursive: true, force: true });
     }
-    for (const rec of pending) this.commit(rec);
+    for (const rec of pending) {
+      await this.d.repository.announce(rec.id, rec.names).catch(() => undefined);
+      this.commit(rec);
+    }
   }
 
   /** By ID or name, among those this node knows. */
@@ -132,6 +138,10 @@ export class Snapshots {
         rmSync(tmp, { recursive: true, force: true });
       }
       this.byId.set(snapId, rec);
+      // Usable everywhere as soon as this returns: other servers wait for the commit.
+      await this.d.repository
+        .announce(snapId, rec.names)
+        .catch((err) => this.d.log.warn({ err, snapshotID: snapId }, "snapshot commit not announced"));
       this.commit(rec);
       this.d.log.info({ sandboxID: id, snapshotID: snapId, ms: Date.now() - t0 }, "snapshot taken");
       return rec;
@@ -190,7 +200,9 @@ export class Snapshots {
           "snapshot not committed to the repository; retried at the next start",
         ),
       )
-      .finally(() => {
+      .finally(async () => {
+        // Committed, or failed (retried at the next start, announced again then).
+        await this.d.repository.withdraw(rec.id).catch(() => undefined);
         if (this.commits.get(rec.id) === p) this.commits.delete(rec.id);
       });
     this.commits.set(rec.id, p);
@@ -258,6 +270,14 @@ export class Snapshots {
     for (const m of await this.d.repository.listFresh().catch(() => [])) {
       const meta = snapshotMetaOf(m);
       if (meta?.names.includes(ref)) return adopt(m);
+    }
+    // Taken on another server a moment ago and still being committed: wait for it.
+    const pending = (await this.d.repository.announced().catch(() => [])).find(
+      (a) => a.id === ref || a.names.includes(ref),
+    );
+    if (pending) {
+      this.d.log.info({ snapshotID: pending.id }, "waiting for another server's snapshot commit");
+      return adopt(await this.d.repository.waitFor(pending.id, COMMIT_WAIT_MS));
     }
     return undefined;
   }

@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.js";
 import type { SnapshotRecord } from "../state/store.js";
-import { type Template, type TemplateStore, usable } from "../storage/templates.js";
+import { type Template, type TemplateStore, usable } from "../templates/catalog.js";
 import type { Snapshots } from "./snapshots.js";
 
 /** What a templateID names: a snapshot (restored) or a template (warm image or boot). */

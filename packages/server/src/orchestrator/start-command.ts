@@ -1,4 +1,4 @@
-import type { Template } from "../storage/templates.js";
+import type { Template } from "../templates/catalog.js";
 import { envdProcess, type ProcessSpec } from "./envd-process.js";
 
 /** How long a template's ready command may take to pass (E2B: 10 min). */

@@ -16,9 +16,9 @@ import {
   TimeoutBody,
 } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { TemplateBuilder } from "../../builds/builder.js";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
+import type { TemplateBuilder } from "../../templates/builder.js";
 import { errorBody } from "../http-errors.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed, snapshotInfo } from "../serialize.js";

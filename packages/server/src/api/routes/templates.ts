@@ -3,12 +3,12 @@ import { ENVD_VERSION } from "@aenv/protocol";
 import { ListQuery, TemplateIdParams } from "@aenv/protocol/rest";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { TemplateBuilder } from "../../builds/builder.js";
-import type { ContextFiles } from "../../builds/context-files.js";
-import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../builds/spec.js";
 import { NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
-import type { Template, TemplateStore } from "../../storage/templates.js";
+import type { TemplateBuilder } from "../../templates/builder.js";
+import type { Template, TemplateStore } from "../../templates/catalog.js";
+import type { ContextFiles } from "../../templates/context-files.js";
+import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../templates/spec.js";
 import { paginate } from "../list-filter.js";
 
 /** E2B `Template`: the fields the SDK and CLIs read. */

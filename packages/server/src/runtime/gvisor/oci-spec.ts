@@ -1,4 +1,4 @@
-import { DEFAULT_PATH } from "../../storage/templates.js";
+import { DEFAULT_PATH } from "../../templates/catalog.js";
 import type { SandboxLaunch } from "../driver.js";
 
 /** Capabilities of a sandbox's root (gVisor is the boundary; this is Docker's default set + ptrace). */

@@ -9,9 +9,10 @@ import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
 import { forEachLimit } from "./concurrency.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256, sha256Fair } from "./hash.js";
-import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
+import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey, PENDING } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
 import {
+  type Announcement,
   type ChunkRef,
   CommitError,
   type CommitStats,
@@ -258,6 +259,43 @@ export class ChunkRepository implements SnapshotRepository {
       throw new Error(`manifest of '${id}' has version ${String(m.version)}; this aenv reads version 2`);
     }
     return m;
+  }
+
+  async announce(id: string, names: string[]): Promise<void> {
+    assertId(id);
+    const a: Announcement = { id, names, at: Date.now() };
+    await this.backend.put(`${PENDING}${id}.json`, Buffer.from(JSON.stringify(a)));
+  }
+
+  async withdraw(id: string): Promise<void> {
+    assertId(id);
+    await this.backend.delete(`${PENDING}${id}.json`);
+  }
+
+  async announced(maxAgeMs = 30 * 60_000): Promise<Announcement[]> {
+    const out: Announcement[] = [];
+    for await (const o of this.backend.list(PENDING)) {
+      if (Date.now() - o.modified.getTime() > maxAgeMs) continue;
+      const raw = await this.backend.get(o.key).catch(() => undefined);
+      try {
+        const a = raw && (JSON.parse(raw.toString()) as Partial<Announcement>);
+        if (a && typeof a.id === "string" && Array.isArray(a.names)) {
+          out.push({ id: a.id, names: a.names.filter((n): n is string => typeof n === "string"), at: a.at ?? 0 });
+        }
+      } catch {
+        // a marker being written: the next look reads it
+      }
+    }
+    return out;
+  }
+
+  async waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined> {
+    const deadline = Date.now() + timeoutMs;
+    for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
+      const m = await this.get(id).catch(() => undefined);
+      if (m || Date.now() > deadline) return m;
+      await new Promise((r) => setTimeout(r, delay));
+    }
   }
 
   /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */

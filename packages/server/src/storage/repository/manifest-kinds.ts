@@ -5,7 +5,7 @@
  * readers of it.
  */
 import type { SandboxRecord, SnapshotRecord } from "../../state/store.js";
-import type { TemplateData } from "../templates.js";
+import type { TemplateData } from "../../templates/catalog.js";
 import type { Manifest } from "./repository.js";
 
 export type SnapshotMeta = { kind: "snapshot" } & Omit<SnapshotRecord, "imageDir" | "committed" | "uploadedBytes">;

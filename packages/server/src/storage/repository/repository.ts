@@ -42,6 +42,13 @@ export interface CommitStats {
   durationMs: number;
 }
 
+export interface Announcement {
+  id: string;
+  names: string[];
+  /** When it was announced (ms since the epoch). */
+  at: number;
+}
+
 export interface SnapshotRepository {
   /** Stores every file of srcDir as chunks, then the manifest; visible only once complete. */
   commit(id: string, srcDir: string, meta: object): Promise<{ manifest: Manifest; stats: CommitStats }>;
@@ -60,6 +67,16 @@ export interface SnapshotRepository {
   /** Keeps a manifest's chunks in the node cache (a paused sandbox resumes without a fetch). */
   pinManifest(m: Manifest): void;
   unpin(id: string): void;
+  /**
+   * Says a commit of `id` is coming (a snapshot just taken): another server that misses the
+   * name waits for the manifest instead of answering 404. Withdrawn when the commit ends.
+   */
+  announce(id: string, names: string[]): Promise<void>;
+  withdraw(id: string): Promise<void>;
+  /** Commits announced and not withdrawn, newer than `maxAgeMs`. */
+  announced(maxAgeMs?: number): Promise<Announcement[]>;
+  /** The manifest once it exists, polling until `timeoutMs`; undefined after that. */
+  waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined>;
   /** Removes the manifest, then (by default) every chunk of it no other manifest references. */
   delete(id: string): Promise<void>;
 }

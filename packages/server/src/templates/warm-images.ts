@@ -3,14 +3,14 @@ import { dirname } from "node:path";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import { type Template, type TemplateStore, usable } from "../storage/templates.js";
+import { envdProcess } from "../orchestrator/envd-process.js";
+import { newSandboxId } from "../orchestrator/ids.js";
+import { newSandboxRecord } from "../orchestrator/records.js";
+import type { Live } from "../orchestrator/registry.js";
+import type { SandboxRunner } from "../orchestrator/runner.js";
+import { runStartCommand } from "../orchestrator/start-command.js";
 import { commitDir } from "../util/fsync.js";
-import { envdProcess } from "./envd-process.js";
-import { newSandboxId } from "./ids.js";
-import { newSandboxRecord } from "./records.js";
-import type { Live } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
-import { runStartCommand } from "./start-command.js";
+import { type Template, type TemplateStore, usable } from "./catalog.js";
 
 /** Warm images are per revision: a tag can start an older build than the current one. */
 function revisionKey(tpl: Pick<Template, "id" | "revision">): string {

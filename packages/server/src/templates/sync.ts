@@ -4,8 +4,8 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import type { Manifest } from "../storage/repository/repository.js";
-import type { Template, TemplateData, TemplateStore } from "../storage/templates.js";
 import { exec } from "../util/exec.js";
+import type { Template, TemplateData, TemplateStore } from "./catalog.js";
 
 const PREFIX = "tpl-";
 

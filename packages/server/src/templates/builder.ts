@@ -6,6 +6,8 @@ import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } fr
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
 import { newTemplateId } from "../orchestrator/ids.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { exec } from "../util/exec.js";
+import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
 import {
   DEFAULT_PATH,
   type Template,
@@ -13,14 +15,12 @@ import {
   type TemplateStore,
   usable,
   validTemplateName,
-} from "../storage/templates.js";
-import { exec } from "../util/exec.js";
-import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
+} from "./catalog.js";
 import type { ContextFiles } from "./context-files.js";
 import { inSandbox } from "./in-sandbox.js";
 import type { BuildStart, BuildStep, TemplateRequest } from "./spec.js";
 import { validateSteps } from "./spec.js";
-import type { TemplateSync } from "./template-sync.js";
+import type { TemplateSync } from "./sync.js";
 
 /** What a build needs from the image machinery: a tree and its config. */
 export interface ImageProvider {

@@ -1,4 +1,4 @@
-import type { BuildStatus } from "../storage/templates.js";
+import type { BuildStatus } from "./catalog.js";
 
 export interface LogEntry {
   timestamp: string;

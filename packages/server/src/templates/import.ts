@@ -2,7 +2,7 @@ import { lstatSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { newTemplateId } from "../orchestrator/ids.js";
 import type { ImageStore } from "../storage/images/index.js";
-import { DEFAULT_PATH, type Template, type TemplateStore, validTemplateName } from "../storage/templates.js";
+import { DEFAULT_PATH, type Template, type TemplateStore, validTemplateName } from "./catalog.js";
 import { imageProvider } from "./image-provider.js";
 
 /** Whether the tree has an account, reading its /etc/passwd only if that is a plain file. */
