@@ -5,6 +5,7 @@
 // and capacity held under a burst.
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
+import { request } from "node:http";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
@@ -179,6 +180,52 @@ describe("a cluster of nodes behind two gateways", () => {
     const c = await Sandbox.connect(s.sandboxId, via(g2()));
     assert.equal((await c.commands.run("echo back")).stdout, "back\n");
     await c.kill();
+  });
+
+  test("hostile input through a gateway: 4xx with the E2B body, the gateway keeps serving", async () => {
+    const g = g1();
+    const s = await Sandbox.create(via(g));
+    try {
+      const id = s.sandboxId;
+      const raw = async (path: string, headers: Record<string, string>, method = "GET", body?: string) => {
+        const r = await fetch(`${g}${path}`, { method, headers, body });
+        const b = (await r.json()) as { code: number; message: string };
+        assert.equal(b.code, r.status, `${method} ${path.slice(0, 60)}`);
+        assert.equal(typeof b.message, "string");
+        return r.status;
+      };
+      // Bad ports in all three routing forms, without a key: a 400, as on a node.
+      for (const port of ["65536", "0", "abc"]) {
+        assert.equal(await raw(`/proxy/${id}/${port}/`, {}), 400);
+        assert.equal(await raw("/", { "e2b-sandbox-id": id, "e2b-sandbox-port": port }), 400);
+      }
+      // fetch() will not send another Host: a plain request does.
+      const hostStatus = await new Promise<number>((resolve, reject) => {
+        const u = new URL(g);
+        const r = request(
+          { host: u.hostname, port: u.port, path: "/", headers: { host: `70000-${id}.sbx.localhost` } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
+        r.on("error", reject);
+        r.end();
+      });
+      assert.equal(hostStatus, 400);
+      // No key, malformed bodies, odd IDs.
+      assert.equal(await raw(`/sandboxes/${id}`, {}), 401);
+      const key = { "x-api-key": API_KEY, "content-type": "application/json" };
+      assert.equal(await raw("/v2/sandboxes", key, "POST", '{"templateID": "base",'), 400);
+      assert.equal(await raw("/v2/sandboxes", key, "POST", '{"templateID": 42}'), 400);
+      assert.equal(await raw(`/sandboxes/${"i".repeat(5000)}`, key), 404);
+      assert.equal(await raw("/sandboxes/..%2F..", key), 404);
+      assert.equal(await raw("/sandboxes/%zz/pause", key, "POST", "{}"), 400);
+      assert.equal((await fetch(`${g}/health`)).status, 204);
+      assert.equal((await s.commands.run("echo fine")).stdout, "fine\n");
+    } finally {
+      await s.kill();
+    }
   });
 
   test("a burst of creates never puts a node over its capacity", async () => {

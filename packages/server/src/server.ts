@@ -165,8 +165,7 @@ export async function startServer(
   const port = typeof addr === "object" && addr ? addr.port : cfg.port;
   let agent: NodeAgent | undefined;
   let redis: Redis | undefined;
-  if (cfg.cluster && describe) {
-    const c = cfg.cluster;
+  if (c && describe) {
     redis = new Redis(c.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
     redis.on("error", (err) => log.warn({ err: err.message }, "redis"));
     await redis.connect();

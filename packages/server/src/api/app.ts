@@ -7,6 +7,7 @@ import { resolveTarget } from "../proxy/target.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";
+import { endWithError } from "../util/socket-error.js";
 import { installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
@@ -64,16 +65,13 @@ export function buildApp(o: AppOptions): App {
         if (target) proxy.handleUpgrade(req, socket, head, target);
         else {
           socket.on("error", () => socket.destroy());
-          socket.end("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+          endWithError(socket, 404, "no sandbox in this upgrade request");
         }
       });
       // Malformed requests from the network are answered 400 by Node and never reach us.
       server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
         if (socket.writable && err.code !== "ECONNRESET") {
-          const body = JSON.stringify({ code: 400, message: `bad request: ${err.code ?? err.message}` });
-          socket.end(
-            `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-          );
+          endWithError(socket, 400, `bad request: ${err.code ?? err.message}`);
         } else socket.destroy();
       });
       server.headersTimeout = 60_000;

@@ -5,7 +5,8 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
-import { resolveTarget } from "../proxy/target.js";
+import { resolveTarget, targetProblem } from "../proxy/target.js";
+import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
 
@@ -156,8 +157,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   const dispatch = async (req: IncomingMessage, res: ServerResponse, next: () => void) => {
     const target = resolveTarget(req);
     if (target) {
-      // Sandbox traffic: envd checks its own token; the node validates the port.
-      const owner = target.sandboxId ? await view.owner(target.sandboxId) : {};
+      // Sandbox traffic: envd checks its own token. A bad port is refused here as on a node.
+      const problem = targetProblem(target);
+      if (problem) return sendJson(res, 400, { code: 400, message: problem });
+      const owner = await view.owner(target.sandboxId);
       if (!owner.node) {
         return sendJson(res, 502, { code: 502, message: `sandbox '${target.sandboxId}' not found or not running` });
       }
@@ -196,13 +199,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       server.on("upgrade", (req: IncomingMessage, socket, head) => {
         socket.on("error", () => socket.destroy());
         const target = resolveTarget(req);
-        const fail = (status: number, message: string) => {
-          const body = JSON.stringify({ code: status, message });
-          socket.end(
-            `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-          );
-        };
-        if (!target?.sandboxId) return fail(404, "no sandbox in this upgrade request");
+        const fail = (status: number, message: string) => endWithError(socket, status, message);
+        if (!target) return fail(404, "no sandbox in this upgrade request");
+        const problem = targetProblem(target);
+        if (problem) return fail(400, problem);
         view.owner(target.sandboxId).then(
           (owner) => (owner.node ? forwardUpgrade(req, socket, head, owner.node.url) : fail(502, "sandbox not found")),
           (err: Error) => fail(502, `gateway error: ${err.message}`),

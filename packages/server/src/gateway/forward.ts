@@ -1,6 +1,7 @@
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
+import { endWithError } from "../util/socket-error.js";
 
 const HOP_BY_HOP = new Set([
   "connection",
@@ -144,10 +145,7 @@ export function forwardUpgrade(req: IncomingMessage, socket: Duplex, head: Buffe
   };
   upstream.on("error", (err) => {
     if (!connected && !socket.destroyed) {
-      const body = JSON.stringify({ code: 502, message: `node ${u.host} unreachable: ${err.message}` });
-      socket.end(
-        `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-      );
+      endWithError(socket, 502, `node ${u.host} unreachable: ${err.message}`);
       upstream.destroy();
       return;
     }

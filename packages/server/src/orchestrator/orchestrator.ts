@@ -181,6 +181,7 @@ export class Orchestrator {
   /**
    * Leaving a cluster: no new work, every running sandbox paused, every pause image committed
    * to the shared repository (any node resumes them on their next use), then local copies go.
+   * The caller closes the orchestrator afterwards.
    */
   async drain(): Promise<{ paused: string[]; failed: string[] }> {
     this.registry.close();
@@ -208,7 +209,6 @@ export class Orchestrator {
       rmSync(l.rec.dir, { recursive: true, force: true });
       paused.push(l.rec.id);
     }
-    await this.close();
     return { paused, failed };
   }
 

@@ -1,11 +1,12 @@
-import { Agent, type IncomingMessage, request, type ServerResponse, STATUS_CODES } from "node:http";
+import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { ENVD_PORT } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
-import { type ProxyTarget, upstreamHeaders, validPort } from "./target.js";
+import { endWithError } from "../util/socket-error.js";
+import { type ProxyTarget, targetProblem, upstreamHeaders } from "./target.js";
 
 export type RouteResult = { ip: string } | { status: number; message: string };
 
@@ -33,15 +34,6 @@ function sendError(res: ServerResponse, status: number, message: string): void {
   const body = JSON.stringify({ code: status, message });
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
-}
-
-/** The same E2B error body on a raw socket (an upgrade request has no ServerResponse). */
-function socketError(socket: Duplex, status: number, message: string): void {
-  if (socket.destroyed) return;
-  const body = JSON.stringify({ code: status, message });
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  );
 }
 
 /** Response headers a sandbox sent, as Node will accept them back; undefined when they are not. */
@@ -77,8 +69,8 @@ export class SandboxProxy {
 
   private async lookup(t: ProxyTarget): Promise<RouteResult> {
     try {
-      if (!t.sandboxId) throw new InvalidRequestError("proxy request needs a sandbox ID and a port");
-      if (!validPort(t.port)) throw new InvalidRequestError("sandbox port must be an integer from 1 to 65535");
+      const problem = targetProblem(t);
+      if (problem) throw new InvalidRequestError(problem);
       return await this.routes.route(t.sandboxId);
     } catch (err) {
       return lookupFailure(err, t.port);
@@ -191,13 +183,13 @@ export class SandboxProxy {
     try {
       const found = await this.lookup(t);
       if (!("ip" in found)) {
-        socketError(socket, found.status, found.message);
+        endWithError(socket, found.status, found.message);
         return;
       }
       this.upgrade(req, socket, head, t, found.ip);
     } catch (err) {
       this.log.error({ err, sandboxID: t.sandboxId, port: t.port }, "proxy upgrade failed");
-      socketError(socket, 502, `proxy error: ${(err as Error).message}`);
+      endWithError(socket, 502, `proxy error: ${(err as Error).message}`);
       socket.destroy();
     }
   }
@@ -228,7 +220,7 @@ export class SandboxProxy {
       this.log.debug({ err, sandboxID: t.sandboxId }, "upgrade upstream error");
       if (!connected) {
         answered = true;
-        socketError(socket, 502, `sandbox '${t.sandboxId}' port ${t.port} unreachable: ${err.message}`);
+        endWithError(socket, 502, `sandbox '${t.sandboxId}' port ${t.port} unreachable: ${err.message}`);
       }
       close();
     });

@@ -29,6 +29,13 @@ export function validPort(n: number): boolean {
   return Number.isInteger(n) && n >= 1 && n <= 65535;
 }
 
+/** Why a proxy target cannot be served, whatever the sandbox (a 400), or undefined. */
+export function targetProblem(t: ProxyTarget): string | undefined {
+  if (!t.sandboxId) return "proxy request needs a sandbox ID and a port";
+  if (!validPort(t.port)) return "sandbox port must be an integer from 1 to 65535";
+  return undefined;
+}
+
 /**
  * Which sandbox port a request is for, or undefined for control-plane requests. Order:
  * E2B routing headers (before any route matching: envd's /health collides with ours),

@@ -3,13 +3,14 @@ import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "
 import { basename, dirname, join } from "node:path";
 import { freshSingleFlight } from "../../util/fresh.js";
 import { fsyncDir } from "../../util/fsync.js";
+import { announce, announced, waitFor, withdraw } from "./announcements.js";
 import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
 import { forEachLimit } from "./concurrency.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256, sha256Fair } from "./hash.js";
-import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey, PENDING } from "./layout.js";
+import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
 import {
   type Announcement,
@@ -261,41 +262,20 @@ export class ChunkRepository implements SnapshotRepository {
     return m;
   }
 
-  async announce(id: string, names: string[]): Promise<void> {
-    assertId(id);
-    const a: Announcement = { id, names, at: Date.now() };
-    await this.backend.put(`${PENDING}${id}.json`, Buffer.from(JSON.stringify(a)));
+  announce(id: string, names: string[]): Promise<void> {
+    return announce(this.backend, id, names);
   }
 
-  async withdraw(id: string): Promise<void> {
-    assertId(id);
-    await this.backend.delete(`${PENDING}${id}.json`);
+  withdraw(id: string): Promise<void> {
+    return withdraw(this.backend, id);
   }
 
-  async announced(maxAgeMs = 30 * 60_000): Promise<Announcement[]> {
-    const out: Announcement[] = [];
-    for await (const o of this.backend.list(PENDING)) {
-      if (Date.now() - o.modified.getTime() > maxAgeMs) continue;
-      const raw = await this.backend.get(o.key).catch(() => undefined);
-      try {
-        const a = raw && (JSON.parse(raw.toString()) as Partial<Announcement>);
-        if (a && typeof a.id === "string" && Array.isArray(a.names)) {
-          out.push({ id: a.id, names: a.names.filter((n): n is string => typeof n === "string"), at: a.at ?? 0 });
-        }
-      } catch {
-        // a marker being written: the next look reads it
-      }
-    }
-    return out;
+  announced(maxAgeMs?: number): Promise<Announcement[]> {
+    return announced(this.backend, maxAgeMs);
   }
 
-  async waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined> {
-    const deadline = Date.now() + timeoutMs;
-    for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
-      const m = await this.get(id).catch(() => undefined);
-      if (m || Date.now() > deadline) return m;
-      await new Promise((r) => setTimeout(r, delay));
-    }
+  waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined> {
+    return waitFor((x) => this.get(x), id, timeoutMs);
   }
 
   /** Every manifest, oldest first; unreadable ones are skipped (get(id) says why). */

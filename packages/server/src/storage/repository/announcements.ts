@@ -1,0 +1,51 @@
+/**
+ * Commits announced before they land (`pending/<id>.json`): a snapshot is usable on every
+ * server the moment it is taken, because a server that misses it finds the announcement and
+ * waits for the manifest instead of answering 404.
+ */
+import type { RepositoryBackend } from "./backend.js";
+import { assertId, PENDING } from "./layout.js";
+import type { Announcement, Manifest } from "./repository.js";
+
+export async function announce(backend: RepositoryBackend, id: string, names: string[]): Promise<void> {
+  assertId(id);
+  const a: Announcement = { id, names, at: Date.now() };
+  await backend.put(`${PENDING}${id}.json`, Buffer.from(JSON.stringify(a)));
+}
+
+export async function withdraw(backend: RepositoryBackend, id: string): Promise<void> {
+  assertId(id);
+  await backend.delete(`${PENDING}${id}.json`);
+}
+
+/** Announcements newer than `maxAgeMs` (an older one is a commit that never ended). */
+export async function announced(backend: RepositoryBackend, maxAgeMs = 30 * 60_000): Promise<Announcement[]> {
+  const out: Announcement[] = [];
+  for await (const o of backend.list(PENDING)) {
+    if (Date.now() - o.modified.getTime() > maxAgeMs) continue;
+    const raw = await backend.get(o.key).catch(() => undefined);
+    try {
+      const a = raw && (JSON.parse(raw.toString()) as Partial<Announcement>);
+      if (a && typeof a.id === "string" && Array.isArray(a.names)) {
+        out.push({ id: a.id, names: a.names.filter((n): n is string => typeof n === "string"), at: a.at ?? 0 });
+      }
+    } catch {
+      // a marker being written: the next look reads it
+    }
+  }
+  return out;
+}
+
+/** The manifest once `get` finds it, polling with backoff until `timeoutMs`. */
+export async function waitFor(
+  get: (id: string) => Promise<Manifest | undefined>,
+  id: string,
+  timeoutMs: number,
+): Promise<Manifest | undefined> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
+    const m = await get(id).catch(() => undefined);
+    if (m || Date.now() > deadline) return m;
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
