@@ -1,8 +1,10 @@
 // A cluster, all real: redis-server, aenv-server nodes (own data dirs and slot ranges, one
 // shared posix_fs repository), two aenv-gateway processes, and the unmodified e2b SDK talking
 // only to the gateways. Spread, routing through either gateway, merged lists, resume of a
-// paused sandbox after its node is killed -9, drain on SIGTERM, two gateways racing to resume,
-// and capacity held under a burst.
+// paused sandbox after its node is killed -9 (and that node restarted), auto-resume by traffic
+// on another node, forks that spill over, snapshot starts placed where the snapshot is, drain
+// on SIGTERM, two gateways racing to resume, Redis restarted, hostile input, and capacity held
+// under 200 concurrent creates.
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { request } from "node:http";
@@ -114,13 +116,115 @@ describe("a cluster of nodes behind two gateways", () => {
     assert.equal(await ownerOf(s.sandboxId), other);
     assert.equal((await back.commands.run("cat /home/user/f.txt")).stdout, "kept\n");
     assert.equal((await back.commands.run(`pgrep -f 'sleep 100000'`)).stdout.trim(), pid, "the same process");
+    // The killed node comes back with its old copy of the pause: the repository's claim says
+    // another node resumed it, so it drops the copy and never takes the route back.
+    const again = await (nodes.get(home) as TestServer).restart();
+    nodes.set(home, again);
+    assert.match(again.logs(), /resumed on another node; local copy dropped/);
+    await new Promise((r) => setTimeout(r, 2500)); // a heartbeat of the restarted node
+    assert.equal(await ownerOf(s.sandboxId), other);
+    assert.equal((await again.api("GET", `/sandboxes/${s.sandboxId}`)).status, 404, "not held by the old node");
+    const listed = (await gw(g1(), "GET", "/v2/sandboxes")).body as Array<{ sandboxID: string }>;
+    assert.equal(listed.filter((x) => x.sandboxID === s.sandboxId).length, 1, "listed once");
+    assert.equal((await back.commands.run("echo still")).stdout, "still\n");
     await back.kill();
+  });
+
+  test("traffic to an autoResume sandbox whose node died resumes it on another node; without autoResume, 410", async () => {
+    // Both made on node-a directly (its heartbeat publishes their routes), so one crash takes both.
+    const direct = via((nodes.get("node-a") as TestServer).url);
+    const on = await Sandbox.create({ ...direct, lifecycle: { onTimeout: "pause", autoResume: true } } as never);
+    const off = await Sandbox.create(direct);
+    await on.commands.run("echo auto > /home/user/a.txt");
+    await on.pause();
+    await off.pause();
+    await untilCommitted(on.sandboxId);
+    await untilCommitted(off.sandboxId);
+    for (let i = 0; i < 50 && (await ownerOf(off.sandboxId)) !== "node-a"; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    assert.equal(await ownerOf(on.sandboxId), "node-a");
+    await (nodes.get("node-a") as TestServer).crash();
+    // Plain traffic to envd through a gateway, no API call: resumed on node-b first.
+    const r = await fetch(`${g2()}/proxy/${on.sandboxId}/49983/health`);
+    assert.ok(r.status < 300, `envd answered ${r.status}: ${await r.text()}`);
+    assert.equal(await ownerOf(on.sandboxId), "node-b");
+    const c = await Sandbox.connect(on.sandboxId, via(g1()));
+    assert.equal((await c.commands.run("cat /home/user/a.txt")).stdout, "auto\n");
+    const r2 = await fetch(`${g1()}/proxy/${off.sandboxId}/49983/health`);
+    assert.equal(r2.status, 410, "without autoResume traffic does not resume it");
+    assert.match(await r2.text(), /paused/);
+    const back = await Sandbox.connect(off.sandboxId, via(g2()));
+    assert.equal((await back.commands.run("echo up")).stdout, "up\n");
+    nodes.set("node-a", await (nodes.get("node-a") as TestServer).restart());
+    await Promise.all([c.kill(), back.kill()]);
+  });
+
+  test("a fork larger than its node: the rest start on another node from the same capture", async (t) => {
+    const direct = via((nodes.get("node-a") as TestServer).url);
+    const p = await Sandbox.create(direct);
+    for (let i = 0; i < 50 && (await ownerOf(p.sandboxId)) !== "node-a"; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    await p.commands.run("echo parent > /home/user/p.txt");
+    await p.commands.run("sleep 100000", { background: true });
+    const pid = (await p.commands.run("pgrep -f 'sleep 100000'")).stdout.trim();
+    // node-a admits 4: the parent and 3 children; 2 more go to node-b.
+    const r = await gw(g1(), "POST", `/sandboxes/${p.sandboxId}/fork`, { count: 5, timeout: 120 });
+    const all = [
+      p.sandboxId,
+      ...((r.body as Array<{ sandbox?: { sandboxID: string } }>) ?? []).flatMap((k) =>
+        k.sandbox ? [k.sandbox.sandboxID] : [],
+      ),
+    ];
+    t.after(() => Promise.all(all.map((id) => gw(g2(), "DELETE", `/sandboxes/${id}`))));
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const kids = r.body as Array<{ sandbox?: { sandboxID: string }; error?: unknown }>;
+    assert.equal(kids.length, 5);
+    assert.ok(
+      kids.every((k) => k.sandbox),
+      `every child started: ${JSON.stringify(kids.map((k) => k.error ?? "ok"))}`,
+    );
+    const ids = kids.map((k) => k.sandbox?.sandboxID as string);
+    const owners = await Promise.all(ids.map(ownerOf));
+    assert.equal(owners.filter((o) => o === "node-a").length, 3, owners.join(","));
+    assert.equal(owners.filter((o) => o === "node-b").length, 2, owners.join(","));
+    for (const id of ids) {
+      const c = await Sandbox.connect(id, via(g2()));
+      assert.equal((await c.commands.run("cat /home/user/p.txt")).stdout, "parent\n");
+      assert.equal((await c.commands.run("pgrep -f 'sleep 100000'")).stdout.trim(), pid, "the parent's process");
+    }
+    // The capture published for the spill is gone once the children run.
+    for (let i = 0; i < 50; i++) {
+      const snaps = (await gw(g1(), "GET", `/snapshots?sandboxID=${p.sandboxId}`)).body as unknown[];
+      if (!snaps.length) break;
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    assert.deepEqual((await gw(g1(), "GET", `/snapshots?sandboxID=${p.sandboxId}`)).body, [], gateways[0]?.logs());
+  });
+
+  test("a start from a snapshot goes to the node that took it", async () => {
+    const src = await Sandbox.create(via(g1()));
+    await src.files.write("/home/user/s.txt", "snapped");
+    const home = await ownerOf(src.sandboxId);
+    const snap = (await gw(g2(), "POST", `/sandboxes/${src.sandboxId}/snapshots`, { name: "cluster-snap" })).body as {
+      snapshotID: string;
+    };
+    const made: string[] = [];
+    for (const ref of [snap.snapshotID, "cluster-snap", snap.snapshotID]) {
+      const c = await Sandbox.create(ref, via(g1()));
+      made.push(c.sandboxId);
+      const on = await ownerOf(c.sandboxId);
+      if (on !== home)
+        assert.fail(
+          `a start from ${ref} placed on ${on}, not ${home}: ${JSON.stringify((await gw(g1(), "GET", "/nodes")).body)}`,
+        );
+      assert.equal(await c.files.read("/home/user/s.txt"), "snapped");
+    }
+    await Promise.all([...made, src.sandboxId].map((id) => gw(g2(), "DELETE", `/sandboxes/${id}`)));
+    assert.equal((await gw(g1(), "DELETE", `/templates/${snap.snapshotID}`)).status, 204);
   });
 
   test("SIGTERM drains a node: its sandboxes are paused into the repository and resume elsewhere", async () => {
     await startNode("node-c", { AENV_MAX_SANDBOXES: "4" });
-    const survivor = [...nodes.entries()].find(([id, n]) => id !== "node-c" && alive(n))?.[0];
-    assert.ok(survivor);
     // Fill placement toward node-c by creating until one lands there.
     let s: Sandbox | undefined;
     const extra: Sandbox[] = [];
@@ -138,7 +242,8 @@ describe("a cluster of nodes behind two gateways", () => {
     const nodesNow = (await gw(g1(), "GET", "/nodes")).body as Array<{ nodeID: string }>;
     assert.ok(!nodesNow.some((n) => n.nodeID === "node-c"), "a drained node leaves the cluster");
     const back = await Sandbox.connect(s.sandboxId, via(g1()));
-    assert.equal(await ownerOf(s.sandboxId), survivor);
+    const owner = await ownerOf(s.sandboxId);
+    assert.ok(owner !== "node-c" && alive(nodes.get(owner) as TestServer), `resumed on ${owner}`);
     assert.equal((await back.commands.run("cat /home/user/d.txt")).stdout, "drained\n");
     await untilTrue(back, "pgrep -f 'sleep 100000' >/dev/null", 10);
     await back.kill();
@@ -228,11 +333,13 @@ describe("a cluster of nodes behind two gateways", () => {
     }
   });
 
-  test("a burst of creates never puts a node over its capacity", async () => {
+  test("200 concurrent creates never put a node over its capacity; freed room is usable at once", async () => {
     const live = [...nodes.values()].filter(alive).length;
     assert.ok(live >= 1);
     const results = await Promise.allSettled(
-      Array.from({ length: 14 }, () => gw(g1(), "POST", "/v2/sandboxes", { templateID: "base", timeout: 120 })),
+      Array.from({ length: 200 }, (_, i) =>
+        gw(i % 2 ? g1() : g2(), "POST", "/v2/sandboxes", { templateID: "base", timeout: 120 }),
+      ),
     );
     const created = results
       .filter((r) => r.status === "fulfilled" && r.value.status === 201)
@@ -240,7 +347,7 @@ describe("a cluster of nodes behind two gateways", () => {
     const refused = results.filter((r) => r.status === "fulfilled" && r.value.status === 429).length;
     assert.equal(
       created.length + refused,
-      14,
+      200,
       JSON.stringify(results.map((r) => r.status === "fulfilled" && r.value.status)),
     );
     assert.ok(created.length >= 1 && created.length <= live * 4, `${created.length} created on ${live} nodes of 4`);
@@ -248,6 +355,15 @@ describe("a cluster of nodes behind two gateways", () => {
     for (const id of created) perNode.set(await ownerOf(id), (perNode.get(await ownerOf(id)) ?? 0) + 1);
     for (const [n, c] of perNode) assert.ok(c <= 4, `${n} holds ${c}`);
     await Promise.all(created.map((id) => gw(g2(), "DELETE", `/sandboxes/${id}`)));
+    // Room freed by the kills is published within a moment (not after the next heartbeats).
+    const t0 = Date.now();
+    let again = await gw(g1(), "POST", "/v2/sandboxes", { templateID: "base", timeout: 60 });
+    while (again.status === 429 && Date.now() - t0 < 600) {
+      await new Promise((r) => setTimeout(r, 50));
+      again = await gw(g1(), "POST", "/v2/sandboxes", { templateID: "base", timeout: 60 });
+    }
+    assert.equal(again.status, 201, `a create ${Date.now() - t0} ms after the kills: ${JSON.stringify(again.body)}`);
+    await gw(g1(), "DELETE", `/sandboxes/${(again.body as { sandboxID: string }).sandboxID}`);
   });
 
   test("the gateways logged no bug", () => {

@@ -176,15 +176,16 @@ export async function startServer(
       owned: () => orch.list().map((r) => r.id),
       log: log.child({ component: "cluster" }),
     });
-    // Room freed by a kill is published at once, not at the next beat.
+    // Room freed by a kill or pause is published at once, not at the next beat.
     orch.onKilled((id) => {
       const a = agent;
       if (a)
         void a
           .forget(id)
-          .then(() => a.beat())
+          .then(() => a.nudge())
           .catch(() => {});
     });
+    orch.onStopped(() => agent?.nudge());
     await agent.start();
     log.info({ nodeId: c.nodeId, url: c.advertiseUrl }, "joined the cluster");
   }

@@ -100,6 +100,9 @@ class SpyBackend implements RepositoryBackend {
     await this.beforePut?.(key);
     return this.inner.put(key, body);
   }
+  putIfAbsent(key: string, body: Uint8Array) {
+    return this.inner.putIfAbsent(key, body);
+  }
   get(key: string) {
     if (key.startsWith(CHUNKS)) this.chunkGets++;
     return this.inner.get(key);
@@ -148,6 +151,24 @@ const kinds: Kind[] = [
 
 for (const kind of kinds) {
   describe(`${kind.name} backend`, () => {
+    test("putIfAbsent: of callers racing for one key exactly one wins, and the winner's body stays", async () => {
+      const b = kind.make();
+      await b.check();
+      // s3rver ignores If-None-Match (AWS S3 and MinIO honour it): the backend must notice,
+      // and then only sequential callers are guaranteed one winner.
+      const racing = !(b instanceof S3Backend);
+      const first = racing ? [] : [await b.putIfAbsent("claims/x.json", Buffer.from("w0"))];
+      const wins = first.length
+        ? first
+        : await Promise.all(Array.from({ length: 8 }, (_, i) => b.putIfAbsent("claims/x.json", Buffer.from(`w${i}`))));
+      if (b instanceof S3Backend)
+        assert.equal(b.conditionalWrites, false, "s3rver's missing conditional writes detected");
+      assert.equal(wins.filter(Boolean).length, 1, JSON.stringify(wins));
+      assert.equal((await b.get("claims/x.json"))?.toString(), `w${wins.indexOf(true)}`);
+      assert.equal(await b.putIfAbsent("claims/x.json", Buffer.from("late")), false);
+      assert.deepEqual(await keys(b, "claims/"), ["claims/x.json"], "no temporary files left");
+    });
+
     test("put/get/head/list/delete; missing keys are undefined; invalid keys refused", async () => {
       const b = kind.make();
       await b.check();

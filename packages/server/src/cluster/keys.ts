@@ -6,7 +6,15 @@
  *   aenv:nodes               set of node IDs ever seen (entries without a live key are dead)
  *   aenv:sbx:{sandboxId}     the node that owns it (running or paused there)
  *   aenv:reserved:{nodeId}   creates placed on the node and not yet answered (expires)
+ *   aenv:answered:{nodeId}   creates answered, until a heartbeat newer than the answer counts them
+ *   aenv:checkpoint-keys     hash nodeId → checkpoint key, kept after a node dies: a paused
+ *                            sandbox or snapshot moves only to a node that can restore it
+ *   aenv:snapshot:{name}     the node that took a snapshot (ID or name), for an hour: starts
+ *                            from it go there first (its image is local, no fetch)
  *   aenv:lock:{name}         short locks (a resume moving a sandbox to another node)
+ *
+ * Times written by the cluster (`updatedAt`, reservation scores) are Redis's own clock
+ * (TIME), so hosts with skewed clocks still agree on what came first.
  */
 export const NODE_TTL_MS = 6_000;
 export const HEARTBEAT_MS = 2_000;
@@ -16,6 +24,9 @@ export const keys = {
   nodes: "aenv:nodes",
   sandbox: (id: string) => `aenv:sbx:${id}`,
   reserved: (nodeId: string) => `aenv:reserved:${nodeId}`,
+  answered: (nodeId: string) => `aenv:answered:${nodeId}`,
+  checkpointKeys: "aenv:checkpoint-keys",
+  snapshot: (name: string) => `aenv:snapshot:${name}`,
   lock: (name: string) => `aenv:lock:${name}`,
 };
 
@@ -37,5 +48,6 @@ export interface NodeInfo {
   version: string;
   /** Template IDs with a local tree (placement prefers them). */
   templates: string[];
+  /** When Redis stored this heartbeat (Redis clock, ms). */
   updatedAt: number;
 }

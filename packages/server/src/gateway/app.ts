@@ -9,6 +9,8 @@ import { resolveTarget, targetProblem } from "../proxy/target.js";
 import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
+import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
+import { SandboxCalls } from "./sandbox-calls.js";
 
 export interface GatewayOptions {
   redis: Redis;
@@ -53,106 +55,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   const unauthorized = (res: ServerResponse) =>
     sendJson(res, 401, { code: 401, message: "invalid or missing API key (X-API-Key)" });
 
-  /**
-   * Places a call on a node with room and makes it: a node that answers 429/503 or cannot be
-   * reached (it may have died since its last heartbeat) is skipped and another tried.
-   */
-  const placeAndCall = async (
-    placement: { templateId?: string; exclude?: string[] },
-    req: IncomingMessage,
-    body: Buffer,
-  ): Promise<{ node: NodeInfo; ans: Awaited<ReturnType<typeof call>> } | undefined> => {
-    const exclude = [...(placement.exclude ?? [])];
-    for (;;) {
-      const r = await view.place({ ...placement, exclude });
-      if (!r) return undefined;
-      let ans: Awaited<ReturnType<typeof call>>;
-      try {
-        ans = await call(r.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
-      } catch (err) {
-        await r.release(false);
-        log.warn({ err: (err as Error).message, node: r.node.nodeID }, "node unreachable; trying another");
-        exclude.push(r.node.nodeID);
-        continue;
-      }
-      await r.release(ans.status < 300);
-      if (ans.status === 429 || ans.status === 503) {
-        exclude.push(r.node.nodeID);
-        continue;
-      }
-      return { node: r.node, ans };
-    }
-  };
-
-  /** Where a sandbox's requests go; a paused sandbox whose node is gone moves on connect. */
-  const routeSandbox = async (req: IncomingMessage, res: ServerResponse, id: string, rest: string) => {
-    const owner = await view.owner(id);
-    const moving = req.method === "POST" && (rest === "/connect" || rest === "/resume");
-    if (owner.node && moving) {
-      // Its node may have died since its last heartbeat: then the sandbox moves (only a paused
-      // one can: the node that takes it over needs its pause image in the repository).
-      const body = await readBody(req);
-      let ans: Awaited<ReturnType<typeof call>>;
-      try {
-        ans = await call(owner.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
-      } catch (err) {
-        log.warn({ err: (err as Error).message, node: owner.node.nodeID, sandboxID: id }, "owner unreachable; moving");
-        return resumeElsewhere(req, res, id, body, owner.node.nodeID);
-      }
-      return relay(res, ans);
-    }
-    if (owner.node) {
-      if (req.method === "POST" && rest === "/fork") return fork(req, res, owner.node);
-      if (req.method === "DELETE" && !rest) {
-        res.on("finish", () => {
-          if (res.statusCode < 300) view.dropOwner(id).catch(() => {});
-        });
-      }
-      return forward(req, res, owner.node.url);
-    }
-    if (!moving) {
-      const why = owner.dead ? `its node '${owner.dead}' is down; connect to resume it elsewhere` : "not found";
-      return sendJson(res, 404, { code: 404, message: `sandbox '${id}' ${why}` });
-    }
-    return resumeElsewhere(req, res, id, await readBody(req), owner.dead);
-  };
-
-  /** A paused sandbox resumed on another node from the shared repository; one gateway at a time. */
-  const resumeElsewhere = async (
-    req: IncomingMessage,
-    res: ServerResponse,
-    id: string,
-    body: Buffer,
-    dead?: string,
-  ) => {
-    const unlock = await view.lock(`resume:${id}`, 120_000);
-    try {
-      // Another gateway may have moved it while this one waited for the lock.
-      const again = await view.owner(id);
-      if (again.node && again.node.nodeID !== dead) {
-        return relay(res, await call(again.node.url, "POST", req.url ?? "/", nodeHeaders(req), body));
-      }
-      const placed = await placeAndCall(dead ? { exclude: [dead] } : {}, req, body);
-      if (!placed) return sendJson(res, 429, { code: 429, message: "no node has room to resume this sandbox" });
-      if (placed.ans.status < 300) await view.setOwner(id, placed.node.nodeID);
-      return relay(res, placed.ans);
-    } finally {
-      await unlock();
-    }
-  };
-
-  const fork = async (req: IncomingMessage, res: ServerResponse, node: NodeInfo) => {
-    const ans = await call(node.url, "POST", req.url ?? "/", nodeHeaders(req), await readBody(req));
-    if (ans.status < 300) {
-      try {
-        const children = JSON.parse(ans.body.toString()) as Array<{ sandbox?: { sandboxID: string } }>;
-        for (const c of children) if (c.sandbox) await view.setOwner(c.sandbox.sandboxID, node.nodeID);
-      } catch {
-        // not a list: passed on as it is
-      }
-    }
-    relay(res, ans);
-  };
+  const calls = new SandboxCalls(view, o.apiKey, log);
 
   const dispatch = async (req: IncomingMessage, res: ServerResponse, next: () => void) => {
     const target = resolveTarget(req);
@@ -160,11 +63,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       // Sandbox traffic: envd checks its own token. A bad port is refused here as on a node.
       const problem = targetProblem(target);
       if (problem) return sendJson(res, 400, { code: 400, message: problem });
-      const owner = await view.owner(target.sandboxId);
-      if (!owner.node) {
-        return sendJson(res, 502, { code: 502, message: `sandbox '${target.sandboxId}' not found or not running` });
-      }
-      return forward(req, res, owner.node.url);
+      return calls.forwardTraffic(req, res, target.sandboxId);
     }
     const m = SANDBOX_PATH.exec(req.url ?? "");
     if (m) {
@@ -175,7 +74,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       } catch {
         return sendJson(res, 400, { code: 400, message: "sandbox ID is not valid URL encoding" });
       }
-      return routeSandbox(req, res, id, m[2] ?? "");
+      return calls.route(req, res, id, m[2] ?? "");
     }
     next();
   };
@@ -203,8 +102,8 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
         if (!target) return fail(404, "no sandbox in this upgrade request");
         const problem = targetProblem(target);
         if (problem) return fail(400, problem);
-        view.owner(target.sandboxId).then(
-          (owner) => (owner.node ? forwardUpgrade(req, socket, head, owner.node.url) : fail(502, "sandbox not found")),
+        calls.nodeForTraffic(target.sandboxId).then(
+          (to) => ("status" in to ? fail(to.status, to.message) : forwardUpgrade(req, socket, head, to.node.url)),
           (err: Error) => fail(502, `gateway error: ${err.message}`),
         );
       });
@@ -249,13 +148,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   // Creates: placed on a node with room, retried on another if that one turns out full.
   const create = async (req: { raw: IncomingMessage; body: unknown; url: string }, reply: FastifyReply) => {
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.from("");
-    let templateId: string | undefined;
-    try {
-      templateId = (JSON.parse(body.toString() || "{}") as { templateID?: string }).templateID;
-    } catch {
-      // the node answers malformed JSON itself
-    }
-    const placed = await placeAndCall(templateId ? { templateId } : {}, req.raw, body);
+    // Malformed JSON is placed anyway: the node answers it.
+    const templateId = parseJson<{ templateID?: unknown }>(body)?.templateID;
+    const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
+    const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body);
     if (!placed) return reply.status(429).send({ code: 429, message: "no node has room for another sandbox" });
     if (placed.ans.status === 201) {
       const id = (JSON.parse(placed.ans.body.toString()) as { sandboxID?: string }).sandboxID;
@@ -367,43 +263,4 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     fastify.route({ method, url: "/snapshots/*", handler: anyNode });
   }
   return fastify;
-}
-
-function nodeHeaders(req: IncomingMessage): Record<string, string> {
-  const h: Record<string, string> = {};
-  for (const k of ["x-api-key", "content-type", "authorization", "user-agent"]) {
-    const v = req.headers[k];
-    if (typeof v === "string") h[k] = v;
-  }
-  return h;
-}
-
-function readBody(req: IncomingMessage, max = 1024 * 1024): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let n = 0;
-    req.on("data", (c: Buffer) => {
-      n += c.length;
-      if (n > max) req.destroy(new Error("body too large"));
-      else chunks.push(c);
-    });
-    req.on("end", () => resolve(Buffer.concat(chunks)));
-    req.on("error", reject);
-  });
-}
-
-function relay(res: ServerResponse, ans: Awaited<ReturnType<typeof call>>): void {
-  const headers: Record<string, string> = { "content-length": String(ans.body.length) };
-  for (const k of ["content-type", "x-next-token"]) {
-    const v = ans.headers[k];
-    if (typeof v === "string") headers[k] = v;
-  }
-  res.writeHead(ans.status, headers);
-  res.end(ans.body);
-}
-
-function relayReply(reply: FastifyReply, ans: Awaited<ReturnType<typeof call>>): FastifyReply {
-  const ct = ans.headers["content-type"];
-  if (typeof ct === "string") void reply.header("content-type", ct);
-  return reply.status(ans.status).send(ans.body);
 }

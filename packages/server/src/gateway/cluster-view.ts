@@ -3,28 +3,45 @@ import type { Redis } from "ioredis";
 import { keys, type NodeInfo } from "../cluster/keys.js";
 
 /**
- * Reserves a create on a node, atomically: creates placed since the node's last heartbeat are
- * counted with the sandboxes it reported, and the reservation is refused when they would
- * reach its capacity. Reservations older than that heartbeat are already in its count.
+ * Reserves a create on a node, atomically. The node's published count is stale by up to a
+ * heartbeat, so creates placed on it since are counted too: those not answered yet
+ * (`reserved`, dropped after 2 minutes if a gateway died holding one) and those answered
+ * before its latest heartbeat could count them (`answered`, dropped once a heartbeat is
+ * newer than the answer by a margin for the node's own bookkeeping). All times are Redis's.
+ *   KEYS: node key, reserved zset, answered zset; ARGV: member
  */
 const RESERVE = `
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local node = cjson.decode(raw)
 if node.status ~= 'ready' then return 0 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', node.updatedAt - 1000)
-local pending = redis.call('ZCARD', KEYS[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 120000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', node.updatedAt - 100)
+local pending = redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
 if node.sandboxCount + pending >= node.capacity then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], 120000)
+return 1
+`;
+
+/** A reservation answered: gone if nothing was created, else counted until a heartbeat counts it. */
+const RELEASE = `
+redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], 120000)
+end
 return 1
 `;
 
 export interface Reservation {
   node: NodeInfo;
   /**
-   * A create that failed gives its room back now; one that succeeded keeps it until the
-   * node's next heartbeat counts the sandbox (the reserve script expires it then).
+   * A create that failed gives its room back now; one that succeeded keeps it until a
+   * heartbeat of the node counts the sandbox.
    */
   release(created: boolean): Promise<void>;
 }
@@ -70,12 +87,30 @@ export class ClusterView {
     await this.redis.del(keys.sandbox(sandboxId));
   }
 
+  /** Where a snapshot (by ID or name) was taken, for an hour: starts from it go there first. */
+  async setSnapshotHolder(names: string[], nodeId: string): Promise<void> {
+    const m = this.redis.multi();
+    for (const n of names) m.set(keys.snapshot(n), nodeId, "EX", 3600);
+    await m.exec();
+  }
+
+  async snapshotHolder(name: string): Promise<string | undefined> {
+    return (await this.redis.get(keys.snapshot(name))) ?? undefined;
+  }
+
+  /** The checkpoint key a node published, even after it died (what its images restore on). */
+  async checkpointKeyOf(nodeId: string): Promise<string | undefined> {
+    return (await this.redis.hget(keys.checkpointKeys, nodeId)) ?? undefined;
+  }
+
   /**
-   * Picks a ready node with room: two at random, the less loaded wins (power of two choices),
-   * preferring nodes that hold the template; then reserves room on it. Undefined when full.
+   * Picks a ready node with room and reserves it: among the `prefer`red nodes first (they hold
+   * the snapshot), then those with the template's tree, then any; within a group two at
+   * random and the less loaded wins (power of two choices). With `checkpointKey`, only nodes
+   * that can restore such images. Undefined when no node has room.
    */
   async place(
-    opts: { templateId?: string; checkpointKey?: string; exclude?: string[] } = {},
+    opts: { templateId?: string; checkpointKey?: string; prefer?: string[]; exclude?: string[] } = {},
   ): Promise<Reservation | undefined> {
     const all = (await this.nodes()).filter(
       (n) =>
@@ -84,8 +119,9 @@ export class ClusterView {
         (!opts.checkpointKey || n.checkpointKey === opts.checkpointKey),
     );
     const load = (n: NodeInfo) => n.sandboxCount / Math.max(1, n.capacity);
+    const preferred = all.filter((n) => opts.prefer?.includes(n.nodeID));
     const warm = opts.templateId ? all.filter((n) => n.templates.includes(opts.templateId as string)) : [];
-    const pools = warm.length ? [warm, all] : [all];
+    const pools = [preferred, warm, all].filter((p) => p.length);
     const tried = new Set<string>();
     for (const pool of pools) {
       while (pool.some((n) => !tried.has(n.nodeID))) {
@@ -97,17 +133,24 @@ export class ClusterView {
         const member = randomBytes(8).toString("hex");
         const ok = await this.redis.eval(
           RESERVE,
-          2,
+          3,
           keys.node(pick.nodeID),
           keys.reserved(pick.nodeID),
-          Date.now(),
+          keys.answered(pick.nodeID),
           member,
         );
         if (ok === 1) {
           return {
             node: pick,
             release: async (created) => {
-              if (!created) await this.redis.zrem(keys.reserved(pick.nodeID), member);
+              await this.redis.eval(
+                RELEASE,
+                2,
+                keys.reserved(pick.nodeID),
+                keys.answered(pick.nodeID),
+                member,
+                created ? "1" : "0",
+              );
             },
           };
         }

@@ -47,7 +47,16 @@ export function forward(
   req: IncomingMessage,
   res: ServerResponse,
   nodeUrl: string,
-  opts: { body?: Buffer; path?: string } = {},
+  opts: {
+    body?: Buffer;
+    path?: string;
+    /**
+     * Called instead of answering 502 when the node cannot be connected to at all (it died
+     * before its heartbeat expired): nothing of the request was consumed, so the caller can
+     * send it elsewhere.
+     */
+    onConnectError?: (err: Error) => void;
+  } = {},
 ): void {
   const u = new URL(nodeUrl);
   const headers = headersFor(req, false);
@@ -79,12 +88,24 @@ export function forward(
     ur.pipe(res);
     ur.on("error", () => res.destroy());
   });
-  up.on("error", (err) => sendJson(res, 502, { code: 502, message: `node ${u.host} unreachable: ${err.message}` }));
+  let connected = false;
+  up.on("error", (err) => {
+    if (!connected && opts.onConnectError) return opts.onConnectError(err);
+    sendJson(res, 502, { code: 502, message: `node ${u.host} unreachable: ${err.message}` });
+  });
   res.on("close", () => {
     if (!res.writableFinished) up.destroy();
   });
-  if (opts.body) up.end(opts.body);
-  else req.pipe(up);
+  // The body flows only once the node is connected, so a refused connection leaves it unread.
+  const send = () => {
+    connected = true;
+    if (opts.body) up.end(opts.body);
+    else req.pipe(up);
+  };
+  up.on("socket", (sock) => {
+    if (sock.connecting) sock.once("connect", send);
+    else send();
+  });
 }
 
 /** Calls a node and reads its whole (small, JSON) answer: creates, lists, node info. */

@@ -2,9 +2,9 @@ import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import type { ServerConfig } from "../config.js";
-import { AenvError, ChildFailedError, ConflictError } from "../errors.js";
+import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { SandboxRecord, StateStore } from "../state/store.js";
+import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import { newSandboxId } from "./ids.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -22,6 +22,17 @@ export interface ForkDeps {
   store: StateStore;
   registry: SandboxRegistry;
   runner: SandboxRunner;
+  /** Makes the fork's capture a snapshot (when children did not fit here). */
+  publish: (src: SandboxRecord, captureDir: string) => Promise<SnapshotRecord>;
+}
+
+export interface ForkOutcome {
+  children: ForkResult[];
+  /**
+   * With `spill`, when some children found this node full: the capture they were to start
+   * from, published as a snapshot, so they can start on other nodes (a cluster gateway does).
+   */
+  spillSnapshot?: SnapshotRecord;
 }
 
 /**
@@ -32,7 +43,7 @@ export interface ForkDeps {
 export class Forker {
   constructor(private readonly d: ForkDeps) {}
 
-  async fork(id: string, count: number, timeoutS: number | undefined): Promise<ForkResult[]> {
+  async fork(id: string, count: number, timeoutS: number | undefined, spill = false): Promise<ForkOutcome> {
     const { registry, runner } = this.d;
     const l = registry.mustGet(id);
     const parent = l.rec;
@@ -52,12 +63,16 @@ export class Forker {
         );
       }
     };
+    let spillSnapshot: SnapshotRecord | undefined;
     try {
       await Promise.all(Array.from({ length: Math.min(FORK_PARALLELISM, count) }, worker));
+      if (spill && results.some((r) => "error" in r && r.error instanceof AtCapacityError)) {
+        spillSnapshot = await this.d.publish(parent, captureDir);
+      }
     } finally {
       rmSync(captureDir, { recursive: true, force: true });
     }
-    return results;
+    return { children: results, ...(spillSnapshot ? { spillSnapshot } : {}) };
   }
 
   private async child(parent: SandboxRecord, imageDir: string, ttlS: number): Promise<SandboxRecord> {

@@ -1,7 +1,7 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { NotFoundError } from "../errors.js";
+import { NotFoundError, PausedError } from "../errors.js";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
@@ -11,7 +11,7 @@ import type { Template, TemplateStore } from "../templates/catalog.js";
 import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { Creator } from "./create.js";
-import { Forker, type ForkResult } from "./fork.js";
+import { Forker, type ForkOutcome, type ForkResult } from "./fork.js";
 import { Lifetimes } from "./lifetimes.js";
 import { type SandboxMetric, sampleMetrics } from "./metrics.js";
 import { PauseResume } from "./pause-resume.js";
@@ -23,7 +23,7 @@ import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
 
-export type { CreateRequest, ForkResult, RecoveryReport, SandboxMetric };
+export type { CreateRequest, ForkOutcome, ForkResult, RecoveryReport, SandboxMetric };
 
 export interface OrchestratorDeps {
   cfg: ServerConfig;
@@ -104,7 +104,14 @@ export class Orchestrator {
       log,
     });
     this.pauses = new PauseResume({ cfg, paths, store, registry, runner, repository, checkpointKey, log });
-    this.forker = new Forker({ cfg, paths, store, registry, runner });
+    this.forker = new Forker({
+      cfg,
+      paths,
+      store,
+      registry,
+      runner,
+      publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
+    });
     this.lifetimes = new Lifetimes({
       cfg,
       store,
@@ -123,6 +130,7 @@ export class Orchestrator {
       runner: this.runner,
       pauses: this.pauses,
       snapshots: this.snapshots,
+      nodeId: this.d.cfg.cluster?.nodeId,
     });
   }
 
@@ -170,10 +178,18 @@ export class Orchestrator {
    * Resumes a paused sandbox, or extends a running one's TTL; says which. In a cluster, a
    * sandbox paused on another node is taken over from the shared repository first.
    */
-  async resume(id: string, timeoutS: number | undefined): Promise<{ rec: SandboxRecord; resumed: boolean }> {
+  async resume(
+    id: string,
+    timeoutS: number | undefined,
+    opts: { auto?: boolean } = {},
+  ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
     if (this.d.cfg.cluster && !this.registry.has(id)) {
       this.registry.assertOpen();
-      await this.pauses.adopt(id, this.d.runtimeDir);
+      await this.pauses.adopt(id, this.d.runtimeDir, opts);
+    }
+    const l = this.registry.get(id);
+    if (opts.auto && l?.rec.state === "paused" && !l.rec.autoResume) {
+      throw new PausedError(`sandbox '${id}' is paused; resume it (connect) or create it with autoResume`);
     }
     return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t));
   }
@@ -224,8 +240,8 @@ export class Orchestrator {
     return this.snapshots.take(id, name);
   }
 
-  fork(id: string, count: number, timeoutS: number | undefined): Promise<ForkResult[]> {
-    return this.forker.fork(id, count, timeoutS);
+  fork(id: string, count: number, timeoutS: number | undefined, spill = false): Promise<ForkOutcome> {
+    return this.forker.fork(id, count, timeoutS, spill);
   }
 
   metrics(id: string): Promise<SandboxMetric[]> {

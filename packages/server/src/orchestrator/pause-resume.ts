@@ -1,10 +1,11 @@
+import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
+import { ConflictError, NotFoundError, PausedError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, StateStore } from "../state/store.js";
-import { type PauseMeta, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
+import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDir } from "../util/fsync.js";
 import { clampTimeoutS } from "./records.js";
@@ -58,6 +59,7 @@ export class PauseResume {
         await runner.stopRuntime(l);
         l.rec.state = "paused";
         l.rec.imageDir = final;
+        l.rec.pauseTag = randomBytes(6).toString("hex");
         this.d.store.put(l.rec);
       } finally {
         if (l.gate === gate) l.gate = undefined;
@@ -88,6 +90,7 @@ export class PauseResume {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
       if (l.rec.state === "running") return { rec: extend(id, timeoutS), resumed: false };
       const image = l.rec.imageDir ?? this.d.paths.pauseImage(l.rec.dir);
+      await this.claim(l.rec);
       if (!runner.driver.isCompleteCheckpoint(image)) await this.rebuildFromRepository(id, image);
       registry.admit();
       const t0 = Date.now();
@@ -109,6 +112,29 @@ export class PauseResume {
       this.d.log.info({ sandboxID: id, ms: Date.now() - t0 }, "sandbox resumed");
       return { rec: l.rec, resumed: true };
     });
+  }
+
+  /**
+   * In a cluster, once a pause image is (being) committed any node may resume it: the first to
+   * claim it in the repository does; a node that finds another's claim (it restarted with an
+   * old copy, or lost a race Redis should have prevented) drops its copy and says not found.
+   */
+  private async claim(rec: SandboxRecord): Promise<void> {
+    const nodeId = this.d.cfg.cluster?.nodeId;
+    if (!nodeId || this.timers.has(rec.id)) return; // never committed: no other node can have it
+    await this.commits.get(rec.id);
+    if (await this.d.repository.claim(pauseClaimName(rec), nodeId)) return;
+    this.d.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
+    this.dropMoved(rec);
+    throw new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
+  }
+
+  /** Forgets a paused sandbox another node took over; its repository objects are that node's now. */
+  dropMoved(rec: SandboxRecord): void {
+    this.d.repository.unpin(pauseManifestId(rec.id));
+    this.d.store.delete(rec.id);
+    this.d.registry.remove(rec.id);
+    rmSync(rec.dir, { recursive: true, force: true });
   }
 
   /**
@@ -201,10 +227,13 @@ export class PauseResume {
    * A sandbox paused on another node (gone, or drained) is taken over from its pause manifest:
    * its record comes with it, its image is rebuilt from the repository when it resumes.
    */
-  async adopt(id: string, runtimeDir: string): Promise<boolean> {
+  async adopt(id: string, runtimeDir: string, opts: { auto?: boolean } = {}): Promise<boolean> {
     const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
     const meta = m && pauseMetaOf(m);
     if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
+    if (opts.auto && !meta.sandbox.autoResume) {
+      throw new PausedError(`sandbox '${id}' is paused; resume it (connect) or create it with autoResume`);
+    }
     if (meta.imageKey !== this.d.checkpointKey) {
       throw new StartFailedError(
         `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,

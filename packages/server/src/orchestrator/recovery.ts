@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { StateStore } from "../state/store.js";
-import { pauseManifestId } from "../storage/repository/manifest-kinds.js";
+import { pauseClaimName, pauseManifestId } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import type { PauseResume } from "./pause-resume.js";
 import type { SandboxRegistry } from "./registry.js";
@@ -15,6 +15,8 @@ export interface RecoveryReport {
   adopted: string[];
   /** Paused sandboxes still resumable. */
   paused: string[];
+  /** Paused here before, resumed by another node of the cluster since: local copies dropped. */
+  movedAway: string[];
   /** Sandboxes that were lost (died with or before the server) and were cleaned up. */
   cleanedUp: string[];
   orphanedRuntime: string[];
@@ -29,6 +31,8 @@ export interface RecoveryDeps {
   pauses: PauseResume;
   snapshots: Snapshots;
   repository: SnapshotRepository;
+  /** This node's ID when it is part of a cluster. */
+  nodeId: string | undefined;
   log: Logger;
 }
 
@@ -40,12 +44,23 @@ export interface RecoveryDeps {
 export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
   const { registry, runner, store, log } = d;
   const driver = runner.driver;
-  const report: RecoveryReport = { adopted: [], paused: [], cleanedUp: [], orphanedRuntime: [] };
+  const report: RecoveryReport = { adopted: [], paused: [], movedAway: [], cleanedUp: [], orphanedRuntime: [] };
   const keepSlots: number[] = [];
   const running = new Set(await driver.list({ runningOnly: true }));
   const known = new Set<string>();
   for (const rec of store.all()) {
     known.add(rec.id);
+    if (rec.state === "paused" && d.nodeId) {
+      const holder = await d.repository.claimHolder(pauseClaimName(rec)).catch(() => undefined);
+      if (holder && holder !== d.nodeId) {
+        // Resumed elsewhere while this node was down: it is not ours to route or resume.
+        log.info({ sandboxID: rec.id, holder }, "paused sandbox was resumed on another node; local copy dropped");
+        rmSync(rec.dir, { recursive: true, force: true });
+        store.delete(rec.id);
+        report.movedAway.push(rec.id);
+        continue;
+      }
+    }
     const finalImage = d.paths.pauseImage(rec.dir);
     const committed =
       rec.state === "paused" ? await d.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;

@@ -121,31 +121,40 @@ export class Snapshots {
     if (name !== undefined && this.findLocal(name)) throw new ConflictError(`a snapshot named '${name}' exists`);
     return this.d.registry.enqueue(l, async () => {
       if (l.rec.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
-      const snapId = `snap_${randomBytes(8).toString("hex")}`;
-      const final = this.d.paths.snapshot(snapId);
-      const tmp = `${final}.tmp`;
+      const tmp = this.d.paths.snapshot(`.capture-${randomBytes(8).toString("hex")}`);
       mkdirSync(this.d.paths.snapshots, { recursive: true });
       const t0 = Date.now();
-      let rec: SnapshotRecord;
       try {
         await this.d.runner.capture(l, tmp);
-        rec = this.record(l.rec, snapId, name, final, this.d.runner.driver.checkpointBytes(tmp));
-        // Durable on this node first (image, then its record); the repository commit follows
-        // in the background and is redone after a restart until it succeeds.
-        commitDir(tmp, final);
-        this.writePending(rec);
+        const rec = await this.publish(l.rec, name, tmp);
+        this.d.log.info({ sandboxID: id, snapshotID: rec.id, ms: Date.now() - t0 }, "snapshot taken");
+        return rec;
       } finally {
         rmSync(tmp, { recursive: true, force: true });
       }
-      this.byId.set(snapId, rec);
-      // Usable everywhere as soon as this returns: other servers wait for the commit.
-      await this.d.repository
-        .announce(snapId, rec.names)
-        .catch((err) => this.d.log.warn({ err, snapshotID: snapId }, "snapshot commit not announced"));
-      this.commit(rec);
-      this.d.log.info({ sandboxID: id, snapshotID: snapId, ms: Date.now() - t0 }, "snapshot taken");
-      return rec;
     });
+  }
+
+  /**
+   * Makes a finished capture of `src` a snapshot (the folder is moved, not copied): durable on
+   * this node first (image, then its record), usable everywhere as soon as this returns (other
+   * servers wait for the commit), committed to the repository in the background and redone
+   * after a restart until it succeeds. A fork whose children do not all fit here publishes
+   * its capture this way, so the rest start on other nodes from the same memory image.
+   */
+  async publish(src: SandboxRecord, name: string | undefined, captureDir: string): Promise<SnapshotRecord> {
+    const snapId = `snap_${randomBytes(8).toString("hex")}`;
+    const final = this.d.paths.snapshot(snapId);
+    mkdirSync(this.d.paths.snapshots, { recursive: true });
+    const rec = this.record(src, snapId, name, final, this.d.runner.driver.checkpointBytes(captureDir));
+    commitDir(captureDir, final);
+    this.writePending(rec);
+    this.byId.set(snapId, rec);
+    await this.d.repository
+      .announce(snapId, rec.names)
+      .catch((err) => this.d.log.warn({ err, snapshotID: snapId }, "snapshot commit not announced"));
+    this.commit(rec);
+    return rec;
   }
 
   /** Makes sure the node-local copy of a snapshot exists, rebuilding it from the repository. */

@@ -33,6 +33,11 @@ export interface SandboxRecord {
   imageDir?: string;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;
+  /**
+   * Names this pause (new at every pause): in a cluster, the node that resumes it claims
+   * `<id>.<pauseTag>` in the repository, so one pause image is resumed once, by one node.
+   */
+  pauseTag?: string;
 }
 
 /** A named capture of a running sandbox; usable as a templateID. */

@@ -124,7 +124,9 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   const connect = async (req: FastifyRequest, reply: FastifyReply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
-    const { rec, resumed } = await orch.resume(sandboxID, b.timeout);
+    // A cluster gateway moving a sandbox because traffic reached it: only if autoResume allows.
+    const auto = req.headers["x-aenv-auto-resume"] === "1";
+    const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto });
     return reply.status(resumed ? 201 : 200).send(sandboxCreated(rec, ctx));
   };
   app.post("/sandboxes/:sandboxID/connect", connect);
@@ -172,8 +174,12 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ForkBody.parse(body(req.body));
-    const results = await orch.fork(sandboxID, b.count ?? 1, b.timeout);
-    const out: ForkResult[] = results.map((r) =>
+    // A cluster gateway asks for the children that do not fit here as a snapshot it starts
+    // elsewhere (named in a header: the body stays the list the SDK expects).
+    const spill = req.headers["x-aenv-fork-spill"] === "1";
+    const { children, spillSnapshot } = await orch.fork(sandboxID, b.count ?? 1, b.timeout, spill);
+    if (spillSnapshot) void reply.header("x-aenv-fork-snapshot", spillSnapshot.id);
+    const out: ForkResult[] = children.map((r) =>
       "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
     );
     return reply.status(201).send(out);

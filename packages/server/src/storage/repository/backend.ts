@@ -21,6 +21,11 @@ export interface RepositoryBackend {
    * whole new body, never a prefix of it. Overwriting an existing key is allowed.
    */
   put(key: string, body: Uint8Array | Readable): Promise<void>;
+  /**
+   * Creates a small object only if the key does not exist yet, atomically: of two callers
+   * racing, exactly one gets true. (S3 needs conditional writes, `If-None-Match: *`.)
+   */
+  putIfAbsent(key: string, body: Uint8Array): Promise<boolean>;
   /** The whole object, or undefined when the key does not exist. */
   get(key: string): Promise<Buffer | undefined>;
   /** Size and modification time, or undefined when the key does not exist. */

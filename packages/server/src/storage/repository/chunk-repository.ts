@@ -7,6 +7,7 @@ import { announce, announced, waitFor, withdraw } from "./announcements.js";
 import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
+import { claim, claimOf } from "./claims.js";
 import { forEachLimit } from "./concurrency.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256, sha256Fair } from "./hash.js";
@@ -264,6 +265,14 @@ export class ChunkRepository implements SnapshotRepository {
 
   announce(id: string, names: string[]): Promise<void> {
     return announce(this.backend, id, names);
+  }
+
+  claim(name: string, holder: string): Promise<boolean> {
+    return claim(this.backend, name, holder);
+  }
+
+  async claimHolder(name: string): Promise<string | undefined> {
+    return (await claimOf(this.backend, name))?.holder;
   }
 
   withdraw(id: string): Promise<void> {

@@ -5,6 +5,7 @@
  *   leases/<uuid>.json           digests a commit in flight needs (GC treats them as live)
  *   gc-locks/<uuid>.json         a GC in progress (commits wait before trusting existence checks)
  *   pending/<id>.json            a snapshot taken and not yet committed: readers wait for it
+ *   claims/<name>.json           create-if-absent markers: one pause image resumed by one node
  */
 /** Largest chunk (content-defined cut points, see cdc.ts). */
 export { CDC_MAX as CHUNK_BYTES } from "./cdc.js";
@@ -14,6 +15,7 @@ export const MANIFESTS = "manifests/";
 export const LEASES = "leases/";
 export const GC_LOCKS = "gc-locks/";
 export const PENDING = "pending/";
+export const CLAIMS = "claims/";
 
 const SHA_RE = /^[0-9a-f]{64}$/;
 /** Sandbox IDs (sbx-…), snapshot IDs (snap_…), template names: no path separators, no leading dot. */

@@ -23,6 +23,9 @@ export type ManifestMeta = SnapshotMeta | PauseMeta | TemplateMeta;
 /** Repository ID of a paused sandbox's manifest: addressable by sandbox ID from any node. */
 export const pauseManifestId = (sandboxId: string) => `sbx-${sandboxId}`;
 
+/** The repository claim a resume of this pause takes (see claims.ts). */
+export const pauseClaimName = (rec: { id: string; pauseTag?: string }) => `${rec.id}.${rec.pauseTag ?? "0"}`;
+
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 
 export function snapshotMetaOf(m: Manifest): SnapshotMeta | undefined {

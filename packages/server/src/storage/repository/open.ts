@@ -9,6 +9,7 @@ import { checkZstd } from "./zstd.js";
 /** The slice of a pino logger this needs. */
 export interface RepoLogger {
   info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
 }
 
 export function createBackend(cfg: Pick<ServerConfig, "repository">): RepositoryBackend {
@@ -43,6 +44,10 @@ export async function openRepository(
   }
   const backend = createBackend(cfg);
   await backend.check();
+  if (backend instanceof S3Backend) {
+    backend.onWarning = (message) =>
+      log.warn({ backend: backend.description }, `${message}: claims fall back to check-then-put`);
+  }
   const cache = new ChunkCache({ dir: r.cacheDir, maxBytes: r.cacheMaxBytes });
   await cache.init();
   log.info(

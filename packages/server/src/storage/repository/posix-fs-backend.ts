@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
+import { link, mkdir, open, readdir, readFile, rename, stat, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -52,6 +52,25 @@ export class PosixFsBackend implements RepositoryBackend {
     } catch (err) {
       await unlink(tmp).catch(() => {});
       throw new BackendError(`${this.description}: writing ${key} failed: ${describeError(err)}`, { cause: err });
+    }
+  }
+
+  async putIfAbsent(key: string, body: Uint8Array): Promise<boolean> {
+    const final = this.path(key);
+    const dir = dirname(final);
+    const tmp = join(dir, `.tmp-${randomBytes(6).toString("hex")}`);
+    try {
+      await mkdir(dir, { recursive: true });
+      await writeFile(tmp, body, { mode: 0o644, flush: true });
+      // link() fails when the name exists, even on NFS: the whole body or nothing, once.
+      await link(tmp, final);
+      await fsyncDir(dir);
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw new BackendError(`${this.description}: creating ${key} failed: ${describeError(err)}`, { cause: err });
+    } finally {
+      await unlink(tmp).catch(() => {});
     }
   }
 

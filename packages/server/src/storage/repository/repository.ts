@@ -77,6 +77,10 @@ export interface SnapshotRepository {
   announced(maxAgeMs?: number): Promise<Announcement[]>;
   /** The manifest once it exists, polling until `timeoutMs`; undefined after that. */
   waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined>;
+  /** Create-if-absent marker (see claims.ts): true when `holder` has (or already had) it. */
+  claim(name: string, holder: string): Promise<boolean>;
+  /** The holder of a claim, if anyone made it. */
+  claimHolder(name: string): Promise<string | undefined>;
   /** Removes the manifest, then (by default) every chunk of it no other manifest references. */
   delete(id: string): Promise<void>;
 }

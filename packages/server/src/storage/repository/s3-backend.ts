@@ -7,6 +7,7 @@ import {
   HeadObjectCommand,
   ListObjectsV2Command,
   type ListObjectsV2CommandOutput,
+  PutObjectCommand,
   S3Client,
   type S3ClientConfig,
 } from "@aws-sdk/client-s3";
@@ -91,6 +92,58 @@ export class S3Backend implements RepositoryBackend {
       }).done();
     } catch (err) {
       throw this.fail("writing", key, err);
+    }
+  }
+
+  /**
+   * Conditional writes (`If-None-Match: *`) are honoured by AWS S3, MinIO and Ceph; some
+   * S3-compatible servers (s3rver) ignore the header and overwrite. Probed once: where they
+   * are ignored, putIfAbsent is a check-then-put (a race can let two callers win; the
+   * cluster's Redis lock is then the only guard) and says so in the log once.
+   */
+  conditionalWrites: boolean | undefined;
+  private probing: Promise<boolean> | undefined;
+
+  private probeConditionalWrites(): Promise<boolean> {
+    this.probing ??= (async () => {
+      const key = this.k(`claims/.probe-${randomBytes(6).toString("hex")}`);
+      const put = (body: string) =>
+        this.client.send(new PutObjectCommand({ Bucket: this.opts.bucket, Key: key, Body: body, IfNoneMatch: "*" }));
+      try {
+        await put("1");
+        const honoured = await put("2").then(
+          () => false,
+          (err) => statusOf(err) === 412 || statusOf(err) === 409,
+        );
+        this.conditionalWrites = honoured;
+        if (!honoured) this.onWarning?.(`${this.description}: the server ignores conditional writes (If-None-Match)`);
+        return honoured;
+      } finally {
+        await this.client.send(new DeleteObjectCommand({ Bucket: this.opts.bucket, Key: key })).catch(() => {});
+      }
+    })();
+    this.probing.catch(() => (this.probing = undefined));
+    return this.probing;
+  }
+
+  /** Where a degraded guarantee is reported (the repository's logger). */
+  onWarning?: (message: string) => void;
+
+  async putIfAbsent(key: string, body: Uint8Array): Promise<boolean> {
+    try {
+      if (!(await this.probeConditionalWrites())) {
+        if (await this.head(key)) return false;
+        await this.put(key, body);
+        return true;
+      }
+      await this.client.send(
+        new PutObjectCommand({ Bucket: this.opts.bucket, Key: this.k(key), Body: body, IfNoneMatch: "*" }),
+      );
+      return true;
+    } catch (err) {
+      // 412: the key exists; 409: a conditional write of the same key raced this one.
+      if (statusOf(err) === 412 || statusOf(err) === 409) return false;
+      throw this.fail("creating", key, err);
     }
   }
 

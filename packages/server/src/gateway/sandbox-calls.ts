@@ -1,0 +1,265 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import type { NodeInfo } from "../cluster/keys.js";
+import type { ClusterView } from "./cluster-view.js";
+import { call, forward, sendJson } from "./forward.js";
+import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
+
+export interface Placement {
+  templateId?: string;
+  checkpointKey?: string;
+  prefer?: string[];
+  exclude?: string[];
+}
+
+interface ForkChild {
+  sandbox?: { sandboxID: string };
+  error?: { code: number; message: string };
+}
+
+/**
+ * The gateway's calls about one sandbox that need more than a forward: placing a call on a
+ * node with room, moving a paused sandbox off a dead node (by connect or by traffic), forks
+ * that spill onto other nodes, and snapshots remembered where they were taken.
+ */
+export class SandboxCalls {
+  constructor(
+    private readonly view: ClusterView,
+    private readonly apiKey: string,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * Places a call on a node with room and makes it: a node that answers 429/503 or cannot be
+   * reached (it may have died since its last heartbeat) is skipped and another tried.
+   */
+  async placeAndCall(
+    placement: Placement,
+    path: string,
+    headers: Record<string, string>,
+    body: Buffer,
+  ): Promise<{ node: NodeInfo; ans: NodeAnswer } | undefined> {
+    const exclude = [...(placement.exclude ?? [])];
+    for (;;) {
+      const r = await this.view.place({ ...placement, exclude });
+      if (!r) return undefined;
+      let ans: NodeAnswer;
+      try {
+        ans = await call(r.node.url, "POST", path, headers, body);
+      } catch (err) {
+        await r.release(false);
+        this.log.warn({ err: (err as Error).message, node: r.node.nodeID }, "node unreachable; trying another");
+        exclude.push(r.node.nodeID);
+        continue;
+      }
+      await r.release(ans.status < 300);
+      if (ans.status === 429 || ans.status === 503) {
+        exclude.push(r.node.nodeID);
+        continue;
+      }
+      return { node: r.node, ans };
+    }
+  }
+
+  /** Placement for a start from `templateId`: a snapshot goes to the node that took it first. */
+  async placementFor(templateId: string | undefined): Promise<Placement> {
+    if (!templateId) return {};
+    const holder = await this.view.snapshotHolder(templateId);
+    if (!holder) return { templateId };
+    const checkpointKey = await this.view.checkpointKeyOf(holder);
+    return { templateId, prefer: [holder], ...(checkpointKey ? { checkpointKey } : {}) };
+  }
+
+  /** API calls about one sandbox, routed to its node; a paused sandbox whose node is gone moves on connect. */
+  async route(req: IncomingMessage, res: ServerResponse, id: string, rest: string): Promise<void> {
+    const owner = await this.view.owner(id);
+    const moving = req.method === "POST" && (rest === "/connect" || rest === "/resume");
+    if (owner.node && moving) {
+      // Its node may have died since its last heartbeat: then the sandbox moves (only a paused
+      // one can: the node that takes it over needs its pause image in the repository).
+      const body = await readBody(req);
+      let ans: NodeAnswer;
+      try {
+        ans = await call(owner.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
+      } catch (err) {
+        this.log.warn(
+          { err: (err as Error).message, node: owner.node.nodeID, sandboxID: id },
+          "owner unreachable; moving",
+        );
+        return relay(res, await this.resumeElsewhere(id, req.url ?? "/", nodeHeaders(req), body, owner.node.nodeID));
+      }
+      return relay(res, ans);
+    }
+    if (owner.node) {
+      if (req.method === "POST" && rest === "/fork") return this.fork(req, res, owner.node, id);
+      if (req.method === "POST" && rest === "/snapshots") return this.snapshot(req, res, owner.node);
+      if (req.method === "DELETE" && !rest) {
+        res.on("finish", () => {
+          if (res.statusCode < 300) this.view.dropOwner(id).catch(() => {});
+        });
+      }
+      return forward(req, res, owner.node.url);
+    }
+    if (!moving) {
+      const why = owner.dead ? `its node '${owner.dead}' is down; connect to resume it elsewhere` : "not found";
+      return sendJson(res, 404, { code: 404, message: `sandbox '${id}' ${why}` });
+    }
+    return relay(
+      res,
+      await this.resumeElsewhere(id, req.url ?? "/", nodeHeaders(req), await readBody(req), owner.dead),
+    );
+  }
+
+  /**
+   * A paused sandbox resumed on another node from the shared repository, one gateway at a time
+   * (a Redis lock; the repository's claim guards the rest). Only nodes that can restore what
+   * the dead node wrote are candidates.
+   */
+  async resumeElsewhere(
+    id: string,
+    path: string,
+    headers: Record<string, string>,
+    body: Buffer,
+    dead?: string,
+  ): Promise<NodeAnswer> {
+    const unlock = await this.view.lock(`resume:${id}`, 120_000);
+    try {
+      // Another gateway may have moved it while this one waited for the lock.
+      const again = await this.view.owner(id);
+      if (again.node && again.node.nodeID !== dead) return await call(again.node.url, "POST", path, headers, body);
+      const checkpointKey = dead ? await this.view.checkpointKeyOf(dead) : undefined;
+      const placed = await this.placeAndCall(
+        { ...(dead ? { exclude: [dead] } : {}), ...(checkpointKey ? { checkpointKey } : {}) },
+        path,
+        headers,
+        body,
+      );
+      if (!placed) return jsonAnswer(429, { code: 429, message: "no node has room to resume this sandbox" });
+      if (placed.ans.status < 300) await this.view.setOwner(id, placed.node.nodeID);
+      return placed.ans;
+    } finally {
+      await unlock();
+    }
+  }
+
+  /**
+   * Traffic (envd, proxy, WebSocket) for a sandbox whose node is gone: if it was paused with
+   * autoResume, it is resumed on another node first, as its own node would have. Returns the
+   * node to send the traffic to, or the answer to give instead.
+   */
+  async nodeForTraffic(
+    id: string,
+    unreachable?: string,
+  ): Promise<{ node: NodeInfo } | { status: number; message: string }> {
+    const owner = await this.view.owner(id);
+    // A node that refused a connection is dead even if its heartbeat has not expired yet.
+    const dead = owner.node && owner.node.nodeID === unreachable ? unreachable : owner.dead;
+    if (owner.node && !dead) return { node: owner.node };
+    if (!dead) return { status: 502, message: `sandbox '${id}' not found or not running` };
+    const ans = await this.resumeElsewhere(
+      id,
+      `/sandboxes/${encodeURIComponent(id)}/connect`,
+      { "x-api-key": this.apiKey, "content-type": "application/json", "x-aenv-auto-resume": "1" },
+      Buffer.from("{}"),
+      dead,
+    );
+    const moved = ans.status < 300 ? await this.view.owner(id) : undefined;
+    if (moved?.node && moved.node.nodeID !== dead) return { node: moved.node };
+    const why = parseJson<{ message?: string }>(ans.body)?.message ?? `status ${ans.status}`;
+    // 410 for a paused sandbox without autoResume, as a node's own proxy answers.
+    return { status: ans.status === 409 ? 410 : 502, message: `sandbox '${id}' is not running: ${why}` };
+  }
+
+  /** Sends sandbox traffic to its node, moving the sandbox first if that node turns out dead. */
+  async forwardTraffic(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
+    const to = await this.nodeForTraffic(id);
+    if ("status" in to) return sendJson(res, to.status, { code: to.status, message: to.message });
+    forward(req, res, to.node.url, {
+      onConnectError: (err) => {
+        this.log.warn({ err: err.message, node: to.node.nodeID, sandboxID: id }, "node refused traffic; moving");
+        this.nodeForTraffic(id, to.node.nodeID).then(
+          (again) =>
+            "status" in again
+              ? sendJson(res, again.status, { code: again.status, message: again.message })
+              : forward(req, res, again.node.url),
+          (e: Error) => sendJson(res, 502, { code: 502, message: `gateway error: ${e.message}` }),
+        );
+      },
+    });
+  }
+
+  /**
+   * Fork: children start on the parent's node (its memory image is there). Those that do not
+   * fit start on other nodes from the same capture, which the node publishes as a snapshot
+   * for them and which is deleted once they run.
+   */
+  private async fork(req: IncomingMessage, res: ServerResponse, node: NodeInfo, id: string): Promise<void> {
+    const body = await readBody(req);
+    const headers = nodeHeaders(req);
+    const ans = await call(node.url, "POST", req.url ?? "/", { ...headers, "x-aenv-fork-spill": "1" }, body);
+    const children = ans.status === 201 ? parseJson<ForkChild[]>(ans.body) : undefined;
+    if (!Array.isArray(children)) return relay(res, ans);
+    const owners = children.map(() => node.nodeID);
+    const snap = ans.headers["x-aenv-fork-snapshot"];
+    if (typeof snap === "string") {
+      const full = children.flatMap((c, i) => (c.error?.code === 429 ? [i] : []));
+      const fork = parseJson<{ timeout?: number }>(body) ?? {};
+      const { "content-type": _c, ...getHeaders } = headers;
+      const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, getHeaders, undefined, 15_000);
+      const info = parseJson<{ metadata?: Record<string, string>; endAt?: string }>(parent.body) ?? {};
+      const left = info.endAt ? Math.ceil((Date.parse(info.endAt) - Date.now()) / 1000) : 300;
+      const create = Buffer.from(
+        JSON.stringify({ templateID: snap, timeout: fork.timeout ?? Math.max(1, left), metadata: info.metadata ?? {} }),
+      );
+      const checkpointKey = node.checkpointKey;
+      await Promise.all(
+        full.map(async (i) => {
+          const placed = await this.placeAndCall(
+            { exclude: [node.nodeID], checkpointKey },
+            "/sandboxes",
+            { ...headers, "content-type": "application/json" },
+            create,
+          ).catch((err: Error) => {
+            this.log.warn({ err: err.message, sandboxID: id }, "fork child not placed");
+            return undefined;
+          });
+          if (placed?.ans.status === 201) {
+            children[i] = { sandbox: parseJson<{ sandboxID: string }>(placed.ans.body) };
+            owners[i] = placed.node.nodeID;
+          } else if (placed) {
+            children[i] = { error: parseJson(placed.ans.body) ?? { code: placed.ans.status, message: "failed" } };
+          }
+        }),
+      );
+      this.log.info({ sandboxID: id, spilled: full.length, snapshot: snap }, "fork children started on other nodes");
+      // The capture served its purpose; the children run from their own copies.
+      const { "content-type": _ct, ...bare } = headers;
+      call(node.url, "DELETE", `/templates/${encodeURIComponent(snap)}`, bare).then(
+        (a) => {
+          if (a.status >= 300) this.log.warn({ status: a.status, snapshot: snap }, "fork capture not deleted");
+        },
+        (err: Error) => this.log.warn({ err: err.message, snapshot: snap }, "fork capture not deleted"),
+      );
+    }
+    for (const [i, c] of children.entries()) {
+      if (c.sandbox?.sandboxID) await this.view.setOwner(c.sandbox.sandboxID, owners[i] as string);
+    }
+    sendJson(res, 201, children);
+  }
+
+  /** A snapshot is remembered where it was taken: starts from it go there first. */
+  private async snapshot(req: IncomingMessage, res: ServerResponse, node: NodeInfo): Promise<void> {
+    const ans = await call(node.url, "POST", req.url ?? "/", nodeHeaders(req), await readBody(req));
+    const snap = ans.status === 201 ? parseJson<{ snapshotID?: string; names?: string[] }>(ans.body) : undefined;
+    if (snap?.snapshotID) {
+      await this.view
+        .setSnapshotHolder([snap.snapshotID, ...(snap.names ?? [])], node.nodeID)
+        .catch((err: Error) => this.log.warn({ err: err.message }, "snapshot holder not recorded"));
+    }
+    relay(res, ans);
+  }
+}
+
+function jsonAnswer(status: number, body: unknown): NodeAnswer {
+  return { status, headers: { "content-type": "application/json" }, body: Buffer.from(JSON.stringify(body)) };
+}
