@@ -34,3 +34,11 @@ execFileSync("cc", ["-static", "-O2", "-Wall", "-o", path.join(dist, "aenv-init"
   stdio: "inherit",
 });
 console.log(`built ${path.relative(process.cwd(), path.join(dist, "aenv-init"))}`);
+
+// sudo/su (a static client of envd's root service) and xattr access for file metadata.
+for (const tool of ["aenv-sudo", "aenv-xattr"]) {
+  execFileSync("cc", ["-static", "-O2", "-Wall", "-o", path.join(dist, tool), path.join(here, "init", `${tool}.c`)], {
+    stdio: "inherit",
+  });
+  console.log(`built ${path.relative(process.cwd(), path.join(dist, tool))}`);
+}

@@ -15,6 +15,10 @@ export interface EnvdArtifacts {
   nodePtyDir: string;
   /** Static PID 1 that starts envd and reaps orphans (dist/aenv-init). */
   init: string;
+  /** Static `sudo`/`su` client of envd's root service (dist/aenv-sudo). */
+  sudo: string;
+  /** Static xattr reader/writer for file metadata (dist/aenv-xattr). */
+  xattr: string;
 }
 
 function packageRoot(): string {
@@ -40,6 +44,8 @@ export function envdArtifacts(): EnvdArtifacts {
   return {
     bundle: path.join(root, "dist", "envd.js"),
     init: path.join(root, "dist", "aenv-init"),
+    sudo: path.join(root, "dist", "aenv-sudo"),
+    xattr: path.join(root, "dist", "aenv-xattr"),
     nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
   };
 }

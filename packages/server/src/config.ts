@@ -64,6 +64,8 @@ export interface ServerConfig {
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
   deadCheckIntervalS: number;
+  /** Seconds between metrics samples kept for getMetrics ranges; 0 keeps none. */
+  metricsIntervalS: number;
   /** Warm images of other runtime builds unused this long are removed at start. */
   staleWarmImageS: number;
   maxTimeoutS: number;
@@ -185,6 +187,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.max_timeout_secs": "int",
   "sandbox.max_sandboxes": "int",
   "sandbox.dead_check_interval_secs": "int",
+  "sandbox.metrics_interval_secs": "int",
   "api.body_limit_bytes": "size",
   "repository.backend": "string",
   "repository.path": "string",
@@ -352,6 +355,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
+    metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),
     bodyLimitBytes: num("AENV_BODY_LIMIT", "api.body_limit_bytes", 1024 * 1024),

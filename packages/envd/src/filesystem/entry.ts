@@ -65,6 +65,8 @@ export async function entryFromStat(
   st: Stats,
   deps: EntryDeps,
   displayPath = abs,
+  /** Metadata already read (a directory listing reads all its entries' in one call). */
+  known?: { meta: Record<string, string> | undefined },
 ): Promise<filesystemPb.EntryInfo> {
   let symlinkTarget: string | undefined;
   if (st.isSymbolicLink()) {
@@ -79,7 +81,7 @@ export async function entryFromStat(
       }
     }
   }
-  const meta = deps.metadata.get(abs, st);
+  const meta = known ? known.meta : (await deps.metadata.getMany([{ path: abs, dev: st.dev, ino: st.ino }]))[0];
   return create(filesystemPb.EntryInfoSchema, {
     name: path.basename(displayPath) || "/",
     type: fileTypeOf(st),

@@ -1,14 +1,26 @@
 /**
- * File metadata (the `user.e2b.*` xattrs of the reference envd).
- *
- * Node has no xattr API and we ship no native module for it, so metadata lives in
- * memory, keyed by absolute path and bound to the file's (dev, ino): if the file
- * is replaced by something else at the same path (a new inode), its metadata is gone,
- * the way an xattr would be. Move/Remove carry or drop entries. Lost when envd restarts
- * (it survives memory snapshots, because it is process memory).
+ * File metadata: the `user.e2b.*` extended attributes of each file, as the reference envd
+ * keeps it, so metadata set out of band (`os.setxattr`) shows in getInfo and metadata set
+ * through envd is visible to tools in the sandbox. Node has no xattr API, so a static helper
+ * (init/aenv-xattr.c, in the runtime folder) reads and writes them, one call per request or
+ * per listed directory. Where a filesystem refuses user xattrs (or outside a sandbox, where
+ * the helper is absent) metadata falls back to memory bound to the file's (dev, ino).
  */
+import { execFile } from "node:child_process";
 import { promises as fsp } from "node:fs";
 import path from "node:path";
+
+export type FileMeta = Record<string, string>;
+
+export interface MetadataStore {
+  /** The metadata of each path (undefined: none), in order. */
+  getMany(files: Array<{ path: string; dev: number; ino: number }>): Promise<Array<FileMeta | undefined>>;
+  set(file: string, meta: FileMeta): Promise<void>;
+  /** After a rename of `from` (file or directory) to `to`. */
+  move(from: string, to: string): void;
+  /** After removing `p` (file or directory tree). */
+  remove(p: string): void;
+}
 
 interface Record_ {
   dev: number;
@@ -16,8 +28,13 @@ interface Record_ {
   meta: Record<string, string>;
 }
 
-export class MetadataStore {
+/** Metadata in envd's memory: lost when envd restarts (kept by memory snapshots). */
+export class MemoryMetadata implements MetadataStore {
   private readonly byPath = new Map<string, Record_>();
+
+  async getMany(files: Array<{ path: string; dev: number; ino: number }>): Promise<Array<FileMeta | undefined>> {
+    return files.map((f) => this.get(f.path, f));
+  }
 
   async set(file: string, meta: Record<string, string>): Promise<void> {
     const abs = path.resolve(file);
@@ -30,6 +47,10 @@ export class MetadataStore {
   }
 
   /** Metadata of `file` given its lstat result; stale entries are dropped. */
+  has(file: string): boolean {
+    return this.byPath.has(path.resolve(file));
+  }
+
   get(file: string, st: { dev: number; ino: number }): Record<string, string> | undefined {
     const abs = path.resolve(file);
     const rec = this.byPath.get(abs);
@@ -41,7 +62,6 @@ export class MetadataStore {
     return rec.meta;
   }
 
-  /** After a rename of `from` (file or directory) to `to`. */
   move(from: string, to: string): void {
     const src = path.resolve(from);
     const dst = path.resolve(to);
@@ -54,12 +74,67 @@ export class MetadataStore {
     }
   }
 
-  /** After removing `p` (file or directory tree). */
   remove(p: string): void {
     const abs = path.resolve(p);
     for (const k of [...this.byPath.keys()]) {
       if (k === abs || k.startsWith(`${abs}/`)) this.byPath.delete(k);
     }
+  }
+}
+
+const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
+const unhex = (h: string) => Buffer.from(h, "hex").toString("utf8");
+/** Paths per helper call (argv stays far below the kernel's limit). */
+const BATCH = 256;
+
+/** Metadata in the files' own `user.e2b.*` xattrs, through the aenv-xattr helper. */
+export class XattrMetadata implements MetadataStore {
+  /** Files whose filesystem refused xattrs. */
+  private readonly fallback = new MemoryMetadata();
+
+  constructor(private readonly tool: string) {}
+
+  async getMany(files: Array<{ path: string; dev: number; ino: number }>): Promise<Array<FileMeta | undefined>> {
+    const out: Array<FileMeta | undefined> = await this.fallback.getMany(files);
+    for (let start = 0; start < files.length; start += BATCH) {
+      const batch = files.slice(start, start + BATCH);
+      const text = await this.run(["get", ...batch.map((f) => path.resolve(f.path))]).catch(() => "");
+      for (const line of text.split("\n")) {
+        const [i, k, v] = line.split("\t");
+        if (i === undefined || k === undefined || v === undefined) continue;
+        const at = start + Number(i);
+        if (out[at] && this.fallback.has(files[at]?.path ?? "")) continue;
+        out[at] = { ...(out[at] ?? {}), [unhex(k)]: unhex(v) };
+      }
+    }
+    return out;
+  }
+
+  async set(file: string, meta: FileMeta): Promise<void> {
+    const args = ["set", path.resolve(file), ...Object.entries(meta).flatMap(([k, v]) => [hex(k), hex(v)])];
+    try {
+      await this.run(args);
+      await this.fallback.set(file, {});
+    } catch {
+      // e.g. a mount without user xattrs: kept in memory instead
+      await this.fallback.set(file, meta);
+    }
+  }
+
+  move(from: string, to: string): void {
+    this.fallback.move(from, to);
+  }
+
+  remove(p: string): void {
+    this.fallback.remove(p);
+  }
+
+  private run(args: string[]): Promise<string> {
+    return new Promise((resolve, reject) => {
+      execFile(this.tool, args, { maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) =>
+        err ? reject(new Error(stderr || err.message)) : resolve(stdout),
+      );
+    });
   }
 }
 

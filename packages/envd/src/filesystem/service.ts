@@ -1,5 +1,5 @@
 /** filesystem.Filesystem Connect service (§5.7). */
-import { type Dirent, promises as fsp } from "node:fs";
+import { type Dirent, promises as fsp, type Stats } from "node:fs";
 import path from "node:path";
 import type { Filesystem, filesystemPb } from "@aenv/protocol";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -51,17 +51,19 @@ async function listDir(
     return; // unreadable or vanished subdirectory: skip it
   }
   items.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const found: Array<{ abs: string; disp: string; st: Stats }> = [];
   for (const it of items) {
     const abs = path.join(dir, it.name);
-    const disp = path.join(display, it.name);
-    let st: Awaited<ReturnType<typeof fsp.lstat>>;
     try {
-      st = await fsp.lstat(abs);
+      found.push({ abs, disp: path.join(display, it.name), st: await fsp.lstat(abs) });
     } catch {
-      continue;
+      // vanished meanwhile
     }
-    out.push(await entryFromStat(abs, st, d, disp));
-    if (depth > 1 && st.isDirectory()) await listDir(abs, disp, depth - 1, d, out, false);
+  }
+  const metas = await d.metadata.getMany(found.map((f) => ({ path: f.abs, dev: f.st.dev, ino: f.st.ino })));
+  for (const [i, f] of found.entries()) {
+    out.push(await entryFromStat(f.abs, f.st, d, f.disp, { meta: metas[i] }));
+    if (depth > 1 && f.st.isDirectory()) await listDir(f.abs, f.disp, depth - 1, d, out, false);
   }
 }
 

@@ -4,6 +4,7 @@ import { checkToken } from "../auth.js";
 import type { Env } from "../env.js";
 import { log } from "../log.js";
 import type { InitBody } from "../state.js";
+import { inSandbox, installSudoLinks } from "../sudo/install.js";
 import { HttpError, readBody, sendEmpty } from "./respond.js";
 
 function optString(v: unknown, field: string): string | undefined {
@@ -51,6 +52,8 @@ export async function handleInit(env: Env, req: IncomingMessage, res: ServerResp
     log("warn", "init: default user does not exist (yet)", { user: body.defaultUser });
   }
   env.state.applyInit(body);
+  // A sandbox restored from an image taken before its template had them gets them now.
+  if (inSandbox()) installSudoLinks();
   log("info", "initialized", {
     envVars: Object.keys(body.envVars ?? {}).length,
     token: body.accessToken ? "set" : "unchanged",

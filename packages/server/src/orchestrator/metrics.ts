@@ -7,12 +7,16 @@ import type { Live } from "./registry.js";
 export type SandboxMetric = Omit<MetricSample, "timestamp">;
 
 /** One sample now: CPU and memory from the runtime, disk from envd (best effort). */
-export async function sampleMetrics(driver: RuntimeDriver, l: Live): Promise<SandboxMetric[]> {
+export async function sampleMetrics(
+  driver: RuntimeDriver,
+  l: Live,
+  opts: { disk: boolean } = { disk: true },
+): Promise<SandboxMetric[]> {
   const rec = l.rec;
   const stats = rec.state === "running" ? await driver.stats(rec.runtimeId) : undefined;
   let diskUsed = 0;
   let diskTotal = rec.diskSizeMB * 1024 * 1024;
-  if (l.slot && rec.state === "running") {
+  if (opts.disk && l.slot && rec.state === "running") {
     try {
       const r = await envdRequest(l.slot.slotIp, "GET", "/metrics", { token: rec.envdToken, timeoutMs: 2000 });
       if (r.status === 200) {

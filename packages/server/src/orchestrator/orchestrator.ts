@@ -13,7 +13,8 @@ import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { Creator } from "./create.js";
 import { Forker, type ForkOutcome, type ForkResult } from "./fork.js";
 import { Lifetimes } from "./lifetimes.js";
-import { type SandboxMetric, sampleMetrics } from "./metrics.js";
+import type { SandboxMetric } from "./metrics.js";
+import { MetricsHistory } from "./metrics-history.js";
 import { PauseResume } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
@@ -57,6 +58,7 @@ export class Orchestrator {
   private readonly creator: Creator;
   private readonly pauses: PauseResume;
   private readonly forker: Forker;
+  private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;
   private readonly killedListeners: Array<(id: string) => void> = [];
 
@@ -112,6 +114,13 @@ export class Orchestrator {
       runner,
       publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
     });
+    this.metricsHistory = new MetricsHistory({
+      registry,
+      driver: runner.driver,
+      intervalS: cfg.metricsIntervalS,
+      log,
+    });
+    this.onKilled((id) => this.metricsHistory.forget(id));
     this.lifetimes = new Lifetimes({
       cfg,
       store,
@@ -136,6 +145,7 @@ export class Orchestrator {
 
   startReaper(): void {
     this.lifetimes.start();
+    this.metricsHistory.start();
   }
 
   prepareWarmImages(): Promise<void> {
@@ -244,8 +254,9 @@ export class Orchestrator {
     return this.forker.fork(id, count, timeoutS, spill);
   }
 
-  metrics(id: string): Promise<SandboxMetric[]> {
-    return sampleMetrics(this.runner.driver, this.registry.mustGet(id));
+  /** Samples kept over the sandbox's life within [start, end] (Unix seconds), and one now. */
+  metrics(id: string, range: { start?: number; end?: number } = {}): Promise<SandboxMetric[]> {
+    return this.metricsHistory.query(id, range);
   }
 
   /** Where the proxy sends traffic (auto-resuming when the sandbox allows it). */
@@ -284,6 +295,7 @@ export class Orchestrator {
     this.registry.close();
     this.pauses.close();
     this.lifetimes.stop();
+    this.metricsHistory.stop();
     await Promise.all(
       this.registry
         .all()

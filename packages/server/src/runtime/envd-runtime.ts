@@ -26,7 +26,15 @@ export function prepareEnvdRuntime(root: string): string {
   const libs = nodeLibraries(node);
   const art = envdArtifacts();
   const h = createHash("sha256");
-  for (const f of [node, ...libs, art.bundle, art.init, join(art.nodePtyDir, "build/Release/pty.node")]) {
+  for (const f of [
+    node,
+    ...libs,
+    art.bundle,
+    art.init,
+    art.sudo,
+    art.xattr,
+    join(art.nodePtyDir, "build/Release/pty.node"),
+  ]) {
     h.update(f);
     h.update(readFileSync(f));
   }
@@ -40,6 +48,8 @@ export function prepareEnvdRuntime(root: string): string {
   mkdirSync(join(tmp, "envd", "node_modules"), { recursive: true });
   cpSync(node, join(tmp, "bin", "node"));
   cpSync(art.init, join(tmp, "bin", "aenv-init"));
+  cpSync(art.sudo, join(tmp, "bin", "aenv-sudo"));
+  cpSync(art.xattr, join(tmp, "bin", "aenv-xattr"));
   for (const lib of libs) {
     const name = basename(lib);
     cpSync(realpathSync(lib), join(tmp, "lib", name));

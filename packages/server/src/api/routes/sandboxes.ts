@@ -83,7 +83,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const items = orch
       .list()
       .filter((r) => states.has(r.state) && matchesMetadata(r, meta))
-      .filter((r) => (after === undefined ? true : r.startedAt > after))
+      .filter((r) => (after === undefined ? true : r.startedAt >= after))
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
     items.sort((a, b) => a.startedAt - b.startedAt || a.id.localeCompare(b.id));
     if ((q.order ?? "desc") === "desc") items.reverse();
@@ -187,8 +187,11 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/sandboxes/:sandboxID/metrics", async (req) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
-    MetricsQuery.parse(req.query);
-    const ms = await orch.metrics(sandboxID);
+    const q = MetricsQuery.parse(req.query);
+    if (q.start !== undefined && q.end !== undefined && q.start > q.end) {
+      throw new InvalidRequestError("metrics range: start is after end");
+    }
+    const ms = await orch.metrics(sandboxID, { start: q.start, end: q.end });
     return ms.map((m): SandboxMetric => ({ ...m, timestamp: new Date(m.timestampUnix * 1000).toISOString() }));
   });
 }

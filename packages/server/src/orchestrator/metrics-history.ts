@@ -1,0 +1,91 @@
+import type { Logger } from "pino";
+import type { RuntimeDriver } from "../runtime/driver.js";
+import { type SandboxMetric, sampleMetrics } from "./metrics.js";
+import type { SandboxRegistry } from "./registry.js";
+
+export interface MetricsHistoryDeps {
+  registry: SandboxRegistry;
+  driver: RuntimeDriver;
+  /** Seconds between samples of every running sandbox; 0 keeps no history. */
+  intervalS: number;
+  log: Logger;
+}
+
+/** A day of samples at the default interval; older ones are dropped first. */
+const MAX_SAMPLES = 8640;
+/** Disk usage needs a call into envd (it wakes the sandbox): refreshed at most this often. */
+const DISK_EVERY_MS = 60_000;
+
+/**
+ * Metrics kept over a sandbox's life, so `getMetrics({start, end})` can answer for a range:
+ * every running sandbox is sampled every `intervalS` (one `runsc events` each, ~10 ms of CPU;
+ * sandboxes are sampled one after another, never all at once). Paused sandboxes are not
+ * sampled; their history stays until they are gone.
+ */
+export class MetricsHistory {
+  private readonly samples = new Map<string, SandboxMetric[]>();
+  private readonly diskAt = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+
+  constructor(private readonly d: MetricsHistoryDeps) {}
+
+  start(): void {
+    if (this.d.intervalS <= 0 || this.timer) return;
+    this.timer = setInterval(() => {
+      if (this.running) return;
+      this.running = true;
+      this.tick()
+        .catch((err) => this.d.log.warn({ err }, "metrics sampling failed"))
+        .finally(() => (this.running = false));
+    }, this.d.intervalS * 1000);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Samples in [start, end] (Unix seconds, inclusive), oldest first, plus one taken now if it falls inside. */
+  async query(id: string, range: { start?: number; end?: number }): Promise<SandboxMetric[]> {
+    const l = this.d.registry.mustGet(id);
+    const inRange = (m: SandboxMetric) =>
+      (range.start === undefined || m.timestampUnix >= range.start) &&
+      (range.end === undefined || m.timestampUnix <= range.end);
+    const out = (this.samples.get(id) ?? []).filter(inRange);
+    const now = Math.floor(Date.now() / 1000);
+    if (l.rec.state === "running" && inRange({ timestampUnix: now } as SandboxMetric)) {
+      const fresh = (await sampleMetrics(this.d.driver, l))[0];
+      if (fresh && out.at(-1)?.timestampUnix !== fresh.timestampUnix) out.push(fresh);
+    }
+    return out;
+  }
+
+  forget(id: string): void {
+    this.samples.delete(id);
+    this.diskAt.delete(id);
+  }
+
+  private async tick(): Promise<void> {
+    // Sandboxes gone by any path (killed, expired, found dead) leave no history behind.
+    for (const id of this.samples.keys()) if (!this.d.registry.has(id)) this.forget(id);
+    for (const l of this.d.registry.all()) {
+      if (l.rec.state !== "running" || l.inflight || l.gate || l.ephemeral) continue;
+      const id = l.rec.id;
+      const list = this.samples.get(id) ?? [];
+      const last = list.at(-1);
+      const wantDisk = Date.now() - (this.diskAt.get(id) ?? 0) >= DISK_EVERY_MS;
+      const m = (await sampleMetrics(this.d.driver, l, { disk: wantDisk || !last }))[0];
+      if (!m || !this.d.registry.has(id)) continue;
+      if (wantDisk || !last) this.diskAt.set(id, Date.now());
+      else if (last) {
+        m.diskUsed = last.diskUsed;
+        m.diskTotal = last.diskTotal;
+      }
+      list.push(m);
+      if (list.length > MAX_SAMPLES) list.splice(0, list.length - MAX_SAMPLES);
+      this.samples.set(id, list);
+    }
+  }
+}
