@@ -327,6 +327,32 @@ describe("proxy", () => {
     assert.equal(closed.status, 502);
   });
 
+  test("the platform's API key never reaches a server in the sandbox; other headers do", async () => {
+    const echo = [
+      "import http.server as h",
+      "class H(h.BaseHTTPRequestHandler):",
+      "  def do_GET(s):",
+      "    b=str(s.headers).encode();s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)",
+      "  def log_message(s,*a): pass",
+      "h.HTTPServer(('0.0.0.0',8082),H).serve_forever()",
+    ].join("\n");
+    await sbx.files.write("/tmp/echo.py", echo);
+    await sbx.commands.run("python3 /tmp/echo.py", { background: true, timeoutMs: 0 });
+    await untilListening(sbx, 8082);
+    const sent = { "x-api-key": server.apiKey, "x-mine": "kept", authorization: "Bearer app-token" };
+    const viaPath = await (await fetch(`${server.url}/proxy/${sbx.sandboxId}/8082/`, { headers: sent })).text();
+    const viaHeaders = await (
+      await fetch(`${server.url}/`, {
+        headers: { ...sent, "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8082" },
+      })
+    ).text();
+    for (const seen of [viaPath, viaHeaders]) {
+      assert.match(seen, /x-mine: kept/i);
+      assert.match(seen, /authorization: Bearer app-token/i, "the app's own credentials pass");
+      assert.doesNotMatch(seen, new RegExp(server.apiKey), "the API key is not forwarded");
+    }
+  });
+
   test("a WebSocket upgrade is tunnelled to the sandbox port", async () => {
     const server_py = [
       "import socket,hashlib,base64",

@@ -2,6 +2,8 @@
 // runsc sandboxes: list filters and order across pages, metrics kept over time and read by
 // range, passwordless sudo/su for the default user, and file metadata in user.e2b.* xattrs.
 import assert from "node:assert/strict";
+import { statSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
@@ -105,6 +107,13 @@ describe("sudo and su for the default user", () => {
     assert.equal(code, 7, "the command's exit status");
     assert.equal((await c.commands.run("su -c whoami")).stdout, "root\n");
     assert.equal((await c.commands.run("sudo su - user -c pwd")).stdout, "/home/user\n");
+  });
+});
+
+describe("host files", () => {
+  test("the data dir and the state database are the server's alone", () => {
+    assert.equal(statSync(server.dataDir).mode & 0o777, 0o700);
+    assert.equal(statSync(join(server.dataDir, "state.db")).mode & 0o777, 0o600);
   });
 });
 

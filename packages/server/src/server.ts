@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
 import { Redis } from "ioredis";
 import pino, { type Logger } from "pino";
@@ -56,7 +56,9 @@ export async function startServer(
   cfg: ServerConfig,
   log: Logger = pino({ level: cfg.logLevel }),
 ): Promise<RunningServer> {
-  mkdirSync(cfg.dataDir, { recursive: true });
+  // Only root reads the data dir: it holds tokens, env vars, sandbox memory images.
+  mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(cfg.dataDir, 0o700);
   const paths = new NodePaths(cfg.dataDir, cfg.templatesDir);
   const driver = new GvisorDriver({
     binary: cfg.runscBinary,
@@ -70,6 +72,9 @@ export async function startServer(
     log.warn({ templatesDir: cfg.templatesDir }, "default template 'base' missing: run scripts/build-base-template.sh");
   }
   const repository = await openRepository(cfg, log.child({ component: "repository" }));
+  // Records hold envd tokens and env vars; SQLite gives its -wal/-shm files the db's mode.
+  closeSync(openSync(paths.stateDb, "a", 0o600));
+  chmodSync(paths.stateDb, 0o600);
   const store = new SqliteStateStore(paths.stateDb);
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);

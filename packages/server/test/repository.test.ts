@@ -6,7 +6,16 @@
  */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -151,6 +160,23 @@ const kinds: Kind[] = [
 
 for (const kind of kinds) {
   describe(`${kind.name} backend`, () => {
+    if (kind.name === "posix_fs") {
+      test("objects and folders are readable by their owner only (manifests hold tokens, chunks memory)", async () => {
+        const b = kind.make() as PosixFsBackend;
+        await b.check();
+        await b.put("manifests/m.json", Buffer.from("{}"));
+        await b.putIfAbsent("claims/c.json", Buffer.from("{}"));
+        for (const [p, mode] of [
+          ["manifests/m.json", 0o600],
+          ["claims/c.json", 0o600],
+          ["manifests", 0o700],
+          ["claims", 0o700],
+        ] as const) {
+          assert.equal(statSync(join(b.root, p)).mode & 0o777, mode, p);
+        }
+      });
+    }
+
     test("putIfAbsent: of callers racing for one key exactly one wins, and the winner's body stays", async () => {
       const b = kind.make();
       await b.check();

@@ -1,5 +1,5 @@
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { basename, dirname, join, posix } from "node:path";
+import { basename, dirname, isAbsolute, join, posix, relative } from "node:path";
 import type { Command } from "commander";
 import { FileType, type Sandbox } from "e2b";
 import { type Ctx, examples } from "../context.js";
@@ -19,13 +19,41 @@ async function uploadPath(sbx: Sandbox, local: string, remote: string): Promise<
   return 1;
 }
 
-async function downloadPath(sbx: Sandbox, remote: string, local: string): Promise<number> {
+/**
+ * A name a sandbox listed, usable as one local path component. Everything a sandbox answers
+ * is untrusted (code in it can be root and replace envd): a name with a separator, `..` or a
+ * NUL would write outside the download's target.
+ */
+export function safeEntryName(name: string): boolean {
+  return name !== "" && name !== "." && name !== ".." && !/[/\\\0]/.test(name);
+}
+
+/** Folder depth a download follows (a sandbox could nest without end). */
+const MAX_DEPTH = 64;
+
+export async function downloadPath(
+  sbx: Sandbox,
+  remote: string,
+  local: string,
+  root: string,
+  depth = 0,
+): Promise<number> {
+  const rel = relative(root, local);
+  if (rel.startsWith("..") || isAbsolute(rel)) throw new CliError(`refusing to write outside ${root}: ${local}`);
   const info = await sbx.files.getInfo(remote);
   if (info.type === FileType.DIR) {
+    // A linked folder is not followed below the top: links can form cycles.
+    if (depth > 0 && info.symlinkTarget) return 0;
+    if (depth > MAX_DEPTH) throw new CliError(`${remote}: folders nested deeper than ${MAX_DEPTH}`);
     mkdirSync(local, { recursive: true });
     let n = 0;
-    for (const e of await sbx.files.list(remote))
-      n += await downloadPath(sbx, posix.join(remote, e.name), join(local, e.name));
+    for (const e of await sbx.files.list(remote)) {
+      if (!safeEntryName(e.name)) {
+        process.stderr.write(`aenv: skipping an entry the sandbox named ${JSON.stringify(e.name)}\n`);
+        continue;
+      }
+      n += await downloadPath(sbx, posix.join(remote, e.name), join(local, e.name), root, depth + 1);
+    }
     return n;
   }
   const data = await sbx.files.read(remote, { format: "bytes" });
@@ -82,7 +110,7 @@ export function registerFiles(program: Command, ctx: Ctx): void {
     )
     .action(async (id: string, remote: string, local: string) => {
       const target = isDir(local) ? join(local, posix.basename(remote.replace(/\/+$/, "")) || "root") : local;
-      const n = await downloadPath(await ctx.api().connect(id), remote, target);
+      const n = await downloadPath(await ctx.api().connect(id), remote, target, target);
       ctx.out().item({ sandboxID: id, local: target, files: n }, `downloaded ${n} file(s) to ${target}`);
     });
 }

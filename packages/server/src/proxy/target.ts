@@ -11,6 +11,12 @@ export interface ProxyTarget {
 }
 
 const ROUTING_HEADERS = ["e2b-sandbox-id", "e2b-sandbox-port", "x-aenv-sandbox-id", "x-aenv-target-port"];
+/**
+ * The platform's own credential never reaches code in a sandbox, whatever port it asked for
+ * (a client that sends its API key on every request would otherwise hand it to the sandbox).
+ * Authorization and cookies stay: aenv does not use them, a server in the sandbox may.
+ */
+const PLATFORM_SECRETS = ["x-api-key"];
 export const HOST_RE = /^(\d{1,12})-([a-z0-9]{1,60})\.(.+)$/;
 
 function header(req: IncomingMessage, name: string): string | undefined {
@@ -87,7 +93,7 @@ export function upstreamHeaders(req: IncomingMessage, keepUpgrade: boolean): Rec
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(req.headers)) {
     if (v === undefined) continue;
-    if (ROUTING_HEADERS.includes(k)) continue;
+    if (ROUTING_HEADERS.includes(k) || PLATFORM_SECRETS.includes(k)) continue;
     if (!keepUpgrade && HOP_BY_HOP.has(k)) continue;
     if (keepUpgrade && HOP_BY_HOP.has(k) && k !== "connection" && k !== "upgrade") continue;
     out[k] = v;

@@ -52,6 +52,19 @@ class StepFailure extends Error {
 }
 
 const STAGING_MOUNT = "/.aenv-build";
+/** `builds/.owner`: PID of the server whose build of the template is waiting or running. */
+const OWNER_FILE = ".owner";
+
+/** Whether the server process named in an owner file still runs. */
+function ownerAlive(file: string): boolean {
+  try {
+    const pid = Number(readFileSync(file, "utf8").trim());
+    if (!Number.isInteger(pid) || pid <= 1) return false;
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("aenv-server");
+  } catch {
+    return false;
+  }
+}
 const TAG_RE = /^[A-Za-z0-9_.-]{1,128}$/;
 const RUN_TIMEOUT_MS = 30 * 60_000;
 
@@ -76,7 +89,33 @@ export class TemplateBuilder {
       sync?: TemplateSync;
       log: Logger;
     },
-  ) {}
+  ) {
+    this.failInterrupted();
+  }
+
+  /**
+   * Builds a server left `waiting` or `building` when it stopped (a crash, a kill) are failed
+   * at start, so the template is not stuck: it can be rebuilt or deleted. The templates dir
+   * may be shared by servers on one host, so a build whose owning process still runs is left.
+   */
+  private failInterrupted(): void {
+    for (const t of this.d.templates.list()) {
+      if (t.buildStatus !== "building" && t.buildStatus !== "waiting") continue;
+      if (ownerAlive(join(t.dir, "builds", OWNER_FILE))) continue;
+      const reason = { message: "interrupted: the server stopped during this build; build it again" };
+      this.d.templates.save({ ...t, buildStatus: "error", reason });
+      const rec = this.loadRecord(t, t.buildId);
+      if (rec && (rec.status === "building" || rec.status === "waiting")) {
+        this.persist(t, { ...rec, status: "error", reason, finishedAt: new Date().toISOString() });
+      }
+      this.d.log.warn({ template: t.id, build: t.buildId }, "template build interrupted by a restart: marked failed");
+    }
+  }
+
+  private claimBuild(t: Template): void {
+    mkdirSync(join(t.dir, "builds"), { recursive: true });
+    writeFileSync(join(t.dir, "builds", OWNER_FILE), String(process.pid));
+  }
 
   /** POST /v3/templates: registers a build; an existing name gets a new build of its template. */
   request(req: TemplateRequest): { template: Template; tags: string[] } {
@@ -133,6 +172,7 @@ export class TemplateBuilder {
       logs: [],
       startedAt: new Date().toISOString(),
     });
+    this.claimBuild(t);
     return { template: t, tags };
   }
 

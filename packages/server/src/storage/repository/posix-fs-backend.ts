@@ -38,8 +38,8 @@ export class PosixFsBackend implements RepositoryBackend {
     const dir = dirname(final);
     const tmp = join(dir, `.tmp-${randomBytes(6).toString("hex")}`);
     try {
-      await mkdir(dir, { recursive: true });
-      const fh = await open(tmp, "w", 0o644);
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      const fh = await open(tmp, "w", 0o600);
       try {
         if (body instanceof Uint8Array) await fh.writeFile(body);
         else await pipeline(body, fh.createWriteStream({ autoClose: false }));
@@ -60,8 +60,8 @@ export class PosixFsBackend implements RepositoryBackend {
     const dir = dirname(final);
     const tmp = join(dir, `.tmp-${randomBytes(6).toString("hex")}`);
     try {
-      await mkdir(dir, { recursive: true });
-      await writeFile(tmp, body, { mode: 0o644, flush: true });
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      await writeFile(tmp, body, { mode: 0o600, flush: true });
       // link() fails when the name exists, even on NFS: the whole body or nothing, once.
       await link(tmp, final);
       await fsyncDir(dir);
@@ -135,7 +135,7 @@ export class PosixFsBackend implements RepositoryBackend {
   async check(): Promise<void> {
     const probe = `.aenv-check-${randomBytes(4).toString("hex")}`;
     try {
-      await mkdir(this.root, { recursive: true });
+      await mkdir(this.root, { recursive: true, mode: 0o700 });
       const fh = await open(join(this.root, probe), "w", 0o600);
       try {
         await fh.writeFile("ok");
