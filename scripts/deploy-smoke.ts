@@ -1,0 +1,46 @@
+// Drives a running aenv endpoint (a node or a gateway) with the unmodified e2b SDK: create,
+// run a command, write a file, start a background process, pause, resume, check that the
+// file and the process came back, kill. Prints one line per step and exits non-zero on any
+// failure. Used by scripts/test-deploy.sh against the installed server, the container image
+// and the compose stack.
+//   node --import tsx scripts/deploy-smoke.ts URL API_KEY [--no-pause]
+import { Sandbox } from "e2b";
+
+const [url, apiKey] = process.argv.slice(2);
+const pause = !process.argv.includes("--no-pause");
+if (!url || !apiKey) {
+  console.error("usage: deploy-smoke.ts URL API_KEY [--no-pause]");
+  process.exit(2);
+}
+const opts = { apiUrl: url, sandboxUrl: url, apiKey };
+const t0 = Date.now();
+const step = (what: string) => console.log(`smoke: ${what} (${Date.now() - t0} ms)`);
+function check(ok: boolean, what: string): void {
+  if (!ok) throw new Error(`check failed: ${what}`);
+}
+
+const sbx = await Sandbox.create({ ...opts, timeoutMs: 120_000 });
+try {
+  step(`created ${sbx.sandboxId}`);
+  const r = await sbx.commands.run("echo hi-$((6*7)) && uname -s");
+  check(r.stdout === "hi-42\nLinux\n", `command output ${JSON.stringify(r.stdout)}`);
+  step("command ran");
+  await sbx.files.write("/home/user/kept.txt", "kept");
+  await sbx.commands.run("sleep 100000", { background: true });
+  const pid = (await sbx.commands.run("pgrep -f 'sleep 100000'")).stdout.trim();
+  check(pid !== "", "background process running");
+  if (pause) {
+    await sbx.pause();
+    step("paused");
+    const back = await Sandbox.connect(sbx.sandboxId, opts);
+    step("resumed");
+    check((await back.files.read("/home/user/kept.txt")) === "kept", "file kept across pause");
+    const again = (await back.commands.run("pgrep -f 'sleep 100000'")).stdout.trim();
+    check(again === pid, `process kept across pause (${pid} -> ${again})`);
+    step("file and process intact");
+  }
+} finally {
+  await Sandbox.kill(sbx.sandboxId, opts);
+  step("killed");
+}
+console.log("smoke: ok");
