@@ -13,13 +13,15 @@
 #        [--unitdir /etc/systemd/system] [--data-dir /var/lib/aenv] [--user aenv | --no-user]
 #        [--no-deps] [--no-template | --templates-from DIR] [--enable]
 #   sudo bash scripts/install.sh --uninstall [--prefix /opt/aenv] [--purge]
+#   bash scripts/install.sh --stage-app DIR     only build and stage the app into DIR (the
+#                                               container image's build context uses this)
 #
 # --uninstall stops and removes the units, PREFIX and the user it created; the config and
 # the data dir (sandboxes, snapshots, templates) stay unless --purge is given.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 prefix=/opt/aenv sysconf=/etc/aenv unitdir=/etc/systemd/system data=/var/lib/aenv
-user=aenv deps=1 template=1 templates_from="" enable=0 uninstall=0 purge=0
+user=aenv deps=1 template=1 templates_from="" enable=0 uninstall=0 purge=0 stage_only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --prefix) prefix=$2; shift ;;
@@ -34,12 +36,13 @@ while [ $# -gt 0 ]; do
     --enable) enable=1 ;;
     --uninstall) uninstall=1 ;;
     --purge) purge=1 ;;
+    --stage-app) stage_only=$2; shift ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
-[ "$(id -u)" = 0 ] || { echo "install: must run as root" >&2; exit 1; }
+[ -n "$stage_only" ] || [ "$(id -u)" = 0 ] || { echo "install: must run as root" >&2; exit 1; }
 say() { echo "install: $*"; }
 systemd_up() { [ -d /run/systemd/system ]; }
 units=(aenv-server.service aenv-gateway.service)
@@ -73,7 +76,7 @@ if [ -z "$node" ] || ! "$node" -e 'const [a,b]=process.versions.node.split(".").
   echo "install: Node.js >= 20.18 is required (found: $($node --version 2>/dev/null || echo none))" >&2
   exit 1
 fi
-[ $deps = 1 ] && bash "$src/scripts/install-deps.sh"
+[ $deps = 1 ] && [ -z "$stage_only" ] && bash "$src/scripts/install-deps.sh"
 
 cd "$src"
 if [ ! -d node_modules/e2b ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
@@ -81,24 +84,33 @@ if [ ! -d node_modules/e2b ] || [ package-lock.json -nt node_modules/.package-lo
 fi
 say "building"; npm run build --silent
 
-# The app: built packages and production node modules, staged beside PREFIX/app and swapped in.
-mkdir -p "$prefix"
-stage="$prefix/app.new"
-rm -rf "$stage"; mkdir -p "$stage/packages" "$stage/scripts"
-cp -a package.json package-lock.json README.md docs "$stage/"
-cp -a scripts/build-base-template.sh "$stage/scripts/"
-for p in protocol envd server cli; do
-  mkdir -p "$stage/packages/$p"
-  for part in package.json dist bin; do
-    [ -e "packages/$p/$part" ] && cp -a "packages/$p/$part" "$stage/packages/$p/"
+# The app: built packages and production node modules (native ones built for this node).
+stage_app() { # DIR
+  local stage=$1
+  rm -rf "$stage"; mkdir -p "$stage/packages" "$stage/scripts"
+  cp -a package.json package-lock.json README.md docs "$stage/"
+  cp -a scripts/build-base-template.sh "$stage/scripts/"
+  for p in protocol envd server cli; do
+    mkdir -p "$stage/packages/$p"
+    for part in package.json dist bin; do
+      [ -e "packages/$p/$part" ] && cp -a "packages/$p/$part" "$stage/packages/$p/"
+    done
   done
-done
-cp -a node_modules "$stage/"
-say "pruning dev dependencies"
-(cd "$stage" && npm prune --omit=dev --offline --no-audit --no-fund --silent)
+  cp -a node_modules "$stage/"
+  say "pruning dev dependencies"
+  (cd "$stage" && npm prune --omit=dev --offline --no-audit --no-fund --silent)
+}
+if [ -n "$stage_only" ]; then
+  stage_app "$stage_only"
+  say "app staged in $stage_only ($(du -sh "$stage_only" | cut -f1))"
+  exit 0
+fi
+# Staged beside PREFIX/app and swapped in.
+mkdir -p "$prefix"
+stage_app "$prefix/app.new"
 rm -rf "$prefix/app.old"
 [ -d "$prefix/app" ] && mv "$prefix/app" "$prefix/app.old"
-mv "$stage" "$prefix/app"
+mv "$prefix/app.new" "$prefix/app"
 rm -rf "$prefix/app.old"
 
 mkdir -p "$prefix/bin"

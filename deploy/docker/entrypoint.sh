@@ -1,0 +1,26 @@
+#!/bin/sh
+# Container entrypoint: `aenv-server [FLAGS]` (default), `aenv-gateway [FLAGS]`, `aenv ...`,
+# or any other command. Before the first start of a node without a `base` template in its
+# templates dir, the template is built (debootstrap from the Debian mirror; a few minutes)
+# unless AENV_BUILD_BASE_TEMPLATE=0; mount a templates dir that has it to skip that.
+set -e
+app=/opt/aenv/app
+# Called by name (the aenv-server, aenv-gateway, aenv links on PATH) or with the name first.
+cmd=$(basename "$0")
+if [ "$cmd" = entrypoint ]; then
+  cmd=${1:-aenv-server}
+  [ $# -gt 0 ] && shift
+fi
+case $cmd in
+  aenv-server)
+    case ${1:-} in gc|import-template) exec node "$app/packages/server/bin/aenv-server.js" "$@" ;; esac
+    tdir=${AENV_TEMPLATES_DIR:-${AENV_DATA_DIR:-/var/lib/aenv}/templates}
+    if [ ! -f "$tdir/base/template.json" ] && [ "${AENV_BUILD_BASE_TEMPLATE:-1}" != 0 ]; then
+      echo "entrypoint: no base template in $tdir: building it (set AENV_BUILD_BASE_TEMPLATE=0 to skip)"
+      bash "$app/scripts/build-base-template.sh" "$tdir"
+    fi
+    exec node "$app/packages/server/bin/aenv-server.js" "$@" ;;
+  aenv-gateway) exec node "$app/packages/server/bin/aenv-gateway.js" "$@" ;;
+  aenv) exec node "$app/packages/cli/bin/aenv.js" "$@" ;;
+  *) exec "$cmd" "$@" ;;
+esac
