@@ -2,12 +2,17 @@
 // run a command, write a file, start a background process, pause, resume, check that the
 // file and the process came back, kill. Prints one line per step and exits non-zero on any
 // failure. Used by scripts/test-deploy.sh against the installed server, the container image
-// and the compose stack.
-//   node --import tsx scripts/deploy-smoke.ts URL API_KEY [--no-pause]
+// and the compose stack. With --drain-cmd (a gateway only), the sandbox's node is then stopped
+// by that shell command ({node} is replaced by its node ID), which must drain it, and the
+// sandbox must resume on another node with its file and process.
+//   node --import tsx scripts/deploy-smoke.ts URL API_KEY [--no-pause] [--drain-cmd CMD]
+import { execSync } from "node:child_process";
 import { Sandbox } from "e2b";
 
 const [url, apiKey] = process.argv.slice(2);
 const pause = !process.argv.includes("--no-pause");
+const drainAt = process.argv.indexOf("--drain-cmd");
+const drainCmd = drainAt > 0 ? process.argv[drainAt + 1] : undefined;
 if (!url || !apiKey) {
   console.error("usage: deploy-smoke.ts URL API_KEY [--no-pause]");
   process.exit(2);
@@ -38,6 +43,27 @@ try {
     const again = (await back.commands.run("pgrep -f 'sleep 100000'")).stdout.trim();
     check(again === pid, `process kept across pause (${pid} -> ${again})`);
     step("file and process intact");
+  }
+  if (drainCmd) {
+    const r = await fetch(`${url}/nodes`, { headers: { "x-api-key": apiKey } });
+    const nodes = (await r.json()) as Array<{ nodeID: string; sandboxCount: number }>;
+    const owner = nodes.find((n) => n.sandboxCount > 0)?.nodeID;
+    check(owner !== undefined, `a node holds the sandbox (${JSON.stringify(nodes)})`);
+    execSync(drainCmd.replaceAll("{node}", owner as string), { stdio: "inherit" });
+    step(`stopped ${owner} (drain)`);
+    const moved = await Sandbox.connect(sbx.sandboxId, opts);
+    // Node counts come from heartbeats (every 2 s).
+    let now: string | undefined;
+    for (let i = 0; i < 50 && (now === undefined || now === owner); i++) {
+      await new Promise((res) => setTimeout(res, 200));
+      const a = await fetch(`${url}/nodes`, { headers: { "x-api-key": apiKey } });
+      now = ((await a.json()) as Array<{ nodeID: string; sandboxCount: number }>).find((n) => n.sandboxCount > 0)?.nodeID;
+    }
+    check(now !== undefined && now !== owner, `resumed on another node (${owner} -> ${now})`);
+    check((await moved.files.read("/home/user/kept.txt")) === "kept", "file kept across the drain");
+    const pid2 = (await moved.commands.run("pgrep -f 'sleep 100000'")).stdout.trim();
+    check(pid2 === pid, `process kept across the drain (${pid} -> ${pid2})`);
+    step(`resumed on ${now} with its file and process`);
   }
 } finally {
   await Sandbox.kill(sbx.sandboxId, opts);

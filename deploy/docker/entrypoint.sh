@@ -17,7 +17,10 @@ case $cmd in
     tdir=${AENV_TEMPLATES_DIR:-${AENV_DATA_DIR:-/var/lib/aenv}/templates}
     if [ ! -f "$tdir/base/template.json" ] && [ "${AENV_BUILD_BASE_TEMPLATE:-1}" != 0 ]; then
       echo "entrypoint: no base template in $tdir: building it (set AENV_BUILD_BASE_TEMPLATE=0 to skip)"
-      bash "$app/scripts/build-base-template.sh" "$tdir"
+      mkdir -p "$tdir"
+      # Nodes sharing a templates volume build it once: the others wait on the lock, then
+      # find it cached.
+      flock "$tdir/.base.lock" bash "$app/scripts/build-base-template.sh" "$tdir"
     fi
     exec node "$app/packages/server/bin/aenv-server.js" "$@" ;;
   aenv-gateway) exec node "$app/packages/server/bin/aenv-gateway.js" "$@" ;;
