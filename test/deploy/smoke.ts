@@ -5,7 +5,7 @@
 // and the compose stack. With --drain-cmd (a gateway only), the sandbox's node is then stopped
 // by that shell command ({node} is replaced by its node ID), which must drain it, and the
 // sandbox must resume on another node with its file and process.
-//   node --import tsx scripts/deploy-smoke.ts URL API_KEY [--no-pause] [--drain-cmd CMD]
+//   node --import tsx test/deploy/smoke.ts URL API_KEY [--no-pause] [--drain-cmd CMD]
 import { execSync } from "node:child_process";
 import { Sandbox } from "e2b";
 
@@ -14,7 +14,7 @@ const pause = !process.argv.includes("--no-pause");
 const drainAt = process.argv.indexOf("--drain-cmd");
 const drainCmd = drainAt > 0 ? process.argv[drainAt + 1] : undefined;
 if (!url || !apiKey) {
-  console.error("usage: deploy-smoke.ts URL API_KEY [--no-pause]");
+  console.error("usage: smoke.ts URL API_KEY [--no-pause]");
   process.exit(2);
 }
 const opts = { apiUrl: url, sandboxUrl: url, apiKey };
@@ -57,7 +57,9 @@ try {
     for (let i = 0; i < 50 && (now === undefined || now === owner); i++) {
       await new Promise((res) => setTimeout(res, 200));
       const a = await fetch(`${url}/nodes`, { headers: { "x-api-key": apiKey } });
-      now = ((await a.json()) as Array<{ nodeID: string; sandboxCount: number }>).find((n) => n.sandboxCount > 0)?.nodeID;
+      now = ((await a.json()) as Array<{ nodeID: string; sandboxCount: number }>).find(
+        (n) => n.sandboxCount > 0,
+      )?.nodeID;
     }
     check(now !== undefined && now !== owner, `resumed on another node (${owner} -> ${now})`);
     check((await moved.files.read("/home/user/kept.txt")) === "kept", "file kept across the drain");
