@@ -44,8 +44,10 @@ wait_health() { # URL SECONDS
   done
   return 1
 }
-check_metrics() { # URL: the Prometheus text has aenv_ metrics
-  curl -sf "$1/metrics" | grep -q '^# TYPE aenv_'
+check_metrics() { # URL: the Prometheus text, without a key, has aenv_ metrics
+  local text
+  text=$(curl -sf "$1/metrics") && grep -c '^# TYPE aenv_' <<<"$text" | sed 's/^/  aenv_ metrics: /' &&
+    grep -q '^# TYPE aenv_proxy_requests_total counter' <<<"$text"
 }
 
 # Podman on Debian 12: netavark (container DNS for compose) and runc (crun refuses hybrid

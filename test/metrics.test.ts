@@ -13,7 +13,7 @@ import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./
 
 const KEY = "test-key-0123456789";
 const NET = {
-  AENV_NET_PREFIX: process.env.AENV_TEST_METRICS_NET_PREFIX ?? "aem",
+  AENV_NET_PREFIX: process.env.AENV_TEST_METRICS_NET_PREFIX ?? "aeq",
   AENV_SLOT_CIDR: process.env.AENV_TEST_METRICS_SLOT_CIDR ?? "10.209.0.0/16",
 };
 

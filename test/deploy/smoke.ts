@@ -45,9 +45,15 @@ try {
     step("file and process intact");
   }
   if (drainCmd) {
-    const r = await fetch(`${url}/nodes`, { headers: { "x-api-key": apiKey } });
-    const nodes = (await r.json()) as Array<{ nodeID: string; sandboxCount: number }>;
-    const owner = nodes.find((n) => n.sandboxCount > 0)?.nodeID;
+    // Which node holds it, once its heartbeat (every 2 s) says so.
+    let owner: string | undefined;
+    let nodes: Array<{ nodeID: string; sandboxCount: number }> = [];
+    for (let i = 0; i < 50 && owner === undefined; i++) {
+      const r = await fetch(`${url}/nodes`, { headers: { "x-api-key": apiKey } });
+      nodes = (await r.json()) as typeof nodes;
+      owner = nodes.find((n) => n.sandboxCount > 0)?.nodeID;
+      if (owner === undefined) await new Promise((res) => setTimeout(res, 200));
+    }
     check(owner !== undefined, `a node holds the sandbox (${JSON.stringify(nodes)})`);
     execSync(drainCmd.replaceAll("{node}", owner as string), { stdio: "inherit" });
     step(`stopped ${owner} (drain)`);
