@@ -33,7 +33,9 @@ case $cmd in
       mkdir -p "$tdir"
       # Nodes sharing a templates volume build it once: the others wait on the lock, then
       # find it cached.
-      flock "$tdir/.base.lock" bash "$app/scripts/build-base-template.sh" "$tdir"
+      # The tree is made in the container's own /var/tmp: volumes are often mounted nodev,
+      # which debootstrap refuses.
+      AENV_BASE_BUILD_DIR=/var/tmp flock "$tdir/.base.lock" bash "$app/scripts/build-base-template.sh" "$tdir"
     fi
     echo $$ >/run/aenv-server.pid
     exec node "$app/packages/server/bin/aenv-server.js" "$@" ;;
