@@ -11,17 +11,21 @@
 #   4. the compose stack (podman-compose): Redis, two nodes, a gateway; the SDK through the
 #      gateway creates, pauses and resumes, then the sandbox's node is stopped (drain) and the
 #      sandbox resumes on the other node
+#   5. the systemd units under a real systemd (PID 1 of a privileged container made from the
+#      image plus Debian's systemd): Debian's redis-server.service, aenv-server.service as a
+#      cluster node, aenv-gateway.service as user aenv; the SDK through the gateway; kill -9 of
+#      the node (restarted, its running sandbox adopted); systemctl stop (drain)
 # Needs root, Debian packages buildah podman podman-compose (installed here if missing) and the
 # `base` template (built if missing). Without a reachable registry, the Containerfile's base
 # image is made locally by deploy/docker/local-base.sh (debootstrap) and the build does not
 # pull (AENV_IMAGE_PULL=never, the default here).
-#   sudo bash scripts/test-deploy.sh [fast|install|image|compose]...   (default: all)
+#   sudo bash scripts/test-deploy.sh [fast|install|image|compose|systemd]...   (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 [ "$(id -u)" = 0 ] || { echo "test-deploy: must run as root" >&2; exit 1; }
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(fast install image compose)
+[ ${#steps[@]} -gt 0 ] || steps=(fast install image compose systemd)
 want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 
 templates=${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}
@@ -30,6 +34,7 @@ key=test-deploy-key-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
 port_install=${AENV_TEST_PORT_INSTALL:-18100}
 port_image=${AENV_TEST_PORT_IMAGE:-18300}
 port_gateway=${AENV_TEST_PORT_GATEWAY:-18380}
+port_systemd=${AENV_TEST_PORT_SYSTEMD:-18480}
 work=$(mktemp -d /var/tmp/aenv-test-deploy.XXXXXX)
 passed=0 failed=0
 say() { echo "test-deploy: $*"; }
@@ -69,7 +74,8 @@ ulimits=(--ulimit nofile=16384:16384 --ulimit nproc=16384:16384)
 server_pid=""
 cleanup() {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  podman rm -f -t 60 aenv-test-deploy-node >/dev/null 2>&1
+  podman rm -f -t 60 aenv-test-deploy-node aenv-test-deploy-systemd >/dev/null 2>&1
+  podman rmi localhost/aenv-systemd:test >/dev/null 2>&1
   if [ -f "$work/override.yaml" ]; then
     AENV_API_KEY=x podman-compose -p aenvtestdeploy -f deploy/compose/compose.yaml -f "$work/override.yaml" \
       down -v -t 120 >/dev/null 2>&1
@@ -83,7 +89,7 @@ trap cleanup EXIT
 
 need=()
 for p in buildah podman podman-compose netavark aardvark-dns runc; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
-if [ ${#need[@]} -gt 0 ] && { want image || want compose; }; then
+if [ ${#need[@]} -gt 0 ] && { want image || want compose || want systemd; }; then
   say "installing ${need[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
@@ -204,6 +210,88 @@ EOF
     >>"$work/compose.log" 2>&1
   podman network rm -f aenvtestdeploy_default >/dev/null 2>&1
   rm -f "$work/override.yaml"
+fi
+
+if want systemd; then
+  say "== systemd: the units under systemd as PID 1 (a privileged container)"
+  podman image exists "$image" || bash deploy/docker/build.sh "$image" >/dev/null
+  mkdir -p "$work/systemd"
+  printf '%s\n' "FROM $image" \
+    'RUN apt-get update && apt-get install -y --no-install-recommends systemd systemd-sysv dbus && rm -rf /var/lib/apt/lists/*' \
+    'STOPSIGNAL SIGRTMIN+3' 'ENTRYPOINT ["/sbin/init"]' >"$work/systemd/Containerfile"
+  buildah bud --pull=never -q -t localhost/aenv-systemd:test "$work/systemd" >/dev/null
+  result "systemd: image with systemd built" $?
+  c=aenv-test-deploy-systemd
+  podman run -d --name $c --privileged --systemd=always "${ulimits[@]}" -p "127.0.0.1:$port_systemd:8080" \
+    -v "$templates:/templates" localhost/aenv-systemd:test >/dev/null
+  sleep 5
+  # The units exactly as shipped (the image's /opt/aenv/bin/aenv-server and aenv-gateway are
+  # the paths they name), a cluster node's settings in /etc/aenv, the gateway's user.
+  podman cp deploy/systemd/aenv-server.service $c:/etc/systemd/system/
+  podman cp deploy/systemd/aenv-gateway.service $c:/etc/systemd/system/
+  printf 'listen = "0.0.0.0:8000"\ndata_dir = "/var/lib/aenv"\n' >"$work/systemd/config.toml"
+  printf '%s\n' "AENV_API_KEY=$key" AENV_CLUSTER=redis://127.0.0.1:6379 AENV_NODE_ID=systemd-node \
+    AENV_ADVERTISE_URL=http://127.0.0.1:8000 AENV_TEMPLATES_DIR=/templates AENV_NET_PREFIX=aedg \
+    AENV_SLOT_CIDR=10.237.0.0/16 AENV_WARM_SLOTS=1 >"$work/systemd/aenv.env"
+  podman exec $c mkdir -p /etc/aenv
+  podman cp "$work/systemd/config.toml" $c:/etc/aenv/config.toml
+  podman cp "$work/systemd/aenv.env" $c:/etc/aenv/aenv.env
+  podman exec $c sh -ec '
+    chmod 0600 /etc/aenv/aenv.env
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin aenv
+    systemd-analyze verify /etc/systemd/system/aenv-server.service /etc/systemd/system/aenv-gateway.service
+    systemctl daemon-reload
+    systemctl enable --now redis-server aenv-server aenv-gateway 2>/dev/null'
+  result "systemd: units enabled and started" $?
+  gw=http://127.0.0.1:$port_systemd
+  ready=0
+  for _ in $(seq 60); do
+    ready=$(curl -s -H "x-api-key: $key" "$gw/nodes" | grep -o '"status":"ready"' | wc -l)
+    [ "$ready" = 1 ] && break
+    sleep 1
+  done
+  podman exec $c sh -c '
+    echo "active: $(systemctl is-active redis-server aenv-server aenv-gateway | tr "\n" " ")"
+    echo "gateway runs as: $(ps -o user= -p $(systemctl show -p MainPID --value aenv-gateway))"
+    grep -E "^(CapBnd|NoNewPrivs)" /proc/$(systemctl show -p MainPID --value aenv-server)/status' | sed 's/^/  /'
+  [ "$ready" = 1 ]
+  result "systemd: the gateway sees the node ready" $?
+  smoke "$gw" "$key"
+  result "systemd: SDK through the gateway: create/pause/resume" $?
+  id=$(node --input-type=module -e '
+    import { Sandbox } from "e2b";
+    const [url, apiKey] = process.argv.slice(1);
+    const s = await Sandbox.create({ apiUrl: url, sandboxUrl: url, apiKey, timeoutMs: 600000 });
+    await s.commands.run("nohup sleep 300000 >/dev/null 2>&1 &");
+    console.log(s.sandboxId);' "$gw" "$key")
+  podman exec $c sh -c 'kill -9 $(systemctl show -p MainPID --value aenv-server)'
+  restarted="" adopted=1
+  for _ in $(seq 30); do
+    sleep 1
+    restarted=$(podman exec $c systemctl show -p NRestarts --value aenv-server)
+    podman exec $c journalctl -u aenv-server -o cat | grep -q "\"sandboxID\":\"$id\".*running sandbox adopted" &&
+      adopted=0 && break
+  done
+  [ "$restarted" = 1 ] && [ $adopted = 0 ]
+  result "systemd: kill -9 -> restarted (NRestarts=$restarted), its running sandbox adopted" $?
+  # Right after a restart the gateway may still hold the node for dead (heartbeat expiry).
+  sleep 8
+  node --input-type=module -e '
+    import { Sandbox } from "e2b";
+    const [url, apiKey, id] = process.argv.slice(1);
+    const s = await Sandbox.connect(id, { apiUrl: url, sandboxUrl: url, apiKey });
+    const r = await s.commands.run("pgrep -f \"sleep 300000\"");
+    console.log(`  the process after the crash: pid ${r.stdout.trim()}`);' "$gw" "$key" "$id"
+  result "systemd: the sandbox and its process survived the crash" $?
+  podman exec $c systemctl stop aenv-server
+  podman exec $c sh -c 'systemctl show -p Result -p ExecMainStatus aenv-server | tr "\n" " "; echo
+    journalctl -u aenv-server -o cat | grep "\"msg\":\"drain" | cut -c1-220' | sed 's/^/  /'
+  [ "$(podman exec $c systemctl show -p Result --value aenv-server)" = success ] &&
+    podman exec $c journalctl -u aenv-server -o cat | grep -q "\"paused\":\[\"$id\"\]" &&
+    ! podman exec $c sh -c 'ps -e -o comm | grep -q "^exe$"'
+  result "systemd: systemctl stop drains (the sandbox paused into the repository, no runsc left)" $?
+  podman rm -f -t 10 $c >/dev/null
+  podman rmi localhost/aenv-systemd:test >/dev/null 2>&1
 fi
 
 echo "${passed} passed, ${failed} failed"
