@@ -74,7 +74,7 @@ ulimits=(--ulimit nofile=16384:16384 --ulimit nproc=16384:16384)
 server_pid=""
 cleanup() {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  podman rm -f -t 60 aenv-test-deploy-node aenv-test-deploy-systemd >/dev/null 2>&1
+  podman rm -f -v -t 60 aenv-test-deploy-node aenv-test-deploy-systemd >/dev/null 2>&1
   podman rmi localhost/aenv-systemd:test >/dev/null 2>&1
   if [ -f "$work/override.yaml" ]; then
     AENV_API_KEY=x podman-compose -p aenvtestdeploy -f deploy/compose/compose.yaml -f "$work/override.yaml" \
@@ -170,7 +170,7 @@ if want image; then
     podman logs aenv-test-deploy-node 2>&1 | tail -5
     result "image: /health" 1
   fi
-  podman rm -f aenv-test-deploy-node >/dev/null
+  podman rm -f -v aenv-test-deploy-node >/dev/null
 fi
 
 if want compose; then
@@ -290,7 +290,7 @@ if want systemd; then
     podman exec $c journalctl -u aenv-server -o cat | grep -q "\"paused\":\[\"$id\"\]" &&
     ! podman exec $c sh -c 'ps -e -o comm | grep -q "^exe$"'
   result "systemd: systemctl stop drains (the sandbox paused into the repository, no runsc left)" $?
-  podman rm -f -t 10 $c >/dev/null
+  podman rm -f -v -t 10 $c >/dev/null
   podman rmi localhost/aenv-systemd:test >/dev/null 2>&1
 fi
 
