@@ -45,6 +45,19 @@ done
 [ -n "$stage_only" ] || [ "$(id -u)" = 0 ] || { echo "install: must run as root" >&2; exit 1; }
 say() { echo "install: $*"; }
 systemd_up() { [ -d /run/systemd/system ]; }
+# rm -rf, but never of a system folder a mistyped --prefix/--sysconfdir/--data-dir could name.
+remove_tree() {
+  local p
+  p=$(realpath -m "$1")
+  case $p in
+    / | /bin | /boot | /dev | /etc | /home | /lib | /lib64 | /opt | /proc | /root | /run | /sbin | /srv | /sys | /tmp | \
+      /usr | /usr/* | /var | /var/lib | /var/tmp | /var/cache | /var/log)
+      echo "install: refusing to remove $p" >&2
+      return 1
+      ;;
+  esac
+  rm -rf "$p"
+}
 units=(aenv-server.service aenv-gateway.service)
 
 if [ $uninstall = 1 ]; then
@@ -57,13 +70,14 @@ if [ $uninstall = 1 ]; then
   fi
   for u in "${units[@]}"; do rm -f "$AENV_UNITDIR/$u"; done
   systemd_up && systemctl daemon-reload || true
-  rm -rf "$prefix"
+  remove_tree "$prefix"
   say "removed $prefix and the units in $AENV_UNITDIR"
   if [ -n "$AENV_USER_CREATED" ] && id "$AENV_USER_CREATED" >/dev/null 2>&1; then
     userdel "$AENV_USER_CREATED" && say "removed user $AENV_USER_CREATED"
   fi
   if [ $purge = 1 ]; then
-    rm -rf "$AENV_SYSCONF" "$AENV_DATA_DIR"
+    remove_tree "$AENV_SYSCONF"
+    remove_tree "$AENV_DATA_DIR"
     say "purged $AENV_SYSCONF and $AENV_DATA_DIR"
   else
     say "kept $AENV_SYSCONF and $AENV_DATA_DIR (--purge removes them)"
