@@ -29,8 +29,11 @@ if [ -f "$t/template.json" ]; then
 fi
 mirror=$(sed -n 's/^URIs: //p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
 mirror=${mirror:-http://deb.debian.org/debian}
-tmp="$dir/.base.tmp.$$"
-rm -rf "$dir"/.base.tmp.* ; mkdir -p "$tmp"
+# The tree is built in DIR unless AENV_BASE_BUILD_DIR names another place: debootstrap refuses
+# folders mounted nodev, as container volumes often are.
+work=${AENV_BASE_BUILD_DIR:-$dir}
+tmp="$work/.base.tmp.$$"
+rm -rf "$work"/.base.tmp.* ; mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 pkgs=bash,coreutils,python3,git,curl,ca-certificates,procps,iproute2,less,sudo,xz-utils
 echo "base template: debootstrap bookworm ($pkgs) from $mirror — takes a few minutes"

@@ -17,11 +17,14 @@ need=()
 # gcc + libc6-dev build the static PID-1 reaper (packages/envd/init); zstd compresses snapshot
 # chunks and unpacks zstd image layers; docker-registry + skopeo serve the image tests' registry,
 # busybox-static is the tiny image those tests build; redis-server holds a cluster's state
-# (its tests start their own on a free port).
+# (its tests start their own on a free port). systemd's systemd-analyze verifies the units in
+# deploy/systemd/ and kubectl renders the kustomize base in deploy/kubernetes/ (test/deploy.test.ts);
+# Debian's kubectl comes with kubernetes-client, skipped when a kubectl is already installed.
 for p in debootstrap nftables iproute2 util-linux ca-certificates tmux procps gcc libc6-dev zstd \
-  docker-registry skopeo busybox-static redis-server; do
+  docker-registry skopeo busybox-static redis-server systemd; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 runsc_ok=0
 if dpkg -s runsc >/dev/null 2>&1 && dpkg-query -W -f='${Version}' runsc | grep -q '^0.0~2024'; then runsc_ok=1; fi
 

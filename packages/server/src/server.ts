@@ -17,6 +17,7 @@ import { SqliteStateStore } from "./state/sqlite-store.js";
 import { ImageStore } from "./storage/images/index.js";
 import { runGc } from "./storage/repository/chunk-repository.js";
 import { openRepository } from "./storage/repository/open.js";
+import { registerNode } from "./telemetry/prometheus.js";
 import { TemplateBuilder } from "./templates/builder.js";
 import { TemplateStore } from "./templates/catalog.js";
 import { ContextFiles } from "./templates/context-files.js";
@@ -164,6 +165,14 @@ export async function startServer(
       sandboxes: orch.list().length,
       recovery,
     }),
+  });
+  registerNode({
+    // Build sandboxes (ephemeral) are not users' sandboxes.
+    sandboxes: () => orch.registry.all().flatMap((l) => (l.ephemeral ? [] : [l.rec])),
+    capacity: cfg.maxSandboxes,
+    ready: () => ready,
+    draining: () => draining,
+    cache: () => repository.metrics(),
   });
   await app.fastify.listen({ host: cfg.host, port: cfg.port });
   const addr = app.fastify.server.address();

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
 import { resolveTarget } from "../proxy/target.js";
+import { CONTENT_TYPE, countRequest, countUpgrade, scrape } from "../telemetry/prometheus.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";
@@ -57,11 +58,13 @@ export function buildApp(o: AppOptions): App {
     serverFactory: (handler) => {
       const server = createServer((req: IncomingMessage, res: ServerResponse) => {
         const target = resolveTarget(req);
+        countRequest(res, target ? "proxy" : "api");
         if (target) proxy.handle(req, res, target);
         else handler(req, res);
       });
       server.on("upgrade", (req, socket, head) => {
         const target = resolveTarget(req);
+        if (target) countUpgrade();
         if (target) proxy.handleUpgrade(req, socket, head, target);
         else {
           socket.on("error", () => socket.destroy());
@@ -87,6 +90,10 @@ export function buildApp(o: AppOptions): App {
     return reply.status(503).send({ code: 503, message: "starting", ...h });
   });
   fastify.get("/health/details", async () => o.health());
+  // Prometheus, without the key like /health (docs/deployment.md#metrics).
+  fastify.get("/metrics", { config: { public: true } }, async (_req, reply) =>
+    reply.header("content-type", CONTENT_TYPE).send(await scrape()),
+  );
   const nodes = o.nodes;
   if (nodes) fastify.get("/nodes", async () => nodes());
   void fastify.register(sandboxRoutes, { orch: o.orch, builder: o.builder, ctx: { domain: o.domain } });

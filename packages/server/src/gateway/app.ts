@@ -6,6 +6,7 @@ import type { Logger } from "pino";
 import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
+import { CONTENT_TYPE, countRequest, countUpgrade, registerGateway, scrape } from "../telemetry/prometheus.js";
 import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
@@ -90,6 +91,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     },
     serverFactory: (handler) => {
       const server = createServer((req, res) => {
+        countRequest(res, resolveTarget(req) ? "proxy" : "api");
         dispatch(req, res, () => handler(req, res)).catch((err) => {
           log.error({ err, url: req.url }, "gateway request failed");
           sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });
@@ -100,6 +102,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
         const target = resolveTarget(req);
         const fail = (status: number, message: string) => endWithError(socket, status, message);
         if (!target) return fail(404, "no sandbox in this upgrade request");
+        countUpgrade();
         const problem = targetProblem(target);
         if (problem) return fail(400, problem);
         calls.nodeForTraffic(target.sandboxId).then(
@@ -122,7 +125,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     void reply.status(404).send({ code: 404, message: `no route ${req.method} ${req.url.split("?")[0]}` });
   });
   fastify.addHook("onRequest", async (req, reply) => {
-    if (req.url === "/health") return;
+    if (req.url === "/health" || req.url === "/metrics") return;
     if (!keyOk(req.raw, o.apiKey)) {
       return reply.status(401).send({ code: 401, message: "invalid or missing API key (X-API-Key)" });
     }
@@ -137,6 +140,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       ? reply.status(204).send()
       : reply.status(503).send({ code: 503, message: "cannot reach Redis" });
   });
+
+  // Prometheus, without the key like /health (docs/deployment.md#metrics).
+  registerGateway(() => view.nodes());
+  fastify.get("/metrics", async (_req, reply) => reply.header("content-type", CONTENT_TYPE).send(await scrape()));
 
   fastify.get("/nodes", async () => (await view.nodes()).map(nodeShape));
   fastify.get("/nodes/:nodeID", async (req, reply) => {

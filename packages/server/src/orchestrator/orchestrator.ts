@@ -7,6 +7,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
+import { timed } from "../telemetry/prometheus.js";
 import type { Template, TemplateStore } from "../templates/catalog.js";
 import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
@@ -153,7 +154,7 @@ export class Orchestrator {
   }
 
   create(req: CreateRequest): Promise<SandboxRecord> {
-    return this.creator.create(req);
+    return timed("create", () => this.creator.create(req));
   }
 
   get(id: string): SandboxRecord {
@@ -181,18 +182,26 @@ export class Orchestrator {
   }
 
   pause(id: string): Promise<void> {
-    return this.pauses.pause(id);
+    return timed("pause", () => this.pauses.pause(id));
   }
 
   /**
    * Resumes a paused sandbox, or extends a running one's TTL; says which. In a cluster, a
    * sandbox paused on another node is taken over from the shared repository first.
    */
-  async resume(
+  resume(
     id: string,
     timeoutS: number | undefined,
     opts: { auto?: boolean } = {},
   ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
+    return timed(
+      "resume",
+      () => this.resumeOrExtend(id, timeoutS, opts),
+      (r) => r.resumed,
+    );
+  }
+
+  private async resumeOrExtend(id: string, timeoutS: number | undefined, opts: { auto?: boolean }) {
     if (this.d.cfg.cluster && !this.registry.has(id)) {
       this.registry.assertOpen();
       await this.pauses.adopt(id, this.d.runtimeDir, opts);
@@ -247,11 +256,11 @@ export class Orchestrator {
   }
 
   snapshot(id: string, name: string | undefined): Promise<SnapshotRecord> {
-    return this.snapshots.take(id, name);
+    return timed("snapshot", () => this.snapshots.take(id, name));
   }
 
   fork(id: string, count: number, timeoutS: number | undefined, spill = false): Promise<ForkOutcome> {
-    return this.forker.fork(id, count, timeoutS, spill);
+    return timed("fork", () => this.forker.fork(id, count, timeoutS, spill));
   }
 
   /** Samples kept over the sandbox's life within [start, end] (Unix seconds), and one now. */

@@ -9,6 +9,7 @@ import { newSandboxRecord } from "../orchestrator/records.js";
 import type { Live } from "../orchestrator/registry.js";
 import type { SandboxRunner } from "../orchestrator/runner.js";
 import { runStartCommand } from "../orchestrator/start-command.js";
+import { countWarmImage } from "../telemetry/prometheus.js";
 import { commitDir } from "../util/fsync.js";
 import { type Template, type TemplateStore, usable } from "./catalog.js";
 
@@ -57,7 +58,9 @@ export class WarmImages {
   /** The template's warm image when it has a complete one (marked used), else undefined. */
   take(tpl: Template): string | undefined {
     const dir = this.ready.get(revisionKey(tpl));
-    if (!dir || !this.d.runner.driver.isCompleteCheckpoint(dir)) return undefined;
+    const hit = dir !== undefined && this.d.runner.driver.isCompleteCheckpoint(dir);
+    countWarmImage(hit);
+    if (!hit) return undefined;
     touch(dir);
     return dir;
   }

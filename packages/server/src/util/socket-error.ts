@@ -1,5 +1,6 @@
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
+import { countSocketError } from "../telemetry/prometheus.js";
 
 /**
  * An E2B error answer ({code, message}) written on a raw socket and the socket ended: for
@@ -7,6 +8,7 @@ import type { Duplex } from "node:stream";
  */
 export function endWithError(socket: Duplex, status: number, message: string): void {
   if (socket.destroyed) return;
+  countSocketError(status);
   const body = JSON.stringify({ code: status, message });
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,

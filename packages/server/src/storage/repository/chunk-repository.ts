@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { countRepositoryUpload } from "../../telemetry/prometheus.js";
 import { freshSingleFlight } from "../../util/fresh.js";
 import { fsyncDir } from "../../util/fsync.js";
 import { announce, announced, waitFor, withdraw } from "./announcements.js";
@@ -206,6 +207,7 @@ export class ChunkRepository implements SnapshotRepository {
             await this.backend.put(chunkKey(d), z);
             stats.uploadedChunks++;
             stats.uploadedBytes += z.length;
+            countRepositoryUpload(z.length);
             await lease.refreshIfOlder(this.leaseTtlMs);
           },
         );
