@@ -48,6 +48,11 @@ export interface ImagesConfig {
   uploadLimitBytes: number;
 }
 
+export interface VolumesConfig {
+  /** Most bytes of files one volume may hold (checked on content API uploads). */
+  maxSizeBytes: number;
+}
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -73,6 +78,7 @@ export interface ServerConfig {
   maxSandboxes: number;
   repository: RepositoryConfig;
   images: ImagesConfig;
+  volumes: VolumesConfig;
   /** Set when this node is part of a cluster (Redis-backed routes, placement, drain). */
   cluster?: ClusterConfig;
   /** The config file read, if any. */
@@ -208,6 +214,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.insecure_registries": "string",
   "images.auth_file": "string",
   "images.upload_limit_bytes": "size",
+  "volumes.max_size_bytes": "size",
 };
 
 /** Reads a TOML config file into flat dotted keys, refusing unknown keys and wrong types. */
@@ -366,6 +373,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
     },
+    volumes: { maxSizeBytes: size("AENV_VOLUME_MAX_SIZE", "volumes.max_size_bytes", 10 * 1024 ** 3) },
     ...(cluster ? { cluster } : {}),
     configFile,
   };

@@ -13,7 +13,11 @@ import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.j
 import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
+import { SecretStore } from "./secrets/store.js";
 import { SqliteStateStore } from "./state/sqlite-store.js";
+import { VolumeCatalog } from "./storage/volumes/catalog.js";
+import { VolumeContent } from "./storage/volumes/content.js";
+import { LocalDirBackend } from "./storage/volumes/local-dir.js";
 import { ImageStore } from "./storage/images/index.js";
 import { runGc } from "./storage/repository/chunk-repository.js";
 import { openRepository } from "./storage/repository/open.js";
@@ -71,6 +75,14 @@ export async function startServer(
   }
   const repository = await openRepository(cfg, log.child({ component: "repository" }));
   const store = new SqliteStateStore(paths.stateDb);
+  const volumes = new VolumeCatalog(
+    paths.volumes,
+    (id) => paths.volume(id),
+    new LocalDirBackend((id) => paths.volume(id)),
+    log.child({ component: "volumes" }),
+  );
+  volumes.load();
+  const secrets = new SecretStore(paths.secrets);
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
   const sync = cfg.repository.commitTemplates
@@ -88,6 +100,7 @@ export async function startServer(
     runtimeDir,
     resolvConf: writeResolvConf(paths.resolvConf),
     repository,
+    volumes,
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
     checkpointKey,
     ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
@@ -148,6 +161,9 @@ export async function startServer(
     templates,
     builder,
     files,
+    volumes,
+    volumeContent: new VolumeContent(volumes.backend, cfg.volumes.maxSizeBytes),
+    secrets,
     log,
     apiKey: cfg.apiKey,
     domain: cfg.domain,

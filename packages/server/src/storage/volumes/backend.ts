@@ -1,0 +1,16 @@
+/**
+ * Where a volume's files live. The local backend is a folder on this node; a shared backend
+ * (the snapshot repository's filesystem, NFS) can implement the same seam later, as long as it
+ * yields a host folder runsc can bind-mount.
+ */
+export interface VolumeBackend {
+  readonly name: string;
+  /** Makes an empty volume (idempotent). */
+  create(id: string): Promise<void>;
+  /** The host folder bind-mounted read-write into sandboxes and served by the content API. */
+  root(id: string): string;
+  /** Bytes its files take now (what the size limit is checked against). */
+  usage(id: string): Promise<number>;
+  /** Deletes its files. */
+  remove(id: string): Promise<void>;
+}
