@@ -134,7 +134,10 @@ export const NewSecret = z.looseObject({
   value: z.string().min(1).max(65_536),
   metadata: SecretMetadata.optional(),
 });
-export const SecretUpdate = z.looseObject({ value: z.string().min(1).max(65_536), metadata: SecretMetadata.optional() });
+export const SecretUpdate = z.looseObject({
+  value: z.string().min(1).max(65_536),
+  metadata: SecretMetadata.optional(),
+});
 export const SecretIdParams = z.object({ secretID: z.string().min(1).max(160) });
 export const SecretListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).optional(),

@@ -2,11 +2,11 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { SandboxProxy } from "../proxy/proxy.js";
+import { resolveTarget } from "../proxy/target.js";
 import type { SecretStore } from "../secrets/store.js";
 import type { VolumeCatalog } from "../storage/volumes/catalog.js";
 import type { VolumeContent } from "../storage/volumes/content.js";
-import { SandboxProxy } from "../proxy/proxy.js";
-import { resolveTarget } from "../proxy/target.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";

@@ -140,8 +140,7 @@ export class Creator {
     });
     // A warm image carries the template's sizing and no volumes: other sizes, and sandboxes
     // with volumes, boot (gVisor restores a checkpoint's own mount table and ignores new mounts).
-    const warmFits =
-      sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB && !req.volumeMounts?.length;
+    const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB && !req.volumeMounts?.length;
     const warm = !req.cold && warmFits ? this.d.warmImages.take(tpl) : undefined;
     return {
       rec,

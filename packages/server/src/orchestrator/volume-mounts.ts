@@ -18,7 +18,9 @@ const under = (p: string, dir: string) => p === dir || p.startsWith(`${dir}/`);
 /** Checks a mount point: absolute, canonical, not the root or a reserved place. */
 export function checkMountPath(path: string): void {
   if (!path.startsWith("/") || posix.normalize(path) !== path || path.endsWith("/") || path.includes("\0")) {
-    throw new InvalidRequestError(`volume mount path '${path}' must be an absolute, normalised path (no '..', no '//')`);
+    throw new InvalidRequestError(
+      `volume mount path '${path}' must be an absolute, normalised path (no '..', no '//')`,
+    );
   }
   if (path === "/") throw new InvalidRequestError("a volume cannot be mounted at /");
   const r = RESERVED.find((d) => under(path, d) || under(d, path));

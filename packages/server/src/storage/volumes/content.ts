@@ -122,6 +122,8 @@ export class VolumeContent {
           if (err.code !== "EEXIST") throw err;
         });
         await chmod(path, DIR_MODE);
+      } else if (st.isSymbolicLink()) {
+        throw new InvalidRequestError(`path ${sub.rel} is a symlink; links are not followed`);
       } else if (!st.isDirectory()) {
         throw new ConflictError(`${sub.rel} is not a directory`);
       }
@@ -196,7 +198,8 @@ export class VolumeContent {
     const { path, parent } = await hostPath(this.root(id), vp);
     const existing = await lstat(path).catch(() => undefined);
     if (existing?.isDirectory()) throw new ConflictError(`path ${vp.rel} is a directory`);
-    if (existing?.isSymbolicLink()) throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
+    if (existing?.isSymbolicLink())
+      throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
     if (existing && !o.force) throw new ConflictError(`path ${vp.rel} already exists (pass force to overwrite)`);
     const room = this.maxBytes - (await this.backend.usage(id)) + (existing?.size ?? 0);
     if (o.declaredLength !== undefined && o.declaredLength > room) {

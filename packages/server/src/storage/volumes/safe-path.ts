@@ -36,7 +36,8 @@ export async function hostParent(root: string, vp: VolumePath): Promise<string> 
     cur = join(cur, part);
     const st = await lstat(cur).catch(() => undefined);
     if (!st) throw new NotFoundError(`path ${posix.dirname(vp.rel)} not found`);
-    if (st.isSymbolicLink()) throw new InvalidRequestError(`path ${vp.rel} goes through a symlink; links are not followed`);
+    if (st.isSymbolicLink())
+      throw new InvalidRequestError(`path ${vp.rel} goes through a symlink; links are not followed`);
     if (!st.isDirectory()) throw new InvalidRequestError(`${cur.slice(realRoot.length)} is not a directory`);
   }
   // A component swapped for a link while we walked is caught here.
