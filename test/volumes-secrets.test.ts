@@ -385,3 +385,54 @@ describe("restart", () => {
     assert.equal(await Secret.destroy(sec.secretId), true);
   });
 });
+
+describe("ext4 volume backend", () => {
+  test("the size limit holds for writes from inside a sandbox; mounts are released at stop and reused at start", async () => {
+    const size = 8 * 1024 * 1024;
+    let s = await startServer({
+      env: {
+        AENV_NET_PREFIX: "aev",
+        AENV_SLOT_CIDR: "10.240.0.0/16",
+        AENV_VOLUME_BACKEND: "ext4",
+        AENV_VOLUME_MAX_SIZE: String(size),
+      },
+    });
+    const mounted = () => readFileSync("/proc/self/mountinfo", "utf8").includes(join(s.dataDir, "volumes"));
+    const opts = { apiUrl: s.url, apiKey: s.apiKey };
+    try {
+      const vol = await Volume.create("ext4-vol", opts);
+      assert.equal(mounted(), true);
+      const vopts = { apiUrl: s.url };
+      assert.deepEqual(await vol.list("/", vopts), []);
+      const sbx = await Sandbox.create({ ...opts, sandboxUrl: s.url, volumeMounts: { "/mnt/v": vol } });
+      try {
+        const dd = await sbx.commands.run("dd if=/dev/zero of=/mnt/v/fill bs=1M count=20 2>&1; echo rc=$?", {
+          user: "root",
+        });
+        assert.match(dd.stdout, /No space left on device/);
+        assert.match(dd.stdout, /rc=1/);
+        // The sandbox's own disk is not the volume's: it still has room.
+        await sbx.commands.run("echo ok > /tmp/room");
+        // Full: the content API refuses too.
+        await assert.rejects(vol.writeFile("/more.bin", new Uint8Array(1024 * 1024).buffer, vopts), (e) =>
+          status(e, 413),
+        );
+        await sbx.commands.run("rm /mnt/v/fill && echo kept > /mnt/v/kept.txt", { user: "root" });
+      } finally {
+        await sbx.kill();
+      }
+      await s.stop();
+      assert.equal(mounted(), false);
+      s = await s.restart();
+      assert.equal(mounted(), true);
+      const again = await Volume.connect(vol.volumeId, { apiUrl: s.url, apiKey: s.apiKey });
+      assert.equal(await again.readFile("/kept.txt", { apiUrl: s.url }), "kept\n");
+      assert.equal(await Volume.destroy(vol.volumeId, { apiUrl: s.url, apiKey: s.apiKey }), true);
+      assert.equal(mounted(), false);
+    } finally {
+      await s.stop();
+      assert.equal(mounted(), false);
+      cleanupDataDir(s);
+    }
+  });
+});

@@ -20,6 +20,7 @@ import { runGc } from "./storage/repository/chunk-repository.js";
 import { openRepository } from "./storage/repository/open.js";
 import { VolumeCatalog } from "./storage/volumes/catalog.js";
 import { VolumeContent } from "./storage/volumes/content.js";
+import { Ext4ImageBackend } from "./storage/volumes/ext4-image.js";
 import { LocalDirBackend } from "./storage/volumes/local-dir.js";
 import { TemplateBuilder } from "./templates/builder.js";
 import { TemplateStore } from "./templates/catalog.js";
@@ -78,10 +79,12 @@ export async function startServer(
   const volumes = new VolumeCatalog(
     paths.volumes,
     (id) => paths.volume(id),
-    new LocalDirBackend((id) => paths.volume(id)),
+    cfg.volumes.backend === "ext4"
+      ? new Ext4ImageBackend((id) => paths.volume(id), cfg.volumes.maxSizeBytes)
+      : new LocalDirBackend((id) => paths.volume(id)),
     log.child({ component: "volumes" }),
   );
-  volumes.load();
+  await volumes.load();
   const secrets = new SecretStore(paths.secrets);
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
@@ -231,6 +234,7 @@ export async function startServer(
       if (gcTimer) clearInterval(gcTimer);
       await builder.close();
       await orch.close();
+      await volumes.close();
       await warming;
       app.proxy.close();
       await app.fastify.close();

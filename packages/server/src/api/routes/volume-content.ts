@@ -76,11 +76,21 @@ export async function volumeContentRoutes(app: FastifyInstance, o: VolumeContent
       const q = VolumeContentQuery.parse(req.query);
       const len = req.headers["content-length"] ? Number(req.headers["content-length"]) : undefined;
       const body = (req.body as Readable | undefined) ?? req.raw;
-      const stat = await content.write(vol.id, q.path, body, {
-        ...q,
-        ...(len !== undefined && Number.isFinite(len) ? { declaredLength: len } : {}),
-      });
-      return reply.status(201).send(stat);
+      try {
+        const stat = await content.write(vol.id, q.path, body, {
+          ...q,
+          ...(len !== undefined && Number.isFinite(len) ? { declaredLength: len } : {}),
+        });
+        return reply.status(201).send(stat);
+      } catch (err) {
+        // Refused before the body was read (too large, exists): the client is still sending,
+        // so this connection cannot carry another request; say so rather than reset it later.
+        if (!body.readableEnded) {
+          void reply.header("connection", "close");
+          body.resume();
+        }
+        throw err;
+      }
     });
   });
 }

@@ -13,4 +13,8 @@ export interface VolumeBackend {
   usage(id: string): Promise<number>;
   /** Deletes its files. */
   remove(id: string): Promise<void>;
+  /** Makes an existing volume usable after a start (mounts it, where the backend mounts). */
+  attach(id: string): Promise<void>;
+  /** Releases what attach() took (at a graceful stop, after the sandboxes are gone). */
+  detach(id: string): Promise<void>;
 }

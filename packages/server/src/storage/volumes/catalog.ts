@@ -33,22 +33,35 @@ export class VolumeCatalog {
     private readonly log: Logger,
   ) {}
 
-  /** Reads every record; removes half-created and half-deleted volumes. */
-  load(): void {
+  /** Reads every record and attaches its volume; removes half-created and half-deleted volumes. */
+  async load(): Promise<void> {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     for (const entry of readdirSync(this.dir)) {
       const path = join(this.dir, entry);
       const file = join(path, "volume.json");
       if (entry.endsWith(".deleting") || !existsSync(file)) {
         this.log.warn({ path }, "removing an incomplete volume folder");
-        rmSync(path, { recursive: true, force: true });
+        try {
+          // A crash between mounting and writing the record leaves it mounted.
+          if (!entry.endsWith(".deleting")) await this.backend.detach(entry);
+          rmSync(path, { recursive: true, force: true });
+        } catch (err) {
+          this.log.error({ err, path }, "incomplete volume folder not removed");
+        }
+        continue;
+      }
+      let rec: VolumeRecord;
+      try {
+        rec = JSON.parse(readFileSync(file, "utf8")) as VolumeRecord;
+      } catch (err) {
+        this.log.error({ err, path }, "unreadable volume record; left in place");
         continue;
       }
       try {
-        const rec = JSON.parse(readFileSync(file, "utf8")) as VolumeRecord;
+        await this.backend.attach(rec.id);
         this.byId.set(rec.id, rec);
       } catch (err) {
-        this.log.error({ err, path }, "unreadable volume record; left in place");
+        this.log.error({ err, volumeID: rec.id }, "volume could not be attached; not served");
       }
     }
   }
@@ -94,6 +107,13 @@ export class VolumeCatalog {
 
   list(): VolumeRecord[] {
     return [...this.byId.values()].filter((r) => !this.deleting.has(r.id)).sort((a, b) => a.createdAt - b.createdAt);
+  }
+
+  /** At a graceful stop, once no sandbox runs: releases every volume's mount. */
+  async close(): Promise<void> {
+    for (const id of this.byId.keys()) {
+      await this.backend.detach(id).catch((err) => this.log.warn({ err, volumeID: id }, "volume not detached"));
+    }
   }
 
   /** Host folder of a volume's files. */

@@ -220,8 +220,9 @@ export class VolumeContent {
       await rename(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
-      // Drain what the client still sends, so it reads our answer instead of a reset.
-      body.resume();
+      if ((err as NodeJS.ErrnoException).code === "ENOSPC") {
+        throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes reached (the volume is full)`);
+      }
       throw err;
     }
     return statEntry(path, vp.rel);

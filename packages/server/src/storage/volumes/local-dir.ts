@@ -19,6 +19,10 @@ export class LocalDirBackend implements VolumeBackend {
     await chmod(root, 0o777);
   }
 
+  async attach(): Promise<void> {}
+
+  async detach(): Promise<void> {}
+
   async usage(id: string): Promise<number> {
     return duBytes(this.root(id));
   }
