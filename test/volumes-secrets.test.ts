@@ -282,6 +282,38 @@ describe("volumes in sandboxes", () => {
     }
   });
 
+  test("snapshots keep their mount points: the same volume, or another one at the same path", async () => {
+    const vol = await Volume.create("snap-vol");
+    const other = await Volume.create("snap-other");
+    await other.writeFile("/which.txt", "other");
+    const src = await Sandbox.create({ volumeMounts: { "/v": vol } });
+    const made: Sandbox[] = [];
+    let snapshotId = "";
+    try {
+      await src.commands.run("echo src > /v/which.txt");
+      snapshotId = (await src.createSnapshot()).snapshotId;
+      const same = await Sandbox.create(snapshotId);
+      made.push(same);
+      assert.deepEqual((await same.getInfo()).volumeMounts, [{ name: "snap-vol", path: "/v" }]);
+      assert.equal((await same.commands.run("cat /v/which.txt")).stdout, "src\n");
+      const swapped = await Sandbox.create(snapshotId, { volumeMounts: { "/v": other } });
+      made.push(swapped);
+      assert.deepEqual((await swapped.getInfo()).volumeMounts, [{ name: "snap-other", path: "/v" }]);
+      assert.equal((await swapped.commands.run("cat /v/which.txt")).stdout, "other");
+      // A checkpoint restores only with a mount at every path it was taken with.
+      await assert.rejects(Sandbox.create(snapshotId, { volumeMounts: { "/elsewhere": other } }), /400/);
+    } finally {
+      for (const x of [...made, src]) await x.kill().catch(() => {});
+    }
+    // Its volume gone, a snapshot starts only with a volume named for that path.
+    assert.equal(await Volume.destroy(vol.volumeId), true);
+    await assert.rejects(Sandbox.create(snapshotId), /no longer exists/);
+    const again = await Sandbox.create(snapshotId, { volumeMounts: { "/v": "snap-other" } });
+    await again.kill();
+    await Sandbox.deleteSnapshot(snapshotId);
+    assert.equal(await Volume.destroy(other.volumeId), true);
+  });
+
   test("bad volume mounts are refused before anything starts", async () => {
     await assert.rejects(Sandbox.create({ volumeMounts: { "/mnt/x": "no-such-volume" } }), /404|not found/);
     const vol = await Volume.create("badmounts");
