@@ -81,7 +81,7 @@ export async function startServer(
     (id) => paths.volume(id),
     cfg.volumes.backend === "ext4"
       ? new Ext4ImageBackend((id) => paths.volume(id), cfg.volumes.maxSizeBytes)
-      : new LocalDirBackend((id) => paths.volume(id)),
+      : new LocalDirBackend((id) => paths.volume(id), cfg.volumes.maxSizeBytes),
     log.child({ component: "volumes" }),
   );
   await volumes.load();

@@ -9,8 +9,8 @@ export interface VolumeBackend {
   create(id: string): Promise<void>;
   /** The host folder bind-mounted read-write into sandboxes and served by the content API. */
   root(id: string): string;
-  /** Bytes its files take now (what the size limit is checked against). */
-  usage(id: string): Promise<number>;
+  /** Bytes that may still be written before the volume's size limit (what uploads are checked against). */
+  free(id: string): Promise<number>;
   /** Deletes its files. */
   remove(id: string): Promise<void>;
   /** Makes an existing volume usable after a start (mounts it, where the backend mounts). */

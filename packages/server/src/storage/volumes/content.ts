@@ -201,7 +201,7 @@ export class VolumeContent {
     if (existing?.isSymbolicLink())
       throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
     if (existing && !o.force) throw new ConflictError(`path ${vp.rel} already exists (pass force to overwrite)`);
-    const room = this.maxBytes - (await this.backend.usage(id)) + (existing?.size ?? 0);
+    const room = (await this.backend.free(id)) + (existing?.size ?? 0);
     if (o.declaredLength !== undefined && o.declaredLength > room) {
       throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes: ${o.declaredLength} bytes do not fit`);
     }

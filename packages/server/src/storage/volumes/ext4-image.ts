@@ -1,8 +1,7 @@
-import { chmod, mkdir, rename, rm, rmdir, stat, truncate } from "node:fs/promises";
+import { chmod, mkdir, rename, rm, rmdir, stat, statfs, truncate } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { exec } from "../../util/exec.js";
 import type { VolumeBackend } from "./backend.js";
-import { duBytes } from "./local-dir.js";
 
 /**
  * Volumes as ext4 filesystems in sparse image files (DATA/volumes/<id>/disk.img), loop-mounted
@@ -62,8 +61,10 @@ export class Ext4ImageBackend implements VolumeBackend {
     if (r.code !== 0) await exec("umount", ["-l", root], { timeoutMs: 60_000 });
   }
 
-  async usage(id: string): Promise<number> {
-    return duBytes(this.root(id));
+  /** What the filesystem has left: no walk, and exactly what a sandbox could still write. */
+  async free(id: string): Promise<number> {
+    const st = await statfs(this.root(id));
+    return st.bavail * st.bsize;
   }
 
   async remove(id: string): Promise<void> {

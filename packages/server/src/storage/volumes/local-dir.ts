@@ -6,7 +6,10 @@ import type { VolumeBackend } from "./backend.js";
 export class LocalDirBackend implements VolumeBackend {
   readonly name = "local";
 
-  constructor(private readonly dir: (id: string) => string) {}
+  constructor(
+    private readonly dir: (id: string) => string,
+    private readonly maxBytes: number,
+  ) {}
 
   root(id: string): string {
     return join(this.dir(id), "data");
@@ -23,8 +26,9 @@ export class LocalDirBackend implements VolumeBackend {
 
   async detach(): Promise<void> {}
 
-  async usage(id: string): Promise<number> {
-    return duBytes(this.root(id));
+  /** The limit less the files' total size: a walk of the whole volume, as a folder has no quota. */
+  async free(id: string): Promise<number> {
+    return Math.max(0, this.maxBytes - (await duBytes(this.root(id))));
   }
 
   async remove(id: string): Promise<void> {
