@@ -62,6 +62,10 @@ describe("volumes API", () => {
     // Names are unique (sandboxes mount volumes by name) and path-safe.
     await assert.rejects(Volume.create("vol-api"), (e) => status(e, 409));
     await assert.rejects(Volume.create("../x"), (e) => status(e, 400));
+    // Two creates of one name at once: one wins.
+    const race = await Promise.allSettled([Volume.create("race"), Volume.create("race")]);
+    assert.deepEqual(race.map((r) => r.status).sort(), ["fulfilled", "rejected"]);
+    for (const r of race) if (r.status === "fulfilled") await Volume.destroy(r.value.volumeId);
     const raw = await server.api("POST", "/volumes", { name: "" });
     assert.equal(raw.status, 400);
     assert.equal((raw.body as { code: number }).code, 400);

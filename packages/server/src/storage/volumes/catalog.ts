@@ -67,7 +67,10 @@ export class VolumeCatalog {
   }
 
   async create(name: string): Promise<VolumeRecord> {
-    if (this.byName(name)) throw new ConflictError(`volume '${name}' already exists`);
+    // Also against volumes still being created or destroyed: a name is taken until they finish.
+    if ([...this.byId.values()].some((r) => r.name === name)) {
+      throw new ConflictError(`volume '${name}' already exists`);
+    }
     const rec: VolumeRecord = {
       id: randomUUID(),
       name,
