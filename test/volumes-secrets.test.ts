@@ -406,11 +406,11 @@ describe("secrets", () => {
 });
 
 describe("restart", () => {
-  test("volumes (files, tokens) and secrets survive a server restart", async () => {
+  test("volumes (files, tokens) and secrets survive a server crash", async () => {
     const vol = await Volume.create("durable");
     await vol.writeFile("/keep.txt", "kept");
     const sec = await Secret.create("durable-secret", "durable-value");
-    await server.stop();
+    await server.crash();
     server = await server.restart();
     point(server);
     const info = await Volume.getInfo(vol.volumeId);
@@ -463,6 +463,12 @@ describe("ext4 volume backend", () => {
       assert.equal(mounted(), true);
       const again = await Volume.connect(vol.volumeId, { apiUrl: s.url, apiKey: s.apiKey });
       assert.equal(await again.readFile("/kept.txt", { apiUrl: s.url }), "kept\n");
+      // A crash leaves the mount behind; the next start uses it as it is.
+      await s.crash();
+      assert.equal(mounted(), true);
+      s = await s.restart();
+      assert.equal(await again.readFile("/kept.txt", { apiUrl: s.url }), "kept\n");
+      assert.equal(readFileSync("/proc/self/mountinfo", "utf8").split(join(s.dataDir, "volumes")).length - 1, 1);
       assert.equal(await Volume.destroy(vol.volumeId, { apiUrl: s.url, apiKey: s.apiKey }), true);
       assert.equal(mounted(), false);
     } finally {
