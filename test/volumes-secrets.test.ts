@@ -2,6 +2,7 @@
 // real runsc sandboxes: the /volumes API, the volume content API (E2B_VOLUME_API_URL), volumes
 // mounted into sandboxes, and /secrets.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -189,6 +190,9 @@ describe("volume content API", () => {
     assert.equal(link.type, VolumeFileType.SYMLINK);
     assert.equal(link.target, join(server.dataDir, "outside.txt"));
     await vol.remove("/file-link");
+    // A FIFO planted in the volume would block a plain open: it is not a file to read.
+    execFileSync("mkfifo", [join(root, "fifo")]);
+    await assert.rejects(vol.readFile("/fifo"), VolumePathNotFoundError);
     assert.equal(readFileSync(join(server.dataDir, "outside.txt"), "utf8"), "host secret");
     // The E2B error shape on the wire.
     const r = await fetch(`${server.url}/volumecontent/${vol.volumeId}/file?path=..%2F..%2Fetc%2Fpasswd`, {

@@ -145,7 +145,13 @@ export class VolumeContent {
   async read(id: string, raw: string): Promise<{ stream: ReadStream; size: number }> {
     const vp = parseVolumePath(raw);
     const { path } = await hostPath(this.root(id), vp);
-    const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW).catch((err: NodeJS.ErrnoException) => {
+    // Only regular files are opened: a FIFO a sandbox planted would block the open (and
+    // O_NONBLOCK covers one swapped in after this check).
+    const pre = await lstat(path).catch(() => undefined);
+    if (pre && !pre.isFile() && !pre.isSymbolicLink())
+      throw new NotFoundError(`file ${vp.rel} not found (not a regular file)`);
+    const flags = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+    const fh = await open(path, flags).catch((err: NodeJS.ErrnoException) => {
       if (err.code === "ENOENT") throw new NotFoundError(`path ${vp.rel} not found`);
       if (err.code === "ELOOP") throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
       throw err;
