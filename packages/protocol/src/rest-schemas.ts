@@ -20,12 +20,15 @@ const SandboxOptions = z.looseObject({
 });
 export type SandboxOptions = z.infer<typeof SandboxOptions>;
 
+/** One entry of a create body's volumeMounts: a volume by name at an absolute path. */
+export const VolumeMountBody = z.object({ name: z.string().min(1).max(63), path: z.string().min(1).max(512) });
+
 /** Body of POST /sandboxes (SDK <= 2.50) and POST /v2/sandboxes (2.51+). Unknown fields are ignored. */
 export const NewSandbox = SandboxOptions.extend({
   templateID: z.string().min(1).max(256),
   autoPauseMemory: z.boolean().optional(),
   secure: z.boolean().optional(),
-  volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).optional(),
+  volumeMounts: z.array(VolumeMountBody).max(16).optional(),
 });
 export type NewSandbox = z.infer<typeof NewSandbox>;
 
@@ -83,3 +86,60 @@ export const SnapshotListQuery = z.object({
 });
 export const SnapshotIdParams = z.object({ snapshotID: z.string().min(1).max(256) });
 export const TemplateIdParams = z.object({ templateID: z.string().min(1).max(256) });
+
+// ---- volumes: the control plane (/volumes) and the content API (/volumecontent)
+
+/** Volume names: what Sandbox.create({volumeMounts}) sends, so unique and path-safe. */
+export const VolumeName = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_-]*$/, "use letters, digits, '-' and '_' (starting with a letter or digit)");
+export const NewVolume = z.looseObject({ name: VolumeName });
+export const VolumeIdParams = z.object({ volumeID: z.string().min(1).max(128) });
+
+const queryBool = z.enum(["true", "false"]).transform((v) => v === "true");
+const queryUint = (max: number) => z.coerce.number().int().min(0).max(max);
+/** Query of every /volumecontent call: the path inside the volume, plus what each call takes. */
+export const VolumeContentQuery = z.object({
+  path: z.string().min(1).max(4096),
+  depth: queryUint(64).optional(),
+  uid: queryUint(4_294_967_294).optional(),
+  gid: queryUint(4_294_967_294).optional(),
+  mode: queryUint(0o7777).optional(),
+  force: queryBool.optional(),
+});
+/** PATCH /volumecontent/{id}/path: metadata to change. */
+export const VolumeMetadataBody = z.looseObject({
+  uid: z.number().int().min(0).max(4_294_967_294).optional(),
+  gid: z.number().int().min(0).max(4_294_967_294).optional(),
+  mode: z.number().int().min(0).max(0o7777).optional(),
+});
+
+// ---- secrets (/secrets): values are write-only
+
+const SecretMetadata = z
+  .record(z.string().min(1).max(128), z.string().max(1024))
+  .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata entries")
+  .refine((m) => JSON.stringify(m).length <= 8192, "metadata over 8192 bytes");
+/** Secret names are lower-cased; `sec_` is the ID prefix; `{`, `}` and controls break placeholders. */
+export const SecretName = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[^{}\p{Cc}\s/]+$/u, "no '{', '}', '/', spaces or control characters")
+  .refine((n) => !n.toLowerCase().startsWith("sec_"), "the sec_ prefix is reserved for secret IDs");
+export const NewSecret = z.looseObject({
+  name: SecretName,
+  value: z.string().min(1).max(65_536),
+  metadata: SecretMetadata.optional(),
+});
+export const SecretUpdate = z.looseObject({
+  value: z.string().min(1).max(65_536),
+  metadata: SecretMetadata.optional(),
+});
+export const SecretIdParams = z.object({ secretID: z.string().min(1).max(160) });
+export const SecretListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).optional(),
+  nextToken: z.string().optional(),
+});

@@ -115,3 +115,40 @@ export interface BuildStatus {
   logEntries: BuildLogEntry[];
   reason?: { message: string; step?: string };
 }
+
+/** `Volume`: an entry of GET /volumes (no token). */
+export interface VolumeListed {
+  volumeID: string;
+  name: string;
+}
+
+/** `VolumeAndToken`: POST /volumes and GET /volumes/{id}; the token authorises /volumecontent. */
+export interface VolumeAndToken extends VolumeListed {
+  token: string;
+}
+
+/** `VolumeEntryStat`: a file or folder of a volume, as the content API returns it. */
+export interface VolumeEntryStat {
+  name: string;
+  /** Absolute inside the volume ("/dir/file"). */
+  path: string;
+  type: "unknown" | "file" | "directory" | "symlink";
+  size: number;
+  mode: number;
+  uid: number;
+  gid: number;
+  atime: string;
+  mtime: string;
+  ctime: string;
+  target?: string;
+}
+
+/** `Secret`: metadata only; the value is never returned. */
+export interface SecretInfo {
+  secretID: string;
+  name: string;
+  currentVersion: number;
+  metadata: Record<string, string>;
+  createdAt: string;
+  updatedAt: string;
+}

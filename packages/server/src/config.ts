@@ -48,6 +48,13 @@ export interface ImagesConfig {
   uploadLimitBytes: number;
 }
 
+export interface VolumesConfig {
+  /** dir: plain folders; ext4: a loop-mounted ext4 image per volume (limit enforced inside sandboxes too). */
+  backend: "dir" | "ext4";
+  /** Most bytes of files one volume may hold (checked on content API uploads; ext4: the filesystem size). */
+  maxSizeBytes: number;
+}
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -75,6 +82,7 @@ export interface ServerConfig {
   maxSandboxes: number;
   repository: RepositoryConfig;
   images: ImagesConfig;
+  volumes: VolumesConfig;
   /** Set when this node is part of a cluster (Redis-backed routes, placement, drain). */
   cluster?: ClusterConfig;
   /** The config file read, if any. */
@@ -211,6 +219,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.insecure_registries": "string",
   "images.auth_file": "string",
   "images.upload_limit_bytes": "size",
+  "volumes.max_size_bytes": "size",
+  "volumes.backend": "string",
 };
 
 /** Reads a TOML config file into flat dotted keys, refusing unknown keys and wrong types. */
@@ -246,6 +256,16 @@ export function readConfigFile(path: string): Map<string, Value> {
   };
   walk(doc, "");
   return out;
+}
+
+function volumesConfig(backend: string, maxSizeBytes: number): VolumesConfig {
+  if (backend !== "dir" && backend !== "ext4") {
+    throw new ConfigError(`volume backend must be dir or ext4, got "${backend}" (AENV_VOLUME_BACKEND)`);
+  }
+  if (backend === "ext4" && maxSizeBytes < 2 * 1024 ** 2) {
+    throw new ConfigError("volume backend ext4 needs a volume size of at least 2MiB (AENV_VOLUME_MAX_SIZE)");
+  }
+  return { backend, maxSizeBytes };
 }
 
 /**
@@ -370,6 +390,10 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
     },
+    volumes: volumesConfig(
+      str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",
+      size("AENV_VOLUME_MAX_SIZE", "volumes.max_size_bytes", 10 * 1024 ** 3),
+    ),
     ...(cluster ? { cluster } : {}),
     configFile,
   };

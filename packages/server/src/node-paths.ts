@@ -66,6 +66,14 @@ export class NodePaths {
     return join(this.snapshots, `${id}.pending.json`);
   }
 
+  /** Persistent volumes: `<id>/volume.json` (record, 0600) and `<id>/data` (the content). */
+  get volumes(): string {
+    return join(this.dataDir, "volumes");
+  }
+  volume(id: string): string {
+    return join(this.volumes, id);
+  }
+
   /** Transient captures of fork parents; removed at start. */
   get forks(): string {
     return join(this.dataDir, "forks");

@@ -13,11 +13,16 @@ import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.j
 import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
+import { SecretStore } from "./secrets/store.js";
 import { SqliteStateStore } from "./state/sqlite-store.js";
 import { ImageStore } from "./storage/images/index.js";
 import { runGc } from "./storage/repository/chunk-repository.js";
 import { openRepository } from "./storage/repository/open.js";
 import { registerNode } from "./telemetry/prometheus.js";
+import { VolumeCatalog } from "./storage/volumes/catalog.js";
+import { VolumeContent } from "./storage/volumes/content.js";
+import { Ext4ImageBackend } from "./storage/volumes/ext4-image.js";
+import { LocalDirBackend } from "./storage/volumes/local-dir.js";
 import { TemplateBuilder } from "./templates/builder.js";
 import { TemplateStore } from "./templates/catalog.js";
 import { ContextFiles } from "./templates/context-files.js";
@@ -77,6 +82,16 @@ export async function startServer(
   closeSync(openSync(paths.stateDb, "a", 0o600));
   chmodSync(paths.stateDb, 0o600);
   const store = new SqliteStateStore(paths.stateDb);
+  const volumes = new VolumeCatalog(
+    paths.volumes,
+    (id) => paths.volume(id),
+    cfg.volumes.backend === "ext4"
+      ? new Ext4ImageBackend((id) => paths.volume(id), cfg.volumes.maxSizeBytes)
+      : new LocalDirBackend((id) => paths.volume(id), cfg.volumes.maxSizeBytes),
+    log.child({ component: "volumes" }),
+  );
+  await volumes.load();
+  const secrets = new SecretStore(paths.secrets);
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
   const sync = cfg.repository.commitTemplates
@@ -94,6 +109,7 @@ export async function startServer(
     runtimeDir,
     resolvConf: writeResolvConf(paths.resolvConf),
     repository,
+    volumes,
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
     checkpointKey,
     ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
@@ -154,6 +170,9 @@ export async function startServer(
     templates,
     builder,
     files,
+    volumes,
+    volumeContent: new VolumeContent(volumes.backend, cfg.volumes.maxSizeBytes),
+    secrets,
     log,
     apiKey: cfg.apiKey,
     domain: cfg.domain,
@@ -229,6 +248,7 @@ export async function startServer(
       if (gcTimer) clearInterval(gcTimer);
       await builder.close();
       await orch.close();
+      await volumes.close();
       await warming;
       app.proxy.close();
       await app.fastify.close();

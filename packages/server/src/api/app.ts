@@ -5,20 +5,29 @@ import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
 import { resolveTarget } from "../proxy/target.js";
 import { CONTENT_TYPE, countRequest, countUpgrade, scrape } from "../telemetry/prometheus.js";
+import type { SecretStore } from "../secrets/store.js";
+import type { VolumeCatalog } from "../storage/volumes/catalog.js";
+import type { VolumeContent } from "../storage/volumes/content.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";
 import { endWithError } from "../util/socket-error.js";
-import { installAuth } from "./auth.js";
+import { apiKeyCheck, installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
+import { secretRoutes } from "./routes/secrets.js";
 import { templateRoutes } from "./routes/templates.js";
+import { volumeContentRoutes } from "./routes/volume-content.js";
+import { volumeRoutes } from "./routes/volumes.js";
 
 export interface AppOptions {
   orch: Orchestrator;
   templates: TemplateStore;
   builder: TemplateBuilder;
   files: ContextFiles;
+  volumes: VolumeCatalog;
+  volumeContent: VolumeContent;
+  secrets: SecretStore;
   log: Logger;
   apiKey: string;
   domain: string;
@@ -103,5 +112,12 @@ export function buildApp(o: AppOptions): App {
     files: o.files,
     orch: o.orch,
   });
+  void fastify.register(volumeRoutes, { volumes: o.volumes, orch: o.orch });
+  void fastify.register(volumeContentRoutes, {
+    volumes: o.volumes,
+    content: o.volumeContent,
+    hasApiKey: apiKeyCheck(o.apiKey),
+  });
+  void fastify.register(secretRoutes, { secrets: o.secrets });
   return { fastify, proxy };
 }

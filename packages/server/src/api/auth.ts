@@ -1,21 +1,27 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { UnauthorizedError } from "../errors.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
-/** X-API-Key on every control-plane route except GET /health and self-authenticating ones. Constant-time. */
-export function installAuth(app: FastifyInstance, apiKey: string): void {
+/** Whether a request carries the API key (X-API-Key, or Authorization: Bearer). Constant-time. */
+export function apiKeyCheck(apiKey: string): (req: FastifyRequest) => boolean {
   const want = digest(apiKey);
-  app.addHook("onRequest", async (req) => {
-    if (req.method === "GET" && req.url === "/health") return;
-    // Routes that authenticate themselves (signed upload links).
-    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
+  return (req) => {
     const auth = req.headers.authorization;
     const got =
       (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
-    if (!got || !timingSafeEqual(digest(got), want)) {
-      throw new UnauthorizedError("invalid or missing API key (X-API-Key)");
-    }
+    return !!got && timingSafeEqual(digest(got), want);
+  };
+}
+
+/** X-API-Key on every control-plane route except GET /health and self-authenticating ones. */
+export function installAuth(app: FastifyInstance, apiKey: string): void {
+  const hasKey = apiKeyCheck(apiKey);
+  app.addHook("onRequest", async (req) => {
+    if (req.method === "GET" && req.url === "/health") return;
+    // Routes that authenticate themselves (signed upload links, volume tokens).
+    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
+    if (!hasKey(req)) throw new UnauthorizedError("invalid or missing API key (X-API-Key)");
   });
 }

@@ -44,7 +44,7 @@ export function sandboxListed(r: SandboxRecord): ListedSandbox {
     state: r.state === "paused" ? "paused" : "running",
     envdVersion: ENVD_VERSION,
     metadata: r.metadata,
-    volumeMounts: [],
+    volumeMounts: (r.volumeMounts ?? []).map(({ name, path }) => ({ name, path })),
   };
 }
 

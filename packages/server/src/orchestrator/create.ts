@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { AenvError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { SandboxRecord, StateStore } from "../state/store.js";
+import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { Template } from "../templates/catalog.js";
 import type { WarmImages } from "../templates/warm-images.js";
 import { newSandboxId } from "./ids.js";
@@ -12,6 +12,7 @@ import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
+import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
 
 export interface CreateDeps {
   cfg: ServerConfig;
@@ -23,6 +24,7 @@ export interface CreateDeps {
   snapshots: Snapshots;
   warmImages: WarmImages;
   runtimeDir: string;
+  volumes: VolumeLookup;
   log: Logger;
 }
 
@@ -33,6 +35,8 @@ interface Plan {
   init: EnvdInit;
   /** Set when it starts from a template (a failed warm restore falls back to a boot). */
   tpl?: Template;
+  /** Set when it starts from a snapshot (whose volume mount points it must have). */
+  snap?: SnapshotRecord;
 }
 
 /**
@@ -50,6 +54,11 @@ export class Creator {
     const plan = await this.plan(req);
     const { rec, init, tpl } = plan;
     let from = plan.from;
+    // Resolved and registered in one synchronous step: a volume destroy checks the registry.
+    const mounts = plan.snap
+      ? mountsForSnapshot(this.d.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts)
+      : resolveMounts(this.d.volumes, req.volumeMounts ?? []);
+    if (mounts.length) rec.volumeMounts = mounts;
     const live: Live = { rec, op: Promise.resolve() };
     registry.add(live);
     const t0 = Date.now();
@@ -108,6 +117,7 @@ export class Creator {
       rec.envVars = { ...snap.envVars, ...req.envVars };
       return {
         rec,
+        snap,
         from: { kind: "image", imageDir: snap.imageDir, oldToken: snap.envdToken },
         init: { accessToken: rec.envdToken, envVars: rec.envVars },
       };
@@ -128,8 +138,9 @@ export class Creator {
       req,
       sizing,
     });
-    // A warm image carries the template's sizing: other sizes boot.
-    const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB;
+    // A warm image carries the template's sizing and no volumes: other sizes, and sandboxes
+    // with volumes, boot (gVisor restores a checkpoint's own mount table and ignores new mounts).
+    const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB && !req.volumeMounts?.length;
     const warm = !req.cold && warmFits ? this.d.warmImages.take(tpl) : undefined;
     return {
       rec,

@@ -98,6 +98,9 @@ export class Forker {
       },
       sizing: parent,
     });
+    // Children share the parent's live volumes: a capture restores only with the same mounts,
+    // and a volume is one folder on the node, not something a fork could copy on write.
+    if (parent.volumeMounts?.length) rec.volumeMounts = parent.volumeMounts.map((m) => ({ ...m }));
     const live: Live = { rec, op: Promise.resolve() };
     registry.add(live);
     try {

@@ -24,6 +24,7 @@ import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
+import { type VolumeLookup, volumeUsers } from "./volume-mounts.js";
 
 export type { CreateRequest, ForkOutcome, ForkResult, RecoveryReport, SandboxMetric };
 
@@ -42,6 +43,8 @@ export interface OrchestratorDeps {
   checkpointKey: string;
   /** Where snapshots and paused sandboxes are committed; node-local images are copies. */
   repository: SnapshotRepository;
+  /** The node's volumes (storage/volumes/catalog.ts). */
+  volumes: VolumeLookup;
   /** Brings a template another server committed to the repository onto this node. */
   fetchTemplate?: (ref: string) => Promise<Template | undefined>;
 }
@@ -73,6 +76,7 @@ export class Orchestrator {
       registry,
       paths,
       resolvConf: d.resolvConf,
+      volumeRoot: (id) => d.volumes.root(id),
       log,
     });
     this.registry = registry;
@@ -104,6 +108,7 @@ export class Orchestrator {
       snapshots: this.snapshots,
       warmImages: this.warmImages,
       runtimeDir,
+      volumes: d.volumes,
       log,
     });
     this.pauses = new PauseResume({ cfg, paths, store, registry, runner, repository, checkpointKey, log });
@@ -163,6 +168,14 @@ export class Orchestrator {
 
   list(): SandboxRecord[] {
     return this.registry.list();
+  }
+
+  /** Sandboxes (starting, running or paused) that mount a volume: it cannot be destroyed under them. */
+  volumeUsers(volumeId: string): string[] {
+    return volumeUsers(
+      this.registry.all().map((l) => l.rec),
+      volumeId,
+    );
   }
 
   async kill(id: string): Promise<void> {

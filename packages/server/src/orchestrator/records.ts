@@ -18,6 +18,8 @@ export interface CreateRequest {
   cpuCount?: number;
   memoryMB?: number;
   diskSizeMB?: number;
+  /** Volumes by name at mount points (resolved to IDs when the sandbox is registered). */
+  volumeMounts?: Array<{ name: string; path: string }>;
 }
 
 export interface Sizing {

@@ -30,6 +30,8 @@ export interface RunnerDeps {
   registry: SandboxRegistry;
   paths: NodePaths;
   resolvConf: string;
+  /** Host folder of a volume, by ID. */
+  volumeRoot: (volumeId: string) => string;
   log: Logger;
 }
 
@@ -71,6 +73,10 @@ export class SandboxRunner {
       hostname: "aenv",
       runtimeDir: rec.runtimeDir,
       resolvConf: this.d.resolvConf,
+      volumeMounts: (rec.volumeMounts ?? []).map((m) => ({
+        destination: m.path,
+        source: this.d.volumeRoot(m.volumeId),
+      })),
     };
   }
 

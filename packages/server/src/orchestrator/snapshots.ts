@@ -235,6 +235,7 @@ export class Snapshots {
       imageDir,
       envdToken: src.envdToken,
       envVars: src.envVars,
+      ...(src.volumeMounts?.length ? { volumeMounts: src.volumeMounts.map((m) => ({ ...m })) } : {}),
       cpuCount: src.cpuCount,
       memoryMB: src.memoryMB,
       diskSizeMB: src.diskSizeMB,

@@ -15,6 +15,8 @@ export interface SandboxLaunch {
   writableRootfs?: boolean;
   /** Extra read-only host directories, by mount point (template builds' COPY staging). */
   readOnlyMounts?: Record<string, string>;
+  /** Host directories bind-mounted read-write (volumes), shared with the host and other sandboxes. */
+  volumeMounts?: Array<{ destination: string; source: string }>;
   /** Per-sandbox host directory: bundle, writable-layer store, logs. */
   dir: string;
   /** Network namespace the sandbox joins (already addressed). */

@@ -1,3 +1,11 @@
+/** A volume mounted into a sandbox: by name in the API, by ID underneath (names are not reused while mounted). */
+export interface SandboxVolumeMount {
+  name: string;
+  /** Mount point inside the sandbox. */
+  path: string;
+  volumeId: string;
+}
+
 /** What the node persists about a sandbox; enough to report, clean up and (later) resume it. */
 export type SandboxState = "creating" | "running" | "paused" | "killing";
 
@@ -29,6 +37,8 @@ export interface SandboxRecord {
   rootfs: string;
   /** The /.aenv folder it was started with (restores need the same one). */
   runtimeDir: string;
+  /** Volumes bind-mounted read-write; a restore (resume, fork) needs the same mount points. */
+  volumeMounts?: SandboxVolumeMount[];
   /** Complete pause image, while paused. */
   imageDir?: string;
   /** TTL left when paused: paused time does not count. */
@@ -53,6 +63,8 @@ export interface SnapshotRecord {
   /** envd token inside the image: needed to re-init sandboxes started from it. */
   envdToken: string;
   envVars: Record<string, string>;
+  /** Volumes mounted when it was taken: sandboxes started from it need mounts at the same paths. */
+  volumeMounts?: SandboxVolumeMount[];
   cpuCount: number;
   memoryMB: number;
   diskSizeMB: number;

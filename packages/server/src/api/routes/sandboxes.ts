@@ -48,7 +48,11 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   const create = async (raw: unknown) => {
     const b = NewSandbox.parse(body(raw));
-    const rec = await orch.create({ templateID: b.templateID, ...sandboxOptions(b) });
+    const rec = await orch.create({
+      templateID: b.templateID,
+      ...sandboxOptions(b),
+      ...(b.volumeMounts ? { volumeMounts: b.volumeMounts } : {}),
+    });
     return sandboxCreated(rec, ctx);
   };
   app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body)));

@@ -83,6 +83,14 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
         source,
         options: ["rbind", "ro"],
       })),
+      // Volumes: served by the gofer with runsc's default shared file access for non-root
+      // mounts, so writes reach the host at once and other sandboxes see them.
+      ...(l.volumeMounts ?? []).map(({ destination, source }) => ({
+        destination,
+        type: "bind",
+        source,
+        options: ["rbind", "rw"],
+      })),
     ],
     linux: {
       namespaces: [
