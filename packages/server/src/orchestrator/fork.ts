@@ -95,9 +95,11 @@ export class Forker {
         allowInternetAccess: parent.allowInternet,
         autoPause: parent.autoPause,
         autoResume: parent.autoResume,
+        autoPauseMemory: parent.autoPauseMemory,
       },
       sizing: parent,
     });
+    if (parent.boot) rec.boot = parent.boot;
     const live: Live = { rec, op: Promise.resolve() };
     registry.add(live);
     try {

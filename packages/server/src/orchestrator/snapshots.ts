@@ -235,6 +235,7 @@ export class Snapshots {
       imageDir,
       envdToken: src.envdToken,
       envVars: src.envVars,
+      ...(src.boot ? { boot: src.boot } : {}),
       cpuCount: src.cpuCount,
       memoryMB: src.memoryMB,
       diskSizeMB: src.diskSizeMB,

@@ -1,6 +1,18 @@
 /** What the node persists about a sandbox; enough to report, clean up and (later) resume it. */
 export type SandboxState = "creating" | "running" | "paused" | "killing";
 
+/** What a pause keeps: memory and processes (a checkpoint) or only the writable filesystem. */
+export type PauseKind = "memory" | "filesystem";
+
+/** What a fresh boot of a sandbox needs besides its tree: its template's settings. */
+export interface BootSettings {
+  env: Record<string, string>;
+  user?: string;
+  workdir?: string;
+  startCmd?: string;
+  readyCmd?: string;
+}
+
 export interface SandboxRecord {
   id: string;
   templateId: string;
@@ -18,6 +30,10 @@ export interface SandboxRecord {
   allowInternet: boolean;
   autoPause: boolean;
   autoResume: boolean;
+  /** false: TTL expiry pauses filesystem-only (E2B `autoPauseMemory`); absent means true. */
+  autoPauseMemory?: boolean;
+  /** Its template's boot settings: a resume from a filesystem-only pause boots afresh. */
+  boot?: BootSettings;
   slotIndex: number | null;
   dir: string;
   /**
@@ -29,8 +45,10 @@ export interface SandboxRecord {
   rootfs: string;
   /** The /.aenv folder it was started with (restores need the same one). */
   runtimeDir: string;
-  /** Complete pause image, while paused. */
+  /** Complete pause image (checkpoint or filesystem layer, by pauseKind), while paused. */
   imageDir?: string;
+  /** While paused: what imageDir holds (absent: memory, as before filesystem-only pauses). */
+  pauseKind?: PauseKind;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;
   /**
@@ -53,6 +71,8 @@ export interface SnapshotRecord {
   /** envd token inside the image: needed to re-init sandboxes started from it. */
   envdToken: string;
   envVars: Record<string, string>;
+  /** The source sandbox's boot settings (its template's), passed on to sandboxes started from it. */
+  boot?: BootSettings;
   cpuCount: number;
   memoryMB: number;
   diskSizeMB: number;

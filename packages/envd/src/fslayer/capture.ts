@@ -1,0 +1,194 @@
+/**
+ * Taking a sandbox's writable filesystem layer: `/` compared with the template tree bound
+ * read-only at SANDBOX_LOWER_DIR. gVisor's overlay gives a file copied up to its writable
+ * layer a new ctime and leaves the lower file's ctime on everything else, so an entry whose
+ * ctime matches the lower one is unchanged, and so is everything under such a directory
+ * (a change anywhere copies up every ancestor): only copied-up directories are walked.
+ */
+import type { BigIntStats } from "node:fs";
+import { lstat, open, readdir, readFile, readlink } from "node:fs/promises";
+import path from "node:path";
+import type { EnvdLayerStats } from "@aenv/protocol";
+import {
+  END_OF_ARCHIVE,
+  encodeHeader,
+  type LayerEntryType,
+  type LayerHeader,
+  padding,
+  WHITEOUT_PREFIX,
+} from "./tar.js";
+
+/** Never part of a layer: kernel and runtime filesystems, and envd's own mounts. */
+const SKIPPED = ["proc", "sys", "dev", ".aenv"];
+
+interface Mounts {
+  /** Mount points (relative to /) whose contents are not the sandbox's files: skipped. */
+  skip: Set<string>;
+  /** tmpfs mounts gVisor adds (/tmp): taken whole, they hide the lower tree in every boot. */
+  whole: Set<string>;
+}
+
+const unescapeOctal = (s: string) =>
+  s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
+
+/** The sandbox's mounts from /proc/self/mountinfo, sorted into skipped and taken whole. */
+export function parseMounts(mountinfo: string): Mounts {
+  const m: Mounts = { skip: new Set(), whole: new Set() };
+  for (const line of mountinfo.split("\n")) {
+    const [left, right] = line.split(" - ");
+    const point = left?.split(" ")[4];
+    const fstype = right?.split(" ")[0];
+    if (!point || !fstype || point === "/") continue;
+    const rel = unescapeOctal(point).replace(/^\/+/, "");
+    (fstype === "tmpfs" ? m.whole : m.skip).add(rel);
+  }
+  return m;
+}
+
+function typeOf(st: BigIntStats): LayerEntryType | undefined {
+  if (st.isFile()) return "file";
+  if (st.isDirectory()) return "dir";
+  if (st.isSymbolicLink()) return "symlink";
+  // Sockets, fifos and devices have no contents worth keeping (a boot makes its own).
+  return undefined;
+}
+
+async function lstatOrUndefined(p: string): Promise<BigIntStats | undefined> {
+  try {
+    return await lstat(p, { bigint: true });
+  } catch {
+    return undefined;
+  }
+}
+
+async function listOrEmpty(p: string): Promise<string[]> {
+  try {
+    return await readdir(p);
+  } catch {
+    return [];
+  }
+}
+
+/** Streams the layer as tar blocks; `stats` is filled in as it goes. */
+export async function* captureLayer(
+  opts: { root?: string; lower: string; mountinfo?: string },
+  stats: EnvdLayerStats,
+): AsyncGenerator<Buffer> {
+  const root = opts.root ?? "/";
+  const mounts = parseMounts(opts.mountinfo ?? (await readFile("/proc/self/mountinfo", "utf8").catch(() => "")));
+  const lowerRel = path.relative(root, opts.lower);
+  const skipped = (rel: string) =>
+    SKIPPED.some((s) => rel === s || rel.startsWith(`${s}/`)) ||
+    mounts.skip.has(rel) ||
+    rel === lowerRel ||
+    rel.startsWith(`${lowerRel}/`);
+  /** First path of each multiply-linked file, by inode: later names become hard links. */
+  const links = new Map<string, string>();
+
+  async function* entry(rel: string, st: BigIntStats): AsyncGenerator<Buffer> {
+    const type = typeOf(st);
+    if (!type) return;
+    const abs = path.join(root, rel);
+    const h: LayerHeader = {
+      path: rel,
+      type,
+      mode: Number(st.mode) & 0o7777,
+      uid: Number(st.uid),
+      gid: Number(st.gid),
+      size: 0,
+      mtime: Number(st.mtimeMs / 1000n),
+      linkname: "",
+    };
+    if (type === "symlink") h.linkname = await readlink(abs);
+    if (type === "file" && st.nlink > 1n) {
+      const key = `${st.dev}:${st.ino}`;
+      const first = links.get(key);
+      if (first !== undefined) {
+        stats.entries++;
+        yield encodeHeader({ ...h, type: "hardlink", linkname: first });
+        return;
+      }
+      links.set(key, rel);
+    }
+    if (type !== "file") {
+      stats.entries++;
+      yield encodeHeader(h);
+      return;
+    }
+    h.size = Number(st.size);
+    stats.entries++;
+    stats.bytes += h.size;
+    yield encodeHeader(h);
+    // Exactly the size announced: a file that shrank meanwhile is padded, one that grew cut.
+    const f = await open(abs, "r").catch(() => undefined);
+    let left = h.size;
+    try {
+      while (left > 0 && f) {
+        const buf = Buffer.allocUnsafe(Math.min(left, 1 << 20));
+        const { bytesRead } = await f.read(buf, 0, buf.length, h.size - left);
+        if (bytesRead === 0) break;
+        left -= bytesRead;
+        yield buf.subarray(0, bytesRead);
+      }
+    } finally {
+      await f?.close();
+    }
+    if (left > 0) yield Buffer.alloc(left);
+    yield Buffer.alloc(padding(h.size));
+  }
+
+  /** A directory of the writable layer: its deletions, then what changed in it. */
+  async function* dir(rel: string, whole: boolean): AsyncGenerator<Buffer> {
+    const abs = path.join(root, rel);
+    const names = await listOrEmpty(abs);
+    names.sort();
+    if (!whole) {
+      const here = new Set(names);
+      for (const name of (await listOrEmpty(path.join(opts.lower, rel))).sort()) {
+        const child = rel ? `${rel}/${name}` : name;
+        if (here.has(name) || skipped(child)) continue;
+        stats.whiteouts++;
+        yield encodeHeader({
+          path: rel ? `${rel}/${WHITEOUT_PREFIX}${name}` : `${WHITEOUT_PREFIX}${name}`,
+          type: "file",
+          mode: 0o600,
+          uid: 0,
+          gid: 0,
+          size: 0,
+          mtime: 0,
+          linkname: "",
+        });
+      }
+    }
+    for (const name of names) {
+      const child = rel ? `${rel}/${name}` : name;
+      if (skipped(child)) continue;
+      const st = await lstatOrUndefined(path.join(root, child));
+      if (!st) continue; // gone meanwhile
+      const takeWhole = whole || mounts.whole.has(child);
+      const lower = takeWhole ? undefined : await lstatOrUndefined(path.join(opts.lower, child));
+      const unchanged = lower && lower.ctimeNs === st.ctimeNs && typeOf(lower) === typeOf(st);
+      if (unchanged) continue;
+      if (lower && typeOf(lower) !== typeOf(st)) {
+        // A file that became a directory (or the reverse): the lower one goes first.
+        stats.whiteouts++;
+        const base = `${WHITEOUT_PREFIX}${name}`;
+        yield encodeHeader({
+          path: rel ? `${rel}/${base}` : base,
+          type: "file",
+          mode: 0o600,
+          uid: 0,
+          gid: 0,
+          size: 0,
+          mtime: 0,
+          linkname: "",
+        });
+      }
+      yield* entry(child, st);
+      if (st.isDirectory()) yield* dir(child, takeWhole);
+    }
+  }
+
+  yield* dir("", false);
+  yield END_OF_ARCHIVE;
+}
