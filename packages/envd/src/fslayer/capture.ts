@@ -53,6 +53,18 @@ function typeOf(st: BigIntStats): LayerEntryType | undefined {
   return undefined;
 }
 
+/** Not copied up: same ctime (and, for good measure, the same visible metadata). */
+function sameEntry(a: BigIntStats, b: BigIntStats): boolean {
+  return (
+    a.ctimeNs === b.ctimeNs &&
+    a.mtimeNs === b.mtimeNs &&
+    a.mode === b.mode &&
+    a.uid === b.uid &&
+    a.gid === b.gid &&
+    (a.isDirectory() || a.size === b.size)
+  );
+}
+
 async function lstatOrUndefined(p: string): Promise<BigIntStats | undefined> {
   try {
     return await lstat(p, { bigint: true });
@@ -167,7 +179,7 @@ export async function* captureLayer(
       if (!st) continue; // gone meanwhile
       const takeWhole = whole || mounts.whole.has(child);
       const lower = takeWhole ? undefined : await lstatOrUndefined(path.join(opts.lower, child));
-      const unchanged = lower && lower.ctimeNs === st.ctimeNs && typeOf(lower) === typeOf(st);
+      const unchanged = lower && sameEntry(lower, st);
       if (unchanged) continue;
       if (lower && typeOf(lower) !== typeOf(st)) {
         // A file that became a directory (or the reverse): the lower one goes first.
