@@ -45,7 +45,7 @@ function describeTree(dir: string, rel = ""): string[] {
   return out;
 }
 
-async function collect(gen: AsyncIterable<Buffer>): Promise<Buffer> {
+async function collect(gen: Iterable<Buffer> | AsyncIterable<Buffer>): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const b of gen) parts.push(b);
   return Buffer.concat(parts);

@@ -1,12 +1,30 @@
 /**
  * Applying a filesystem layer (see capture.ts) to a freshly booted sandbox's `/`: whiteouts
  * remove, entries replace whatever is at their path, with mode, owner and mtime kept.
- * Directory times are set last (writing into a directory changes its mtime).
+ * Directory times are set last (writing into a directory changes its mtime). File system
+ * calls are synchronous: nothing else runs in the sandbox yet, and a thread-pool hop per call
+ * costs more than the call under gVisor.
  */
-import { createWriteStream } from "node:fs";
-import { chmod, chown, lchown, link, lstat, lutimes, mkdir, rm, symlink, utimes } from "node:fs/promises";
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  constants,
+  fchmodSync,
+  fchownSync,
+  futimesSync,
+  lchownSync,
+  linkSync,
+  lstatSync,
+  lutimesSync,
+  mkdirSync,
+  openSync,
+  rmSync,
+  symlinkSync,
+  utimesSync,
+  writeSync,
+} from "node:fs";
 import path from "node:path";
-import { pipeline } from "node:stream/promises";
 import type { EnvdLayerStats } from "@aenv/protocol";
 import { readLayer, WHITEOUT_PREFIX } from "./tar.js";
 
@@ -20,22 +38,40 @@ function target(root: string, rel: string): string | undefined {
   return path.join(root, rel);
 }
 
-async function isDir(p: string): Promise<boolean> {
+function isDir(p: string): boolean {
   try {
-    return (await lstat(p)).isDirectory();
+    return lstatSync(p).isDirectory();
   } catch {
     return false;
   }
 }
 
+/** Runs create(); if something is in the way, removes it and tries once more. */
+function replacing<T>(p: string, create: () => T): T {
+  try {
+    return create();
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== "EEXIST" && code !== "EISDIR" && code !== "ENOTDIR") throw err;
+    rmSync(p, { recursive: true, force: true });
+    return create();
+  }
+}
+
+function writeAll(fd: number, b: Buffer): void {
+  let off = 0;
+  while (off < b.length) off += writeSync(fd, b, off, b.length - off);
+}
+
 export async function applyLayer(src: AsyncIterable<Buffer>, root = "/"): Promise<EnvdLayerStats> {
   const stats: EnvdLayerStats = { entries: 0, whiteouts: 0, bytes: 0 };
   const dirTimes: Array<{ p: string; mtime: number }> = [];
+  const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
   for await (const { header: h, contents } of readLayer(src)) {
     const base = path.posix.basename(h.path);
     if (base.startsWith(WHITEOUT_PREFIX)) {
       const p = target(root, path.posix.join(path.posix.dirname(h.path), base.slice(WHITEOUT_PREFIX.length)));
-      if (p) await rm(p, { recursive: true, force: true });
+      if (p) rmSync(p, { recursive: true, force: true });
       stats.whiteouts++;
       continue;
     }
@@ -43,32 +79,31 @@ export async function applyLayer(src: AsyncIterable<Buffer>, root = "/"): Promis
     if (!p) continue;
     stats.entries++;
     if (h.type === "dir") {
-      if (!(await isDir(p))) {
-        await rm(p, { recursive: true, force: true });
-        await mkdir(p);
-      }
-      await chown(p, h.uid, h.gid);
-      await chmod(p, h.mode);
+      if (!isDir(p)) replacing(p, () => mkdirSync(p));
+      chownSync(p, h.uid, h.gid);
+      chmodSync(p, h.mode);
       dirTimes.push({ p, mtime: h.mtime });
-      continue;
-    }
-    await rm(p, { recursive: true, force: true });
-    if (h.type === "file") {
-      // Owner before mode: chown clears set-user-ID bits.
-      await pipeline(contents(), createWriteStream(p, { flags: "wx", mode: 0o600 }));
-      await chown(p, h.uid, h.gid);
-      await chmod(p, h.mode);
-      await utimes(p, h.mtime, h.mtime);
+    } else if (h.type === "file") {
+      const fd = replacing(p, () => openSync(p, CREATE, 0o600));
+      try {
+        for await (const chunk of contents()) writeAll(fd, chunk);
+        // Owner before mode: chown clears set-user-ID bits.
+        fchownSync(fd, h.uid, h.gid);
+        fchmodSync(fd, h.mode);
+        futimesSync(fd, h.mtime, h.mtime);
+      } finally {
+        closeSync(fd);
+      }
       stats.bytes += h.size;
     } else if (h.type === "symlink") {
-      await symlink(h.linkname, p);
-      await lchown(p, h.uid, h.gid);
-      await lutimes(p, h.mtime, h.mtime);
+      replacing(p, () => symlinkSync(h.linkname, p));
+      lchownSync(p, h.uid, h.gid);
+      lutimesSync(p, h.mtime, h.mtime);
     } else {
       const first = target(root, h.linkname);
-      if (first) await link(first, p);
+      if (first) replacing(p, () => linkSync(first, p));
     }
   }
-  for (const { p, mtime } of dirTimes.reverse()) await utimes(p, mtime, mtime);
+  for (const { p, mtime } of dirTimes.reverse()) utimesSync(p, mtime, mtime);
   return stats;
 }

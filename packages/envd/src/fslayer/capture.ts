@@ -5,8 +5,16 @@
  * ctime matches the lower one is unchanged, and so is everything under such a directory
  * (a change anywhere copies up every ancestor): only copied-up directories are walked.
  */
-import type { BigIntStats } from "node:fs";
-import { lstat, open, readdir, readFile, readlink } from "node:fs/promises";
+import {
+  type BigIntStats,
+  closeSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  readSync,
+} from "node:fs";
 import path from "node:path";
 import type { EnvdLayerStats } from "@aenv/protocol";
 import {
@@ -65,29 +73,64 @@ function sameEntry(a: BigIntStats, b: BigIntStats): boolean {
   );
 }
 
-async function lstatOrUndefined(p: string): Promise<BigIntStats | undefined> {
+function lstatOrUndefined(p: string): BigIntStats | undefined {
   try {
-    return await lstat(p, { bigint: true });
+    return lstatSync(p, { bigint: true });
   } catch {
     return undefined;
   }
 }
 
-async function listOrEmpty(p: string): Promise<string[]> {
+function listOrEmpty(p: string): string[] {
   try {
-    return await readdir(p);
+    return readdirSync(p);
   } catch {
     return [];
   }
 }
 
-/** Streams the layer as tar blocks; `stats` is filled in as it goes. */
-export async function* captureLayer(
+/** Many small records in few writes: each write into the sandbox's network costs a syscall or more. */
+function* batched(src: Iterable<Buffer>, size = 256 * 1024): Generator<Buffer> {
+  let parts: Buffer[] = [];
+  let n = 0;
+  for (const b of src) {
+    parts.push(b);
+    n += b.length;
+    if (n >= size) {
+      yield parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, n);
+      parts = [];
+      n = 0;
+    }
+  }
+  if (n) yield Buffer.concat(parts, n);
+}
+
+/**
+ * Streams the layer as tar blocks; `stats` is filled in as it goes. Synchronous on purpose:
+ * the sandbox's other processes are stopped meanwhile, and a thread-pool hop per file system
+ * call costs more than the call itself under gVisor.
+ */
+export function captureLayer(
   opts: { root?: string; lower: string; mountinfo?: string },
   stats: EnvdLayerStats,
-): AsyncGenerator<Buffer> {
+): Generator<Buffer> {
+  return batched(walkLayer(opts, stats));
+}
+
+function readMountinfo(): string {
+  try {
+    return readFileSync("/proc/self/mountinfo", "utf8");
+  } catch {
+    return "";
+  }
+}
+
+function* walkLayer(
+  opts: { root?: string; lower: string; mountinfo?: string },
+  stats: EnvdLayerStats,
+): Generator<Buffer> {
   const root = opts.root ?? "/";
-  const mounts = parseMounts(opts.mountinfo ?? (await readFile("/proc/self/mountinfo", "utf8").catch(() => "")));
+  const mounts = parseMounts(opts.mountinfo ?? readMountinfo());
   const lowerRel = path.relative(root, opts.lower);
   const skipped = (rel: string) =>
     SKIPPED.some((s) => rel === s || rel.startsWith(`${s}/`)) ||
@@ -97,7 +140,7 @@ export async function* captureLayer(
   /** First path of each multiply-linked file, by inode: later names become hard links. */
   const links = new Map<string, string>();
 
-  async function* entry(rel: string, st: BigIntStats): AsyncGenerator<Buffer> {
+  function* entry(rel: string, st: BigIntStats): Generator<Buffer> {
     const type = typeOf(st);
     if (!type) return;
     const abs = path.join(root, rel);
@@ -111,7 +154,7 @@ export async function* captureLayer(
       mtime: Number(st.mtimeMs / 1000n),
       linkname: "",
     };
-    if (type === "symlink") h.linkname = await readlink(abs);
+    if (type === "symlink") h.linkname = readlinkSync(abs);
     if (type === "file" && st.nlink > 1n) {
       const key = `${st.dev}:${st.ino}`;
       const first = links.get(key);
@@ -132,31 +175,36 @@ export async function* captureLayer(
     stats.bytes += h.size;
     yield encodeHeader(h);
     // Exactly the size announced: a file that shrank meanwhile is padded, one that grew cut.
-    const f = await open(abs, "r").catch(() => undefined);
+    let fd: number | undefined;
+    try {
+      fd = openSync(abs, "r");
+    } catch {
+      // Gone or unreadable meanwhile: zeros of the announced size.
+    }
     let left = h.size;
     try {
-      while (left > 0 && f) {
+      while (left > 0 && fd !== undefined) {
         const buf = Buffer.allocUnsafe(Math.min(left, 1 << 20));
-        const { bytesRead } = await f.read(buf, 0, buf.length, h.size - left);
+        const bytesRead = readSync(fd, buf, 0, buf.length, h.size - left);
         if (bytesRead === 0) break;
         left -= bytesRead;
         yield buf.subarray(0, bytesRead);
       }
     } finally {
-      await f?.close();
+      if (fd !== undefined) closeSync(fd);
     }
     if (left > 0) yield Buffer.alloc(left);
     yield Buffer.alloc(padding(h.size));
   }
 
   /** A directory of the writable layer: its deletions, then what changed in it. */
-  async function* dir(rel: string, whole: boolean): AsyncGenerator<Buffer> {
+  function* dir(rel: string, whole: boolean): Generator<Buffer> {
     const abs = path.join(root, rel);
-    const names = await listOrEmpty(abs);
+    const names = listOrEmpty(abs);
     names.sort();
     if (!whole) {
       const here = new Set(names);
-      for (const name of (await listOrEmpty(path.join(opts.lower, rel))).sort()) {
+      for (const name of listOrEmpty(path.join(opts.lower, rel)).sort()) {
         const child = rel ? `${rel}/${name}` : name;
         if (here.has(name) || skipped(child)) continue;
         stats.whiteouts++;
@@ -175,10 +223,10 @@ export async function* captureLayer(
     for (const name of names) {
       const child = rel ? `${rel}/${name}` : name;
       if (skipped(child)) continue;
-      const st = await lstatOrUndefined(path.join(root, child));
+      const st = lstatOrUndefined(path.join(root, child));
       if (!st) continue; // gone meanwhile
       const takeWhole = whole || mounts.whole.has(child);
-      const lower = takeWhole ? undefined : await lstatOrUndefined(path.join(opts.lower, child));
+      const lower = takeWhole ? undefined : lstatOrUndefined(path.join(opts.lower, child));
       const unchanged = lower && sameEntry(lower, st);
       if (unchanged) continue;
       if (lower && typeOf(lower) !== typeOf(st)) {
