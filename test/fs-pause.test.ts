@@ -18,6 +18,12 @@ import { Sandbox } from "e2b";
 import { untilTrue } from "./helpers/sandbox.js";
 import { getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
+/** The `base` template's tree (its record names the folder). */
+function baseRootfs(): string {
+  const rec = JSON.parse(readFileSync(join(TEMPLATES_DIR, "base", "template.json"), "utf8")) as { rootfsDir: string };
+  return join(TEMPLATES_DIR, "base", rec.rootfsDir);
+}
+
 /**
  * A templates folder of our own: `base`, and `fsstart`, the same tree with a start command
  * that appends a line to a file each time it runs (so a resume can tell it ran again, after
@@ -114,6 +120,10 @@ describe("filesystem-only pause", () => {
     const s = await Sandbox.create("fsstart", { timeoutMs: 300_000 });
     try {
       await untilTrue(s, "test -s /home/user/boots.log");
+      // The template tree every sandbox sees for its layer is read-only, even to root.
+      const w = await s.commands.run("touch /.aenv/lower/x 2>&1 || echo refused", { user: "root" });
+      assert.match(w.stdout, /refused/);
+      assert.ok(!existsSync(join(baseRootfs(), "x")), "template tree untouched");
       await changeFiles(s);
       await s.commands.run("sleep 4242", { background: true, timeoutMs: 0 });
       await untilTrue(s, "pgrep -f 'sleep 424[2]' >/dev/null");

@@ -154,6 +154,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.post("/sandboxes/:sandboxID/resume", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
+    refuseMemorylessResume(orch, sandboxID, b.memory);
     // In a cluster a sandbox paused elsewhere is not known here yet: resume() takes it over.
     if (orch.registry.has(sandboxID) && orch.get(sandboxID).state !== "paused") {
       throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
