@@ -15,9 +15,11 @@ import {
 } from "node:fs";
 import { request } from "node:http";
 import { join } from "node:path";
+import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { ENVD_FS_LAYER_APPLY_PATH, ENVD_FS_LAYER_CAPTURE_PATH, ENVD_PORT, type EnvdLayerStats } from "@aenv/protocol";
 import { z } from "zod";
+import { ConflictError, TooLargeError } from "../errors.js";
 import { commitDir } from "../util/fsync.js";
 
 const LAYER_FILE = "layer.tar";
@@ -62,14 +64,29 @@ function post(ip: string, path: string, token: string, headers: Record<string, s
   });
 }
 
+function capped(maxBytes: number): Transform {
+  let n = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      n += chunk.length;
+      if (n > maxBytes) done(new TooLargeError(`the filesystem layer is over ${maxBytes} bytes`));
+      else done(null, chunk);
+    },
+  });
+}
+
 async function errorText(res: AsyncIterable<Buffer>): Promise<string> {
   let s = "";
   for await (const c of res) if (s.length < 2000) s += c.toString();
   return s;
 }
 
-/** Streams the layer out of envd into `final` (a folder), durably; returns its size in bytes. */
-export async function captureLayer(ip: string, token: string, final: string): Promise<number> {
+/**
+ * Streams the layer out of envd into `final` (a folder), durably; returns its size in bytes.
+ * What answers is inside the sandbox (root there can replace envd): a stream over maxBytes
+ * is cut off, so a sandbox cannot fill the host's disk.
+ */
+export async function captureLayer(ip: string, token: string, final: string, maxBytes: number): Promise<number> {
   const tmp = `${final}.tmp`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true });
@@ -80,12 +97,18 @@ export async function captureLayer(ip: string, token: string, final: string): Pr
       req.on("timeout", () => req.destroy(new Error("envd layer capture timed out")));
       req.on("error", reject);
       req.on("response", (res) => {
+        if (res.statusCode === 404) {
+          res.resume();
+          // Started (or restored) with an envd from before layers: only a memory pause works.
+          reject(new ConflictError("this sandbox's envd cannot take a filesystem layer; pause it with its memory"));
+          return;
+        }
         if (res.statusCode !== 200) {
           errorText(res).then((t) => reject(new Error(`envd layer capture answered ${res.statusCode}: ${t}`)), reject);
           return;
         }
         // A cut stream (envd failed mid-walk) rejects here: res errors with "aborted".
-        pipeline(res, createWriteStream(file)).then(resolve, reject);
+        pipeline(res, capped(maxBytes), createWriteStream(file)).then(resolve, reject);
       });
       req.end();
     });

@@ -29,6 +29,14 @@ export interface PauseResumeDeps {
   log: Logger;
 }
 
+/**
+ * The most a filesystem layer may be: what the sandbox may keep (its disk size, or its memory
+ * for /tmp), with room for tar headers. Anything larger is a sandbox streaming garbage.
+ */
+export function maxLayerBytes(rec: Pick<SandboxRecord, "memoryMB" | "diskSizeMB">): number {
+  return Math.ceil(Math.max(rec.memoryMB, rec.diskSizeMB) * 1.25 + 64) * 2 ** 20;
+}
+
 /** Where a pause of this kind keeps what it keeps. */
 export function pauseDir(paths: NodePaths, sandboxDir: string, kind: PauseKind | undefined): string {
   return kind === "filesystem" ? paths.fsLayer(sandboxDir) : paths.pauseImage(sandboxDir);
@@ -94,7 +102,7 @@ export class PauseResume {
           // The sandbox goes on while its layer streams out: traffic waits from the start.
           l.gate = gate;
           if (!l.slot) throw new ConflictError(`sandbox '${id}' is not running`);
-          bytes = await captureLayer(l.slot.slotIp, l.rec.envdToken, final);
+          bytes = await captureLayer(l.slot.slotIp, l.rec.envdToken, final, maxLayerBytes(l.rec));
         }
         l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
         await runner.stopRuntime(l);
