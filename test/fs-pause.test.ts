@@ -15,6 +15,7 @@ import {
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
+import { cliRunner } from "./helpers/cli.js";
 import { untilTrue } from "./helpers/sandbox.js";
 import { getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
@@ -239,11 +240,23 @@ describe("filesystem-only pause", () => {
     }
   });
 
-  test("kill of a filesystem-paused sandbox removes it and its layer", async () => {
+  test("kill of a filesystem-paused sandbox removes it and its layer (paused by the CLI)", async () => {
     const s = await Sandbox.create("base", { timeoutMs: 120_000 });
     await s.files.write("/home/user/x.txt", "x");
-    await s.pause({ keepMemory: false } as never);
+    const config = mkdtempSync("/var/tmp/aenv-fsp-cli-");
+    const { ok } = cliRunner(() => ({
+      ...process.env,
+      AENV_API_URL: server.url,
+      AENV_API_KEY: server.apiKey,
+      XDG_CONFIG_HOME: config,
+    }));
+    try {
+      assert.match((await ok("pause", "--no-memory", s.sandboxId)).stdout, /paused \(files only\)/);
+    } finally {
+      rmSync(config, { recursive: true, force: true });
+    }
     assert.ok(existsSync(join(sandboxDir(s.sandboxId), "fs-layer")));
+    assert.ok(!existsSync(join(sandboxDir(s.sandboxId), "image")));
     assert.equal(await Sandbox.kill(s.sandboxId), true);
     await assert.rejects(Sandbox.getInfo(s.sandboxId), /not found/i);
     // The folder goes with the runtime's removal, in the background.
