@@ -99,9 +99,11 @@ export class PauseResume {
           commitDir(tmp, final);
           bytes = runner.driver.checkpointBytes(final);
         } else {
-          // The sandbox goes on while its layer streams out: traffic waits from the start.
+          // The sandbox goes on while its layer streams out: traffic waits from the start, and
+          // requests in flight are cut (as before a checkpoint), not half taken into the layer.
           l.gate = gate;
           if (!l.slot) throw new ConflictError(`sandbox '${id}' is not running`);
+          await runner.quiesce(l, l.rec.envdToken);
           bytes = await captureLayer(l.slot.slotIp, l.rec.envdToken, final, maxLayerBytes(l.rec));
         }
         l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
