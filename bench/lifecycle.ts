@@ -1,11 +1,14 @@
 /**
  * Lifecycle benchmark: pause, resume (to first command), snapshot while running, fork ×N
  * (to every child answering), image size, and how they grow with dirty memory and written
- * files — each beside raw `runsc checkpoint`/`restore` measured in the same run.
+ * files — each beside raw `runsc checkpoint`/`restore` measured in the same run. Then the
+ * same sandbox paused filesystem-only (`keepMemory: false`): pause, resume (a fresh boot plus
+ * the layer) and bytes kept, beside raw runsc's memory checkpoint of the same case.
  *
  *   node --import tsx bench/lifecycle.ts        (part of `npm run bench`)
  *
- * Env: BENCH_DIRTY_MB (default "10,100,500"), BENCH_FORKS (default "1,4,16"), BENCH_REPS (3).
+ * Env: BENCH_DIRTY_MB (default "10,100,500"), BENCH_FORKS (default "1,4,16"), BENCH_REPS (3),
+ * BENCH_NET_PREFIX and BENCH_SLOT_CIDR (the server's network, default aeb / 10.204.0.0/16).
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -29,6 +32,8 @@ interface Row {
 }
 
 const rows: Row[] = [];
+/** Rows of the filesystem-only pause; their raw column is raw runsc's memory checkpoint. */
+const FS = "filesystem only:";
 const errors: string[] = [];
 const add = (c: string, metric: string, aenv: number | null, raw: number | null, unit: string) =>
   rows.push({ case: c, metric, aenv, raw, unit });
@@ -70,6 +75,23 @@ async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox)
     add(label, `pause (mean of ${REPS})`, mean(pauses), null, "ms");
     add(label, `resume → first command (mean of ${REPS})`, mean(resumes), null, "ms");
     add(label, "pause image size", image / 2 ** 20, null, "MiB");
+    // Filesystem-only, last: its resume is a new boot (the memory above is gone after it).
+    const fsPauses: number[] = [];
+    const fsResumes: number[] = [];
+    let layer = 0;
+    for (let i = 0; i < REPS; i++) {
+      fsPauses.push(await ms(() => s.pause({ keepMemory: false } as never)));
+      layer = dirBytes(join(server.dataDir, "sandboxes", s.sandboxId, "fs-layer"));
+      fsResumes.push(
+        await ms(async () => {
+          await s.connect();
+          await s.commands.run("true");
+        }),
+      );
+    }
+    add(label, `${FS} pause (mean of ${REPS})`, mean(fsPauses), null, "ms");
+    add(label, `${FS} resume → first command (mean of ${REPS})`, mean(fsResumes), null, "ms");
+    add(label, `${FS} layer size`, layer / 2 ** 20, null, "MiB");
   } finally {
     await s.kill().catch(() => {});
   }
@@ -107,6 +129,10 @@ async function rawCase(raw: RawRunsc, label: string, prepare: (id: string) => Pr
     row(`pause (mean of ${REPS})`, mean(lr));
     row(`resume → first command (mean of ${REPS})`, mean(rs));
     row("pause image size", size / 2 ** 20);
+    // There is no raw filesystem-only pause: the memory checkpoint it replaces is the yardstick.
+    row(`${FS} pause (mean of ${REPS})`, mean(lr));
+    row(`${FS} resume → first command (mean of ${REPS})`, mean(rs));
+    row(`${FS} layer size`, size / 2 ** 20);
     rmSync(img, { recursive: true, force: true });
   } finally {
     await raw.delete(id);
@@ -159,13 +185,18 @@ async function forkCase(n: number, raw: RawRunsc): Promise<void> {
 }
 
 function fmt(v: number | null): string {
-  return v === null ? "–" : v >= 100 ? v.toFixed(0) : v.toFixed(1);
+  // Small values (a filesystem layer of a few KiB) keep two significant digits.
+  return v === null ? "–" : v >= 100 ? v.toFixed(0) : v >= 1 || v === 0 ? v.toFixed(1) : v.toPrecision(2);
+}
+
+function fmtRatio(x: number): string {
+  return x >= 0.01 || x === 0 ? x.toFixed(2) : x.toPrecision(2);
 }
 
 function table(): string {
   const lines = ["| case | metric | aenv | raw runsc | aenv / raw | unit |", "|:--|:--|--:|--:|--:|:--|"];
   for (const r of rows) {
-    const ratio = r.aenv !== null && r.raw ? `${(r.aenv / r.raw).toFixed(2)}×` : "–";
+    const ratio = r.aenv !== null && r.raw ? `${fmtRatio(r.aenv / r.raw)}×` : "–";
     lines.push(`| ${r.case} | ${r.metric} | ${fmt(r.aenv)} | ${fmt(r.raw)} | ${ratio} | ${r.unit} |`);
   }
   return lines.join("\n");
@@ -174,7 +205,12 @@ function table(): string {
 async function main(): Promise<void> {
   const started = Date.now();
   const server = await startServer({
-    env: { AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.204.0.0/16", AENV_LOG_LEVEL: "warn" },
+    // BENCH_NET_PREFIX / BENCH_SLOT_CIDR: run beside other servers on the host without sharing their network.
+    env: {
+      AENV_NET_PREFIX: process.env.BENCH_NET_PREFIX ?? "aeb",
+      AENV_SLOT_CIDR: process.env.BENCH_SLOT_CIDR ?? "10.204.0.0/16",
+      AENV_LOG_LEVEL: "warn",
+    },
   });
   useE2b(server);
   const raw = new RawRunsc({ rootfs: templateRootfs(), overlay: "dir" });
@@ -227,7 +263,7 @@ async function main(): Promise<void> {
     seconds: Math.round((Date.now() - started) / 1000),
     reps: REPS,
   };
-  const md = `# aenv lifecycle benchmark\n\n- date: ${meta.date}\n- ${meta.runsc}, systrap, ${meta.node}, 2 cores; took ${meta.seconds} s\n- raw: \`runsc checkpoint --leave-running --compression=none\` and \`restore --detach\` + first \`exec /bin/true\`, \`--network=none\`, file-backed overlay, no server; fork raw = 1 checkpoint + N concurrent restores\n\n${table()}\n${errors.length ? `\nErrors:\n\n${errors.map((e) => `- ${e}`).join("\n")}\n` : ""}`;
+  const md = `# aenv lifecycle benchmark\n\n- date: ${meta.date}\n- ${meta.runsc}, systrap, ${meta.node}, 2 cores; took ${meta.seconds} s\n- raw: \`runsc checkpoint --leave-running --compression=none\` and \`restore --detach\` + first \`exec /bin/true\`, \`--network=none\`, file-backed overlay, no server; fork raw = 1 checkpoint + N concurrent restores; "filesystem only" rows: aenv = \`pause({ keepMemory: false })\` and \`connect()\` (a fresh boot plus the kept layer) of the same sandbox, raw = raw runsc's memory checkpoint/restore of the same case\n\n${table()}\n${errors.length ? `\nErrors:\n\n${errors.map((e) => `- ${e}`).join("\n")}\n` : ""}`;
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, "lifecycle-latest.json"), JSON.stringify({ meta, rows, errors }, null, 2));
   writeFileSync(join(RESULTS, "lifecycle-latest.md"), md);

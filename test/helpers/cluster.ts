@@ -71,7 +71,11 @@ export class TestCluster {
 
   async startNode(id: string, extraEnv: Record<string, string> = {}): Promise<TestServer> {
     const n = this.slot++;
-    const net = { AENV_NET_PREFIX: `${this.prefix}${"abcdefgh"[n]}`, AENV_SLOT_CIDR: `10.${210 + n}.0.0/16` };
+    // extraEnv may name the node's network itself (the cleanup in close() uses it too).
+    const net = {
+      AENV_NET_PREFIX: extraEnv.AENV_NET_PREFIX ?? `${this.prefix}${"abcdefgh"[n]}`,
+      AENV_SLOT_CIDR: extraEnv.AENV_SLOT_CIDR ?? `10.${210 + n}.0.0/16`,
+    };
     const s = await startServer({
       env: {
         AENV_CLUSTER: this.redisUrl,

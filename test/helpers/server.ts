@@ -72,8 +72,9 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
       env: {
         ...process.env,
         AENV_API_KEY: apiKey,
-        AENV_NET_PREFIX: "aet",
-        AENV_SLOT_CIDR: "10.202.0.0/16",
+        // AENV_TEST_NET_PREFIX / AENV_TEST_SLOT_CIDR: run a test file beside another one on this host.
+        AENV_NET_PREFIX: process.env.AENV_TEST_NET_PREFIX ?? "aet",
+        AENV_SLOT_CIDR: process.env.AENV_TEST_SLOT_CIDR ?? "10.202.0.0/16",
         AENV_LOG_LEVEL: process.env.AENV_LOG_LEVEL ?? "info",
         AENV_WARM_SLOTS: "2",
         ...opts.env,

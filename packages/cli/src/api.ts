@@ -80,8 +80,10 @@ export class Api {
   kill(id: string): Promise<void> {
     return this.request("DELETE", `/sandboxes/${encodeURIComponent(id)}`);
   }
-  pause(id: string): Promise<void> {
-    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/pause`, {});
+  /** memory: false keeps only the sandbox's files (a filesystem-only pause). */
+  pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
+    const body = opts.memory === false ? { memory: false } : {};
+    return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/pause`, body);
   }
   resume(id: string): Promise<SandboxCreated> {
     return this.request("POST", `/sandboxes/${encodeURIComponent(id)}/connect`, {});

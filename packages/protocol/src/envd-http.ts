@@ -33,3 +33,22 @@ export interface EnvdMetrics {
  * checkpoint (a restored socket to a peer that is gone would spin).
  */
 export const ENVD_QUIESCE_PATH = "/quiesce";
+
+/**
+ * POST (no body): envd stops every other process in the sandbox, then answers 200 with the
+ * sandbox's writable filesystem layer as a tar stream (what differs from the template tree
+ * bound read-only at SANDBOX_LOWER_DIR; deletions as `.wh.` whiteouts). The processes go on
+ * once the stream ends (the host stops the sandbox right after a filesystem-only pause).
+ */
+export const ENVD_FS_LAYER_CAPTURE_PATH = "/fs-layer/capture";
+/** POST, body a layer from ENVD_FS_LAYER_CAPTURE_PATH: envd applies it to / (200, EnvdLayerStats). */
+export const ENVD_FS_LAYER_APPLY_PATH = "/fs-layer/apply";
+/** Where every sandbox sees its template's tree, read-only: the base a layer is taken against. */
+export const SANDBOX_LOWER_DIR = "/.aenv/lower";
+
+/** What a layer capture or apply covered. */
+export interface EnvdLayerStats {
+  entries: number;
+  whiteouts: number;
+  bytes: number;
+}

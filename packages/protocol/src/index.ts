@@ -5,7 +5,12 @@ export { Process } from "./gen/process/process_pb.js";
 /** The envd version we report: every SDK feature gated at or below it is implemented. */
 export const ENVD_VERSION = "0.6.4";
 export const ENVD_PORT = 49983;
-export type { EnvdInitBody, EnvdMetrics } from "./envd-http.js";
-export { ENVD_QUIESCE_PATH } from "./envd-http.js";
+export type { EnvdInitBody, EnvdLayerStats, EnvdMetrics } from "./envd-http.js";
+export {
+  ENVD_FS_LAYER_APPLY_PATH,
+  ENVD_FS_LAYER_CAPTURE_PATH,
+  ENVD_QUIESCE_PATH,
+  SANDBOX_LOWER_DIR,
+} from "./envd-http.js";
 export type * from "./rest.js";
 // Request schemas (zod) are a separate entry, @aenv/protocol/rest: envd bundles this one.

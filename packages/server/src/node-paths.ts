@@ -54,6 +54,10 @@ export class NodePaths {
   pauseImage(sandboxDir: string): string {
     return join(sandboxDir, "image");
   }
+  /** A sandbox's writable filesystem layer, kept by a filesystem-only pause. */
+  fsLayer(sandboxDir: string): string {
+    return join(sandboxDir, "fs-layer");
+  }
 
   get snapshots(): string {
     return join(this.dataDir, "snapshots");

@@ -108,12 +108,17 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
       });
     if (alias) c.alias(alias);
   };
-  simple(
-    "pause",
-    "pause a running sandbox (keeps its memory and files)",
-    (id) => withSpinner(`Pausing ${id}`, () => ctx.api().pause(id)),
-    "paused",
-  );
+  program
+    .command("pause")
+    .description("pause a running sandbox (keeps its memory and files)")
+    .argument("<id>", "sandbox ID")
+    .option("--no-memory", "keep only its files: resuming boots it afresh (no processes), nothing kept in memory")
+    .addHelpText("after", examples("aenv pause i1a2b3c4d5e6f7", "aenv pause --no-memory i1a2b3c4d5e6f7"))
+    .action(async (id: string, o: { memory: boolean }) => {
+      await withSpinner(`Pausing ${id}`, () => ctx.api().pause(id, { memory: o.memory }));
+      const done = o.memory ? "paused" : "paused (files only)";
+      ctx.out().item({ sandboxID: id, result: done }, `${id} ${done}`);
+    });
   simple(
     "resume",
     "resume a paused sandbox",

@@ -1,6 +1,6 @@
 /** The envd HTTP server: plain routes plus the Connect services. */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
-import { Filesystem, Process } from "@aenv/protocol";
+import { ENVD_FS_LAYER_APPLY_PATH, ENVD_FS_LAYER_CAPTURE_PATH, Filesystem, Process } from "@aenv/protocol";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { checkToken } from "../auth.js";
@@ -10,6 +10,7 @@ import { handleUpload } from "../files/upload.js";
 import { filesystemService } from "../filesystem/service.js";
 import { log } from "../log.js";
 import { processService } from "../process/service.js";
+import { handleApply, handleCapture } from "./fs-layer.js";
 import { handleInit } from "./init.js";
 import { collectMetrics } from "./metrics.js";
 import { HttpError, sendEmpty, sendError, sendJson } from "./respond.js";
@@ -65,6 +66,14 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         res.setHeader("Connection", "close");
         res.on("finish", () => setImmediate(() => env.closeConnections?.()));
         return sendEmpty(res, 204);
+      case ENVD_FS_LAYER_CAPTURE_PATH:
+        if (method !== "POST") throw new HttpError(405, "method not allowed");
+        requireToken(env, req);
+        return handleCapture(res);
+      case ENVD_FS_LAYER_APPLY_PATH:
+        if (method !== "POST") throw new HttpError(405, "method not allowed");
+        requireToken(env, req);
+        return handleApply(req, res);
       case "/files":
         if (method === "GET") return handleDownload(env, req, res, url.searchParams);
         if (method === "POST") return handleUpload(env, req, res, url.searchParams);

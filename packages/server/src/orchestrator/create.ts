@@ -2,11 +2,11 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { AenvError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { Template } from "../templates/catalog.js";
 import type { WarmImages } from "../templates/warm-images.js";
 import { newSandboxId } from "./ids.js";
-import { type CreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
+import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
@@ -49,6 +49,7 @@ export class Creator {
   async create(req: CreateRequest): Promise<SandboxRecord> {
     const { registry, runner, log } = this.d;
     registry.assertOpen();
+    checkCreateRequest(req);
     registry.admit();
     const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
     const plan = await this.plan(req);
@@ -115,6 +116,7 @@ export class Creator {
         sizing: snap,
       });
       rec.envVars = { ...snap.envVars, ...req.envVars };
+      if (snap.boot) rec.boot = snap.boot;
       return {
         rec,
         snap,
@@ -138,6 +140,7 @@ export class Creator {
       req,
       sizing,
     });
+    rec.boot = bootSettings(tpl);
     // A warm image carries the template's sizing and no volumes: other sizes, and sandboxes
     // with volumes, boot (gVisor restores a checkpoint's own mount table and ignores new mounts).
     const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB && !req.volumeMounts?.length;
@@ -154,4 +157,15 @@ export class Creator {
       },
     };
   }
+}
+
+/** What a fresh boot of a sandbox from this template needs (kept in its record). */
+export function bootSettings(tpl: Template): BootSettings {
+  return {
+    env: tpl.env,
+    user: tpl.user,
+    workdir: tpl.workdir,
+    ...(tpl.startCmd ? { startCmd: tpl.startCmd } : {}),
+    ...(tpl.readyCmd ? { readyCmd: tpl.readyCmd } : {}),
+  };
 }

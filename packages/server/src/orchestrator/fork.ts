@@ -95,12 +95,14 @@ export class Forker {
         allowInternetAccess: parent.allowInternet,
         autoPause: parent.autoPause,
         autoResume: parent.autoResume,
+        autoPauseMemory: parent.autoPauseMemory,
       },
       sizing: parent,
     });
     // Children share the parent's live volumes: a capture restores only with the same mounts,
     // and a volume is one folder on the node, not something a fork could copy on write.
     if (parent.volumeMounts?.length) rec.volumeMounts = parent.volumeMounts.map((m) => ({ ...m }));
+    if (parent.boot) rec.boot = parent.boot;
     const live: Live = { rec, op: Promise.resolve() };
     registry.add(live);
     try {

@@ -11,7 +11,7 @@ export interface LifetimesDeps {
   store: StateStore;
   registry: SandboxRegistry;
   runner: SandboxRunner;
-  pause: (id: string) => Promise<void>;
+  pause: (id: string, opts: { memory?: boolean }) => Promise<void>;
   kill: (id: string) => Promise<void>;
   log: Logger;
 }
@@ -70,7 +70,8 @@ export class Lifetimes {
       const act = l.rec.autoPause ? "pause" : "kill";
       this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
       // Each has its own catch: an expiry that fails is logged and retried at the next tick.
-      this.d[act](id).catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
+      const done = act === "pause" ? this.d.pause(id, { memory: l.rec.autoPauseMemory !== false }) : this.d.kill(id);
+      done.catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
     }
   }
 

@@ -1,22 +1,22 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { NotFoundError, PausedError } from "../errors.js";
+import { NotFoundError } from "../errors.js";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
-import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { timed } from "../telemetry/prometheus.js";
 import type { Template, TemplateStore } from "../templates/catalog.js";
 import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
-import { Creator } from "./create.js";
+import { bootSettings, Creator } from "./create.js";
 import { Forker, type ForkOutcome, type ForkResult } from "./fork.js";
 import { Lifetimes } from "./lifetimes.js";
 import type { SandboxMetric } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
-import { PauseResume } from "./pause-resume.js";
+import { autoResumable, PauseResume, pausedError } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
 import { SandboxRegistry } from "./registry.js";
@@ -111,7 +111,17 @@ export class Orchestrator {
       volumes: d.volumes,
       log,
     });
-    this.pauses = new PauseResume({ cfg, paths, store, registry, runner, repository, checkpointKey, log });
+    this.pauses = new PauseResume({
+      cfg,
+      paths,
+      store,
+      registry,
+      runner,
+      repository,
+      checkpointKey,
+      bootOf: (rec) => rec.boot ?? this.templateBoot(rec.templateId),
+      log,
+    });
     this.forker = new Forker({
       cfg,
       paths,
@@ -132,7 +142,7 @@ export class Orchestrator {
       store,
       registry,
       runner,
-      pause: (id) => this.pause(id),
+      pause: (id, opts) => this.pause(id, opts),
       kill: (id) => this.kill(id),
       log,
     });
@@ -194,8 +204,15 @@ export class Orchestrator {
     });
   }
 
-  pause(id: string): Promise<void> {
-    return timed("pause", () => this.pauses.pause(id));
+  /** memory: false keeps only the writable filesystem (a resume boots afresh). */
+  pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
+    return timed("pause", () => this.pauses.pause(id, opts));
+  }
+
+  /** Boot settings of a record that has none kept: its template's, if it is still here. */
+  private templateBoot(templateId: string): BootSettings | undefined {
+    const tpl = this.d.templates.get(templateId);
+    return tpl && bootSettings(tpl);
   }
 
   /**
@@ -220,9 +237,7 @@ export class Orchestrator {
       await this.pauses.adopt(id, this.d.runtimeDir, opts);
     }
     const l = this.registry.get(id);
-    if (opts.auto && l?.rec.state === "paused" && !l.rec.autoResume) {
-      throw new PausedError(`sandbox '${id}' is paused; resume it (connect) or create it with autoResume`);
-    }
+    if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
     return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t));
   }
 

@@ -4,14 +4,17 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { ConflictError, NotFoundError, PausedError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { SandboxRecord, StateStore } from "../state/store.js";
+import type { RuntimeDriver } from "../runtime/driver.js";
+import type { BootSettings, PauseKind, SandboxRecord, StateStore } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDir } from "../util/fsync.js";
+import { applyLayer, captureLayer, isCompleteLayer, layerBytes } from "./fs-layer.js";
 import { clampTimeoutS } from "./records.js";
-import type { SandboxRegistry } from "./registry.js";
+import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 import { materializeImage } from "./snapshots.js";
+import { runStartCommand } from "./start-command.js";
 
 export interface PauseResumeDeps {
   cfg: ServerConfig;
@@ -21,13 +24,49 @@ export interface PauseResumeDeps {
   runner: SandboxRunner;
   repository: SnapshotRepository;
   checkpointKey: string;
+  /** A sandbox's template settings for a fresh boot (records from before they were kept lack them). */
+  bootOf: (rec: SandboxRecord) => BootSettings | undefined;
   log: Logger;
+}
+
+/**
+ * The most a filesystem layer may be: what the sandbox may keep (its disk size, or its memory
+ * for /tmp), with room for tar headers. Anything larger is a sandbox streaming garbage.
+ */
+export function maxLayerBytes(rec: Pick<SandboxRecord, "memoryMB" | "diskSizeMB">): number {
+  return Math.ceil(Math.max(rec.memoryMB, rec.diskSizeMB) * 1.25 + 64) * 2 ** 20;
+}
+
+/** Where a pause of this kind keeps what it keeps. */
+export function pauseDir(paths: NodePaths, sandboxDir: string, kind: PauseKind | undefined): string {
+  return kind === "filesystem" ? paths.fsLayer(sandboxDir) : paths.pauseImage(sandboxDir);
+}
+
+/** Whether a paused sandbox's image (checkpoint or filesystem layer) is all there. */
+export function isCompletePause(driver: RuntimeDriver, kind: PauseKind | undefined, dir: string | undefined): boolean {
+  return kind === "filesystem" ? isCompleteLayer(dir) : driver.isCompleteCheckpoint(dir);
+}
+
+/** Traffic never resumes a filesystem-only pause: it would reboot the sandbox under its caller. */
+export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pauseKind">): boolean {
+  return rec.autoResume && rec.pauseKind !== "filesystem";
+}
+
+/** What traffic to a paused sandbox it will not resume gets. */
+export function pausedError(rec: Pick<SandboxRecord, "id" | "pauseKind">): PausedError {
+  return new PausedError(
+    rec.pauseKind === "filesystem"
+      ? `sandbox '${rec.id}' is paused (filesystem only); resume it with connect`
+      : `sandbox '${rec.id}' is paused; resume it (connect) or create it with autoResume`,
+  );
 }
 
 /**
  * Pause = capture (memory, processes, writable layer), make the image durable, then stop the
  * sandbox and free its slot; the image is committed to the repository once the sandbox has
  * stayed paused a while, so any node can resume it. Resume = restore that image.
+ * A filesystem-only pause keeps just the writable layer (envd streams it out); its resume
+ * boots the template afresh, has envd put the layer back, then runs the start command.
  */
 export class PauseResume {
   /** Pause images waiting to be committed, by sandbox ID. */
@@ -38,27 +77,40 @@ export class PauseResume {
   constructor(private readonly d: PauseResumeDeps) {}
 
   /** Until the image is durable the sandbox still runs, so a crash leaves it running or paused. */
-  async pause(id: string): Promise<void> {
+  async pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
     const { registry, runner } = this.d;
+    const kind: PauseKind = opts.memory === false ? "filesystem" : "memory";
     const l = registry.mustGet(id);
     if (l.rec.state === "paused" && !l.inflight) throw new ConflictError(`sandbox '${id}' is already paused`);
     return registry.joinOrRun(l, "pause", async () => {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
       if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
       const t0 = Date.now();
-      const final = this.d.paths.pauseImage(l.rec.dir);
+      const final = pauseDir(this.d.paths, l.rec.dir, kind);
       const tmp = `${final}.tmp`;
       let gateOpen!: () => void;
       const gate = new Promise<void>((res) => (gateOpen = res));
+      let bytes: number;
       try {
-        await runner.capture(l, tmp);
-        // Traffic arriving from here on must see the sandbox paused, not half-stopped.
-        l.gate = gate;
-        commitDir(tmp, final);
+        if (kind === "memory") {
+          await runner.capture(l, tmp);
+          // Traffic arriving from here on must see the sandbox paused, not half-stopped.
+          l.gate = gate;
+          commitDir(tmp, final);
+          bytes = runner.driver.checkpointBytes(final);
+        } else {
+          // The sandbox goes on while its layer streams out: traffic waits from the start, and
+          // requests in flight are cut (as before a checkpoint), not half taken into the layer.
+          l.gate = gate;
+          if (!l.slot) throw new ConflictError(`sandbox '${id}' is not running`);
+          await runner.quiesce(l, l.rec.envdToken);
+          bytes = await captureLayer(l.slot.slotIp, l.rec.envdToken, final, maxLayerBytes(l.rec));
+        }
         l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
         await runner.stopRuntime(l);
         l.rec.state = "paused";
         l.rec.imageDir = final;
+        l.rec.pauseKind = kind;
         l.rec.pauseTag = randomBytes(6).toString("hex");
         this.d.store.put(l.rec);
       } finally {
@@ -66,10 +118,7 @@ export class PauseResume {
         gateOpen();
         rmSync(tmp, { recursive: true, force: true });
       }
-      this.d.log.info(
-        { sandboxID: id, ms: Date.now() - t0, bytes: runner.driver.checkpointBytes(final) },
-        "sandbox paused",
-      );
+      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, bytes }, "sandbox paused");
       this.commitLater(l.rec, final);
     });
   }
@@ -89,13 +138,15 @@ export class PauseResume {
     return registry.joinOrRun(l, "resume", async () => {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
       if (l.rec.state === "running") return { rec: extend(id, timeoutS), resumed: false };
-      const image = l.rec.imageDir ?? this.d.paths.pauseImage(l.rec.dir);
+      const kind = l.rec.pauseKind ?? "memory";
+      const image = l.rec.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
       await this.claim(l.rec);
-      if (!runner.driver.isCompleteCheckpoint(image)) await this.rebuildFromRepository(id, image);
+      if (!isCompletePause(runner.driver, kind, image)) await this.rebuildFromRepository(id, image);
       registry.admit();
       const t0 = Date.now();
       try {
-        await runner.bring(l, { kind: "image", imageDir: image }, undefined);
+        if (kind === "memory") await runner.bring(l, { kind: "image", imageDir: image }, undefined);
+        else await this.bootWithLayer(l, image);
       } catch (err) {
         await runner.stopRuntime(l);
         this.d.store.put(l.rec);
@@ -105,13 +156,38 @@ export class PauseResume {
       l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
       l.rec.state = "running";
       l.rec.imageDir = undefined;
+      l.rec.pauseKind = undefined;
       l.rec.ttlLeftMs = undefined;
       this.d.store.put(l.rec);
       rmSync(image, { recursive: true, force: true });
       this.forget(id);
-      this.d.log.info({ sandboxID: id, ms: Date.now() - t0 }, "sandbox resumed");
+      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0 }, "sandbox resumed");
       return { rec: l.rec, resumed: true };
     });
+  }
+
+  /**
+   * A resume from a filesystem-only pause: the same sandbox (ID, token, env) boots from its
+   * template tree, envd applies the kept layer before anything else runs, then the template's
+   * start command runs as at a cold create.
+   */
+  private async bootWithLayer(l: Live, layer: string): Promise<void> {
+    const { rec } = l;
+    const boot = this.d.bootOf(rec);
+    await this.d.runner.bring(
+      l,
+      { kind: "boot" },
+      {
+        accessToken: rec.envdToken,
+        envVars: { ...boot?.env, ...rec.envVars },
+        ...(boot?.user ? { defaultUser: boot.user } : {}),
+        ...(boot?.workdir ? { defaultWorkdir: boot.workdir } : {}),
+      },
+    );
+    if (!l.slot) throw new Error("sandbox lost its network slot while booting");
+    const stats = await applyLayer(l.slot.slotIp, rec.envdToken, layer);
+    this.d.log.info({ sandboxID: rec.id, ...stats, layerBytes: layerBytes(layer) }, "filesystem layer applied");
+    if (boot?.startCmd) await runStartCommand(l.slot.slotIp, boot, rec.envdToken);
   }
 
   /**
@@ -231,10 +307,9 @@ export class PauseResume {
     const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
     const meta = m && pauseMetaOf(m);
     if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
-    if (opts.auto && !meta.sandbox.autoResume) {
-      throw new PausedError(`sandbox '${id}' is paused; resume it (connect) or create it with autoResume`);
-    }
-    if (meta.imageKey !== this.d.checkpointKey) {
+    if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
+    // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
+    if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
       throw new StartFailedError(
         `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
       );
@@ -244,7 +319,7 @@ export class PauseResume {
       ...meta.sandbox,
       state: "paused",
       dir,
-      imageDir: this.d.paths.pauseImage(dir),
+      imageDir: pauseDir(this.d.paths, dir, meta.sandbox.pauseKind),
       slotIndex: null,
       runtimeDir,
     };

@@ -13,6 +13,8 @@ export interface CreateRequest {
   allowInternetAccess?: boolean;
   autoPause?: boolean;
   autoResume?: boolean;
+  /** false: TTL expiry pauses filesystem-only (see SandboxRecord.autoPauseMemory). */
+  autoPauseMemory?: boolean;
   /** Boot the template's tree instead of restoring its warm image (POST /sandboxes-cold). */
   cold?: boolean;
   cpuCount?: number;
@@ -36,6 +38,18 @@ export function clampTimeoutS(cfg: ServerConfig, s: number | undefined): number 
 }
 
 /** A new sandbox's record, state "creating", with fresh client ID, envd token and runtime ID. */
+/**
+ * Options that contradict each other. Traffic must never resume a filesystem-only pause (it
+ * reboots the sandbox, losing its processes): E2B refuses autoResume with it, so do we.
+ */
+export function checkCreateRequest(req: CreateRequest): void {
+  if (req.autoPauseMemory === false && req.autoResume) {
+    throw new InvalidRequestError(
+      "autoResume cannot be combined with a filesystem-only auto-pause (keepMemory: false): resume such a sandbox with connect",
+    );
+  }
+}
+
 export function newSandboxRecord(
   cfg: ServerConfig,
   o: {
@@ -68,6 +82,7 @@ export function newSandboxRecord(
     // TTL expiry pauses unless the client asked for kill (autoPause: false).
     autoPause: o.req.autoPause ?? true,
     autoResume: o.req.autoResume ?? false,
+    ...(o.req.autoPauseMemory === false ? { autoPauseMemory: false } : {}),
     slotIndex: null,
     dir: o.dir,
     runtimeId: runtimeIdFor(o.id),

@@ -5,7 +5,8 @@ import type { NodePaths } from "../node-paths.js";
 import type { StateStore } from "../state/store.js";
 import { pauseClaimName, pauseManifestId } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
-import type { PauseResume } from "./pause-resume.js";
+import { isCompleteLayer } from "./fs-layer.js";
+import { isCompletePause, type PauseResume, pauseDir } from "./pause-resume.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
@@ -62,11 +63,12 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       }
     }
     const finalImage = d.paths.pauseImage(rec.dir);
+    const finalLayer = d.paths.fsLayer(rec.dir);
     const committed =
       rec.state === "paused" ? await d.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;
-    if (rec.state === "paused" && (driver.isCompleteCheckpoint(rec.imageDir) || committed)) {
+    if (rec.state === "paused" && (isCompletePause(driver, rec.pauseKind, rec.imageDir) || committed)) {
       // A lost local image is rebuilt from the repository on resume.
-      rec.imageDir ??= finalImage;
+      rec.imageDir ??= pauseDir(d.paths, rec.dir, rec.pauseKind);
       registry.add({ rec, op: Promise.resolve() });
       report.paused.push(rec.id);
       if (committed) d.repository.pinManifest(committed);
@@ -84,11 +86,20 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       log.info({ sandboxID: rec.id }, "running sandbox adopted after restart");
       continue;
     }
-    if (rec.state === "running" && driver.isCompleteCheckpoint(finalImage)) {
-      // Died between committing its pause image and recording it: it is paused.
+    const pausedAs =
+      rec.state !== "running"
+        ? undefined
+        : driver.isCompleteCheckpoint(finalImage)
+          ? "memory"
+          : isCompleteLayer(finalLayer)
+            ? "filesystem"
+            : undefined;
+    if (pausedAs) {
+      // Died between committing its pause image (or layer) and recording it: it is paused.
       await driver.destroy(rec.runtimeId);
       rec.state = "paused";
-      rec.imageDir = finalImage;
+      rec.imageDir = pausedAs === "memory" ? finalImage : finalLayer;
+      rec.pauseKind = pausedAs;
       rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
       rec.slotIndex = null;
       store.put(rec);

@@ -1,4 +1,5 @@
-import { NotFoundError, PausedError, UpstreamError } from "../errors.js";
+import { NotFoundError, UpstreamError } from "../errors.js";
+import { autoResumable, pausedError } from "./pause-resume.js";
 import type { SandboxRegistry } from "./registry.js";
 
 /**
@@ -25,9 +26,7 @@ export async function routeTo(
       continue;
     }
     if (l.rec.state === "paused") {
-      if (!l.rec.autoResume) {
-        throw new PausedError(`sandbox '${id}' is paused; resume it (connect) or create it with autoResume`);
-      }
+      if (!autoResumable(l.rec)) throw pausedError(l.rec);
       try {
         await resume(id);
       } catch (err) {

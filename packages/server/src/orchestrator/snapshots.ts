@@ -236,6 +236,7 @@ export class Snapshots {
       envdToken: src.envdToken,
       envVars: src.envVars,
       ...(src.volumeMounts?.length ? { volumeMounts: src.volumeMounts.map((m) => ({ ...m })) } : {}),
+      ...(src.boot ? { boot: src.boot } : {}),
       cpuCount: src.cpuCount,
       memoryMB: src.memoryMB,
       diskSizeMB: src.diskSizeMB,

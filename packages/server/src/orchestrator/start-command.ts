@@ -1,4 +1,4 @@
-import type { Template } from "../templates/catalog.js";
+import type { BootSettings } from "../state/store.js";
 import { envdProcess, type ProcessSpec } from "./envd-process.js";
 
 /** How long a template's ready command may take to pass (E2B: 10 min). */
@@ -6,11 +6,12 @@ const READY_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * Starts a template's start command in the background and waits for its ready command to
- * pass: done once before a warm image is captured, and by every cold boot.
+ * pass: done once before a warm image is captured, by every cold boot, and by every resume
+ * from a filesystem-only pause.
  */
 export async function runStartCommand(
   ip: string,
-  tpl: Template,
+  tpl: BootSettings,
   token: string | undefined,
   onLog?: (line: string) => void,
 ): Promise<void> {

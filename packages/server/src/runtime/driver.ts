@@ -6,7 +6,10 @@
 export interface SandboxLaunch {
   /** Fixed-length unique ID (runsc matches IDs by prefix). */
   id: string;
-  /** Template root filesystem; never written to unless writableRootfs. */
+  /**
+   * Template root filesystem; never written to unless writableRootfs. Also bound read-only at
+   * SANDBOX_LOWER_DIR (not in builds): envd diffs / against it for a filesystem-only pause.
+   */
   rootfs: string;
   /**
    * Template builds only: writes go straight to the rootfs directory (no per-sandbox

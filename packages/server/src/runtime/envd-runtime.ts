@@ -1,8 +1,9 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname, join, relative } from "node:path";
 import { envdArtifacts } from "@aenv/envd";
+import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
 
 /** Shared libraries the host's node binary loads, from ldd (the loader included). */
 function nodeLibraries(node: string): string[] {
@@ -26,6 +27,8 @@ export function prepareEnvdRuntime(root: string): string {
   const libs = nodeLibraries(node);
   const art = envdArtifacts();
   const h = createHash("sha256");
+  // Part of what a restore needs identical: the sandbox's mounts (SANDBOX_LOWER_DIR).
+  h.update(`mounts:${SANDBOX_LOWER_DIR}`);
   for (const f of [
     node,
     ...libs,
@@ -46,6 +49,8 @@ export function prepareEnvdRuntime(root: string): string {
   mkdirSync(join(tmp, "bin"), { recursive: true });
   mkdirSync(join(tmp, "lib"), { recursive: true });
   mkdirSync(join(tmp, "envd", "node_modules"), { recursive: true });
+  // Mount point of the template tree (read-only here, so it must exist beforehand).
+  mkdirSync(join(tmp, relative("/.aenv", SANDBOX_LOWER_DIR)), { recursive: true });
   cpSync(node, join(tmp, "bin", "node"));
   cpSync(art.init, join(tmp, "bin", "aenv-init"));
   cpSync(art.sudo, join(tmp, "bin", "aenv-sudo"));

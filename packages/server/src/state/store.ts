@@ -9,6 +9,18 @@ export interface SandboxVolumeMount {
 /** What the node persists about a sandbox; enough to report, clean up and (later) resume it. */
 export type SandboxState = "creating" | "running" | "paused" | "killing";
 
+/** What a pause keeps: memory and processes (a checkpoint) or only the writable filesystem. */
+export type PauseKind = "memory" | "filesystem";
+
+/** What a fresh boot of a sandbox needs besides its tree: its template's settings. */
+export interface BootSettings {
+  env: Record<string, string>;
+  user?: string;
+  workdir?: string;
+  startCmd?: string;
+  readyCmd?: string;
+}
+
 export interface SandboxRecord {
   id: string;
   templateId: string;
@@ -26,6 +38,10 @@ export interface SandboxRecord {
   allowInternet: boolean;
   autoPause: boolean;
   autoResume: boolean;
+  /** false: TTL expiry pauses filesystem-only (E2B `autoPauseMemory`); absent means true. */
+  autoPauseMemory?: boolean;
+  /** Its template's boot settings: a resume from a filesystem-only pause boots afresh. */
+  boot?: BootSettings;
   slotIndex: number | null;
   dir: string;
   /**
@@ -39,8 +55,10 @@ export interface SandboxRecord {
   runtimeDir: string;
   /** Volumes bind-mounted read-write; a restore (resume, fork) needs the same mount points. */
   volumeMounts?: SandboxVolumeMount[];
-  /** Complete pause image, while paused. */
+  /** Complete pause image (checkpoint or filesystem layer, by pauseKind), while paused. */
   imageDir?: string;
+  /** While paused: what imageDir holds (absent: memory, as before filesystem-only pauses). */
+  pauseKind?: PauseKind;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;
   /**
@@ -65,6 +83,8 @@ export interface SnapshotRecord {
   envVars: Record<string, string>;
   /** Volumes mounted when it was taken: sandboxes started from it need mounts at the same paths. */
   volumeMounts?: SandboxVolumeMount[];
+  /** The source sandbox's boot settings (its template's), passed on to sandboxes started from it. */
+  boot?: BootSettings;
   cpuCount: number;
   memoryMB: number;
   diskSizeMB: number;

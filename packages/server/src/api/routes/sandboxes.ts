@@ -31,6 +31,21 @@ export interface SandboxRoutesOptions {
 
 const body = (b: unknown) => (b === undefined || b === null ? {} : b);
 
+/**
+ * connect with memory: false asks to boot a memory pause from its filesystem alone. A
+ * checkpoint's filesystem cannot be had without restoring it: refused, never downgraded
+ * (E2B's contract). For a filesystem-only pause it changes nothing.
+ */
+function refuseMemorylessResume(orch: Orchestrator, id: string, memory: boolean | undefined): void {
+  if (memory !== false || !orch.registry.has(id)) return;
+  const rec = orch.get(id);
+  if (rec.state === "paused" && rec.pauseKind !== "filesystem") {
+    throw new InvalidRequestError(
+      `sandbox '${id}' was paused with its memory; resuming it without memory is not supported`,
+    );
+  }
+}
+
 /** The E2B body fields every create shares, as the orchestrator takes them. */
 function sandboxOptions(b: SandboxOptions) {
   return {
@@ -50,6 +65,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const b = NewSandbox.parse(body(raw));
     const rec = await orch.create({
       templateID: b.templateID,
+      autoPauseMemory: b.autoPauseMemory,
       ...sandboxOptions(b),
       ...(b.volumeMounts ? { volumeMounts: b.volumeMounts } : {}),
     });
@@ -128,6 +144,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   const connect = async (req: FastifyRequest, reply: FastifyReply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
+    refuseMemorylessResume(orch, sandboxID, b.memory);
     // A cluster gateway moving a sandbox because traffic reached it: only if autoResume allows.
     const auto = req.headers["x-aenv-auto-resume"] === "1";
     const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto });
@@ -138,6 +155,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.post("/sandboxes/:sandboxID/resume", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
+    refuseMemorylessResume(orch, sandboxID, b.memory);
     // In a cluster a sandbox paused elsewhere is not known here yet: resume() takes it over.
     if (orch.registry.has(sandboxID) && orch.get(sandboxID).state !== "paused") {
       throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
@@ -148,8 +166,8 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.post("/sandboxes/:sandboxID/pause", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
-    PauseBody.parse(body(req.body));
-    await orch.pause(sandboxID);
+    const b = PauseBody.parse(body(req.body));
+    await orch.pause(sandboxID, { memory: b.memory });
     return reply.status(204).send();
   });
 

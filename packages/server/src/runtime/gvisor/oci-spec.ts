@@ -1,3 +1,4 @@
+import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
 import { DEFAULT_PATH } from "../../templates/catalog.js";
 import type { SandboxLaunch } from "../driver.js";
 
@@ -77,6 +78,11 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
       ...STANDARD_MOUNTS,
       { destination: "/.aenv", type: "bind", source: l.runtimeDir, options: ["rbind", "ro"] },
       { destination: "/etc/resolv.conf", type: "bind", source: l.resolvConf, options: ["bind", "ro"] },
+      // The template tree as it is under the writable layer: envd diffs / against it at a
+      // filesystem-only pause. Builds write the tree itself and have no layer.
+      ...(l.writableRootfs
+        ? []
+        : [{ destination: SANDBOX_LOWER_DIR, type: "bind", source: l.rootfs, options: ["bind", "ro"] }]),
       ...Object.entries(l.readOnlyMounts ?? {}).map(([destination, source]) => ({
         destination,
         type: "bind",
