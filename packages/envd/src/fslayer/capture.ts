@@ -73,6 +73,21 @@ function sameEntry(a: BigIntStats, b: BigIntStats): boolean {
   );
 }
 
+/** The OCI whiteout entry that deletes `name` in folder `rel` (an empty file `.wh.<name>`). */
+function whiteout(rel: string, name: string): Buffer {
+  const base = `${WHITEOUT_PREFIX}${name}`;
+  return encodeHeader({
+    path: rel ? `${rel}/${base}` : base,
+    type: "file",
+    mode: 0o600,
+    uid: 0,
+    gid: 0,
+    size: 0,
+    mtime: 0,
+    linkname: "",
+  });
+}
+
 function lstatOrUndefined(p: string): BigIntStats | undefined {
   try {
     return lstatSync(p, { bigint: true });
@@ -208,16 +223,7 @@ function* walkLayer(
         const child = rel ? `${rel}/${name}` : name;
         if (here.has(name) || skipped(child)) continue;
         stats.whiteouts++;
-        yield encodeHeader({
-          path: rel ? `${rel}/${WHITEOUT_PREFIX}${name}` : `${WHITEOUT_PREFIX}${name}`,
-          type: "file",
-          mode: 0o600,
-          uid: 0,
-          gid: 0,
-          size: 0,
-          mtime: 0,
-          linkname: "",
-        });
+        yield whiteout(rel, name);
       }
     }
     for (const name of names) {
@@ -232,17 +238,7 @@ function* walkLayer(
       if (lower && typeOf(lower) !== typeOf(st)) {
         // A file that became a directory (or the reverse): the lower one goes first.
         stats.whiteouts++;
-        const base = `${WHITEOUT_PREFIX}${name}`;
-        yield encodeHeader({
-          path: rel ? `${rel}/${base}` : base,
-          type: "file",
-          mode: 0o600,
-          uid: 0,
-          gid: 0,
-          size: 0,
-          mtime: 0,
-          linkname: "",
-        });
+        yield whiteout(rel, name);
       }
       yield* entry(child, st);
       if (st.isDirectory()) yield* dir(child, takeWhole);

@@ -196,6 +196,8 @@ export class SandboxCalls {
   private async fork(req: IncomingMessage, res: ServerResponse, node: NodeInfo, id: string): Promise<void> {
     const body = await readBody(req);
     const headers = nodeHeaders(req);
+    // Calls without a body (the parent's info, the capture's delete) must not claim JSON.
+    const { "content-type": _ct, ...bare } = headers;
     const ans = await call(node.url, "POST", req.url ?? "/", { ...headers, "x-aenv-fork-spill": "1" }, body);
     const children = ans.status === 201 ? parseJson<ForkChild[]>(ans.body) : undefined;
     if (!Array.isArray(children)) return relay(res, ans);
@@ -204,8 +206,7 @@ export class SandboxCalls {
     if (typeof snap === "string") {
       const full = children.flatMap((c, i) => (c.error?.code === 429 ? [i] : []));
       const fork = parseJson<{ timeout?: number }>(body) ?? {};
-      const { "content-type": _c, ...getHeaders } = headers;
-      const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, getHeaders, undefined, 15_000);
+      const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, bare, undefined, 15_000);
       const info = parseJson<{ metadata?: Record<string, string>; endAt?: string }>(parent.body) ?? {};
       const left = info.endAt ? Math.ceil((Date.parse(info.endAt) - Date.now()) / 1000) : 300;
       const create = Buffer.from(
@@ -233,7 +234,6 @@ export class SandboxCalls {
       );
       this.log.info({ sandboxID: id, spilled: full.length, snapshot: snap }, "fork children started on other nodes");
       // The capture served its purpose; the children run from their own copies.
-      const { "content-type": _ct, ...bare } = headers;
       call(node.url, "DELETE", `/templates/${encodeURIComponent(snap)}`, bare).then(
         (a) => {
           if (a.status >= 300) this.log.warn({ status: a.status, snapshot: snap }, "fork capture not deleted");

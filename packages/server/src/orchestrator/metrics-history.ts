@@ -50,12 +50,10 @@ export class MetricsHistory {
   /** Samples in [start, end] (Unix seconds, inclusive), oldest first, plus one taken now if it falls inside. */
   async query(id: string, range: { start?: number; end?: number }): Promise<SandboxMetric[]> {
     const l = this.d.registry.mustGet(id);
-    const inRange = (m: SandboxMetric) =>
-      (range.start === undefined || m.timestampUnix >= range.start) &&
-      (range.end === undefined || m.timestampUnix <= range.end);
-    const out = (this.samples.get(id) ?? []).filter(inRange);
-    const now = Math.floor(Date.now() / 1000);
-    if (l.rec.state === "running" && inRange({ timestampUnix: now } as SandboxMetric)) {
+    const inRange = (t: number) =>
+      (range.start === undefined || t >= range.start) && (range.end === undefined || t <= range.end);
+    const out = (this.samples.get(id) ?? []).filter((m) => inRange(m.timestampUnix));
+    if (l.rec.state === "running" && inRange(Math.floor(Date.now() / 1000))) {
       const fresh = (await sampleMetrics(this.d.driver, l))[0];
       if (fresh && out.at(-1)?.timestampUnix !== fresh.timestampUnix) out.push(fresh);
     }

@@ -8,6 +8,7 @@ import { newTemplateId } from "../orchestrator/ids.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { exec } from "../util/exec.js";
 import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
+import { buildOwnerAlive, claimBuild } from "./build-owner.js";
 import {
   DEFAULT_PATH,
   type Template,
@@ -52,22 +53,8 @@ class StepFailure extends Error {
 }
 
 const STAGING_MOUNT = "/.aenv-build";
-/** `builds/.owner`: PID of the server whose build of the template is waiting or running. */
-const OWNER_FILE = ".owner";
-
-/** Whether the server process named in an owner file still runs. */
-function ownerAlive(file: string): boolean {
-  try {
-    const pid = Number(readFileSync(file, "utf8").trim());
-    if (!Number.isInteger(pid) || pid <= 1) return false;
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("aenv-server");
-  } catch {
-    return false;
-  }
-}
 const TAG_RE = /^[A-Za-z0-9_.-]{1,128}$/;
 const RUN_TIMEOUT_MS = 30 * 60_000;
-
 /**
  * Template builds (E2B's v2/v3 template API): a base tree from an image or another template,
  * steps run inside a sandbox of that tree (writes land in the new rootfs), then a warm image
@@ -101,7 +88,7 @@ export class TemplateBuilder {
   private failInterrupted(): void {
     for (const t of this.d.templates.list()) {
       if (t.buildStatus !== "building" && t.buildStatus !== "waiting") continue;
-      if (ownerAlive(join(t.dir, "builds", OWNER_FILE))) continue;
+      if (buildOwnerAlive(t.dir)) continue;
       const reason = { message: "interrupted: the server stopped during this build; build it again" };
       this.d.templates.save({ ...t, buildStatus: "error", reason });
       const rec = this.loadRecord(t, t.buildId);
@@ -110,11 +97,6 @@ export class TemplateBuilder {
       }
       this.d.log.warn({ template: t.id, build: t.buildId }, "template build interrupted by a restart: marked failed");
     }
-  }
-
-  private claimBuild(t: Template): void {
-    mkdirSync(join(t.dir, "builds"), { recursive: true });
-    writeFileSync(join(t.dir, "builds", OWNER_FILE), String(process.pid));
   }
 
   /** POST /v3/templates: registers a build; an existing name gets a new build of its template. */
@@ -172,7 +154,7 @@ export class TemplateBuilder {
       logs: [],
       startedAt: new Date().toISOString(),
     });
-    this.claimBuild(t);
+    claimBuild(t.dir);
     return { template: t, tags };
   }
 
