@@ -192,6 +192,17 @@ test("hundreds of malformed API requests in parallel: all E2B errors, /health th
     add("DELETE", `/templates/${id}`, key);
     add("POST", "/v2/sandboxes", json, JSON.stringify({ templateID: id }));
     add("GET", `/templates/${id}/builds/${id}/status`, key);
+    add("GET", `/volumes/${id}`, key);
+    add("DELETE", `/volumes/${id}`, key);
+    add("GET", `/volumecontent/${id}/dir?path=/`, key);
+    add("GET", `/volumecontent/${id}/path?path=..%2F..%2Fetc`, key);
+    add("GET", `/volumecontent/${id}/file?path=${id}`, key);
+    add("PUT", `/volumecontent/${id}/file?path=../x`, { ...key, "content-type": "application/octet-stream" }, "x");
+    add("DELETE", `/volumecontent/${id}/path?path=${id}`, key);
+    add("GET", `/secrets/${id}`, key);
+    add("DELETE", `/secrets/${id}`, key);
+    add("POST", `/secrets/${id}`, json, '{"value": 1}');
+    add("GET", `/sandboxes/${sbx.sandboxId}/metrics?start=${id}&end=-1`, key);
   }
   const bodies = [
     '{"templateID": "base",',
@@ -217,6 +228,8 @@ test("hundreds of malformed API requests in parallel: all E2B errors, /health th
     add("POST", `/sandboxes/${sbx.sandboxId}/timeout`, json, b);
     add("POST", "/v3/templates", json, b);
     add("POST", "/templates/tags", json, b);
+    add("POST", "/volumes", json, b);
+    add("POST", "/secrets", json, b);
   }
   for (const b of [
     '{"count": -1}',
@@ -234,6 +247,8 @@ test("hundreds of malformed API requests in parallel: all E2B errors, /health th
     `?nextToken=${long}`,
     "?state=bogus",
     "?metadata=%zz",
+    "?startedAfter=yesterday",
+    "?order=sideways",
   ]) {
     add("GET", `/v2/sandboxes${q}`, key);
   }
