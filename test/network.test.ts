@@ -8,7 +8,7 @@ import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/
 
 const NS = "aetx-ext";
 const HOST_IF = "aetx-h";
-const EXT_IP = "10.250.7.2";
+const EXT_IP = "198.51.100.2";
 let server: TestServer;
 let web: ChildProcess;
 
@@ -20,7 +20,7 @@ before(async () => {
   sh(`ip netns delete ${NS} 2>/dev/null; ip link delete ${HOST_IF} 2>/dev/null; true`);
   sh(`ip netns add ${NS}`);
   sh(`ip link add ${HOST_IF} type veth peer name eth0 netns ${NS}`);
-  sh(`ip addr add 10.250.7.1/30 dev ${HOST_IF} && ip link set ${HOST_IF} up`);
+  sh(`ip addr add 198.51.100.1/30 dev ${HOST_IF} && ip link set ${HOST_IF} up`);
   sh(`ip -n ${NS} addr add ${EXT_IP}/30 dev eth0 && ip -n ${NS} link set eth0 up && ip -n ${NS} link set lo up`);
   web = spawn(
     "ip",
@@ -50,7 +50,7 @@ test("outbound NAT reaches an external server by default", async () => {
   try {
     const r = await s.commands.run(`curl -s -m 5 http://${EXT_IP}:8081/`);
     // Masqueraded twice: the external side sees the host end of its own link.
-    assert.equal(r.stdout, "ext-ok from 10.250.7.1");
+    assert.equal(r.stdout, "ext-ok from 198.51.100.1");
   } finally {
     await s.kill();
   }

@@ -7,6 +7,35 @@ import { z } from "zod";
 const stringMap = z.record(z.string(), z.string());
 const timeout = z.number().int().min(0).max(2_147_483_647);
 
+const destinations = z.array(z.string().max(260)).max(1000);
+/** Per-domain header transforms (E2B `SandboxNetworkRule`). */
+const networkRules = z.record(
+  z.string().max(260),
+  z.array(z.object({ transform: z.object({ headers: stringMap.optional() }).optional() })).max(16),
+);
+
+/** E2B `SandboxNetworkConfig`; the server checks entries (network/policy.ts). */
+export const NetworkConfig = z.object({
+  allowOut: destinations.optional(),
+  denyOut: destinations.optional(),
+  rules: networkRules.optional(),
+  allowPublicTraffic: z.boolean().optional(),
+  maskRequestHost: z.string().max(300).optional(),
+  egressProxy: z.unknown().optional(),
+  httpsPorts: z.array(z.number().int().min(1).max(65535)).max(64).optional(),
+});
+export type NetworkConfig = z.infer<typeof NetworkConfig>;
+
+/** Body of PUT /sandboxes/{id}/network: replaces the outbound rules; omitted means cleared. */
+export const NetworkUpdate = z.object({
+  allowOut: destinations.optional(),
+  denyOut: destinations.optional(),
+  rules: networkRules.optional(),
+  egressProxy: z.unknown().optional(),
+  allow_internet_access: z.boolean().optional(),
+});
+export type NetworkUpdate = z.infer<typeof NetworkUpdate>;
+
 /** What every sandbox-creating body shares: lifetime, metadata, env and network. */
 const SandboxOptions = z.looseObject({
   timeout: timeout.optional(),
@@ -16,7 +45,7 @@ const SandboxOptions = z.looseObject({
   allowInternetAccess: z.boolean().optional(),
   autoPause: z.boolean().optional(),
   autoResume: z.object({ enabled: z.boolean() }).optional(),
-  network: z.looseObject({}).optional(),
+  network: NetworkConfig.optional(),
 });
 export type SandboxOptions = z.infer<typeof SandboxOptions>;
 

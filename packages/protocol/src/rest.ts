@@ -47,6 +47,14 @@ export interface SandboxDetail extends ListedSandbox {
   domain: string;
   allowInternetAccess: boolean;
   lifecycle: { onTimeout: "pause" | "kill"; autoResume: boolean };
+  /** The settings in force (E2B `SandboxNetworkConfig`), when any were given. */
+  network?: {
+    allowOut?: string[];
+    denyOut?: string[];
+    rules?: Record<string, Array<{ transform?: { headers?: Record<string, string> } }>>;
+    allowPublicTraffic?: boolean;
+    maskRequestHost?: string;
+  };
 }
 
 /** One child of POST /sandboxes/{id}/fork: started, or why not (siblings are unaffected). */

@@ -1,8 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { isIPv4 } from "node:net";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
+import { normaliseCidr } from "./network/policy.js";
 import { NodePaths } from "./node-paths.js";
 
 export interface S3Config {
@@ -55,6 +57,59 @@ export interface VolumesConfig {
   maxSizeBytes: number;
 }
 
+export interface EgressConfig {
+  /** IPv4 networks no sandbox may reach, whatever its rules (normalised a.b.c.d/n). */
+  deniedRanges: string[];
+  /** Static answers the egress proxy uses before DNS (split horizon, tests): name → addresses. */
+  hosts: Record<string, string[]>;
+  /** Extra CA certificates (PEM file) the egress proxy trusts for upstream TLS it re-encrypts. */
+  upstreamCaFile?: string;
+}
+
+/**
+ * Link-local and cloud metadata, loopback, private (RFC 1918, CGNAT), this-network,
+ * multicast and reserved ranges: closed to sandboxes unless the operator lists otherwise.
+ */
+export const DEFAULT_DENIED_RANGES = [
+  "0.0.0.0/8",
+  "10.0.0.0/8",
+  "100.64.0.0/10",
+  "127.0.0.0/8",
+  "169.254.0.0/16",
+  "172.16.0.0/12",
+  "192.0.0.0/24",
+  "192.168.0.0/16",
+  "198.18.0.0/15",
+  "224.0.0.0/4",
+  "240.0.0.0/4",
+];
+
+function egressConfig(denied: string | undefined, hosts: string | undefined, caFile: string | undefined): EgressConfig {
+  const deniedRanges =
+    denied === undefined
+      ? DEFAULT_DENIED_RANGES
+      : denied
+          .split(",")
+          .map((c) => c.trim())
+          .filter(Boolean)
+          .map((c) => {
+            const n = normaliseCidr(c);
+            if (!n) throw new ConfigError(`network denied ranges: '${c}' is not an IPv4 address or CIDR`);
+            return n;
+          });
+  const map: Record<string, string[]> = {};
+  for (const pair of (hosts ?? "")
+    .split(",")
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const [name, ip] = pair.split("=").map((x) => x.trim());
+    if (!name || !ip || !isIPv4(ip)) throw new ConfigError(`network egress hosts: expected name=IPv4, got '${pair}'`);
+    const key = name.toLowerCase();
+    map[key] = [...(map[key] ?? []), ip];
+  }
+  return { deniedRanges, hosts: map, ...(caFile ? { upstreamCaFile: caFile } : {}) };
+}
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -83,6 +138,7 @@ export interface ServerConfig {
   repository: RepositoryConfig;
   images: ImagesConfig;
   volumes: VolumesConfig;
+  egress: EgressConfig;
   /** Set when this node is part of a cluster (Redis-backed routes, placement, drain). */
   cluster?: ClusterConfig;
   /** The config file read, if any. */
@@ -191,6 +247,9 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "network.slot_cidr": "string",
   "network.net_prefix": "string",
   "network.warm_slots": "int",
+  "network.denied_ranges": "string",
+  "network.egress_hosts": "string",
+  "network.egress_upstream_ca_file": "string",
   "sandbox.default_timeout_secs": "int",
   "sandbox.max_timeout_secs": "int",
   "sandbox.max_sandboxes": "int",
@@ -393,6 +452,11 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     volumes: volumesConfig(
       str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",
       size("AENV_VOLUME_MAX_SIZE", "volumes.max_size_bytes", 10 * 1024 ** 3),
+    ),
+    egress: egressConfig(
+      str("AENV_DENIED_RANGES", "network.denied_ranges") ?? (env.AENV_DENIED_RANGES === "" ? "" : undefined),
+      str("AENV_EGRESS_HOSTS", "network.egress_hosts"),
+      str("AENV_EGRESS_UPSTREAM_CA_FILE", "network.egress_upstream_ca_file"),
     ),
     ...(cluster ? { cluster } : {}),
     configFile,

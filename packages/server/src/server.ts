@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { isIPv4 } from "node:net";
 import { basename } from "node:path";
 import { Redis } from "ioredis";
 import pino, { type Logger } from "pino";
@@ -7,6 +8,7 @@ import { type App, buildApp } from "./api/app.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { describeNode } from "./cluster/node-info.js";
 import type { ServerConfig } from "./config.js";
+import { EgressProxy } from "./network/egress-proxy.js";
 import { SlotPool } from "./network/slots.js";
 import { NodePaths } from "./node-paths.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
@@ -30,7 +32,7 @@ import { imageProvider } from "./templates/image-provider.js";
 import { TemplateSync } from "./templates/sync.js";
 
 /** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
-function writeResolvConf(file: string): string {
+function writeResolvConf(file: string): { file: string; servers: string[] } {
   let servers: string[] = [];
   try {
     servers = [...readFileSync("/etc/resolv.conf", "utf8").matchAll(/^nameserver\s+(\S+)/gm)]
@@ -40,7 +42,7 @@ function writeResolvConf(file: string): string {
     servers = [];
   }
   writeFileSync(file, servers.map((s) => `nameserver ${s}\n`).join("") || "# no reachable host resolver\n");
-  return file;
+  return { file, servers };
 }
 
 export interface RunningServer {
@@ -98,6 +100,7 @@ export async function startServer(
     ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
     : undefined;
   const checkpointKey = `${runtime.checkpointKey}-${basename(runtimeDir)}`;
+  const resolv = writeResolvConf(paths.resolvConf);
   const orch = new Orchestrator({
     cfg,
     paths,
@@ -107,7 +110,7 @@ export async function startServer(
     slots,
     log: log.child({ component: "orchestrator" }),
     runtimeDir,
-    resolvConf: writeResolvConf(paths.resolvConf),
+    resolvConf: resolv.file,
     repository,
     volumes,
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
@@ -118,7 +121,20 @@ export async function startServer(
   if (recovery.cleanedUp.length) {
     log.warn({ sandboxes: recovery.cleanedUp }, "sandboxes lost in the previous server run were cleaned up");
   }
-  await slots.init(keepSlots);
+  const egress = new EgressProxy({
+    log: log.child({ component: "egress" }),
+    sandboxFor: (ip) => orch.egressSandbox(ip),
+    denied: cfg.egress.deniedRanges,
+    hosts: cfg.egress.hosts,
+  });
+  const proxyPorts = await egress.listen();
+  await slots.init(keepSlots, {
+    denied: cfg.egress.deniedRanges,
+    resolvers: resolv.servers.filter((s) => isIPv4(s)),
+    proxyPorts,
+  });
+  // Sandboxes taken over from the previous run get their rules again (the proxy's ports moved).
+  await orch.reapplyNetwork();
   orch.startReaper();
   // Chunks no manifest references go, safe against commits in flight (storage/repository/gc.ts).
   const gcTimer =
@@ -253,6 +269,7 @@ export async function startServer(
       app.proxy.close();
       await app.fastify.close();
       await slots.close();
+      await egress.close();
       store.close();
     },
   };

@@ -12,7 +12,7 @@ import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";
 import { endWithError } from "../util/socket-error.js";
-import { apiKeyCheck, installAuth } from "./auth.js";
+import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { secretRoutes } from "./routes/secrets.js";
@@ -48,7 +48,12 @@ export interface App {
  * the control-plane API.
  */
 export function buildApp(o: AppOptions): App {
-  const proxy = new SandboxProxy({ route: (id) => o.orch.route(id) }, o.log.child({ component: "proxy" }));
+  const proxy = new SandboxProxy(
+    { route: (id) => o.orch.route(id), access: (id) => o.orch.access(id) },
+    o.log.child({ component: "proxy" }),
+    // Authorization: Bearer <API key> was meant for aenv, not for the sandbox.
+    bearerKeyMatcher(o.apiKey),
+  );
   o.orch.onStopped((id) => proxy.forget(id));
   const fastify = Fastify({
     // Per-request logs at info would drown the rest; errors are still logged.

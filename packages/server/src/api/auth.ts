@@ -4,14 +4,26 @@ import { UnauthorizedError } from "../errors.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
+/** Whether a value is the API key. Constant-time. */
+export function apiKeyMatcher(apiKey: string): (value: string) => boolean {
+  const want = digest(apiKey);
+  return (got) => timingSafeEqual(digest(got), want);
+}
+
+/** Whether an Authorization header value is `Bearer <API key>`. */
+export function bearerKeyMatcher(apiKey: string): (authorization: string) => boolean {
+  const isKey = apiKeyMatcher(apiKey);
+  return (auth) => auth.startsWith("Bearer ") && isKey(auth.slice(7));
+}
+
 /** Whether a request carries the API key (X-API-Key, or Authorization: Bearer). Constant-time. */
 export function apiKeyCheck(apiKey: string): (req: FastifyRequest) => boolean {
-  const want = digest(apiKey);
+  const isKey = apiKeyMatcher(apiKey);
   return (req) => {
     const auth = req.headers.authorization;
     const got =
       (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
-    return !!got && timingSafeEqual(digest(got), want);
+    return !!got && isKey(got);
   };
 }
 

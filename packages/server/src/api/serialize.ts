@@ -20,7 +20,7 @@ export function sandboxCreated(r: SandboxRecord, ctx: SerializeContext): Sandbox
     alias: r.alias,
     envdVersion: ENVD_VERSION,
     envdAccessToken: r.envdToken,
-    trafficAccessToken: null,
+    trafficAccessToken: r.trafficToken ?? null,
     domain: ctx.domain,
   };
 }
@@ -56,6 +56,7 @@ export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext): SandboxD
     domain: ctx.domain,
     allowInternetAccess: r.allowInternet,
     lifecycle: lifecycle(r),
+    ...(r.network ? { network: r.network } : {}),
   };
 }
 

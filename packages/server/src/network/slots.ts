@@ -12,6 +12,8 @@ import {
   type SlotAddresses,
   slotAddresses,
 } from "./addresses.js";
+import type { EgressPolicy } from "./policy.js";
+import { type EgressGuard, routerTable } from "./router-rules.js";
 
 export interface Slot extends SlotAddresses {
   netnsPath: string;
@@ -24,27 +26,6 @@ export interface Slot extends SlotAddresses {
  */
 const MTU = 65000;
 
-export interface EgressPolicy {
-  allowInternet: boolean;
-}
-
-const ROUTER_TABLE = (cidr: string, hostIp: string) => `
-table ip aenv {
-  chain to_guest { type nat hook prerouting priority dstnat; iifname "uplink" ip daddr != ${GUEST_IP} dnat to ${GUEST_IP}; }
-  chain from_guest { type nat hook postrouting priority srcnat; oifname "uplink" masquerade; }
-  chain egress { drop; }
-  chain forwarding {
-    type filter hook forward priority filter; policy drop;
-    ct state established,related accept;
-    iifname "uplink" oifname "gw" accept;
-    iifname "gw" ip daddr ${cidr} drop;
-    iifname "gw" ip daddr ${hostIp} drop;
-    iifname "gw" oifname "uplink" jump egress;
-  }
-  chain guard_in { type filter hook input priority filter; policy accept; iifname "gw" ct state new drop; }
-}
-`;
-
 /**
  * Allocates per-sandbox network slots and keeps a small pool of prepared ones, so that
  * creating a sandbox does not pay for namespace setup (~60 ms of `ip` calls).
@@ -53,8 +34,9 @@ export class SlotPool {
   private readonly base: number;
   private readonly free: Slot[] = [];
   private readonly inUse = new Map<number, Slot>();
-  /** The egress verdict each slot's router holds now, as this process set it. */
-  private readonly verdicts = new Map<number, "accept" | "drop">();
+  /** The router table each slot holds now, as this process set it. */
+  private readonly tables = new Map<number, string>();
+  private guard: EgressGuard = { denied: [], resolvers: [] };
   private next = 0;
   private refilling: Promise<void> | undefined;
 
@@ -84,7 +66,14 @@ export class SlotPool {
    * Removes every namespace and link a previous server run left behind, except the slots of
    * sandboxes that were taken over, then sets up the host side.
    */
-  async init(keep: number[] = []): Promise<void> {
+  async init(keep: number[] = [], guard?: EgressGuard): Promise<void> {
+    if (guard) this.guard = guard;
+    const proxy = this.guard.proxyPorts;
+    // The egress proxy listens on every host address: only slots may open connections to it.
+    const proxyIn = proxy
+      ? `iifname "${this.prefix}-h*" tcp dport { ${proxy.http}, ${proxy.tls} } accept;
+  iifname != "${this.prefix}-h*" tcp dport { ${proxy.http}, ${proxy.tls} } drop;`
+      : "";
     await this.cleanupAll(new Set(keep));
     for (const index of keep) this.inUse.set(index, this.describe(index));
     await exec("sysctl", ["-qw", "net.ipv4.ip_forward=1"]);
@@ -93,7 +82,11 @@ export class SlotPool {
 table inet ${this.prefix}-host
 delete table inet ${this.prefix}-host
 table inet ${this.prefix}-host {
-  chain guard_in { type filter hook input priority filter; policy accept; iifname "${this.prefix}-h*" ct state new drop; }
+  chain guard_in {
+  type filter hook input priority filter; policy accept;
+  ${proxyIn}
+  iifname "${this.prefix}-h*" ct state new drop;
+  }
   chain guard_fwd {
     type filter hook forward priority filter; policy accept;
     iifname "${this.prefix}-h*" oifname "${this.prefix}-h*" drop;
@@ -137,14 +130,12 @@ table inet ${this.prefix}-host {
   }
 
   async applyPolicy(slot: Slot, policy: EgressPolicy): Promise<void> {
-    const verdict = policy.allowInternet ? "accept" : "drop";
-    // Reused slots usually keep their verdict: skipping the nft process saves ~30 ms a start.
-    if (this.verdicts.get(slot.index) === verdict) return;
-    this.verdicts.delete(slot.index);
-    await exec("ip", ["netns", "exec", slot.routerNetns, "nft", "-f", "-"], {
-      input: `flush chain ip aenv egress\nadd rule ip aenv egress ${verdict}\n`,
-    });
-    this.verdicts.set(slot.index, verdict);
+    const table = routerTable(this.cidr, slot.hostIp, policy, this.guard);
+    // Reused slots usually keep their table: skipping the nft process saves ~30 ms a start.
+    if (this.tables.get(slot.index) === table) return;
+    this.tables.delete(slot.index);
+    await exec("ip", ["netns", "exec", slot.routerNetns, "nft", "-f", "-"], { input: table });
+    this.tables.set(slot.index, table);
   }
 
   /** Gives a slot back. netstack took the guest address off eth0, so it is re-applied first. */
@@ -168,7 +159,7 @@ table inet ${this.prefix}-host {
 
   async destroy(slot: Slot): Promise<void> {
     this.inUse.delete(slot.index);
-    this.verdicts.delete(slot.index);
+    this.tables.delete(slot.index);
     await exec("ip", ["netns", "delete", slot.sandboxNetns], { allowFail: true });
     await exec("ip", ["netns", "delete", slot.routerNetns], { allowFail: true });
     await exec("ip", ["link", "delete", slot.hostIf], { allowFail: true });
@@ -240,14 +231,15 @@ table inet ${this.prefix}-host {
           `route add default via ${GUEST_GATEWAY}`,
         ].join("\n"),
       });
+      // Until a sandbox's policy is applied, a prepared slot lets nothing out.
+      const closed: EgressPolicy = { allowCidrs: [], denyCidrs: ["0.0.0.0/0"], allowDomains: [], ruleDomains: [] };
+      const table = routerTable(this.cidr, a.hostIp, closed, this.guard);
       await exec(
         "ip",
         ["netns", "exec", a.routerNetns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward && exec nft -f -"],
-        {
-          input: ROUTER_TABLE(this.cidr, a.hostIp),
-        },
+        { input: table },
       );
-      this.verdicts.set(index, "drop");
+      this.tables.set(index, table);
       return s;
     } catch (err) {
       await this.destroy(s);

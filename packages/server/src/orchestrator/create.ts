@@ -5,7 +5,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { Template } from "../templates/catalog.js";
 import type { WarmImages } from "../templates/warm-images.js";
-import { newSandboxId } from "./ids.js";
+import { newSandboxId, newToken } from "./ids.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
@@ -116,6 +116,14 @@ export class Creator {
         sizing: snap,
       });
       rec.envVars = { ...snap.envVars, ...req.envVars };
+      // The snapshot's network settings are the default of what starts from it.
+      if (!req.network && snap.network) {
+        rec.network = snap.network;
+        if (snap.network.allowPublicTraffic === false) rec.trafficToken = newToken();
+      }
+      if (req.allowInternetAccess === undefined && snap.allowInternet !== undefined) {
+        rec.allowInternet = snap.allowInternet;
+      }
       if (snap.boot) rec.boot = snap.boot;
       return {
         rec,

@@ -93,6 +93,7 @@ export class Forker {
         metadata: { ...parent.metadata },
         envVars: { ...parent.envVars },
         allowInternetAccess: parent.allowInternet,
+        ...(parent.network ? { network: parent.network } : {}),
         autoPause: parent.autoPause,
         autoResume: parent.autoResume,
         autoPauseMemory: parent.autoPauseMemory,

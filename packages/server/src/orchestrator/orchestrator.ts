@@ -1,9 +1,12 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { NotFoundError } from "../errors.js";
+import { ConflictError, NotFoundError } from "../errors.js";
+import type { EgressSandbox } from "../network/egress-proxy.js";
+import { compileEgress, type NetworkSpec } from "../network/policy.js";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
+import type { SandboxAccess } from "../proxy/proxy.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
@@ -273,6 +276,58 @@ export class Orchestrator {
       paused.push(l.rec.id);
     }
     return { paused, failed };
+  }
+
+  /** A sandbox's ingress settings for the proxy, without resuming or waiting for anything. */
+  access(id: string): SandboxAccess | undefined {
+    const rec = this.registry.get(id)?.rec;
+    if (!rec) return undefined;
+    return {
+      ...(rec.trafficToken ? { trafficToken: rec.trafficToken } : {}),
+      ...(rec.network?.maskRequestHost ? { maskRequestHost: rec.network.maskRequestHost } : {}),
+    };
+  }
+
+  /** The sandbox whose slot has this address, for the egress proxy. */
+  egressSandbox(slotIp: string): EgressSandbox | undefined {
+    for (const l of this.registry.all()) {
+      if (l.slot?.slotIp === slotIp) {
+        return { id: l.rec.id, policy: compileEgress(l.rec.network, l.rec.allowInternet), spec: l.rec.network };
+      }
+    }
+    return undefined;
+  }
+
+  /** Applies every running sandbox's rules to its slot again (after a restart took them over). */
+  async reapplyNetwork(): Promise<void> {
+    for (const l of this.registry.all()) {
+      if (!l.slot) continue;
+      await this.d.slots
+        .applyPolicy(l.slot, compileEgress(l.rec.network, l.rec.allowInternet))
+        .catch((err) => this.d.log.error({ err, sandboxID: l.rec.id }, "network rules not re-applied"));
+    }
+  }
+
+  /**
+   * PUT /sandboxes/{id}/network: replaces the outbound rules (omitted fields are cleared;
+   * allowPublicTraffic and maskRequestHost are creation-time settings and stay). Applied to
+   * the running slot at once; a paused sandbox gets them when it resumes.
+   */
+  updateNetwork(id: string, update: NetworkSpec, allowInternet: boolean | undefined): Promise<void> {
+    const live = this.registry.get(id);
+    if (!live) throw new NotFoundError(`sandbox '${id}' not found`);
+    return this.registry.enqueue(live, async () => {
+      const rec = live.rec;
+      // A paused sandbox's record is already committed for other nodes: change it running only.
+      if (rec.state !== "running") throw new ConflictError(`sandbox '${id}' is ${rec.state}; resume it first`);
+      const next: NetworkSpec = { ...update };
+      if (rec.network?.allowPublicTraffic !== undefined) next.allowPublicTraffic = rec.network.allowPublicTraffic;
+      if (rec.network?.maskRequestHost !== undefined) next.maskRequestHost = rec.network.maskRequestHost;
+      rec.network = next;
+      rec.allowInternet = allowInternet ?? true;
+      this.d.store.put(rec);
+      if (live.slot) await this.d.slots.applyPolicy(live.slot, compileEgress(rec.network, rec.allowInternet));
+    });
   }
 
   setTimeout(id: string, timeoutS: number): void {

@@ -1,5 +1,6 @@
 import type { ServerConfig } from "../config.js";
 import { InvalidRequestError } from "../errors.js";
+import type { NetworkSpec } from "../network/policy.js";
 import type { SandboxRecord } from "../state/store.js";
 import { newClientId, newToken } from "./ids.js";
 import { runtimeIdFor } from "./runner.js";
@@ -11,6 +12,8 @@ export interface CreateRequest {
   metadata?: Record<string, string>;
   envVars?: Record<string, string>;
   allowInternetAccess?: boolean;
+  /** Validated network settings (network/policy.ts). */
+  network?: NetworkSpec;
   autoPause?: boolean;
   autoResume?: boolean;
   /** false: TTL expiry pauses filesystem-only (see SandboxRecord.autoPauseMemory). */
@@ -79,6 +82,8 @@ export function newSandboxRecord(
     metadata: o.req.metadata ?? {},
     envVars: o.req.envVars ?? {},
     allowInternet: o.req.allowInternetAccess ?? true,
+    ...(o.req.network ? { network: o.req.network } : {}),
+    ...(o.req.network?.allowPublicTraffic === false ? { trafficToken: newToken() } : {}),
     // TTL expiry pauses unless the client asked for kill (autoPause: false).
     autoPause: o.req.autoPause ?? true,
     autoResume: o.req.autoResume ?? false,

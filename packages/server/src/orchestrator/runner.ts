@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync } from "node:fs";
 import { ENVD_QUIESCE_PATH, type EnvdInitBody } from "@aenv/protocol";
 import type { Logger } from "pino";
+import { compileEgress } from "../network/policy.js";
 import type { Slot, SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
@@ -89,7 +90,7 @@ export class SandboxRunner {
     // Each start is a new runtime sandbox: the previous one may still be being removed.
     rec.runtimeId = runtimeIdFor(rec.id);
     mkdirSync(rec.dir, { recursive: true });
-    live.slot = await this.d.slots.acquire({ allowInternet: rec.allowInternet });
+    live.slot = await this.d.slots.acquire(compileEgress(rec.network, rec.allowInternet));
     rec.slotIndex = live.slot.index;
     if (!live.ephemeral) this.d.store.put(rec);
     const launch = this.launch(live, live.slot);

@@ -235,6 +235,8 @@ export class Snapshots {
       imageDir,
       envdToken: src.envdToken,
       envVars: src.envVars,
+      ...(src.network ? { network: src.network } : {}),
+      allowInternet: src.allowInternet,
       ...(src.volumeMounts?.length ? { volumeMounts: src.volumeMounts.map((m) => ({ ...m })) } : {}),
       ...(src.boot ? { boot: src.boot } : {}),
       cpuCount: src.cpuCount,

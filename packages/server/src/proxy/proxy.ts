@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from "node:crypto";
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
@@ -6,13 +7,32 @@ import type { Logger } from "pino";
 import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
 import { endWithError } from "../util/socket-error.js";
-import { type ProxyTarget, targetProblem, upstreamHeaders } from "./target.js";
+import { type ProxyTarget, targetProblem, type UpstreamOptions, upstreamHeaders } from "./target.js";
 
 export type RouteResult = { ip: string } | { status: number; message: string };
 
 export interface RouteLookup {
   /** The slot address to send to: waits out captures, auto-resumes when allowed; throws otherwise. */
   route(id: string): Promise<{ ip: string }>;
+  /** A known sandbox's ingress settings (checked before anything, a resume included, happens). */
+  access(id: string): SandboxAccess | undefined;
+}
+
+export interface SandboxAccess {
+  /** Set with allowPublicTraffic: false; required on every port but envd's. */
+  trafficToken?: string;
+  maskRequestHost?: string;
+}
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+/** Why a request may not reach this port of the sandbox (403), or undefined. */
+export function accessProblem(req: IncomingMessage, t: ProxyTarget, a: SandboxAccess | undefined): string | undefined {
+  if (!a?.trafficToken || t.port === ENVD_PORT) return undefined;
+  const got = req.headers["e2b-traffic-access-token"];
+  const one = Array.isArray(got) ? got[0] : got;
+  if (one && timingSafeEqual(digest(one), digest(a.trafficToken))) return undefined;
+  return `sandbox '${t.sandboxId}' is private: send its traffic access token in e2b-traffic-access-token`;
 }
 
 /**
@@ -65,12 +85,16 @@ export class SandboxProxy {
   constructor(
     private readonly routes: RouteLookup,
     private readonly log: Logger,
+    private readonly isPlatformCredential: (authorization: string) => boolean = () => false,
   ) {}
 
-  private async lookup(t: ProxyTarget): Promise<RouteResult> {
+  private async lookup(req: IncomingMessage, t: ProxyTarget): Promise<RouteResult> {
     try {
       const problem = targetProblem(t);
       if (problem) throw new InvalidRequestError(problem);
+      // Before routing: an unauthenticated request must not even resume a private sandbox.
+      const denied = accessProblem(req, t, this.routes.access(t.sandboxId));
+      if (denied) return { status: 403, message: denied };
       return await this.routes.route(t.sandboxId);
     } catch (err) {
       return lookupFailure(err, t.port);
@@ -94,7 +118,7 @@ export class SandboxProxy {
 
   private async handleAsync(req: IncomingMessage, res: ServerResponse, t: ProxyTarget): Promise<void> {
     try {
-      const found = await this.lookup(t);
+      const found = await this.lookup(req, t);
       if (!("ip" in found)) {
         req.resume();
         sendError(res, found.status, found.message);
@@ -118,7 +142,7 @@ export class SandboxProxy {
       port: t.port,
       method: req.method,
       path: t.path,
-      headers: upstreamHeaders(req, false),
+      headers: upstreamHeaders(req, false, this.upstreamOptions(t)),
       agent: this.agentFor(t.sandboxId, ip),
     });
     this.track(t.sandboxId, up);
@@ -181,7 +205,7 @@ export class SandboxProxy {
 
   private async upgradeAsync(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): Promise<void> {
     try {
-      const found = await this.lookup(t);
+      const found = await this.lookup(req, t);
       if (!("ip" in found)) {
         endWithError(socket, found.status, found.message);
         return;
@@ -200,7 +224,7 @@ export class SandboxProxy {
     let connected = false;
     upstream.on("connect", () => {
       connected = true;
-      const headers = upstreamHeaders(req, true);
+      const headers = upstreamHeaders(req, true, this.upstreamOptions(t));
       let head_ = `${req.method} ${t.path} HTTP/1.1\r\n`;
       for (const [k, v] of Object.entries(headers)) {
         for (const one of Array.isArray(v) ? v : [v]) head_ += `${k}: ${one}\r\n`;
@@ -227,6 +251,15 @@ export class SandboxProxy {
     socket.on("error", close);
     socket.on("close", close);
     upstream.on("close", close);
+  }
+
+  private upstreamOptions(t: ProxyTarget): UpstreamOptions {
+    const mask = this.routes.access(t.sandboxId)?.maskRequestHost;
+    return {
+      isPlatformCredential: this.isPlatformCredential,
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's literal placeholder
+      ...(mask ? { host: mask.replaceAll("${PORT}", String(t.port)) } : {}),
+    };
   }
 
   private agentFor(id: string, ip: string): Agent {

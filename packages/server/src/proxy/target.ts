@@ -10,7 +10,13 @@ export interface ProxyTarget {
   via: "header" | "host" | "path";
 }
 
-const ROUTING_HEADERS = ["e2b-sandbox-id", "e2b-sandbox-port", "x-aenv-sandbox-id", "x-aenv-target-port"];
+const ROUTING_HEADERS = [
+  "e2b-sandbox-id",
+  "e2b-sandbox-port",
+  "x-aenv-sandbox-id",
+  "x-aenv-target-port",
+  "e2b-traffic-access-token",
+];
 /**
  * The platform's own credential never reaches code in a sandbox, whatever port it asked for
  * (a client that sends its API key on every request would otherwise hand it to the sandbox).
@@ -88,17 +94,30 @@ const HOP_BY_HOP = new Set([
   "proxy-authenticate",
 ]);
 
-/** Request headers to send upstream: routing and hop-by-hop headers removed. */
-export function upstreamHeaders(req: IncomingMessage, keepUpgrade: boolean): Record<string, string | string[]> {
+export interface UpstreamOptions {
+  /** Host header to send instead of the client's (maskRequestHost, `${PORT}` replaced). */
+  host?: string;
+  /** Whether an Authorization value is the platform's own credential (never forwarded). */
+  isPlatformCredential?: (authorization: string) => boolean;
+}
+
+/** Request headers to send upstream: routing, hop-by-hop and platform credentials removed. */
+export function upstreamHeaders(
+  req: IncomingMessage,
+  keepUpgrade: boolean,
+  opts: UpstreamOptions = {},
+): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(req.headers)) {
     if (v === undefined) continue;
     if (ROUTING_HEADERS.includes(k) || PLATFORM_SECRETS.includes(k)) continue;
+    if (k === "authorization" && typeof v === "string" && opts.isPlatformCredential?.(v)) continue;
     if (!keepUpgrade && HOP_BY_HOP.has(k)) continue;
     if (keepUpgrade && HOP_BY_HOP.has(k) && k !== "connection" && k !== "upgrade") continue;
     out[k] = v;
   }
   if (req.headers["transfer-encoding"] && !keepUpgrade) out["transfer-encoding"] = "chunked";
+  if (opts.host) out.host = opts.host;
   const fwd = req.socket.remoteAddress;
   if (fwd) out["x-forwarded-for"] = fwd;
   return out;

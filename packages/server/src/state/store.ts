@@ -1,3 +1,5 @@
+import type { NetworkSpec } from "../network/policy.js";
+
 /** A volume mounted into a sandbox: by name in the API, by ID underneath (names are not reused while mounted). */
 export interface SandboxVolumeMount {
   name: string;
@@ -36,6 +38,10 @@ export interface SandboxRecord {
   metadata: Record<string, string>;
   envVars: Record<string, string>;
   allowInternet: boolean;
+  /** Outbound rules and ingress options (E2B `network`); replaced by PUT /network. */
+  network?: NetworkSpec;
+  /** With allowPublicTraffic: false, what the proxy requires in e2b-traffic-access-token. */
+  trafficToken?: string;
   autoPause: boolean;
   autoResume: boolean;
   /** false: TTL expiry pauses filesystem-only (E2B `autoPauseMemory`); absent means true. */
@@ -81,6 +87,9 @@ export interface SnapshotRecord {
   /** envd token inside the image: needed to re-init sandboxes started from it. */
   envdToken: string;
   envVars: Record<string, string>;
+  /** The source's network settings: the default of sandboxes started from it. */
+  network?: NetworkSpec;
+  allowInternet?: boolean;
   /** Volumes mounted when it was taken: sandboxes started from it need mounts at the same paths. */
   volumeMounts?: SandboxVolumeMount[];
   /** The source sandbox's boot settings (its template's), passed on to sandboxes started from it. */

@@ -5,6 +5,7 @@ import {
   ForkBody,
   ListQuery,
   MetricsQuery,
+  NetworkUpdate,
   NewSandbox,
   PauseBody,
   RefreshBody,
@@ -17,6 +18,7 @@ import {
 } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
+import { validateNetworkSpec } from "../../network/policy.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
 import { errorBody } from "../http-errors.js";
@@ -53,6 +55,7 @@ function sandboxOptions(b: SandboxOptions) {
     metadata: b.metadata,
     envVars: b.envVars,
     allowInternetAccess: b.allow_internet_access ?? b.allowInternetAccess,
+    ...(b.network ? { network: validateNetworkSpec(b.network) } : {}),
     autoPause: b.autoPause,
     autoResume: b.autoResume?.enabled,
   };
@@ -205,6 +208,13 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
     );
     return reply.status(201).send(out);
+  });
+
+  app.put("/sandboxes/:sandboxID/network", async (req, reply) => {
+    const { sandboxID } = SandboxIdParams.parse(req.params);
+    const b = NetworkUpdate.parse(body(req.body));
+    await orch.updateNetwork(sandboxID, validateNetworkSpec(b), b.allow_internet_access);
+    return reply.status(204).send();
   });
 
   app.get("/sandboxes/:sandboxID/metrics", async (req) => {

@@ -1,0 +1,285 @@
+// Network policy (issue #15): allowOut/denyOut by address and by domain, always-denied ranges,
+// updateNetwork, rules kept across pause/resume, fork and snapshots, private sandbox ports
+// (traffic access token) and maskRequestHost. "The internet" is a network namespace this test
+// creates at TEST-NET-3 addresses; nothing leaves the machine.
+import assert from "node:assert/strict";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { Sandbox } from "e2b";
+import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+
+const NS = "aetp-ext";
+const HOST_IF = "aetp-h";
+const WEB_A = "203.0.113.10";
+const WEB_B = "203.0.113.20";
+/** A private address and a link-local one the host reaches: sandboxes must not. */
+const PRIVATE = "10.250.8.2";
+const LINK_LOCAL = "169.254.77.77";
+let server: TestServer;
+let web: ChildProcess;
+const certDir = mkdtempSync("/tmp/aetp-cert-");
+
+function sh(cmd: string): string {
+  return execFileSync("sh", ["-c", cmd], { encoding: "utf8" });
+}
+
+// Answers every request, on 80 and (TLS) 443, with the address it was reached at and the Host.
+const WEB = `
+import http.server as h, ssl, threading, sys
+class H(h.BaseHTTPRequestHandler):
+  def do_GET(s):
+    b=('web %s host=%s' % (s.connection.getsockname()[0], s.headers.get('Host'))).encode()
+    s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)
+  def log_message(s,*a): pass
+plain=h.ThreadingHTTPServer(('0.0.0.0',80),H)
+tls=h.ThreadingHTTPServer(('0.0.0.0',443),H)
+ctx=ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER);ctx.load_cert_chain(sys.argv[1],sys.argv[2])
+tls.socket=ctx.wrap_socket(tls.socket,server_side=True)
+threading.Thread(target=tls.serve_forever,daemon=True).start()
+plain.serve_forever()
+`;
+
+before(async () => {
+  sh(`ip netns delete ${NS} 2>/dev/null; ip link delete ${HOST_IF} 2>/dev/null; true`);
+  sh(
+    `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test -keyout ${certDir}/key.pem -out ${certDir}/cert.pem 2>/dev/null`,
+  );
+  sh(`ip netns add ${NS}`);
+  sh(`ip link add ${HOST_IF} type veth peer name eth0 netns ${NS}`);
+  sh(`ip addr add 203.0.113.1/24 dev ${HOST_IF} && ip link set ${HOST_IF} up`);
+  sh(`ip route add ${PRIVATE}/32 dev ${HOST_IF} && ip route add ${LINK_LOCAL}/32 dev ${HOST_IF}`);
+  for (const a of [`${WEB_A}/24`, `${WEB_B}/24`, `${PRIVATE}/32`, `${LINK_LOCAL}/32`]) {
+    sh(`ip -n ${NS} addr add ${a} dev eth0`);
+  }
+  sh(`ip -n ${NS} link set eth0 up && ip -n ${NS} link set lo up && ip -n ${NS} route add default dev eth0`);
+  writeFileSync(join(certDir, "web.py"), WEB);
+  web = spawn(
+    "ip",
+    ["netns", "exec", NS, "python3", join(certDir, "web.py"), `${certDir}/cert.pem`, `${certDir}/key.pem`],
+    {
+      stdio: "ignore",
+    },
+  );
+  server = await startServer({
+    env: {
+      AENV_EGRESS_HOSTS: [
+        `allowed.test=${WEB_A}`,
+        `deep.sub.allowed.test=${WEB_A}`,
+        `other.test=${WEB_B}`,
+        `inside.test=${PRIVATE}`,
+      ].join(","),
+    },
+  });
+  useE2b(server);
+  // The host itself reaches all of them: what a sandbox cannot reach is its rules' doing.
+  for (const ip of [WEB_A, WEB_B, PRIVATE, LINK_LOCAL]) {
+    for (let i = 0; ; i++) {
+      try {
+        assert.match(sh(`curl -s -m 2 http://${ip}/`), new RegExp(`^web ${ip.replaceAll(".", "\\.")}`));
+        break;
+      } catch (err) {
+        if (i > 20) throw err;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
+});
+
+after(async () => {
+  web?.kill();
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+  sh(`ip netns delete ${NS} 2>/dev/null; ip link delete ${HOST_IF} 2>/dev/null; true`);
+  rmSync(certDir, { recursive: true, force: true });
+});
+
+/** What a sandbox gets from a URL: the body, or "blocked". */
+async function fetchIn(s: Sandbox, args: string): Promise<string> {
+  const r = await s.commands.run(`curl -sk --connect-timeout 2 -m 4 ${args} || echo blocked`);
+  return r.stdout.trim();
+}
+
+test("allowOut wins over denyOut: only the listed address is reachable", async () => {
+  const s = await Sandbox.create({ network: { denyOut: ["0.0.0.0/0"], allowOut: [`${WEB_A}/32`] } });
+  try {
+    assert.equal(await fetchIn(s, `http://${WEB_A}/`), `web ${WEB_A} host=${WEB_A}`);
+    assert.equal(await fetchIn(s, `http://${WEB_B}/`), "blocked");
+  } finally {
+    await s.kill();
+  }
+});
+
+test("denyOut alone blocks what it lists and nothing else", async () => {
+  const s = await Sandbox.create({ network: { denyOut: [WEB_B] } });
+  try {
+    assert.equal(await fetchIn(s, `http://${WEB_A}/`), `web ${WEB_A} host=${WEB_A}`);
+    assert.equal(await fetchIn(s, `http://${WEB_B}/`), "blocked");
+  } finally {
+    await s.kill();
+  }
+});
+
+test("private and link-local ranges stay closed, even when a sandbox allows them", async () => {
+  const s = await Sandbox.create({ network: { allowOut: [PRIVATE, `${LINK_LOCAL}/32`, "10.0.0.0/8"] } });
+  try {
+    assert.equal(await fetchIn(s, `http://${PRIVATE}/`), "blocked");
+    assert.equal(await fetchIn(s, `http://${LINK_LOCAL}/`), "blocked");
+    assert.equal(await fetchIn(s, `http://${WEB_A}/`), `web ${WEB_A} host=${WEB_A}`);
+  } finally {
+    await s.kill();
+  }
+});
+
+test("domains: the egress proxy lets through allowed names only, to the address it resolves", async () => {
+  const s = await Sandbox.create({ network: { denyOut: ["0.0.0.0/0"], allowOut: ["allowed.test", "*.allowed.test"] } });
+  try {
+    assert.equal(
+      await fetchIn(s, `--resolve allowed.test:80:${WEB_A} http://allowed.test/`),
+      `web ${WEB_A} host=allowed.test`,
+    );
+    // Claiming an allowed name while dialling a denied address reaches the name's own address.
+    assert.equal(
+      await fetchIn(s, `--resolve allowed.test:80:${WEB_B} http://allowed.test/`),
+      `web ${WEB_A} host=allowed.test`,
+    );
+    assert.equal(
+      await fetchIn(s, `--resolve deep.sub.allowed.test:443:${WEB_B} https://deep.sub.allowed.test/`),
+      `web ${WEB_A} host=deep.sub.allowed.test`,
+    );
+    // TLS: the SNI decides, the proxy does not decrypt.
+    assert.equal(
+      await fetchIn(s, `--resolve allowed.test:443:${WEB_B} https://allowed.test/`),
+      `web ${WEB_A} host=allowed.test`,
+    );
+    assert.equal(await fetchIn(s, `--resolve other.test:443:${WEB_B} https://other.test/`), "blocked");
+    assert.match(
+      await fetchIn(s, `-o /dev/null -w '%{http_code}' -H 'Host: other.test' http://${WEB_B}/`),
+      /403|blocked/,
+    );
+    assert.equal(await fetchIn(s, `http://${WEB_B}/`), "blocked");
+    // A name that resolves into a closed range stays closed.
+    const inside = await Sandbox.create({ network: { denyOut: ["0.0.0.0/0"], allowOut: ["inside.test"] } });
+    try {
+      assert.match(
+        await fetchIn(inside, `-o /dev/null -w '%{http_code}' --resolve inside.test:80:${WEB_B} http://inside.test/`),
+        /403|blocked/,
+      );
+    } finally {
+      await inside.kill();
+    }
+  } finally {
+    await s.kill();
+  }
+});
+
+test("bad rules are refused with 400: domains in denyOut, garbage, an egress proxy", async () => {
+  await assert.rejects(Sandbox.create({ network: { denyOut: ["example.com"] } }), /400.*deny/i);
+  await assert.rejects(Sandbox.create({ network: { allowOut: ["1.2.3.4/33"] } }), /400/);
+  await assert.rejects(Sandbox.create({ network: { allowOut: ["*"] } }), /400/);
+  await assert.rejects(
+    Sandbox.create({ network: { egressProxy: { address: "proxy.example.com:1080" } } }),
+    /400.*egressProxy/,
+  );
+});
+
+test("updateNetwork replaces the rules; they survive pause/resume, fork and snapshots", async () => {
+  const s = await Sandbox.create();
+  try {
+    assert.equal(await fetchIn(s, `http://${WEB_B}/`), `web ${WEB_B} host=${WEB_B}`);
+    await s.updateNetwork({ denyOut: [WEB_B] });
+    assert.equal(await fetchIn(s, `http://${WEB_B}/`), "blocked");
+    assert.equal(await fetchIn(s, `http://${WEB_A}/`), `web ${WEB_A} host=${WEB_A}`);
+    const info = await s.getInfo();
+    assert.deepEqual(info.network?.denyOut, [`${WEB_B}/32`]);
+
+    await s.pause();
+    const back = await Sandbox.connect(s.sandboxId);
+    assert.equal(await fetchIn(back, `http://${WEB_B}/`), "blocked");
+
+    const [child] = await back.fork();
+    assert.ok(child instanceof Sandbox);
+    try {
+      assert.equal(await fetchIn(child, `http://${WEB_B}/`), "blocked");
+    } finally {
+      await child.kill();
+    }
+    const snap = await back.createSnapshot();
+    const fromSnap = await Sandbox.create(snap.snapshotId);
+    try {
+      assert.equal(await fetchIn(fromSnap, `http://${WEB_B}/`), "blocked");
+    } finally {
+      await fromSnap.kill();
+      await Sandbox.deleteSnapshot(snap.snapshotId);
+    }
+    // Omitted fields are cleared: everything is reachable again.
+    await back.updateNetwork({});
+    assert.equal(await fetchIn(back, `http://${WEB_B}/`), `web ${WEB_B} host=${WEB_B}`);
+    await back.updateNetwork({ allowInternetAccess: false });
+    assert.equal(await fetchIn(back, `http://${WEB_A}/`), "blocked");
+  } finally {
+    await s.kill();
+  }
+  await assert.rejects(Sandbox.updateNetwork("inowhere0000000000000", {}), /not found/i);
+});
+
+test("allowPublicTraffic: false asks every port but envd's for the traffic access token", async () => {
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's literal placeholder
+  const mask = "masked.example:${PORT}";
+  const s = await Sandbox.create({ network: { allowPublicTraffic: false, maskRequestHost: mask } });
+  try {
+    assert.ok(s.trafficAccessToken, "the create answer carries a traffic token");
+    // envd itself stays reachable with its own token: the SDK works.
+    await s.commands.run(
+      `python3 -c "
+import http.server as h
+class H(h.BaseHTTPRequestHandler):
+  def do_GET(s):
+    b=('host=%s token=%s' % (s.headers.get('Host'), s.headers.get('e2b-traffic-access-token'))).encode()
+    s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)
+h.HTTPServer(('0.0.0.0',8000),H).serve_forever()"`,
+      { background: true, timeoutMs: 0 },
+    );
+    const hostForm = `http://127.0.0.1:${server.port}/`;
+    const hostHeader = `8000-${s.sandboxId}.${server.domain.split(":")[0]}`;
+    const get = async (url: string, headers: Record<string, string>) => {
+      for (let i = 0; ; i++) {
+        const r = await fetch(url, { headers });
+        if (r.status !== 502 || i > 40) return r;
+        await new Promise((res) => setTimeout(res, 100));
+      }
+    };
+    const forms: Array<[string, Record<string, string>]> = [
+      [hostForm, { host: hostHeader }],
+      [`http://127.0.0.1:${server.port}/proxy/${s.sandboxId}/8000/`, {}],
+      [hostForm, { "e2b-sandbox-id": s.sandboxId, "e2b-sandbox-port": "8000" }],
+    ];
+    for (const [url, headers] of forms) {
+      const denied = await get(url, headers);
+      assert.equal(denied.status, 403, `${url} ${JSON.stringify(headers)}`);
+      const body = (await denied.json()) as { code: number; message: string };
+      assert.equal(body.code, 403);
+      const wrong = await get(url, { ...headers, "e2b-traffic-access-token": "nope" });
+      assert.equal(wrong.status, 403);
+      const ok = await get(url, { ...headers, "e2b-traffic-access-token": s.trafficAccessToken as string });
+      assert.equal(ok.status, 200);
+      // The token is the proxy's, not the sandbox's; the Host is masked.
+      assert.equal(await ok.text(), "host=masked.example:8000 token=None");
+    }
+    // WebSocket upgrades are checked too.
+    const up = sh(
+      `curl -s -o /dev/null -w '%{http_code}' -m 3 -H 'Connection: Upgrade' -H 'Upgrade: websocket' http://127.0.0.1:${server.port}/proxy/${s.sandboxId}/8000/ || true`,
+    );
+    assert.equal(up, "403");
+    // A public sandbox needs no token.
+    const pub = await Sandbox.create();
+    try {
+      assert.equal(pub.trafficAccessToken, undefined);
+    } finally {
+      await pub.kill();
+    }
+  } finally {
+    await s.kill();
+  }
+});
