@@ -55,7 +55,7 @@ table ip aenv
 delete table ip aenv
 table ip aenv {
   chain to_guest { type nat hook prerouting priority dstnat; iifname "uplink" ip daddr != ${GUEST_IP} dnat to ${GUEST_IP}; }
-  chain redirect {
+  chain steer {
     type nat hook prerouting priority dstnat; policy accept;
     iifname != "gw" return;
 ${rules(redirect)}
