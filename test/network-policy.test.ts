@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { Sandbox } from "e2b";
+import { Sandbox, Secret } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
 
 const NS = "aetp-ext";
@@ -31,7 +31,8 @@ const WEB = `
 import http.server as h, ssl, threading, sys
 class H(h.BaseHTTPRequestHandler):
   def do_GET(s):
-    b=('web %s host=%s' % (s.connection.getsockname()[0], s.headers.get('Host'))).encode()
+    if s.path=='/auth': b=('auth=%s' % s.headers.get('Authorization')).encode()
+    else: b=('web %s host=%s' % (s.connection.getsockname()[0], s.headers.get('Host'))).encode()
     s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)
   def log_message(s,*a): pass
 plain=h.ThreadingHTTPServer(('0.0.0.0',80),H)
@@ -45,7 +46,7 @@ plain.serve_forever()
 before(async () => {
   sh(`ip netns delete ${NS} 2>/dev/null; ip link delete ${HOST_IF} 2>/dev/null; true`);
   sh(
-    `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test -keyout ${certDir}/key.pem -out ${certDir}/cert.pem 2>/dev/null`,
+    `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test -addext subjectAltName=DNS:allowed.test -keyout ${certDir}/key.pem -out ${certDir}/cert.pem 2>/dev/null`,
   );
   sh(`ip netns add ${NS}`);
   sh(`ip link add ${HOST_IF} type veth peer name eth0 netns ${NS}`);
@@ -71,6 +72,8 @@ before(async () => {
         `other.test=${WEB_B}`,
         `inside.test=${PRIVATE}`,
       ].join(","),
+      // The test's web server signs for itself; the egress proxy verifies upstream TLS.
+      AENV_EGRESS_UPSTREAM_CA_FILE: `${certDir}/cert.pem`,
     },
   });
   useE2b(server);
@@ -294,5 +297,45 @@ h.HTTPServer(('0.0.0.0',8000),H).serve_forever()"`,
     }
   } finally {
     await s.kill();
+  }
+});
+
+test("rules inject headers, secrets filled in, into HTTPS and HTTP requests; the sandbox never holds the value", async () => {
+  await Secret.create("web-token", "s3cr3t-value");
+  const rules = {
+    "allowed.test": [{ transform: { headers: { Authorization: `Bearer ${Secret.fill("web-token")}` } } }],
+  };
+  const s = await Sandbox.create({ network: { denyOut: ["0.0.0.0/0"], allowOut: ["allowed.test"], rules } });
+  try {
+    // No -k: the sandbox trusts the node's egress CA, and the proxy checks the real server's.
+    const tls = await s.commands.run(`curl -s -m 5 --resolve allowed.test:443:${WEB_B} https://allowed.test/auth`);
+    assert.equal(tls.stdout, "auth=Bearer s3cr3t-value");
+    const plain = await s.commands.run(`curl -s -m 5 --resolve allowed.test:80:${WEB_A} http://allowed.test/auth`);
+    assert.equal(plain.stdout, "auth=Bearer s3cr3t-value");
+    // A client's own header is replaced, not added to.
+    const own = await s.commands.run(
+      `curl -s -m 5 -H 'Authorization: mine' --resolve allowed.test:443:${WEB_A} https://allowed.test/auth`,
+    );
+    assert.equal(own.stdout, "auth=Bearer s3cr3t-value");
+    // Another Host on an intercepted connection is refused, not sent with the secret.
+    const other = await s.commands.run(
+      `curl -s -o /dev/null -w '%{http_code}' -m 5 -H 'Host: other.test' --resolve allowed.test:443:${WEB_A} https://allowed.test/auth`,
+    );
+    assert.equal(other.stdout, "421");
+    const leak = await s.commands.run("env; cat /proc/1/environ 2>/dev/null; true");
+    assert.ok(!leak.stdout.includes("s3cr3t-value"));
+    assert.ok(!JSON.stringify(await s.getInfo()).includes("s3cr3t-value"));
+    // Resolved per request: a rotated secret is used at once.
+    await Secret.update("web-token", "rotated-value");
+    const rotated = await s.commands.run(`curl -s -m 5 --resolve allowed.test:443:${WEB_A} https://allowed.test/auth`);
+    assert.equal(rotated.stdout, "auth=Bearer rotated-value");
+    await Secret.destroy("web-token");
+    const gone = await s.commands.run(
+      `curl -s -o /dev/null -w '%{http_code}' -m 5 --resolve allowed.test:443:${WEB_A} https://allowed.test/auth`,
+    );
+    assert.equal(gone.stdout, "502");
+  } finally {
+    await s.kill();
+    await Secret.destroy("web-token").catch(() => false);
   }
 });

@@ -64,6 +64,8 @@ export interface EgressConfig {
   hosts: Record<string, string[]>;
   /** Extra CA certificates (PEM file) the egress proxy trusts for upstream TLS it re-encrypts. */
   upstreamCaFile?: string;
+  /** The egress proxy's own CA (key and certificate); nodes of a cluster should share one. */
+  caDir?: string;
 }
 
 /**
@@ -84,7 +86,12 @@ export const DEFAULT_DENIED_RANGES = [
   "240.0.0.0/4",
 ];
 
-function egressConfig(denied: string | undefined, hosts: string | undefined, caFile: string | undefined): EgressConfig {
+function egressConfig(
+  denied: string | undefined,
+  hosts: string | undefined,
+  caFile: string | undefined,
+  caDir: string | undefined,
+): EgressConfig {
   const deniedRanges =
     denied === undefined
       ? DEFAULT_DENIED_RANGES
@@ -107,7 +114,7 @@ function egressConfig(denied: string | undefined, hosts: string | undefined, caF
     const key = name.toLowerCase();
     map[key] = [...(map[key] ?? []), ip];
   }
-  return { deniedRanges, hosts: map, ...(caFile ? { upstreamCaFile: caFile } : {}) };
+  return { deniedRanges, hosts: map, ...(caFile ? { upstreamCaFile: caFile } : {}), ...(caDir ? { caDir } : {}) };
 }
 
 export interface ServerConfig {
@@ -250,6 +257,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "network.denied_ranges": "string",
   "network.egress_hosts": "string",
   "network.egress_upstream_ca_file": "string",
+  "network.egress_ca_dir": "string",
   "sandbox.default_timeout_secs": "int",
   "sandbox.max_timeout_secs": "int",
   "sandbox.max_sandboxes": "int",
@@ -457,6 +465,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       str("AENV_DENIED_RANGES", "network.denied_ranges") ?? (env.AENV_DENIED_RANGES === "" ? "" : undefined),
       str("AENV_EGRESS_HOSTS", "network.egress_hosts"),
       str("AENV_EGRESS_UPSTREAM_CA_FILE", "network.egress_upstream_ca_file"),
+      str("AENV_EGRESS_CA_DIR", "network.egress_ca_dir"),
     ),
     ...(cluster ? { cluster } : {}),
     configFile,

@@ -1,14 +1,16 @@
 import { createHash } from "node:crypto";
 import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { isIPv4 } from "node:net";
-import { basename } from "node:path";
+import { basename, join } from "node:path";
 import { Redis } from "ioredis";
 import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { describeNode } from "./cluster/node-info.js";
 import type { ServerConfig } from "./config.js";
+import { EgressCa } from "./network/egress-ca.js";
 import { EgressProxy } from "./network/egress-proxy.js";
+import { HeaderRewriter } from "./network/egress-rewriter.js";
 import { SlotPool } from "./network/slots.js";
 import { NodePaths } from "./node-paths.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
@@ -94,6 +96,7 @@ export async function startServer(
   );
   await volumes.load();
   const secrets = new SecretStore(paths.secrets);
+  const egressCa = await EgressCa.open(cfg.egress.caDir ?? join(cfg.dataDir, "egress-ca"));
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
   const sync = cfg.repository.commitTemplates
@@ -115,6 +118,7 @@ export async function startServer(
     volumes,
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
     checkpointKey,
+    egressCa,
     ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
   });
   const { report: recovery, keepSlots } = await orch.recover();
@@ -126,6 +130,12 @@ export async function startServer(
     sandboxFor: (ip) => orch.egressSandbox(ip),
     denied: cfg.egress.deniedRanges,
     hosts: cfg.egress.hosts,
+    rewriter: new HeaderRewriter({
+      ca: egressCa,
+      secret: (name) => secrets.valueOf(name),
+      log: log.child({ component: "egress" }),
+      ...(cfg.egress.upstreamCaFile ? { extraUpstreamCa: readFileSync(cfg.egress.upstreamCaFile, "utf8") } : {}),
+    }),
   });
   const proxyPorts = await egress.listen();
   await slots.init(keepSlots, {

@@ -149,6 +149,11 @@ export function validateNetworkSpec(raw: {
           if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$/.test(h) || /[\r\n\0]/.test(v) || v.length > 16_384) {
             throw new InvalidRequestError(`network.rules['${k}']: header '${h.slice(0, 80)}' is not a valid header`);
           }
+          if (v.includes("${e2b.identity.")) {
+            throw new InvalidRequestError(
+              "network.rules: workload identity tokens (iam) are not supported by this server",
+            );
+          }
         }
       }
       rules[pattern] = list;

@@ -6,12 +6,13 @@ export function envdRequest(
   ip: string,
   method: string,
   path: string,
-  opts: { body?: unknown; token?: string; timeoutMs?: number } = {},
+  opts: { body?: unknown; bytes?: string; token?: string; timeoutMs?: number } = {},
 ): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
+    const payload = opts.bytes ?? (opts.body === undefined ? undefined : JSON.stringify(opts.body));
     const headers: Record<string, string> = {};
-    if (payload !== undefined) headers["content-type"] = "application/json";
+    if (opts.bytes !== undefined) headers["content-type"] = "application/octet-stream";
+    else if (payload !== undefined) headers["content-type"] = "application/json";
     if (opts.token) headers["x-access-token"] = opts.token;
     const req = request(
       { host: ip, port: ENVD_PORT, method, path, headers, agent: false, timeout: opts.timeoutMs ?? 5000 },

@@ -42,6 +42,7 @@ export interface OrchestratorDeps {
   /** The /.aenv folder new sandboxes get (envd and its runtime). */
   runtimeDir: string;
   resolvConf: string;
+  egressCa?: { certPem: string; fingerprint: string };
   /** Checkpoints restore only on a runtime with this key (driver build, platform, /.aenv). */
   checkpointKey: string;
   /** Where snapshots and paused sandboxes are committed; node-local images are copies. */
@@ -80,6 +81,7 @@ export class Orchestrator {
       paths,
       resolvConf: d.resolvConf,
       volumeRoot: (id) => d.volumes.root(id),
+      ...(d.egressCa ? { egressCa: d.egressCa } : {}),
       log,
     });
     this.registry = registry;
@@ -326,7 +328,10 @@ export class Orchestrator {
       rec.network = next;
       rec.allowInternet = allowInternet ?? true;
       this.d.store.put(rec);
-      if (live.slot) await this.d.slots.applyPolicy(live.slot, compileEgress(rec.network, rec.allowInternet));
+      if (live.slot) {
+        await this.runner.ensureEgressTrust(live);
+        await this.d.slots.applyPolicy(live.slot, compileEgress(rec.network, rec.allowInternet));
+      }
     });
   }
 

@@ -7,6 +7,7 @@ import type { Slot, SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
 import type { StateStore } from "../state/store.js";
+import { trustEgressCa } from "./egress-trust.js";
 import { envdRequest, waitForEnvd } from "./envd-client.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 
@@ -33,6 +34,8 @@ export interface RunnerDeps {
   resolvConf: string;
   /** Host folder of a volume, by ID. */
   volumeRoot: (volumeId: string) => string;
+  /** The egress proxy's CA, trusted by sandboxes whose rules transform HTTPS requests. */
+  egressCa?: { certPem: string; fingerprint: string };
   log: Logger;
 }
 
@@ -107,6 +110,21 @@ export class SandboxRunner {
       });
       if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
     }
+    await this.ensureEgressTrust(live);
+  }
+
+  /**
+   * Installs the egress CA in a running sandbox whose rules need it, once per CA (a sandbox
+   * resumed on a node with another CA gets that one too). Files persist in pauses and captures.
+   */
+  async ensureEgressTrust(live: Live): Promise<void> {
+    const { rec } = live;
+    const ca = this.d.egressCa;
+    if (!ca || !live.slot || Object.keys(rec.network?.rules ?? {}).length === 0) return;
+    if (rec.egressCa === ca.fingerprint) return;
+    await trustEgressCa(live.slot.slotIp, rec.envdToken, ca.certPem);
+    rec.egressCa = ca.fingerprint;
+    if (!live.ephemeral) this.d.store.put(rec);
   }
 
   /**

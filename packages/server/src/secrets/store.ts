@@ -19,7 +19,8 @@ interface SecretRecord {
 /**
  * Project secrets in one file only root can read (DATA/secrets/secrets.json, 0600 in a 0700
  * folder), rewritten atomically on every change. Values never leave this class: every answer
- * is `info()`, which has no value field (nothing resolves `${e2b.secrets.NAME}` yet).
+ * is `info()`, which has no value field; `valueOf` serves only the egress proxy, which fills
+ * `${e2b.secrets.NAME}` placeholders of network rules into outbound requests.
  */
 export class SecretStore {
   private readonly byId = new Map<string, SecretRecord>();
@@ -43,6 +44,11 @@ export class SecretStore {
     const name = ref.toLowerCase();
     for (const rec of this.byId.values()) if (rec.name === name) return rec;
     return undefined;
+  }
+
+  /** A secret's current value by name, for the egress proxy only. */
+  valueOf(name: string): string | undefined {
+    return this.find(name)?.value;
   }
 
   private mustFind(ref: string): SecretRecord {

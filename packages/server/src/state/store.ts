@@ -40,6 +40,8 @@ export interface SandboxRecord {
   allowInternet: boolean;
   /** Outbound rules and ingress options (E2B `network`); replaced by PUT /network. */
   network?: NetworkSpec;
+  /** Fingerprint of the egress CA installed in its filesystem (network rules need it). */
+  egressCa?: string;
   /** With allowPublicTraffic: false, what the proxy requires in e2b-traffic-access-token. */
   trafficToken?: string;
   autoPause: boolean;

@@ -1,0 +1,219 @@
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type ServerResponse,
+} from "node:http";
+import { request as httpsRequest } from "node:https";
+import { connect as netConnect, type Socket } from "node:net";
+import { Duplex, PassThrough } from "node:stream";
+import { createSecureContext, rootCertificates, TLSSocket, connect as tlsConnect } from "node:tls";
+import type { Logger } from "pino";
+import type { EgressCa } from "./egress-ca.js";
+import type { EgressRewriter, EgressSandbox } from "./egress-proxy.js";
+import { rulesFor } from "./policy.js";
+
+/** Looks a secret's value up by name (the API's `${e2b.secrets.NAME}` placeholders). */
+export type SecretValue = (name: string) => string | undefined;
+
+interface Conn {
+  host: string;
+  sandbox: EgressSandbox;
+  addresses: string[];
+  tls: boolean;
+}
+
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+const SECRET = /\$\{e2b\.secrets\.([A-Za-z0-9_.-]{1,128})\}/g;
+
+class RuleError extends Error {}
+
+/**
+ * Applies a sandbox's per-domain transform rules: terminates its HTTP(S) connection (TLS with a
+ * certificate from this node's egress CA, which such sandboxes trust), injects the rule's
+ * headers with secrets resolved at request time, and forwards each request to the name's own
+ * address over TLS verified against the system's roots. The secret values exist only here,
+ * never in the sandbox.
+ */
+export class HeaderRewriter implements EgressRewriter {
+  private readonly server = createServer({ requestTimeout: 0 });
+  private readonly conns = new WeakMap<object, Conn>();
+  private readonly upstreamCa: string[] | undefined;
+
+  constructor(private readonly o: { ca: EgressCa; secret: SecretValue; log: Logger; extraUpstreamCa?: string }) {
+    this.upstreamCa = o.extraUpstreamCa ? [...rootCertificates, o.extraUpstreamCa] : undefined;
+    this.server.headersTimeout = 60_000;
+    this.server.keepAliveTimeout = 5_000;
+    this.server.on("request", (req, res) => this.onRequest(req, res));
+    this.server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.onUpgrade(req, socket, head),
+    );
+    this.server.on("clientError", (_err, socket) => socket.destroy());
+  }
+
+  handle(o: { socket: Socket; head: Buffer; tls: boolean; host: string; sandbox: EgressSandbox; addresses: string[] }) {
+    const conn: Conn = { host: o.host.toLowerCase(), sandbox: o.sandbox, addresses: o.addresses, tls: o.tls };
+    // A plain stream around the socket: the bytes already read go first, and neither TLS nor the
+    // HTTP parser may bypass them by reading the socket's handle directly.
+    const inbound = new PassThrough();
+    inbound.write(o.head);
+    o.socket.pipe(inbound);
+    o.socket.resume();
+    const stream = Duplex.from({ readable: inbound, writable: o.socket });
+    stream.on("error", () => o.socket.destroy());
+    o.socket.on("close", () => stream.destroy());
+    if (!o.tls) {
+      this.conns.set(stream, conn);
+      this.server.emit("connection", stream);
+      return;
+    }
+    this.o.ca.leafFor(conn.host).then(
+      ({ key, cert }) => {
+        const t = new TLSSocket(stream, {
+          isServer: true,
+          secureContext: createSecureContext({ key, cert }),
+          ALPNProtocols: ["http/1.1"],
+        });
+        t.on("error", () => t.destroy());
+        this.conns.set(t, conn);
+        this.server.emit("connection", t);
+      },
+      (err) => {
+        this.o.log.error({ err, host: conn.host }, "egress certificate not signed");
+        o.socket.destroy();
+      },
+    );
+  }
+
+  /** The headers the matching rules add, secrets filled in. Throws RuleError for unknown ones. */
+  private injected(conn: Conn): Array<[string, string]> {
+    const out: Array<[string, string]> = [];
+    for (const rule of rulesFor(conn.sandbox.spec?.rules, conn.host) ?? []) {
+      for (const [k, v] of Object.entries(rule.transform?.headers ?? {})) {
+        const value = v.replace(SECRET, (_m, name: string) => {
+          const s = this.o.secret(name);
+          if (s === undefined) throw new RuleError(`secret '${name}' named by a network rule does not exist`);
+          return s;
+        });
+        out.push([k.toLowerCase(), value]);
+      }
+    }
+    return out;
+  }
+
+  /** Request headers for upstream; undefined (answered) when the request is refused. */
+  private upstreamHeaders(
+    req: IncomingMessage,
+    conn: Conn,
+    res: ServerResponse | Socket,
+  ): OutgoingHttpHeaders | undefined {
+    const fail = (status: number, msg: string) => {
+      if ("writeHead" in res) {
+        res.writeHead(status, { "content-type": "text/plain", connection: "close" });
+        res.end(`${msg}\n`);
+      } else {
+        res.end(`HTTP/1.1 ${status} Refused\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+      }
+      return undefined;
+    };
+    // The connection goes to the name the proxy checked: another Host on it is not that name.
+    const host = (req.headers.host ?? conn.host).replace(/:\d+$/, "").toLowerCase();
+    if (host !== conn.host) return fail(421, `this connection is for ${conn.host}, not ${host}`);
+    let inject: Array<[string, string]>;
+    try {
+      inject = this.injected(conn);
+    } catch (err) {
+      return fail(502, (err as Error).message);
+    }
+    const headers: OutgoingHttpHeaders = {};
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) headers[k] = v;
+    for (const [k, v] of inject) headers[k] = v;
+    return headers;
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const conn = this.conns.get(req.socket);
+    if (!conn) {
+      res.destroy();
+      return;
+    }
+    const headers = this.upstreamHeaders(req, conn, res);
+    if (!headers) return;
+    const opts = {
+      host: conn.addresses[0],
+      port: conn.tls ? 443 : 80,
+      method: req.method,
+      path: req.url,
+      headers,
+      agent: false as const,
+    };
+    const up = conn.tls
+      ? httpsRequest({ ...opts, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) })
+      : httpRequest(opts);
+    up.on("response", (ur) => {
+      const out: OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(ur.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
+      try {
+        res.writeHead(ur.statusCode ?? 502, out);
+      } catch {
+        ur.destroy();
+        res.destroy();
+        return;
+      }
+      ur.pipe(res);
+      ur.on("error", () => res.destroy());
+    });
+    up.on("error", (err) => {
+      this.o.log.info({ err: err.message, sandboxID: conn.sandbox.id, host: conn.host }, "egress upstream failed");
+      if (res.headersSent) res.destroy();
+      else {
+        res.writeHead(502, { "content-type": "text/plain" });
+        res.end(`egress proxy: ${conn.host}: ${err.message}\n`);
+      }
+    });
+    res.on("close", () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.pipe(up);
+  }
+
+  /** WebSocket and other upgrades: headers injected into the handshake, then bytes both ways. */
+  private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    const conn = this.conns.get(socket);
+    if (!conn) {
+      socket.destroy();
+      return;
+    }
+    const headers = this.upstreamHeaders(req, conn, socket);
+    if (!headers) return;
+    const port = conn.tls ? 443 : 80;
+    const host = conn.addresses[0] as string;
+    const up = conn.tls
+      ? tlsConnect({ host, port, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) })
+      : netConnect({ host, port });
+    up.once(conn.tls ? "secureConnect" : "connect", () => {
+      let text = `${req.method} ${req.url} HTTP/1.1\r\nconnection: Upgrade\r\nupgrade: ${req.headers.upgrade}\r\n`;
+      for (const [k, v] of Object.entries(headers)) {
+        for (const one of Array.isArray(v) ? v : [v]) text += `${k}: ${one}\r\n`;
+      }
+      up.write(`${text}\r\n`);
+      if (head.length) up.write(head);
+      up.pipe(socket);
+      socket.pipe(up);
+    });
+    up.on("error", () => socket.destroy());
+    socket.on("error", () => up.destroy());
+    socket.on("close", () => up.destroy());
+    up.on("close", () => socket.destroy());
+  }
+}
