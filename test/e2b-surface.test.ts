@@ -6,7 +6,7 @@ import { statSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
 let a: Sandbox;
@@ -114,6 +114,10 @@ describe("host files", () => {
   test("the data dir and the state database are the server's alone", () => {
     assert.equal(statSync(server.dataDir).mode & 0o777, 0o700);
     assert.equal(statSync(join(server.dataDir, "state.db")).mode & 0o777, 0o600);
+    // Template trees keep images' setuid binaries: no host user may reach them.
+    assert.equal(statSync(TEMPLATES_DIR).mode & 0o777, 0o700);
+    // The egress CA's key stays the server's.
+    assert.equal(statSync(join(server.dataDir, "egress-ca")).mode & 0o777, 0o700);
   });
 });
 

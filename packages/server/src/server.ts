@@ -69,6 +69,9 @@ export async function startServer(
   // Only root reads the data dir: it holds tokens, env vars, sandbox memory images.
   mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(cfg.dataDir, 0o700);
+  // Template trees hold images' setuid binaries: host users must not reach them.
+  mkdirSync(cfg.templatesDir, { recursive: true, mode: 0o700 });
+  chmodSync(cfg.templatesDir, 0o700);
   const paths = new NodePaths(cfg.dataDir, cfg.templatesDir);
   const driver = new GvisorDriver({
     binary: cfg.runscBinary,
