@@ -133,6 +133,10 @@ export interface ServerConfig {
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
   deadCheckIntervalS: number;
+  /** Idle seconds before a running sandbox is frozen in place (hibernation); 0 turns it off. */
+  hibernateAfterS: number;
+  /** CPU use (percent of one core) under which a sandbox counts as idle. */
+  hibernateCpuPct: number;
   /** Seconds between metrics samples kept for getMetrics ranges; 0 keeps none. */
   metricsIntervalS: number;
   /** Warm images of other runtime builds unused this long are removed at start. */
@@ -263,6 +267,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.max_sandboxes": "int",
   "sandbox.dead_check_interval_secs": "int",
   "sandbox.metrics_interval_secs": "int",
+  "sandbox.hibernate_after_secs": "int",
+  "sandbox.hibernate_cpu_percent": "int",
   "api.body_limit_bytes": "size",
   "repository.backend": "string",
   "repository.path": "string",
@@ -442,6 +448,8 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
+    hibernateAfterS: num("AENV_HIBERNATE_AFTER", "sandbox.hibernate_after_secs", 60),
+    hibernateCpuPct: num("AENV_HIBERNATE_CPU_PERCENT", "sandbox.hibernate_cpu_percent", 5),
     metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),

@@ -55,6 +55,8 @@ export function buildApp(o: AppOptions): App {
     bearerKeyMatcher(o.apiKey),
   );
   o.orch.onStopped((id) => proxy.forget(id));
+  // A sandbox with a client stream open (a running command, a WebSocket) is never idle.
+  o.orch.hibernation.setBusyCheck((id) => proxy.hasOpenConnections(id));
   const fastify = Fastify({
     // Per-request logs at info would drown the rest; errors are still logged.
     loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,

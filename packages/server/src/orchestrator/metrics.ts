@@ -13,6 +13,21 @@ export async function sampleMetrics(
   opts: { disk: boolean } = { disk: true },
 ): Promise<SandboxMetric[]> {
   const rec = l.rec;
+  // A frozen sandbox cannot be asked (runsc events and envd would wait for it) and uses no CPU.
+  if (l.hibernated) {
+    const at = Math.floor(Date.now() / 1000);
+    const last = l.lastMetric ?? {
+      timestampUnix: at,
+      cpuCount: rec.cpuCount,
+      cpuUsedPct: 0,
+      memUsed: 0,
+      memTotal: rec.memoryMB * 1024 * 1024,
+      memCache: 0,
+      diskUsed: 0,
+      diskTotal: rec.diskSizeMB * 1024 * 1024,
+    };
+    return [{ ...last, timestampUnix: at, cpuUsedPct: 0 }];
+  }
   const stats = rec.state === "running" ? await driver.stats(rec.runtimeId) : undefined;
   let diskUsed = 0;
   let diskTotal = rec.diskSizeMB * 1024 * 1024;
@@ -28,16 +43,16 @@ export async function sampleMetrics(
       // Metrics are best effort.
     }
   }
-  return [
-    {
-      timestampUnix: Math.floor(Date.now() / 1000),
-      cpuCount: rec.cpuCount,
-      cpuUsedPct: Math.round((stats?.cpuUsedPct ?? 0) * 100) / 100,
-      memUsed: stats?.memUsedBytes ?? 0,
-      memTotal: rec.memoryMB * 1024 * 1024,
-      memCache: stats?.memCacheBytes ?? 0,
-      diskUsed,
-      diskTotal,
-    },
-  ];
+  const sample: SandboxMetric = {
+    timestampUnix: Math.floor(Date.now() / 1000),
+    cpuCount: rec.cpuCount,
+    cpuUsedPct: Math.round((stats?.cpuUsedPct ?? 0) * 100) / 100,
+    memUsed: stats?.memUsedBytes ?? 0,
+    memTotal: rec.memoryMB * 1024 * 1024,
+    memCache: stats?.memCacheBytes ?? 0,
+    diskUsed,
+    diskTotal,
+  };
+  if (rec.state === "running") l.lastMetric = sample;
+  return [sample];
 }

@@ -16,6 +16,7 @@ import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { bootSettings, Creator } from "./create.js";
 import { Forker, type ForkOutcome, type ForkResult } from "./fork.js";
+import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
 import type { SandboxMetric } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
@@ -69,6 +70,7 @@ export class Orchestrator {
   private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;
   private readonly killedListeners: Array<(id: string) => void> = [];
+  readonly hibernation: Hibernation;
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
@@ -86,6 +88,14 @@ export class Orchestrator {
     });
     this.registry = registry;
     this.runner = runner;
+    this.hibernation = new Hibernation({
+      registry,
+      driver: d.driver,
+      idleS: cfg.hibernateAfterS,
+      cpuPct: cfg.hibernateCpuPct,
+      log,
+    });
+    registry.setWaker((l) => this.hibernation.wake(l));
     this.snapshots = new Snapshots({ paths, registry, runner, repository, checkpointKey, log });
     this.warmImages = new WarmImages({
       cfg,
@@ -142,6 +152,7 @@ export class Orchestrator {
       log,
     });
     this.onKilled((id) => this.metricsHistory.forget(id));
+    this.onKilled((id) => this.hibernation.forget(id));
     this.lifetimes = new Lifetimes({
       cfg,
       store,
@@ -167,6 +178,7 @@ export class Orchestrator {
   startReaper(): void {
     this.lifetimes.start();
     this.metricsHistory.start();
+    this.hibernation.start();
   }
 
   prepareWarmImages(): Promise<void> {
@@ -358,6 +370,7 @@ export class Orchestrator {
 
   /** Where the proxy sends traffic (auto-resuming when the sandbox allows it). */
   route(id: string): Promise<{ ip: string }> {
+    this.hibernation.touch(id);
     return routeTo(this.registry, (x) => this.resume(x, undefined), id);
   }
 
@@ -393,6 +406,7 @@ export class Orchestrator {
     this.pauses.close();
     this.lifetimes.stop();
     this.metricsHistory.stop();
+    this.hibernation.stop();
     await Promise.all(
       this.registry
         .all()

@@ -79,6 +79,8 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       rec.state === "running" && running.has(rec.runtimeId) && rec.slotIndex !== null && d.slots.exists(rec.slotIndex)
         ? d.slots.describe(rec.slotIndex)
         : undefined;
+    // A sandbox hibernated when the previous server stopped is frozen: thawed to be adopted.
+    if (slot) await driver.thaw?.(rec.runtimeId).catch(() => {});
     if (slot && (await runner.answers(slot.slotIp))) {
       registry.add({ rec, slot, op: Promise.resolve() });
       keepSlots.push(slot.index);

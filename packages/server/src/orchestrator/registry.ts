@@ -2,6 +2,7 @@ import { AtCapacityError, NotFoundError, ShuttingDownError } from "../errors.js"
 import type { Slot } from "../network/slots.js";
 import type { SandboxLaunch } from "../runtime/driver.js";
 import type { SandboxRecord } from "../state/store.js";
+import type { SandboxMetric } from "./metrics.js";
 
 /** A sandbox this node holds (running, paused, or on its way), with its in-memory state. */
 export interface Live {
@@ -17,6 +18,10 @@ export interface Live {
   inflight?: { kind: "pause" | "resume"; p: Promise<unknown> };
   /** Set while a capture is running: proxied traffic waits for it. */
   gate?: Promise<unknown>;
+  /** The last metrics sample taken while it ran (served while it is hibernated). */
+  lastMetric?: SandboxMetric;
+  /** Frozen in place by hibernation (still "running" to clients); thawed before any use. */
+  hibernated?: boolean;
   /** Internal helper sandbox (template capture or build): never persisted or listed. */
   ephemeral?: boolean;
   /** Template builds: writable rootfs and staging mounts. */
@@ -31,7 +36,18 @@ export class SandboxRegistry {
   private readonly live = new Map<string, Live>();
   private closing = false;
 
+  /** Thaws a hibernated sandbox; every queued operation and all traffic go through it. */
+  private waker: ((l: Live) => Promise<void>) | undefined;
+
   constructor(private readonly maxSandboxes: number) {}
+
+  setWaker(fn: (l: Live) => Promise<void>): void {
+    this.waker = fn;
+  }
+
+  async wake(l: Live): Promise<void> {
+    if (l.hibernated) await this.waker?.(l);
+  }
 
   get isClosing(): boolean {
     return this.closing;
@@ -95,7 +111,11 @@ export class SandboxRegistry {
   enqueue<T>(l: Live, fn: () => Promise<T>): Promise<T> {
     l.opEpoch = (l.opEpoch ?? 0) + 1;
     l.opsPending = (l.opsPending ?? 0) + 1;
-    const p = l.op.then(fn, fn);
+    const run = async () => {
+      await this.wake(l);
+      return fn();
+    };
+    const p = l.op.then(run, run);
     l.op = p
       .catch(() => {})
       .finally(() => {

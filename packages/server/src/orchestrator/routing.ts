@@ -34,7 +34,10 @@ export async function routeTo(
       }
       continue;
     }
-    if (l.slot) return { ip: l.slot.slotIp };
+    if (l.slot) {
+      await registry.wake(l);
+      return { ip: l.slot.slotIp };
+    }
   }
   throw new UpstreamError(`sandbox '${id}' is not reachable`);
 }

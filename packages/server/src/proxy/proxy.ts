@@ -271,6 +271,11 @@ export class SandboxProxy {
     return agent;
   }
 
+  /** Whether a client request or tunnel into the sandbox is open now. */
+  hasOpenConnections(id: string): boolean {
+    return (this.active.get(id)?.size ?? 0) > 0;
+  }
+
   /** Cuts every connection into a sandbox that stops or is about to be captured. */
   forget(id: string): void {
     this.agents.get(id)?.agent.destroy();

@@ -75,6 +75,14 @@ export interface RuntimeDriver {
   destroy(id: string): Promise<void>;
   isRunning(id: string): Promise<boolean>;
   stats(id: string): Promise<SandboxStats | undefined>;
+  /**
+   * Hibernation (optional): stop every thread of the sandbox where it stands, memory kept in
+   * place, and let it go on. A frozen sandbox uses no CPU; its clocks keep running.
+   */
+  freeze?(id: string): Promise<void>;
+  thaw?(id: string): Promise<void>;
+  /** CPU time the sandbox has used so far, cheaply (no process started); undefined if unknown. */
+  cpuTimeNs?(id: string): number | undefined;
   /** IDs of every sandbox this driver's state knows about (to clean up after a restart); throws when it cannot tell. */
   list(opts?: { runningOnly?: boolean }): Promise<string[]>;
 }

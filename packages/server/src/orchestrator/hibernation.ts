@@ -1,0 +1,126 @@
+import type { Logger } from "pino";
+import type { RuntimeDriver } from "../runtime/driver.js";
+import type { Live, SandboxRegistry } from "./registry.js";
+
+/** Metadata that turns hibernation off for one sandbox. */
+export const HIBERNATE_METADATA_KEY = "aenv.hibernate";
+
+export interface HibernationDeps {
+  registry: SandboxRegistry;
+  driver: RuntimeDriver;
+  /** Seconds without traffic, API calls or CPU use of its own before a sandbox is frozen; 0: never. */
+  idleS: number;
+  /** CPU use (percent of one core, averaged between sweeps) below which a sandbox counts as idle. */
+  cpuPct: number;
+  log: Logger;
+}
+
+interface Watch {
+  lastActive: number;
+  cpu?: { t: number; ns: number };
+}
+
+/**
+ * Idle sandboxes cost nearly nothing: one with no client connection, no API or proxy traffic
+ * and no CPU use of its own for `idleS` is frozen in place (cgroup freezer: memory stays, no
+ * checkpoint) and thawed on its next proxy request or lifecycle call. Thawing takes well under
+ * a millisecond. The API keeps showing it as running; its clocks keep running, so timers that
+ * fell due while frozen fire on thaw.
+ */
+export class Hibernation {
+  private readonly watch = new Map<string, Watch>();
+  private timer: NodeJS.Timeout | undefined;
+  private busy: (id: string) => boolean = () => false;
+
+  constructor(private readonly d: HibernationDeps) {}
+
+  get enabled(): boolean {
+    return this.d.idleS > 0 && !!this.d.driver.freeze && !!this.d.driver.thaw && !!this.d.driver.cpuTimeNs;
+  }
+
+  /** Who knows about open client connections (the proxy). */
+  setBusyCheck(fn: (id: string) => boolean): void {
+    this.busy = fn;
+  }
+
+  start(): void {
+    if (!this.enabled || this.timer) return;
+    const everyMs = Math.max(250, Math.min(5000, (this.d.idleS * 1000) / 4));
+    this.timer = setInterval(() => {
+      this.sweep().catch((err) => this.d.log.warn({ err }, "hibernation sweep failed"));
+    }, everyMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Traffic or a call reached the sandbox: it is not idle. */
+  touch(id: string): void {
+    const w = this.watch.get(id);
+    if (w) w.lastActive = Date.now();
+    else this.watch.set(id, { lastActive: Date.now() });
+  }
+
+  forget(id: string): void {
+    this.watch.delete(id);
+  }
+
+  /** Thaws a frozen sandbox (before traffic or a lifecycle operation reaches it). */
+  async wake(l: Live): Promise<void> {
+    if (!l.hibernated) return;
+    l.hibernated = false;
+    await this.d.driver.thaw?.(l.rec.runtimeId);
+    this.d.log.debug({ sandboxID: l.rec.id }, "sandbox thawed");
+  }
+
+  private optedOut(l: Live): boolean {
+    const v = l.rec.metadata[HIBERNATE_METADATA_KEY]?.toLowerCase();
+    return v === "off" || v === "false" || v === "0" || v === "no";
+  }
+
+  private async sweep(): Promise<void> {
+    const now = Date.now();
+    const ids = new Set<string>();
+    for (const l of this.d.registry.all()) {
+      const id = l.rec.id;
+      ids.add(id);
+      if (l.ephemeral || l.hibernated || l.rec.state !== "running" || !l.slot) continue;
+      const w = this.watch.get(id) ?? { lastActive: now };
+      this.watch.set(id, w);
+      const ns = this.d.driver.cpuTimeNs?.(l.rec.runtimeId);
+      if (ns !== undefined) {
+        if (w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.d.cpuPct) {
+          w.lastActive = now;
+        }
+        w.cpu = { t: now, ns };
+      }
+      if (this.busy(id) || (l.opsPending ?? 0) > 0 || l.inflight || l.gate) w.lastActive = now;
+      if (now - w.lastActive < this.d.idleS * 1000 || this.optedOut(l)) continue;
+      await this.freeze(l, w);
+    }
+    for (const id of this.watch.keys()) if (!ids.has(id)) this.watch.delete(id);
+  }
+
+  /** Freezes it through its operation queue, checking once more that nothing reached it since. */
+  private freeze(l: Live, w: Watch): Promise<void> {
+    return this.d.registry
+      .enqueue(l, async () => {
+        const idle = Date.now() - w.lastActive >= this.d.idleS * 1000;
+        if (!idle || l.hibernated || l.rec.state !== "running" || !l.slot || this.busy(l.rec.id)) return;
+        // Marked first: traffic arriving while the freezer settles thaws it again.
+        l.hibernated = true;
+        try {
+          await this.d.driver.freeze?.(l.rec.runtimeId);
+          this.d.log.debug({ sandboxID: l.rec.id }, "sandbox hibernated");
+        } catch (err) {
+          l.hibernated = false;
+          await this.d.driver.thaw?.(l.rec.runtimeId).catch(() => {});
+          throw err;
+        }
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: l.rec.id }, "sandbox not hibernated"));
+  }
+}
