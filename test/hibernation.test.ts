@@ -100,7 +100,7 @@ test("a sandbox that computes, keeps a client stream open or opts out is never f
     const run = streaming.commands.run("sleep 7; echo done", { timeoutMs: 20_000 });
     const cgs = [busy, streaming, optOut].map((s) => cgroupOf(s.sandboxId));
     for (let i = 0; i < 50; i++) {
-      cgs.forEach((cg, n) => assert.ok(!cg.frozen(), `sandbox ${n} must not be frozen`));
+      for (const [n, cg] of cgs.entries()) assert.ok(!cg.frozen(), `sandbox ${n} must not be frozen`);
       await sleep(100);
     }
     assert.equal((await run).stdout, "done\n");
