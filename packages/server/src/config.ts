@@ -133,6 +133,9 @@ export interface ServerConfig {
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
   deadCheckIntervalS: number;
+  /** Pooled (pre-restored, frozen) sandboxes per recently used template: bounds of the adaptive size. */
+  warmPoolMin: number;
+  warmPoolMax: number;
   /** Idle seconds before a running sandbox is frozen in place (hibernation); 0 turns it off. */
   hibernateAfterS: number;
   /** CPU use (percent of one core) under which a sandbox counts as idle. */
@@ -268,6 +271,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.dead_check_interval_secs": "int",
   "sandbox.metrics_interval_secs": "int",
   "sandbox.hibernate_after_secs": "int",
+  "sandbox.warm_pool_min": "int",
+  "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
   "api.body_limit_bytes": "size",
   "repository.backend": "string",
@@ -448,6 +453,8 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
+    warmPoolMin: num("AENV_WARM_POOL_MIN", "sandbox.warm_pool_min", 1),
+    warmPoolMax: num("AENV_WARM_POOL_MAX", "sandbox.warm_pool_max", 4),
     hibernateAfterS: num("AENV_HIBERNATE_AFTER", "sandbox.hibernate_after_secs", 60),
     hibernateCpuPct: num("AENV_HIBERNATE_CPU_PERCENT", "sandbox.hibernate_cpu_percent", 5),
     metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),

@@ -13,6 +13,7 @@ import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
 import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
+import type { Pooled, WarmPool } from "./warm-pool.js";
 
 export interface CreateDeps {
   cfg: ServerConfig;
@@ -23,6 +24,7 @@ export interface CreateDeps {
   sources: Sources;
   snapshots: Snapshots;
   warmImages: WarmImages;
+  pool?: WarmPool;
   runtimeDir: string;
   volumes: VolumeLookup;
   log: Logger;
@@ -55,6 +57,12 @@ export class Creator {
     const plan = await this.plan(req);
     const { rec, init, tpl } = plan;
     let from = plan.from;
+    // A pooled sandbox of the template: already restored, only thawed and initialised here.
+    const pooled = tpl && from.kind === "image" && !plan.snap ? this.d.pool?.take(tpl) : undefined;
+    if (pooled) {
+      const claimed = await this.claim(pooled, plan, timeoutS);
+      if (claimed) return claimed;
+    }
     // Resolved and registered in one synchronous step: a volume destroy checks the registry.
     const mounts = plan.snap
       ? mountsForSnapshot(this.d.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts)
@@ -94,6 +102,36 @@ export class Creator {
       await runner.remove(live, true);
       if (err instanceof AenvError) throw err;
       throw new StartFailedError(`failed to start sandbox: ${(err as Error).message}`);
+    }
+  }
+
+  /** A create served by a pooled sandbox; undefined (and the pooled one gone) if it failed. */
+  private async claim(pooled: Pooled, plan: Plan, timeoutS: number): Promise<SandboxRecord | undefined> {
+    const { registry, runner, log } = this.d;
+    const t0 = Date.now();
+    const rec = { ...plan.rec };
+    const from = pooled.live.rec;
+    rec.id = from.id;
+    rec.dir = from.dir;
+    rec.runtimeId = from.runtimeId;
+    rec.slotIndex = from.slotIndex;
+    const live: Live = { rec, op: Promise.resolve(), hibernated: true };
+    if (pooled.live.slot) live.slot = pooled.live.slot;
+    registry.add(live);
+    try {
+      await registry.wake(live);
+      await runner.applyNetwork(live);
+      await runner.initEnvd(live, plan.init, undefined);
+      rec.state = "running";
+      rec.endAt = Date.now() + timeoutS * 1000;
+      this.d.store.put(rec);
+      log.info({ sandboxID: rec.id, template: rec.templateId, from: "pool", ms: Date.now() - t0 }, "sandbox created");
+      return rec;
+    } catch (err) {
+      log.warn({ err, sandboxID: rec.id }, "pooled sandbox failed; starting another way");
+      await runner.remove(live, true).catch(() => {});
+      registry.remove(rec.id);
+      return undefined;
     }
   }
 

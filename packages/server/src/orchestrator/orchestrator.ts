@@ -29,6 +29,7 @@ import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
 import { type VolumeLookup, volumeUsers } from "./volume-mounts.js";
+import { WarmPool } from "./warm-pool.js";
 
 export type { CreateRequest, ForkOutcome, ForkResult, RecoveryReport, SandboxMetric };
 
@@ -71,6 +72,7 @@ export class Orchestrator {
   private readonly lifetimes: Lifetimes;
   private readonly killedListeners: Array<(id: string) => void> = [];
   readonly hibernation: Hibernation;
+  readonly pool: WarmPool;
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
@@ -113,7 +115,19 @@ export class Orchestrator {
       checkpointKey,
       ...(d.fetchTemplate ? { fetchTemplate: d.fetchTemplate } : {}),
     });
+    this.pool = new WarmPool({
+      cfg,
+      paths,
+      runner,
+      driver: d.driver,
+      warmImages: this.warmImages,
+      runtimeDir,
+      mayGrow: () =>
+        !registry.isClosing && registry.list().filter((r) => r.state === "running").length < cfg.maxSandboxes,
+      log,
+    });
     this.creator = new Creator({
+      pool: this.pool,
       cfg,
       paths,
       store,
@@ -179,6 +193,7 @@ export class Orchestrator {
     this.lifetimes.start();
     this.metricsHistory.start();
     this.hibernation.start();
+    this.pool.start();
   }
 
   prepareWarmImages(): Promise<void> {
@@ -407,6 +422,7 @@ export class Orchestrator {
     this.lifetimes.stop();
     this.metricsHistory.stop();
     this.hibernation.stop();
+    await this.pool.close();
     await Promise.all(
       this.registry
         .all()

@@ -101,15 +101,22 @@ export class SandboxRunner {
     else await this.d.driver.restore(launch, from.imageDir);
     const ip = live.slot.slotIp;
     await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
-    if (init) {
-      const oldToken = from.kind === "image" ? from.oldToken : undefined;
-      const body: EnvdInitBody = { ...init, timestamp: new Date().toISOString() };
-      const r = await envdRequest(ip, "POST", "/init", {
-        body,
-        token: oldToken,
-      });
-      if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
-    }
+    if (init) await this.initEnvd(live, init, from.kind === "image" ? from.oldToken : undefined);
+    else await this.ensureEgressTrust(live);
+  }
+
+  /** Puts the record's network policy on the slot the sandbox already has. */
+  async applyNetwork(live: Live): Promise<void> {
+    if (!live.slot) throw new Error("sandbox has no network slot");
+    await this.d.slots.applyPolicy(live.slot, compileEgress(live.rec.network, live.rec.allowInternet));
+  }
+
+  /** envd's /init: the sandbox's token, env and user (oldToken authorises a re-init). */
+  async initEnvd(live: Live, init: EnvdInit, oldToken: string | undefined): Promise<void> {
+    if (!live.slot) throw new Error("sandbox has no network slot");
+    const body: EnvdInitBody = { ...init, timestamp: new Date().toISOString() };
+    const r = await envdRequest(live.slot.slotIp, "POST", "/init", { body, token: oldToken });
+    if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
     await this.ensureEgressTrust(live);
   }
 

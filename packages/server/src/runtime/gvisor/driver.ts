@@ -209,6 +209,7 @@ export class GvisorDriver implements RuntimeDriver {
 
   async destroy(id: string): Promise<void> {
     this.lastCpu.delete(id);
+    await this.thaw(id).catch(() => {});
     await this.runsc.run(["delete", "--force", id], { allowFail: true });
   }
 

@@ -1,0 +1,161 @@
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import type { NodePaths } from "../node-paths.js";
+import type { RuntimeDriver } from "../runtime/driver.js";
+import type { Template } from "../templates/catalog.js";
+import type { WarmImages } from "../templates/warm-images.js";
+import { newSandboxId } from "./ids.js";
+import { newSandboxRecord } from "./records.js";
+import type { Live } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+
+export interface WarmPoolDeps {
+  cfg: ServerConfig;
+  paths: NodePaths;
+  runner: SandboxRunner;
+  driver: RuntimeDriver;
+  warmImages: WarmImages;
+  runtimeDir: string;
+  /** Whether the node may start more (not closing, under capacity). */
+  mayGrow: () => boolean;
+  log: Logger;
+}
+
+/** A sandbox restored from a template's warm image ahead of time, frozen until a create takes it. */
+export interface Pooled {
+  live: Live;
+  revision: string;
+}
+
+/** Creates of a template in this window decide how many wait for it. */
+const RATE_WINDOW_MS = 60_000;
+/** A template nobody created from for this long keeps no pool. */
+const POOL_IDLE_MS = 10 * 60_000;
+
+const key = (tpl: Pick<Template, "id" | "revision">) => `${tpl.id}-r${tpl.revision}`;
+
+/**
+ * Per template, a few sandboxes restored from its warm image before anyone asks, frozen (no
+ * CPU) while they wait. A create takes one and only has to thaw it, apply its network policy
+ * and call envd's /init (token, env, user); the pool refills in the background. The size
+ * follows the template's recent create rate between `sandbox.warm_pool_min` and
+ * `sandbox.warm_pool_max`; a template unused for 10 minutes keeps none. Pooled sandboxes are
+ * the node's own: not listed, not counted against max_sandboxes, removed at shutdown.
+ */
+export class WarmPool {
+  private readonly pools = new Map<string, { tpl: Template; ready: Pooled[]; filling?: Promise<void> }>();
+  private readonly creates = new Map<string, number[]>();
+  private closed = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly d: WarmPoolDeps) {}
+
+  get enabled(): boolean {
+    return this.d.cfg.warmPoolMax > 0 && !!this.d.driver.freeze;
+  }
+
+  start(): void {
+    if (!this.enabled) return;
+    this.timer = setInterval(() => this.trim(), 30_000);
+    this.timer.unref();
+  }
+
+  /** A pooled sandbox of this template (its revision), or undefined; asks for a refill either way. */
+  take(tpl: Template): Pooled | undefined {
+    if (!this.enabled || this.closed) return undefined;
+    const k = key(tpl);
+    const now = Date.now();
+    const recent = (this.creates.get(k) ?? []).filter((t) => now - t < RATE_WINDOW_MS);
+    recent.push(now);
+    this.creates.set(k, recent);
+    let pool = this.pools.get(k);
+    if (!pool) {
+      pool = { tpl, ready: [] };
+      this.pools.set(k, pool);
+    }
+    const got = pool.ready.shift();
+    this.refill(k);
+    return got;
+  }
+
+  /** How many should wait: the creates of the last minute per 10 s, within the configured bounds. */
+  private target(k: string): number {
+    const now = Date.now();
+    const recent = (this.creates.get(k) ?? []).filter((t) => now - t < RATE_WINDOW_MS);
+    if (recent.length === 0 || now - (recent[recent.length - 1] as number) > POOL_IDLE_MS) return 0;
+    const perTen = Math.ceil(recent.length / (RATE_WINDOW_MS / 10_000));
+    return Math.min(this.d.cfg.warmPoolMax, Math.max(this.d.cfg.warmPoolMin, perTen));
+  }
+
+  private refill(k: string): void {
+    const pool = this.pools.get(k);
+    if (!pool || pool.filling) return;
+    pool.filling = (async () => {
+      try {
+        while (!this.closed && pool.ready.length < this.target(k) && this.d.mayGrow()) {
+          const p = await this.restoreOne(pool.tpl);
+          if (!p) break;
+          if (this.closed) {
+            await this.discard(p);
+            break;
+          }
+          pool.ready.push(p);
+          this.d.log.info({ template: pool.tpl.id, ready: pool.ready.length }, "warm pool sandbox ready");
+        }
+      } catch (err) {
+        this.d.log.warn({ err, template: pool.tpl.id }, "warm pool refill failed");
+      } finally {
+        pool.filling = undefined;
+      }
+    })();
+  }
+
+  private async restoreOne(tpl: Template): Promise<Pooled | undefined> {
+    const image = this.d.warmImages.take(tpl);
+    if (!image) return undefined;
+    const id = newSandboxId();
+    const rec = newSandboxRecord(this.d.cfg, {
+      id,
+      dir: this.d.paths.sandbox(id),
+      templateId: tpl.id,
+      alias: tpl.name,
+      rootfs: tpl.rootfs,
+      runtimeDir: this.d.runtimeDir,
+      req: { templateID: tpl.id },
+      sizing: tpl,
+    });
+    const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
+    try {
+      await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined);
+      await this.d.driver.freeze?.(rec.runtimeId);
+      live.hibernated = true;
+      return { live, revision: key(tpl) };
+    } catch (err) {
+      this.d.log.warn({ err, template: tpl.id }, "warm pool restore failed");
+      await this.d.runner.remove(live, true).catch(() => {});
+      return undefined;
+    }
+  }
+
+  /** A pooled sandbox that will not be used. */
+  async discard(p: Pooled): Promise<void> {
+    await this.d.runner.remove(p.live, true).catch(() => {});
+  }
+
+  /** Pools of templates nobody creates from any more are emptied. */
+  private trim(): void {
+    for (const [k, pool] of this.pools) {
+      const extra = pool.ready.length - this.target(k);
+      for (const p of pool.ready.splice(0, Math.max(0, extra))) void this.discard(p);
+    }
+  }
+
+  /** Every pooled sandbox goes (shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    const all = [...this.pools.values()];
+    await Promise.all(all.map((p) => p.filling));
+    await Promise.all(all.flatMap((p) => p.ready.splice(0).map((x) => this.discard(x))));
+  }
+}

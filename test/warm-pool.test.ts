@@ -1,0 +1,71 @@
+// Warm pool (issue #16): creates take a sandbox restored ahead of time; each gets its own
+// identity, token, env, metadata, timeout and network policy, and pooled ones stay invisible.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Sandbox } from "e2b";
+import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+
+let server: TestServer;
+
+before(async () => {
+  server = await startServer({ env: { AENV_WARM_POOL_MIN: "2", AENV_WARM_POOL_MAX: "2" } });
+  useE2b(server);
+});
+
+after(async () => {
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+});
+
+const pooledCreates = () =>
+  server
+    .logs()
+    .split("\n")
+    .filter((l) => l.includes('"from":"pool"')).length;
+
+async function waitFor(what: string, cond: () => boolean, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test("creates are served from the pool with their own identity, env, metadata, timeout and policy", async () => {
+  // The first create of a template starts its pool.
+  const first = await Sandbox.create();
+  await first.kill();
+  assert.equal(pooledCreates(), 0);
+  // Two restored and frozen in the background.
+  await waitFor("two pooled sandboxes", () => (server.logs().match(/warm pool sandbox ready/g) ?? []).length >= 2);
+  const before_ = (await Sandbox.list().nextItems()).length;
+  assert.equal(before_, 0, "pooled sandboxes are not listed");
+
+  const a = await Sandbox.create({ envs: { WHO: "a" }, metadata: { user: "a" }, timeoutMs: 120_000 });
+  const b = await Sandbox.create({ envs: { WHO: "b" }, metadata: { user: "b" }, allowInternetAccess: false });
+  try {
+    assert.equal(pooledCreates(), 2, server.logs().slice(-3000));
+    assert.notEqual(a.sandboxId, b.sandboxId);
+    assert.equal((await a.commands.run("echo $WHO")).stdout, "a\n");
+    assert.equal((await b.commands.run("echo $WHO")).stdout, "b\n");
+    const ia = await a.getInfo();
+    assert.deepEqual(ia.metadata, { user: "a" });
+    const left = new Date(ia.endAt).getTime() - Date.now();
+    assert.ok(left > 100_000 && left <= 120_000, `timeout applied: ${left} ms left`);
+    assert.equal((await b.getInfo()).allowInternetAccess, false);
+    // Each has its own envd token: one's does not open the other.
+    const res = await fetch(`${server.url}/files?path=/etc/hostname`, {
+      headers: { "e2b-sandbox-id": b.sandboxId, "e2b-sandbox-port": "49983", "x-access-token": "wrong" },
+    });
+    assert.equal(res.status, 401);
+    // Fresh randomness per sandbox, though both came from one image.
+    const ra = await a.commands.run("head -c 16 /dev/urandom | od -An -tx1");
+    const rb = await b.commands.run("head -c 16 /dev/urandom | od -An -tx1");
+    assert.notEqual(ra.stdout, rb.stdout);
+    const listed = (await Sandbox.list().nextItems()).map((s) => s.sandboxId).sort();
+    assert.deepEqual(listed, [a.sandboxId, b.sandboxId].sort());
+  } finally {
+    await a.kill();
+    await b.kill();
+  }
+});
