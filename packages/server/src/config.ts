@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { isIPv4 } from "node:net";
-import { hostname } from "node:os";
+import { availableParallelism, hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { normaliseCidr } from "./network/policy.js";
@@ -133,6 +133,8 @@ export interface ServerConfig {
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
   deadCheckIntervalS: number;
+  /** Sandboxes booting or restoring at once; more wait their turn. */
+  startConcurrency: number;
   /** Pooled (pre-restored, frozen) sandboxes per recently used template: bounds of the adaptive size. */
   warmPoolMin: number;
   warmPoolMax: number;
@@ -272,6 +274,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.metrics_interval_secs": "int",
   "sandbox.hibernate_after_secs": "int",
   "sandbox.warm_pool_min": "int",
+  "sandbox.start_concurrency": "int",
   "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
   "api.body_limit_bytes": "size",
@@ -453,6 +456,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
+    startConcurrency: num("AENV_START_CONCURRENCY", "sandbox.start_concurrency", 2 * availableParallelism()),
     warmPoolMin: num("AENV_WARM_POOL_MIN", "sandbox.warm_pool_min", 1),
     warmPoolMax: num("AENV_WARM_POOL_MAX", "sandbox.warm_pool_max", 4),
     hibernateAfterS: num("AENV_HIBERNATE_AFTER", "sandbox.hibernate_after_secs", 60),

@@ -85,6 +85,7 @@ export class Orchestrator {
       paths,
       resolvConf: d.resolvConf,
       volumeRoot: (id) => d.volumes.root(id),
+      startConcurrency: cfg.startConcurrency,
       ...(d.egressCa ? { egressCa: d.egressCa } : {}),
       log,
     });

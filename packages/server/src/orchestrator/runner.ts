@@ -7,6 +7,7 @@ import type { Slot, SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
 import type { StateStore } from "../state/store.js";
+import { Semaphore } from "../util/concurrency.js";
 import { trustEgressCa } from "./egress-trust.js";
 import { envdRequest, waitForEnvd } from "./envd-client.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -34,6 +35,8 @@ export interface RunnerDeps {
   resolvConf: string;
   /** Host folder of a volume, by ID. */
   volumeRoot: (volumeId: string) => string;
+  /** Sandboxes booting or restoring at once. */
+  startConcurrency: number;
   /** The egress proxy's CA, trusted by sandboxes whose rules transform HTTPS requests. */
   egressCa?: { certPem: string; fingerprint: string };
   log: Logger;
@@ -49,7 +52,11 @@ export class SandboxRunner {
   /** Runtime removals still running in the background, by runtime ID. */
   private readonly cleanups = new Map<string, Promise<void>>();
 
-  constructor(private readonly d: RunnerDeps) {}
+  private readonly starts: Semaphore;
+
+  constructor(private readonly d: RunnerDeps) {
+    this.starts = new Semaphore(Math.max(1, d.startConcurrency));
+  }
 
   get driver(): RuntimeDriver {
     return this.d.driver;
@@ -97,10 +104,14 @@ export class SandboxRunner {
     rec.slotIndex = live.slot.index;
     if (!live.ephemeral) this.d.store.put(rec);
     const launch = this.launch(live, live.slot);
-    if (from.kind === "boot") await this.d.driver.start(launch);
-    else await this.d.driver.restore(launch, from.imageDir);
     const ip = live.slot.slotIp;
-    await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
+    // Starts are CPU-bound: a burst (100 creates, a big fork) queues here instead of thrashing
+    // until envd misses its deadline.
+    await this.starts.run(async () => {
+      if (from.kind === "boot") await this.d.driver.start(launch);
+      else await this.d.driver.restore(launch, from.imageDir);
+      await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
+    });
     if (init) await this.initEnvd(live, init, from.kind === "image" ? from.oldToken : undefined);
     else await this.ensureEgressTrust(live);
   }

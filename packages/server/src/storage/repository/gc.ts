@@ -5,8 +5,9 @@
  *   commit: write lease → wait while a live gc-lock exists → check which chunks exist → upload
  *           the missing ones → write manifest → drop lease
  */
+
+import { forEachLimit } from "../../util/concurrency.js";
 import type { ObjectInfo, RepositoryBackend } from "./backend.js";
-import { forEachLimit } from "./concurrency.js";
 import { CHUNKS, chunkKey, digestOfChunkKey, idOfManifestKey, MANIFESTS } from "./layout.js";
 import { expiredGcLocks, GcLock, readLeases } from "./leases.js";
 import type { Manifest } from "./repository.js";

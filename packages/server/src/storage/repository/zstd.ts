@@ -17,7 +17,7 @@ import type { Socket } from "node:net";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
-import { Semaphore } from "./concurrency.js";
+import { Semaphore } from "../../util/concurrency.js";
 
 const SLOTS = Math.max(2, availableParallelism());
 const limit = new Semaphore(SLOTS);
