@@ -2,6 +2,7 @@
 import { createWriteStream, promises as fsp } from "node:fs";
 import path from "node:path";
 import type { Readable, Transform } from "node:stream";
+import { Transform as TransformStream } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { chownIfRoot, mkdirpOwned } from "../filesystem/ownership.js";
 import { HttpError, statusForErrno } from "../http/respond.js";
@@ -55,8 +56,8 @@ export async function writeFileAtomic(
     tmp = path.join(path.dirname(dest.path), tempNameFor(path.basename(dest.path)));
     const out = createWriteStream(tmp, { flags: "wx", mode: dest.mode ?? 0o644 });
     try {
-      if (transform) await pipeline(source, transform, out);
-      else await pipeline(source, out);
+      if (transform) await pipeline(source, transform, coalesce(), out);
+      else await pipeline(source, coalesce(), out);
     } catch (err) {
       const code = errnoOf(err);
       if (code?.startsWith("Z_") || code === "ERR_PADDING_1" || code === "ERR_PADDING_2") {
@@ -81,4 +82,28 @@ export async function writeFileAtomic(
   } finally {
     if (tmp) await fsp.rm(tmp, { force: true }).catch(() => {});
   }
+}
+
+/**
+ * Gathers a stream's chunks (socket reads are 64 KiB at most) into 1 MiB writes: each write is
+ * a trip through gVisor to the file's backing store, and the fewer the faster.
+ */
+function coalesce(size = 1 << 20): TransformStream {
+  let parts: Buffer[] = [];
+  let held = 0;
+  return new TransformStream({
+    transform(chunk: Buffer, _enc, done) {
+      parts.push(chunk);
+      held += chunk.length;
+      if (held >= size) {
+        const all = Buffer.concat(parts, held);
+        parts = [];
+        held = 0;
+        done(null, all);
+      } else done();
+    },
+    flush(done) {
+      done(null, held > 0 ? Buffer.concat(parts, held) : undefined);
+    },
+  });
 }

@@ -41,7 +41,13 @@ export async function handleDownload(
       "Last-Modified": st.mtime.toUTCString(),
     });
     closeHandle = false;
-    const stream = handle.createReadStream({ autoClose: false, ...(sized ? { start: 0, end: st.size - 1 } : {}) });
+    // 1 MiB reads: every syscall and socket write costs a trip through gVisor; 64 KiB ones cap
+    // throughput near 60 MB/s.
+    const stream = handle.createReadStream({
+      autoClose: false,
+      highWaterMark: 1 << 20,
+      ...(sized ? { start: 0, end: st.size - 1 } : {}),
+    });
     try {
       await pipeline(stream, res);
     } catch (err) {
