@@ -96,6 +96,7 @@ export class Orchestrator {
       templates: d.templates,
       snapshots: this.snapshots,
       checkpointKey,
+      isTemplateTree: (p) => paths.isTemplateTree(p),
       ...(d.fetchTemplate ? { fetchTemplate: d.fetchTemplate } : {}),
     });
     this.creator = new Creator({

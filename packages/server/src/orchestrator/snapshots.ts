@@ -4,8 +4,9 @@ import type { Logger } from "pino";
 import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
-import { type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
+import { type RejectReport, type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
+import { UntrustedManifestError } from "../storage/repository/trust.js";
 import { commitDir } from "../util/fsync.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -279,7 +280,7 @@ export class Snapshots {
       if (byId) return byId;
     }
     for (const m of await this.d.repository.listFresh().catch(() => [])) {
-      const meta = snapshotMetaOf(m);
+      const meta = snapshotMetaOf(m, this.reject);
       if (meta?.names.includes(ref)) return adopt(m);
     }
     // Taken on another server a moment ago and still being committed: wait for it.
@@ -293,10 +294,23 @@ export class Snapshots {
     return undefined;
   }
 
+  /** A refused manifest is logged once per reason, and otherwise ignored. */
+  private readonly rejected = new Set<string>();
+  private readonly reject: RejectReport = (err) => {
+    if (this.rejected.has(err.message)) return;
+    this.rejected.add(err.message);
+    this.d.log.error({ entry: err.entry }, `${err.message}; treated as unusable`);
+  };
+
   /** A snapshot manifest's record as this node keeps it (undefined for other kinds). */
   private ofManifest(m: Manifest): SnapshotRecord | undefined {
-    const meta = snapshotMetaOf(m);
+    const meta = snapshotMetaOf(m, this.reject);
     if (!meta) return undefined;
+    // An image from before image keys restores with its own /.aenv: only one of this node's.
+    if (!meta.imageKey && !this.d.paths.isRuntimeDir(meta.runtimeDir)) {
+      this.reject(new UntrustedManifestError(m.id, `runtimeDir ${meta.runtimeDir} is not this node's`));
+      return undefined;
+    }
     const { kind: _k, ...rec } = meta;
     return { ...rec, imageDir: this.d.paths.snapshot(m.id), committed: true };
   }
