@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { NodePaths } from "./node-paths.js";
+import { writePrivateFile } from "./util/private-file.js";
 
 export interface S3Config {
   /** Absent: AWS itself. */
@@ -168,10 +169,8 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   const dir = new NodePaths(dataDir).secrets;
   const file = join(dir, "api-key");
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
   const key = `aenv_${randomBytes(24).toString("hex")}`;
-  writeFileSync(file, `${key}\n`, { mode: 0o600 });
-  chmodSync(file, 0o600);
+  writePrivateFile(file, `${key}\n`);
   return key;
 }
 

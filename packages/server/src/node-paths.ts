@@ -126,8 +126,7 @@ export class NodePaths {
   /** Whether `p` (a runtime folder a manifest names) lies in this node's envd runtime folder. */
   isRuntimeDir(p: string): boolean {
     const root = real(this.envdRuntimeRoot);
-    const r = real(p);
-    return root !== undefined && r !== undefined && r.startsWith(root + sep);
+    return root !== undefined && (real(p) ?? "").startsWith(root + sep);
   }
 
   /** OCI image blobs (content-addressed). */

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
 import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
@@ -7,6 +7,7 @@ import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import { type RejectReport, type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
 import { UntrustedManifestError } from "../storage/repository/trust.js";
+import { writeFileDurableSync } from "../util/durable-write.js";
 import { commitDir } from "../util/fsync.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -187,8 +188,7 @@ export class Snapshots {
   private writePending(rec: SnapshotRecord): void {
     const { imageDir: _local, ...data } = rec;
     const file = this.d.paths.snapshotPending(rec.id);
-    writeFileSync(`${file}.tmp`, JSON.stringify(data));
-    renameSync(`${file}.tmp`, file);
+    writeFileDurableSync(file, JSON.stringify(data));
   }
 
   /** Commits a snapshot's local image to the repository; other servers can use it after. */

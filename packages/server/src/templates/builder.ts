@@ -1,11 +1,12 @@
 import { createHash, randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, posix } from "node:path";
 import type { Logger } from "pino";
 import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
 import { newTemplateId } from "../orchestrator/ids.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
 import { exec } from "../util/exec.js";
 import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
 import { buildOwnerAlive, claimBuild } from "./build-owner.js";
@@ -281,8 +282,7 @@ export class TemplateBuilder {
     if (!existsSync(join(t.dir, "template.json"))) return; // deleted meanwhile
     mkdirSync(join(t.dir, "builds"), { recursive: true });
     const file = this.recordPath(t, b.buildID);
-    writeFileSync(`${file}.tmp`, JSON.stringify(b));
-    renameSync(`${file}.tmp`, file);
+    writeFileDurableSync(file, JSON.stringify(b));
   }
 
   // ---------------------------------------------------------------- the build
@@ -333,7 +333,7 @@ export class TemplateBuilder {
       }
       rmSync(join(tmpRoot, STAGING_MOUNT.slice(1)), { recursive: true, force: true });
       rmSync(join(t.dir, rootfsDir), { recursive: true, force: true });
-      renameSync(tmpRoot, join(t.dir, rootfsDir));
+      await publishTree(tmpRoot, join(t.dir, rootfsDir));
       t = this.d.templates.save({
         ...this.mustGet(templateId),
         revision: rev,

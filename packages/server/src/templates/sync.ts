@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import { type TemplateMeta, templateMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { Manifest } from "../storage/repository/repository.js";
 import { UntrustedManifestError } from "../storage/repository/trust.js";
+import { publishTree } from "../util/durable-write.js";
 import { exec } from "../util/exec.js";
 import type { Template, TemplateData, TemplateStore } from "./catalog.js";
 
@@ -118,7 +119,7 @@ export class TemplateSync {
         timeoutMs: 30 * 60_000,
       });
       rmSync(join(dir, data.rootfsDir), { recursive: true, force: true });
-      renameSync(tree, join(dir, data.rootfsDir));
+      await publishTree(tree, join(dir, data.rootfsDir));
       const t = this.d.templates.save({ ...committed, buildStatus: "ready", reason: undefined });
       this.d.log.info(
         { template: t.id, revision: t.revision, ms: Date.now() - t0 },

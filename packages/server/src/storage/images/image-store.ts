@@ -3,8 +3,9 @@
  * blobs → a root filesystem directory (unpack). No Docker daemon involved.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { mkdir, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { publishTree } from "../../util/durable-write.js";
 import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
 import { authFilePath, loadCredentials } from "./auth.js";
 import { BlobStore, digestOf } from "./blob-store.js";
@@ -266,7 +267,7 @@ export class ImageStore {
         progress.state(i, "extracted");
       }
       await writer.finish();
-      await rename(tmp, destDir);
+      await publishTree(tmp, destDir);
     } catch (e) {
       await rm(tmp, { recursive: true, force: true });
       throw e;
