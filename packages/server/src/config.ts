@@ -47,6 +47,11 @@ export interface ImagesConfig {
   authFile?: string;
   /** Largest COPY context a template build accepts. */
   uploadLimitBytes: number;
+  /**
+   * API callers may name host paths as image sources (oci:, oci-archive:, docker-archive:).
+   * Off by default: those read any file the server can. Operator commands always may.
+   */
+  allowHostSources: boolean;
 }
 
 export interface VolumesConfig {
@@ -218,6 +223,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.insecure_registries": "string",
   "images.auth_file": "string",
   "images.upload_limit_bytes": "size",
+  "images.allow_host_sources": "bool",
   "volumes.max_size_bytes": "size",
   "volumes.backend": "string",
 };
@@ -388,6 +394,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
         .filter(Boolean),
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
+      allowHostSources: bool("AENV_ALLOW_HOST_IMAGE_SOURCES", "images.allow_host_sources", false),
     },
     volumes: volumesConfig(
       str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",

@@ -149,6 +149,7 @@ export async function startServer(
       }),
     ),
     ...(sync ? { sync } : {}),
+    allowHostImageSources: cfg.images.allowHostSources,
     log: log.child({ component: "builds" }),
   });
   let ready = false;

@@ -6,6 +6,7 @@ import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } fr
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
 import { newTemplateId } from "../orchestrator/ids.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { isHostPathSource } from "../storage/images/reference.js";
 import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
 import { exec } from "../util/exec.js";
 import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
@@ -75,6 +76,8 @@ export class TemplateBuilder {
       images: ImageProvider;
       /** Commits built templates to the repository (absent: they stay on this node). */
       sync?: TemplateSync;
+      /** API callers may build from host paths (oci:, *-archive:); see images.allow_host_sources. */
+      allowHostImageSources: boolean;
       log: Logger;
     },
   ) {
@@ -174,6 +177,7 @@ export class TemplateBuilder {
     const b = this.builds.get(buildId);
     if (b?.status !== "waiting") throw conflict(`build '${buildId}' was already started`);
     if (spec.fromImage && spec.fromTemplate) throw badRequest("give fromImage or fromTemplate, not both");
+    if (spec.fromImage) this.checkSource(spec.fromImage);
     const bad = validateSteps(spec.steps);
     if (bad) throw badRequest(bad);
     for (const [i, s] of spec.steps.entries()) {
@@ -204,6 +208,7 @@ export class TemplateBuilder {
    * are cached), then reused. It has no warm image: cold starts boot.
    */
   importImage(ref: string): Promise<Template> {
+    this.checkSource(ref);
     const name = `image-${createHash("sha256").update(ref).digest("hex").slice(0, 16)}`;
     const existing = this.d.templates.get(name);
     if (existing && usable(existing) && existing.fromImage === ref && existing.buildStatus === "ready") {
@@ -223,6 +228,17 @@ export class TemplateBuilder {
       this.imports.set(name, p);
     }
     return p;
+  }
+
+  /** Host-path sources read host files: refused to API callers unless the operator allows them. */
+  private checkSource(ref: string): void {
+    if (isHostPathSource(ref) && !this.d.allowHostImageSources) {
+      throw badRequest(
+        `image '${ref}' names a path on the server's host; only registry images are accepted here ` +
+          "(an operator may allow host paths with images.allow_host_sources / AENV_ALLOW_HOST_IMAGE_SOURCES, " +
+          "or import them with aenv-server import-template)",
+      );
+    }
   }
 
   status(templateId: string, buildId: string, offset = 0, limit = 1000) {
