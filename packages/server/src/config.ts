@@ -4,6 +4,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { NodePaths } from "./node-paths.js";
+import { DEFAULT_HTTP_LIMITS, type HttpLimits } from "./util/http-limits.js";
 import { writePrivateFile } from "./util/private-file.js";
 
 export interface S3Config {
@@ -83,6 +84,8 @@ export interface ServerConfig {
   staleWarmImageS: number;
   maxTimeoutS: number;
   bodyLimitBytes: number;
+  /** Timeouts and the connection cap of the API/proxy listener (util/http-limits.ts). */
+  http: HttpLimits;
   warmSlots: number;
   /** Most sandboxes (running or starting) this node runs at once; more get 429. */
   maxSandboxes: number;
@@ -201,6 +204,12 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.dead_check_interval_secs": "int",
   "sandbox.metrics_interval_secs": "int",
   "api.body_limit_bytes": "size",
+  "api.headers_timeout_secs": "int",
+  "api.request_timeout_secs": "int",
+  "api.keep_alive_timeout_secs": "int",
+  "api.idle_timeout_secs": "int",
+  "api.max_connections": "int",
+  "proxy.tunnel_idle_timeout_secs": "int",
   "repository.backend": "string",
   "repository.path": "string",
   "repository.compression_level": "int",
@@ -261,6 +270,34 @@ export function readConfigFile(path: string): Map<string, Value> {
   };
   walk(doc, "");
   return out;
+}
+
+/** Listener limits from env names and file keys (the gateway reads the same variables). */
+function readHttpLimits(int: (envName: string, key: string, d: number) => number): HttpLimits {
+  const d = DEFAULT_HTTP_LIMITS;
+  const secs = (envName: string, key: string, ms: number) => int(envName, key, ms / 1000) * 1000;
+  const limits: HttpLimits = {
+    headersTimeoutMs: secs("AENV_HEADERS_TIMEOUT", "api.headers_timeout_secs", d.headersTimeoutMs),
+    requestTimeoutMs: secs("AENV_REQUEST_TIMEOUT", "api.request_timeout_secs", d.requestTimeoutMs),
+    keepAliveTimeoutMs: secs("AENV_KEEP_ALIVE_TIMEOUT", "api.keep_alive_timeout_secs", d.keepAliveTimeoutMs),
+    idleTimeoutMs: secs("AENV_IDLE_TIMEOUT", "api.idle_timeout_secs", d.idleTimeoutMs),
+    maxConnections: int("AENV_MAX_CONNECTIONS", "api.max_connections", d.maxConnections),
+    tunnelIdleTimeoutMs: secs("AENV_TUNNEL_IDLE_TIMEOUT", "proxy.tunnel_idle_timeout_secs", d.tunnelIdleTimeoutMs),
+  };
+  if (limits.headersTimeoutMs <= 0)
+    throw new ConfigError("api.headers_timeout_secs (AENV_HEADERS_TIMEOUT) must be at least 1");
+  if (limits.keepAliveTimeoutMs <= 0) {
+    throw new ConfigError("api.keep_alive_timeout_secs (AENV_KEEP_ALIVE_TIMEOUT) must be at least 1");
+  }
+  return limits;
+}
+
+/** The gateway's listener limits: the same AENV_* variables as a node's (it has no config file). */
+export function httpLimitsFromEnv(env: NodeJS.ProcessEnv): HttpLimits {
+  return readHttpLimits((envName, _key, d) => {
+    const v = env[envName];
+    return v ? parseInt10(v, envName) : d;
+  });
 }
 
 function volumesConfig(backend: string, maxSizeBytes: number): VolumesConfig {
@@ -384,6 +421,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),
     bodyLimitBytes: num("AENV_BODY_LIMIT", "api.body_limit_bytes", 1024 * 1024),
+    http: readHttpLimits(int),
     warmSlots: num("AENV_WARM_SLOTS", "network.warm_slots", 4),
     maxSandboxes: num("AENV_MAX_SANDBOXES", "sandbox.max_sandboxes", 256),
     repository,

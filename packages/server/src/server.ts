@@ -178,6 +178,7 @@ export async function startServer(
     apiKey: cfg.apiKey,
     domain: cfg.domain,
     bodyLimitBytes: cfg.bodyLimitBytes,
+    limits: cfg.http,
     health: () => ({
       ready,
       runtime,
