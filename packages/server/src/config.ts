@@ -53,6 +53,14 @@ export interface ImagesConfig {
    * Off by default: those read any file the server can. Operator commands always may.
    */
   allowHostSources: boolean;
+  /** A registry silent this long (no headers, no bytes) is given up on. */
+  fetchTimeoutMs: number;
+  /** Largest manifest/index/config accepted from a registry or archive. */
+  maxManifestBytes: number;
+  /** Largest image (config + compressed layers) a pull accepts. */
+  maxImageBytes: number;
+  /** A build that has not finished after this no longer holds up the builds queued behind it. */
+  buildTimeoutMs: number;
 }
 
 export interface VolumesConfig {
@@ -233,6 +241,10 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.auth_file": "string",
   "images.upload_limit_bytes": "size",
   "images.allow_host_sources": "bool",
+  "images.fetch_timeout_secs": "int",
+  "images.max_manifest_bytes": "size",
+  "images.max_image_bytes": "size",
+  "images.build_timeout_secs": "int",
   "volumes.max_size_bytes": "size",
   "volumes.backend": "string",
 };
@@ -433,6 +445,10 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
       allowHostSources: bool("AENV_ALLOW_HOST_IMAGE_SOURCES", "images.allow_host_sources", false),
+      fetchTimeoutMs: Math.max(1, int("AENV_REGISTRY_TIMEOUT", "images.fetch_timeout_secs", 60)) * 1000,
+      maxManifestBytes: size("AENV_REGISTRY_MAX_MANIFEST", "images.max_manifest_bytes", 4 * 1024 ** 2),
+      maxImageBytes: size("AENV_REGISTRY_MAX_IMAGE", "images.max_image_bytes", 32 * 1024 ** 3),
+      buildTimeoutMs: Math.max(1, int("AENV_BUILD_TIMEOUT", "images.build_timeout_secs", 3600)) * 1000,
     },
     volumes: volumesConfig(
       str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",

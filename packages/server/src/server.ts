@@ -144,12 +144,16 @@ export async function startServer(
       new ImageStore({
         dir: paths.imageBlobs,
         insecureRegistries: cfg.images.insecureRegistries,
+        fetchTimeoutMs: cfg.images.fetchTimeoutMs,
+        maxManifestBytes: cfg.images.maxManifestBytes,
+        maxImageBytes: cfg.images.maxImageBytes,
         ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
         log: (msg) => log.child({ component: "images" }).info(msg),
       }),
     ),
     ...(sync ? { sync } : {}),
     allowHostImageSources: cfg.images.allowHostSources,
+    buildTimeoutMs: cfg.images.buildTimeoutMs,
     log: log.child({ component: "builds" }),
   });
   let ready = false;

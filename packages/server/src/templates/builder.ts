@@ -78,6 +78,8 @@ export class TemplateBuilder {
       sync?: TemplateSync;
       /** API callers may build from host paths (oci:, *-archive:); see images.allow_host_sources. */
       allowHostImageSources: boolean;
+      /** A build still running after this stops holding up the queue behind it (default 1 h). */
+      buildTimeoutMs?: number;
       log: Logger;
     },
   ) {
@@ -199,7 +201,25 @@ export class TemplateBuilder {
         this.d.log.error({ err, template: t.id, build: b.buildID }, "template build failed unexpectedly");
       });
     const p = this.queue.then(run, run);
-    this.queue = p;
+    // Builds run one at a time, but a stuck one (a stalled step) must not block every later
+    // build and cold start: after the timeout the next one starts beside it.
+    const limit = this.d.buildTimeoutMs ?? 3600_000;
+    let timer: NodeJS.Timeout | undefined;
+    const released = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        if (b.status === "building") {
+          this.d.log.warn({ template: t.id, build: b.buildID, ms: limit }, "build over its time; next builds go ahead");
+          appendLog(
+            b,
+            "warn",
+            `build still running after ${Math.round(limit / 1000)} s; later builds no longer wait for it`,
+          );
+        }
+        resolve();
+      }, limit);
+      timer.unref();
+    });
+    this.queue = Promise.race([p.finally(() => clearTimeout(timer)), released]);
     return p;
   }
 
