@@ -6,6 +6,8 @@ import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { normaliseCidr } from "./network/policy.js";
 import { NodePaths } from "./node-paths.js";
+import { DEFAULT_HTTP_LIMITS, type HttpLimits } from "./util/http-limits.js";
+import { writePrivateFile } from "./util/private-file.js";
 
 export interface S3Config {
   /** Absent: AWS itself. */
@@ -48,6 +50,19 @@ export interface ImagesConfig {
   authFile?: string;
   /** Largest COPY context a template build accepts. */
   uploadLimitBytes: number;
+  /**
+   * API callers may name host paths as image sources (oci:, oci-archive:, docker-archive:).
+   * Off by default: those read any file the server can. Operator commands always may.
+   */
+  allowHostSources: boolean;
+  /** A registry silent this long (no headers, no bytes) is given up on. */
+  fetchTimeoutMs: number;
+  /** Largest manifest/index/config accepted from a registry or archive. */
+  maxManifestBytes: number;
+  /** Largest image (config + compressed layers) a pull accepts. */
+  maxImageBytes: number;
+  /** A build that has not finished after this no longer holds up the builds queued behind it. */
+  buildTimeoutMs: number;
 }
 
 export interface VolumesConfig {
@@ -148,6 +163,8 @@ export interface ServerConfig {
   staleWarmImageS: number;
   maxTimeoutS: number;
   bodyLimitBytes: number;
+  /** Timeouts and the connection cap of the API/proxy listener (util/http-limits.ts). */
+  http: HttpLimits;
   warmSlots: number;
   /** Most sandboxes (running or starting) this node runs at once; more get 429. */
   maxSandboxes: number;
@@ -240,10 +257,8 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   const dir = new NodePaths(dataDir).secrets;
   const file = join(dir, "api-key");
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
   const key = `aenv_${randomBytes(24).toString("hex")}`;
-  writeFileSync(file, `${key}\n`, { mode: 0o600 });
-  chmodSync(file, 0o600);
+  writePrivateFile(file, `${key}\n`);
   return key;
 }
 
@@ -278,6 +293,12 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
   "api.body_limit_bytes": "size",
+  "api.headers_timeout_secs": "int",
+  "api.request_timeout_secs": "int",
+  "api.keep_alive_timeout_secs": "int",
+  "api.idle_timeout_secs": "int",
+  "api.max_connections": "int",
+  "proxy.tunnel_idle_timeout_secs": "int",
   "repository.backend": "string",
   "repository.path": "string",
   "repository.compression_level": "int",
@@ -300,6 +321,11 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.insecure_registries": "string",
   "images.auth_file": "string",
   "images.upload_limit_bytes": "size",
+  "images.allow_host_sources": "bool",
+  "images.fetch_timeout_secs": "int",
+  "images.max_manifest_bytes": "size",
+  "images.max_image_bytes": "size",
+  "images.build_timeout_secs": "int",
   "volumes.max_size_bytes": "size",
   "volumes.backend": "string",
 };
@@ -337,6 +363,34 @@ export function readConfigFile(path: string): Map<string, Value> {
   };
   walk(doc, "");
   return out;
+}
+
+/** Listener limits from env names and file keys (the gateway reads the same variables). */
+function readHttpLimits(int: (envName: string, key: string, d: number) => number): HttpLimits {
+  const d = DEFAULT_HTTP_LIMITS;
+  const secs = (envName: string, key: string, ms: number) => int(envName, key, ms / 1000) * 1000;
+  const limits: HttpLimits = {
+    headersTimeoutMs: secs("AENV_HEADERS_TIMEOUT", "api.headers_timeout_secs", d.headersTimeoutMs),
+    requestTimeoutMs: secs("AENV_REQUEST_TIMEOUT", "api.request_timeout_secs", d.requestTimeoutMs),
+    keepAliveTimeoutMs: secs("AENV_KEEP_ALIVE_TIMEOUT", "api.keep_alive_timeout_secs", d.keepAliveTimeoutMs),
+    idleTimeoutMs: secs("AENV_IDLE_TIMEOUT", "api.idle_timeout_secs", d.idleTimeoutMs),
+    maxConnections: int("AENV_MAX_CONNECTIONS", "api.max_connections", d.maxConnections),
+    tunnelIdleTimeoutMs: secs("AENV_TUNNEL_IDLE_TIMEOUT", "proxy.tunnel_idle_timeout_secs", d.tunnelIdleTimeoutMs),
+  };
+  if (limits.headersTimeoutMs <= 0)
+    throw new ConfigError("api.headers_timeout_secs (AENV_HEADERS_TIMEOUT) must be at least 1");
+  if (limits.keepAliveTimeoutMs <= 0) {
+    throw new ConfigError("api.keep_alive_timeout_secs (AENV_KEEP_ALIVE_TIMEOUT) must be at least 1");
+  }
+  return limits;
+}
+
+/** The gateway's listener limits: the same AENV_* variables as a node's (it has no config file). */
+export function httpLimitsFromEnv(env: NodeJS.ProcessEnv): HttpLimits {
+  return readHttpLimits((envName, _key, d) => {
+    const v = env[envName];
+    return v ? parseInt10(v, envName) : d;
+  });
 }
 
 function volumesConfig(backend: string, maxSizeBytes: number): VolumesConfig {
@@ -465,6 +519,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),
     bodyLimitBytes: num("AENV_BODY_LIMIT", "api.body_limit_bytes", 1024 * 1024),
+    http: readHttpLimits(int),
     warmSlots: num("AENV_WARM_SLOTS", "network.warm_slots", 4),
     maxSandboxes: num("AENV_MAX_SANDBOXES", "sandbox.max_sandboxes", 256),
     repository,
@@ -475,6 +530,11 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
         .filter(Boolean),
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
+      allowHostSources: bool("AENV_ALLOW_HOST_IMAGE_SOURCES", "images.allow_host_sources", false),
+      fetchTimeoutMs: Math.max(1, int("AENV_REGISTRY_TIMEOUT", "images.fetch_timeout_secs", 60)) * 1000,
+      maxManifestBytes: size("AENV_REGISTRY_MAX_MANIFEST", "images.max_manifest_bytes", 4 * 1024 ** 2),
+      maxImageBytes: size("AENV_REGISTRY_MAX_IMAGE", "images.max_image_bytes", 32 * 1024 ** 3),
+      buildTimeoutMs: Math.max(1, int("AENV_BUILD_TIMEOUT", "images.build_timeout_secs", 3600)) * 1000,
     },
     volumes: volumesConfig(
       str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",

@@ -1,4 +1,15 @@
-import { join } from "node:path";
+import { realpathSync } from "node:fs";
+import { basename, dirname, join, resolve, sep } from "node:path";
+
+const PLAIN = /^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$/;
+
+const real = (p: string) => {
+  try {
+    return realpathSync(p);
+  } catch {
+    return undefined;
+  }
+};
 
 /**
  * Every node-local path in one place. The data dir is this server's (state, sandboxes,
@@ -98,6 +109,26 @@ export class NodePaths {
   get contextFiles(): string {
     return join(this.templatesDir, ".files");
   }
+  /**
+   * Whether `p` (a rootfs named by a repository manifest, written by another node) is one of
+   * this node's template trees: `<id>/<rootfsDir>` under this templates dir, or a path that
+   * resolves to exactly that tree (another server on the host with its own catalog). Anything
+   * else would mount a host folder into a sandbox.
+   */
+  isTemplateTree(p: string): boolean {
+    const abs = resolve(p);
+    const [id, tree] = [basename(dirname(abs)), basename(abs)];
+    if (!PLAIN.test(id) || !PLAIN.test(tree)) return false;
+    const own = real(join(this.templatesDir, id, tree));
+    return own !== undefined && own === real(abs);
+  }
+
+  /** Whether `p` (a runtime folder a manifest names) lies in this node's envd runtime folder. */
+  isRuntimeDir(p: string): boolean {
+    const root = real(this.envdRuntimeRoot);
+    return root !== undefined && (real(p) ?? "").startsWith(root + sep);
+  }
+
   /** OCI image blobs (content-addressed). */
   get imageBlobs(): string {
     return join(this.templatesDir, ".images");

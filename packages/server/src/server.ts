@@ -173,11 +173,16 @@ export async function startServer(
       new ImageStore({
         dir: paths.imageBlobs,
         insecureRegistries: cfg.images.insecureRegistries,
+        fetchTimeoutMs: cfg.images.fetchTimeoutMs,
+        maxManifestBytes: cfg.images.maxManifestBytes,
+        maxImageBytes: cfg.images.maxImageBytes,
         ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
         log: (msg) => log.child({ component: "images" }).info(msg),
       }),
     ),
     ...(sync ? { sync } : {}),
+    allowHostImageSources: cfg.images.allowHostSources,
+    buildTimeoutMs: cfg.images.buildTimeoutMs,
     log: log.child({ component: "builds" }),
   });
   let ready = false;
@@ -206,6 +211,7 @@ export async function startServer(
     apiKey: cfg.apiKey,
     domain: cfg.domain,
     bodyLimitBytes: cfg.bodyLimitBytes,
+    limits: cfg.http,
     health: () => ({
       ready,
       runtime,

@@ -50,6 +50,7 @@ test("builds interrupted by a restart are failed; a live server's build is left 
       orch: {} as Orchestrator,
       files: {} as ContextFiles,
       images: {} as ImageProvider,
+      allowHostImageSources: false,
       log: pino({ level: "silent" }),
     });
     assert.equal(store.get("dead")?.buildStatus, "error");

@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
@@ -11,6 +11,7 @@ import { CONTENT_TYPE, countRequest, countUpgrade, scrape } from "../telemetry/p
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";
+import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
@@ -32,6 +33,8 @@ export interface AppOptions {
   apiKey: string;
   domain: string;
   bodyLimitBytes: number;
+  /** Timeouts and the connection cap of the listener (slow clients cannot hold it). */
+  limits: HttpLimits;
   health: () => Record<string, unknown>;
   /** A cluster node answers GET /nodes about itself. */
   nodes?: () => unknown[];
@@ -53,6 +56,7 @@ export function buildApp(o: AppOptions): App {
     o.log.child({ component: "proxy" }),
     // Authorization: Bearer <API key> was meant for aenv, not for the sandbox.
     bearerKeyMatcher(o.apiKey),
+    o.limits,
   );
   o.orch.onStopped((id) => proxy.forget(id));
   // A sandbox with a client stream open (a running command, a WebSocket) is never idle.
@@ -61,10 +65,7 @@ export function buildApp(o: AppOptions): App {
     // Per-request logs at info would drown the rest; errors are still logged.
     loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,
     bodyLimit: o.bodyLimitBytes,
-    // Streams through the proxy may be silent for a long time (keepalives every 50 s).
-    requestTimeout: 0,
-    connectionTimeout: 0,
-    keepAliveTimeout: 75_000,
+    // The listener's timeouts are set on the server itself (serverFactory, util/http-limits.ts).
     // The router's own refusals (a URL it cannot decode, a path parameter over 100
     // characters) answer in the E2B shape too.
     frameworkErrors: (err, _req, reply) => {
@@ -72,11 +73,14 @@ export function buildApp(o: AppOptions): App {
       void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
     },
     serverFactory: (handler) => {
-      const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+      const server = createLimitedServer(o.limits, (req: IncomingMessage, res: ServerResponse) => {
         const target = resolveTarget(req);
         countRequest(res, target ? "proxy" : "api");
         if (target) proxy.handle(req, res, target);
-        else handler(req, res);
+        else {
+          requestDeadline(o.limits, req, res);
+          handler(req, res);
+        }
       });
       server.on("upgrade", (req, socket, head) => {
         const target = resolveTarget(req);
@@ -93,8 +97,6 @@ export function buildApp(o: AppOptions): App {
           endWithError(socket, 400, `bad request: ${err.code ?? err.message}`);
         } else socket.destroy();
       });
-      server.headersTimeout = 60_000;
-      server.requestTimeout = 0;
       return server;
     },
   });

@@ -33,7 +33,7 @@ export async function gcCommand(argv: string[]): Promise<number> {
     const graceS = values.grace !== undefined ? Number(values.grace) : cfg.repository.gcGraceS;
     if (!Number.isFinite(graceS) || graceS < 0)
       throw new ConfigError(`--grace must be seconds >= 0, got ${values.grace}`);
-    const repo = await openRepository(cfg, { info: () => {}, warn: () => {} });
+    const repo = await openRepository(cfg, { info: () => {}, warn: () => {}, error: () => {} });
     const r = await runGc(repo, { graceMs: graceS * 1000, dryRun: values["dry-run"] ?? false });
     console.log(JSON.stringify(r, null, 2));
     return 0;

@@ -65,7 +65,7 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
     const cfg = loadConfig({ config: values.config, dataDir: values["data-dir"], templatesDir: dir });
     if (!cfg.repository.commitTemplates) return 0;
     const log = pino({ level: "warn" });
-    const repository = await openRepository(cfg, { info: () => {}, warn: () => {} });
+    const repository = await openRepository(cfg, { info: () => {}, warn: () => {}, error: () => {} });
     const t0 = Date.now();
     await new TemplateSync({ repository, templates: new TemplateStore(dir), log }).commit(t);
     console.log(`import-template: committed to the repository in ${Date.now() - t0} ms`);

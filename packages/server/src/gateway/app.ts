@@ -1,5 +1,5 @@
 import { timingSafeEqual } from "node:crypto";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -7,6 +7,7 @@ import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
 import { CONTENT_TYPE, countRequest, countUpgrade, registerGateway, scrape } from "../telemetry/prometheus.js";
+import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
@@ -17,6 +18,8 @@ export interface GatewayOptions {
   redis: Redis;
   apiKey: string;
   log: Logger;
+  /** Timeouts and the connection cap of the listener (slow clients cannot hold it). */
+  limits: HttpLimits;
 }
 
 /** API paths about one sandbox: routed to the node that owns it. */
@@ -82,16 +85,16 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
 
   const fastify = Fastify({
     loggerInstance: log.child({ component: "gateway" }, { level: "warn" }) as FastifyBaseLogger,
-    requestTimeout: 0,
-    connectionTimeout: 0,
-    keepAliveTimeout: 75_000,
+    // The listener's timeouts are set on the server itself (serverFactory, util/http-limits.ts).
     frameworkErrors: (err, _req, reply) => {
       const status = err.statusCode ?? 400;
       void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
     },
     serverFactory: (handler) => {
-      const server = createServer((req, res) => {
-        countRequest(res, resolveTarget(req) ? "proxy" : "api");
+      const server = createLimitedServer(o.limits, (req, res) => {
+        const target = resolveTarget(req);
+        countRequest(res, target ? "proxy" : "api");
+        if (!target) requestDeadline(o.limits, req, res);
         dispatch(req, res, () => handler(req, res)).catch((err) => {
           log.error({ err, url: req.url }, "gateway request failed");
           sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });
@@ -106,12 +109,11 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
         const problem = targetProblem(target);
         if (problem) return fail(400, problem);
         calls.nodeForTraffic(target.sandboxId).then(
-          (to) => ("status" in to ? fail(to.status, to.message) : forwardUpgrade(req, socket, head, to.node.url)),
+          (to) =>
+            "status" in to ? fail(to.status, to.message) : forwardUpgrade(req, socket, head, to.node.url, o.limits),
           (err: Error) => fail(502, `gateway error: ${err.message}`),
         );
       });
-      server.headersTimeout = 60_000;
-      server.requestTimeout = 0;
       return server;
     },
   });

@@ -1,6 +1,7 @@
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
+import { type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 
 const HOP_BY_HOP = new Set([
@@ -145,7 +146,13 @@ export function call(
 }
 
 /** Tunnels an upgrade (WebSocket) to a node at TCP level. */
-export function forwardUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, nodeUrl: string): void {
+export function forwardUpgrade(
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  nodeUrl: string,
+  limits: Pick<HttpLimits, "tunnelIdleTimeoutMs">,
+): void {
   const u = new URL(nodeUrl);
   const upstream = connect({ host: u.hostname, port: Number(u.port) });
   let connected = false;
@@ -164,6 +171,7 @@ export function forwardUpgrade(req: IncomingMessage, socket: Duplex, head: Buffe
     upstream.destroy();
     socket.destroy();
   };
+  tunnelIdle(limits, socket, close);
   upstream.on("error", (err) => {
     if (!connected && !socket.destroyed) {
       endWithError(socket, 502, `node ${u.host} unreachable: ${err.message}`);

@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { Redis } from "ioredis";
 import pino from "pino";
-import { parseListen } from "../config.js";
+import { httpLimitsFromEnv, parseListen } from "../config.js";
 import { buildGateway } from "./app.js";
 
 const HELP = `aenv-gateway — one E2B endpoint in front of many aenv-server nodes
@@ -11,7 +11,9 @@ Usage: aenv-gateway [--listen HOST:PORT] --cluster redis://HOST:PORT
   --listen   address to serve on (default 0.0.0.0:8080)
   --cluster  the Redis the nodes register in (AENV_CLUSTER)
 
-Environment: AENV_API_KEY (the nodes' key; required), AENV_LOG_LEVEL.
+Environment: AENV_API_KEY (the nodes' key; required), AENV_LOG_LEVEL; listener limits
+AENV_HEADERS_TIMEOUT, AENV_REQUEST_TIMEOUT, AENV_KEEP_ALIVE_TIMEOUT, AENV_IDLE_TIMEOUT,
+AENV_MAX_CONNECTIONS, AENV_TUNNEL_IDLE_TIMEOUT (seconds / a count, as on a node).
 Stateless: run as many as you like behind one address.`;
 
 async function main(): Promise<void> {
@@ -38,7 +40,7 @@ async function main(): Promise<void> {
   process.on("uncaughtException", (err) => log.error({ err }, "BUG: uncaught exception"));
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 2 });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis"));
-  const app = buildGateway({ redis, apiKey, log });
+  const app = buildGateway({ redis, apiKey, log, limits: httpLimitsFromEnv(process.env) });
   await app.listen({ host, port });
   log.info({ host, port, redis: redisUrl }, "aenv-gateway ready");
   const stop = async () => {

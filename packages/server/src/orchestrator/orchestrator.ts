@@ -114,6 +114,7 @@ export class Orchestrator {
       templates: d.templates,
       snapshots: this.snapshots,
       checkpointKey,
+      isTemplateTree: (p) => paths.isTemplateTree(p),
       ...(d.fetchTemplate ? { fetchTemplate: d.fetchTemplate } : {}),
     });
     this.pool = new WarmPool({

@@ -305,8 +305,14 @@ export class PauseResume {
    */
   async adopt(id: string, runtimeDir: string, opts: { auto?: boolean } = {}): Promise<boolean> {
     const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
-    const meta = m && pauseMetaOf(m);
+    const meta =
+      m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
     if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
+    // The tree comes from the repository: only one of this node's template trees is mounted.
+    if (!this.d.paths.isTemplateTree(meta.sandbox.rootfs)) {
+      this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs }, "paused sandbox names no template tree here");
+      throw new StartFailedError(`sandbox '${id}' needs the template tree ${meta.sandbox.rootfs}, not on this node`);
+    }
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
     // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
     if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {

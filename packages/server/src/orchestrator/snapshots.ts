@@ -1,11 +1,13 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
 import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
-import { type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
+import { type RejectReport, type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
+import { UntrustedManifestError } from "../storage/repository/trust.js";
+import { writeFileDurableSync } from "../util/durable-write.js";
 import { commitDir } from "../util/fsync.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -186,8 +188,7 @@ export class Snapshots {
   private writePending(rec: SnapshotRecord): void {
     const { imageDir: _local, ...data } = rec;
     const file = this.d.paths.snapshotPending(rec.id);
-    writeFileSync(`${file}.tmp`, JSON.stringify(data));
-    renameSync(`${file}.tmp`, file);
+    writeFileDurableSync(file, JSON.stringify(data));
   }
 
   /** Commits a snapshot's local image to the repository; other servers can use it after. */
@@ -281,7 +282,7 @@ export class Snapshots {
       if (byId) return byId;
     }
     for (const m of await this.d.repository.listFresh().catch(() => [])) {
-      const meta = snapshotMetaOf(m);
+      const meta = snapshotMetaOf(m, this.reject);
       if (meta?.names.includes(ref)) return adopt(m);
     }
     // Taken on another server a moment ago and still being committed: wait for it.
@@ -295,10 +296,23 @@ export class Snapshots {
     return undefined;
   }
 
+  /** A refused manifest is logged once per reason, and otherwise ignored. */
+  private readonly rejected = new Set<string>();
+  private readonly reject: RejectReport = (err) => {
+    if (this.rejected.has(err.message)) return;
+    this.rejected.add(err.message);
+    this.d.log.error({ entry: err.entry }, `${err.message}; treated as unusable`);
+  };
+
   /** A snapshot manifest's record as this node keeps it (undefined for other kinds). */
   private ofManifest(m: Manifest): SnapshotRecord | undefined {
-    const meta = snapshotMetaOf(m);
+    const meta = snapshotMetaOf(m, this.reject);
     if (!meta) return undefined;
+    // An image from before image keys restores with its own /.aenv: only one of this node's.
+    if (!meta.imageKey && !this.d.paths.isRuntimeDir(meta.runtimeDir)) {
+      this.reject(new UntrustedManifestError(m.id, `runtimeDir ${meta.runtimeDir} is not this node's`));
+      return undefined;
+    }
     const { kind: _k, ...rec } = meta;
     return { ...rec, imageDir: this.d.paths.snapshot(m.id), committed: true };
   }

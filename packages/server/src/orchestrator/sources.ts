@@ -1,4 +1,3 @@
-import { existsSync } from "node:fs";
 import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.js";
 import type { SnapshotRecord } from "../state/store.js";
 import { type Template, type TemplateStore, usable } from "../templates/catalog.js";
@@ -13,6 +12,8 @@ export interface SourcesDeps {
   /** Brings a template another server committed to the repository onto this node. */
   fetchTemplate?: (ref: string) => Promise<Template | undefined>;
   checkpointKey: string;
+  /** Whether a snapshot's rootfs is a template tree of this node (see NodePaths.isTemplateTree). */
+  isTemplateTree: (path: string) => boolean;
 }
 
 /**
@@ -28,13 +29,16 @@ export class Sources {
     // A template of this name here wins over a snapshot of the same name elsewhere.
     const snap = await this.d.snapshots.find(ref, { remote: !localTpl });
     if (snap) {
+      // The rootfs comes from the repository: only a template tree here is ever mounted.
+      if (!this.d.isTemplateTree(snap.rootfs)) {
+        throw new StartFailedError(
+          `snapshot '${snap.id}' needs the template tree ${snap.rootfs}, not a template tree on this node`,
+        );
+      }
       if (snap.imageKey && snap.imageKey !== this.d.checkpointKey) {
         throw new InvalidRequestError(
           `snapshot '${snap.id}' was taken on another runtime (${snap.imageKey}, here ${this.d.checkpointKey})`,
         );
-      }
-      if (!existsSync(snap.rootfs)) {
-        throw new StartFailedError(`snapshot '${snap.id}' needs the template tree ${snap.rootfs}, not on this node`);
       }
       return { kind: "snapshot", snap };
     }

@@ -6,6 +6,7 @@ import { ENVD_PORT } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
+import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { type ProxyTarget, targetProblem, type UpstreamOptions, upstreamHeaders } from "./target.js";
 
@@ -86,6 +87,7 @@ export class SandboxProxy {
     private readonly routes: RouteLookup,
     private readonly log: Logger,
     private readonly isPlatformCredential: (authorization: string) => boolean = () => false,
+    private readonly limits: Pick<HttpLimits, "tunnelIdleTimeoutMs"> = DEFAULT_HTTP_LIMITS,
   ) {}
 
   private async lookup(req: IncomingMessage, t: ProxyTarget): Promise<RouteResult> {
@@ -233,6 +235,12 @@ export class SandboxProxy {
       if (head.length) upstream.write(head);
       upstream.pipe(socket);
       socket.pipe(upstream);
+    });
+    // A tunnel nobody uses any more (no byte either way) does not hold the slot forever.
+    tunnelIdle(this.limits, socket, () => {
+      this.log.debug({ sandboxID: t.sandboxId }, "idle tunnel closed");
+      upstream.destroy();
+      socket.destroy();
     });
     let answered = false;
     const close = () => {

@@ -1,9 +1,10 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, relative } from "node:path";
 import { envdArtifacts } from "@aenv/envd";
 import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
+import { publishTreeSync } from "../util/durable-write.js";
 
 /** Shared libraries the host's node binary loads, from ldd (the loader included). */
 function nodeLibraries(node: string): string[] {
@@ -68,6 +69,7 @@ export function prepareEnvdRuntime(root: string): string {
   cpSync(join(dirname(art.bundle), "package.json"), join(tmp, "envd", "package.json"));
   writeFileSync(join(tmp, ".complete"), "");
   rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
+  // Every sandbox mounts it: a crash must never leave a torn copy marked complete.
+  publishTreeSync(tmp, dir);
   return dir;
 }

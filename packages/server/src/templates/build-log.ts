@@ -20,6 +20,9 @@ export interface BuildRecord {
 
 const MAX_LINE = 4096;
 const MAX_ENTRIES = 20_000;
+/** A build that prints more than this keeps only the start of its log (records are kept in memory and on disk). */
+const MAX_LOG_BYTES = 4 * 1024 * 1024;
+const logBytes = new WeakMap<BuildRecord, number>();
 
 /** Turns process output chunks into one log entry per line. */
 export class LineSplitter {
@@ -42,7 +45,15 @@ export class LineSplitter {
 
 export function appendLog(b: BuildRecord, level: LogEntry["level"], message: string, step?: string): void {
   if (b.logs.length >= MAX_ENTRIES) return;
-  const entry: LogEntry = { timestamp: new Date().toISOString(), level, message: message.slice(0, MAX_LINE) };
+  const used = logBytes.get(b) ?? b.logs.reduce((n, e) => n + e.message.length, 0);
+  if (used >= MAX_LOG_BYTES) return;
+  let text = message.slice(0, MAX_LINE);
+  if (used + text.length >= MAX_LOG_BYTES || b.logs.length === MAX_ENTRIES - 1) {
+    text = `build log truncated: over ${MAX_LOG_BYTES} bytes or ${MAX_ENTRIES} lines`;
+    level = "warn";
+    logBytes.set(b, MAX_LOG_BYTES);
+  } else logBytes.set(b, used + text.length);
+  const entry: LogEntry = { timestamp: new Date().toISOString(), level, message: text };
   if (step !== undefined) entry.step = step;
   b.logs.push(entry);
 }

@@ -1,11 +1,13 @@
 import { createHash, randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, posix } from "node:path";
 import type { Logger } from "pino";
 import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
 import { newTemplateId } from "../orchestrator/ids.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { isHostPathSource } from "../storage/images/reference.js";
+import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
 import { exec } from "../util/exec.js";
 import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
 import { buildOwnerAlive, claimBuild } from "./build-owner.js";
@@ -74,6 +76,10 @@ export class TemplateBuilder {
       images: ImageProvider;
       /** Commits built templates to the repository (absent: they stay on this node). */
       sync?: TemplateSync;
+      /** API callers may build from host paths (oci:, *-archive:); see images.allow_host_sources. */
+      allowHostImageSources: boolean;
+      /** A build still running after this stops holding up the queue behind it (default 1 h). */
+      buildTimeoutMs?: number;
       log: Logger;
     },
   ) {
@@ -173,6 +179,7 @@ export class TemplateBuilder {
     const b = this.builds.get(buildId);
     if (b?.status !== "waiting") throw conflict(`build '${buildId}' was already started`);
     if (spec.fromImage && spec.fromTemplate) throw badRequest("give fromImage or fromTemplate, not both");
+    if (spec.fromImage) this.checkSource(spec.fromImage);
     const bad = validateSteps(spec.steps);
     if (bad) throw badRequest(bad);
     for (const [i, s] of spec.steps.entries()) {
@@ -194,7 +201,25 @@ export class TemplateBuilder {
         this.d.log.error({ err, template: t.id, build: b.buildID }, "template build failed unexpectedly");
       });
     const p = this.queue.then(run, run);
-    this.queue = p;
+    // Builds run one at a time, but a stuck one (a stalled step) must not block every later
+    // build and cold start: after the timeout the next one starts beside it.
+    const limit = this.d.buildTimeoutMs ?? 3600_000;
+    let timer: NodeJS.Timeout | undefined;
+    const released = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        if (b.status === "building") {
+          this.d.log.warn({ template: t.id, build: b.buildID, ms: limit }, "build over its time; next builds go ahead");
+          appendLog(
+            b,
+            "warn",
+            `build still running after ${Math.round(limit / 1000)} s; later builds no longer wait for it`,
+          );
+        }
+        resolve();
+      }, limit);
+      timer.unref();
+    });
+    this.queue = Promise.race([p.finally(() => clearTimeout(timer)), released]);
     return p;
   }
 
@@ -203,6 +228,7 @@ export class TemplateBuilder {
    * are cached), then reused. It has no warm image: cold starts boot.
    */
   importImage(ref: string): Promise<Template> {
+    this.checkSource(ref);
     const name = `image-${createHash("sha256").update(ref).digest("hex").slice(0, 16)}`;
     const existing = this.d.templates.get(name);
     if (existing && usable(existing) && existing.fromImage === ref && existing.buildStatus === "ready") {
@@ -222,6 +248,17 @@ export class TemplateBuilder {
       this.imports.set(name, p);
     }
     return p;
+  }
+
+  /** Host-path sources read host files: refused to API callers unless the operator allows them. */
+  private checkSource(ref: string): void {
+    if (isHostPathSource(ref) && !this.d.allowHostImageSources) {
+      throw badRequest(
+        `image '${ref}' names a path on the server's host; only registry images are accepted here ` +
+          "(an operator may allow host paths with images.allow_host_sources / AENV_ALLOW_HOST_IMAGE_SOURCES, " +
+          "or import them with aenv-server import-template)",
+      );
+    }
   }
 
   status(templateId: string, buildId: string, offset = 0, limit = 1000) {
@@ -281,8 +318,7 @@ export class TemplateBuilder {
     if (!existsSync(join(t.dir, "template.json"))) return; // deleted meanwhile
     mkdirSync(join(t.dir, "builds"), { recursive: true });
     const file = this.recordPath(t, b.buildID);
-    writeFileSync(`${file}.tmp`, JSON.stringify(b));
-    renameSync(`${file}.tmp`, file);
+    writeFileDurableSync(file, JSON.stringify(b));
   }
 
   // ---------------------------------------------------------------- the build
@@ -333,7 +369,7 @@ export class TemplateBuilder {
       }
       rmSync(join(tmpRoot, STAGING_MOUNT.slice(1)), { recursive: true, force: true });
       rmSync(join(t.dir, rootfsDir), { recursive: true, force: true });
-      renameSync(tmpRoot, join(t.dir, rootfsDir));
+      await publishTree(tmpRoot, join(t.dir, rootfsDir));
       t = this.d.templates.save({
         ...this.mustGet(templateId),
         revision: rev,

@@ -1,7 +1,7 @@
-import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { writeFileDurableSync } from "../util/durable-write.js";
 
 export const BuildStatus = z.enum(["waiting", "building", "ready", "error"]);
 export type BuildStatus = z.infer<typeof BuildStatus>;
@@ -77,10 +77,7 @@ function readTemplateFile(file: string): TemplateData | undefined {
 
 /** Writes JSON under a temp name, then renames it: readers never see half a file. */
 function writeAtomic(dir: string, name: string, data: unknown): void {
-  mkdirSync(dir, { recursive: true });
-  const tmp = join(dir, `.${name}.tmp-${randomBytes(4).toString("hex")}`);
-  writeFileSync(tmp, JSON.stringify(data, null, 2));
-  renameSync(tmp, join(dir, name));
+  writeFileDurableSync(join(dir, name), JSON.stringify(data, null, 2));
 }
 
 /**

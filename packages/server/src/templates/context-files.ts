@@ -1,9 +1,10 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { createWriteStream, existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { InvalidRequestError, TooLargeError, UnauthorizedError } from "../errors.js";
+import { renameDurableSync } from "../util/durable-write.js";
 
 const HASH_RE = /^[A-Za-z0-9]{1,128}$/;
 const LINK_TTL_S = 3600;
@@ -79,7 +80,7 @@ export class ContextFiles {
       if (declaredLength !== undefined && bytes !== declaredLength) {
         throw new InvalidRequestError(`upload ended after ${bytes} of ${declaredLength} bytes`);
       }
-      renameSync(tmp, final);
+      renameDurableSync(tmp, final);
       return bytes;
     } finally {
       rmSync(tmp, { force: true });

@@ -1,7 +1,8 @@
-import { lstatSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { lstatSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { newTemplateId } from "../orchestrator/ids.js";
 import type { ImageStore } from "../storage/images/index.js";
+import { publishTree } from "../util/durable-write.js";
 import { DEFAULT_PATH, type Template, type TemplateStore, validTemplateName } from "./catalog.js";
 import { imageProvider } from "./image-provider.js";
 
@@ -51,7 +52,7 @@ export async function importTemplate(opts: {
     throw new Error(`image ${opts.ref} has no account '${user}' (set the image's User, or build with steps)`);
   }
   rmSync(join(dir, rootfsDir), { recursive: true, force: true });
-  renameSync(tmp, join(dir, rootfsDir));
+  await publishTree(tmp, join(dir, rootfsDir));
   const now = new Date().toISOString();
   return opts.templates.save({
     id,

@@ -1,23 +1,16 @@
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
+import { type TemplateMeta, templateMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { Manifest } from "../storage/repository/repository.js";
+import { UntrustedManifestError } from "../storage/repository/trust.js";
+import { publishTree } from "../util/durable-write.js";
 import { exec } from "../util/exec.js";
 import type { Template, TemplateData, TemplateStore } from "./catalog.js";
 
 const PREFIX = "tpl-";
-
-interface TemplateMeta {
-  kind: "template";
-  template: TemplateData;
-}
-
-const isTemplate = (m: Manifest): m is Manifest & { meta: TemplateMeta } => {
-  const meta = m.meta as { kind?: unknown; template?: { id?: unknown } };
-  return meta.kind === "template" && typeof meta.template?.id === "string";
-};
 
 /**
  * Built templates in the snapshot repository, so every server sharing it can start them:
@@ -50,22 +43,32 @@ export class TemplateSync {
       const { dir: _d, rootfs: _r, ...data } = t;
       writeFileSync(join(tmp, "template.json"), JSON.stringify(data));
       const meta: TemplateMeta = { kind: "template", template: data };
-      const { stats } = await this.d.repository.commit(
-        this.manifestId(t),
-        tmp,
-        meta as unknown as Record<string, unknown>,
-      );
+      const { stats } = await this.d.repository.commit(this.manifestId(t), tmp, meta);
       this.d.log.info({ template: t.id, revision: t.revision, ...stats, ms: Date.now() - t0 }, "template committed");
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }
     for (const m of await this.manifestsOf(t.id)) {
-      if (isTemplate(m) && m.meta.template.revision < t.revision) await this.d.repository.delete(m.id);
+      const old = templateMetaOf(m, this.reject);
+      if (old && old.template.revision < t.revision) await this.d.repository.delete(m.id);
     }
   }
 
+  /** A template manifest that names paths it must not is logged once and never fetched. */
+  private readonly rejected = new Set<string>();
+  private readonly reject = (err: UntrustedManifestError): void => {
+    if (this.rejected.has(err.message)) return;
+    this.rejected.add(err.message);
+    this.d.log.error({ entry: err.entry }, `${err.message}; treated as unusable`);
+  };
+
   private async manifestsOf(id: string): Promise<Manifest[]> {
     return (await this.d.repository.list()).filter((m) => m.id.startsWith(`${PREFIX}${id}-r`));
+  }
+
+  private rejectNow(err: UntrustedManifestError): UntrustedManifestError {
+    this.reject(err);
+    return err;
   }
 
   /** Removes every committed revision of a template. */
@@ -91,8 +94,9 @@ export class TemplateSync {
       return t ? this.d.templates.get(ref) : undefined;
     }
     const found = (await this.d.repository.listFresh())
-      .filter(isTemplate)
-      .filter((m) => m.meta.template.id === ref || m.meta.template.name === ref)
+      .map((m) => ({ m, meta: templateMetaOf(m, this.reject) }))
+      .filter((x): x is { m: Manifest; meta: TemplateMeta } => x.meta !== undefined)
+      .filter(({ meta }) => meta.template.id === ref || meta.template.name === ref)
       .sort((a, b) => b.meta.template.revision - a.meta.template.revision)[0];
     if (!found) return undefined;
     const data = found.meta.template;
@@ -103,15 +107,19 @@ export class TemplateSync {
     const tmp = join(this.d.templates.dir, `.fetch-${data.id}-${randomBytes(4).toString("hex")}`);
     const tree = join(dir, `${data.rootfsDir}.tmp`);
     try {
-      await this.d.repository.materialize(found.id, tmp);
+      await this.d.repository.materialize(found.m.id, tmp);
       const committed = JSON.parse(readFileSync(join(tmp, "template.json"), "utf8")) as TemplateData;
+      // The catalog entry inside names the folders too: it must be the one the manifest was checked as.
+      if (committed.id !== data.id || committed.rootfsDir !== data.rootfsDir) {
+        throw this.rejectNow(new UntrustedManifestError(found.m.id, "its template.json is not the template it names"));
+      }
       rmSync(tree, { recursive: true, force: true });
       mkdirSync(tree, { recursive: true });
       await exec("tar", ["--numeric-owner", "--xattrs", "-xf", join(tmp, "rootfs.tar"), "-C", tree], {
         timeoutMs: 30 * 60_000,
       });
       rmSync(join(dir, data.rootfsDir), { recursive: true, force: true });
-      renameSync(tree, join(dir, data.rootfsDir));
+      await publishTree(tree, join(dir, data.rootfsDir));
       const t = this.d.templates.save({ ...committed, buildStatus: "ready", reason: undefined });
       this.d.log.info(
         { template: t.id, revision: t.revision, ms: Date.now() - t0 },

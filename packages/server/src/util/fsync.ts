@@ -1,25 +1,9 @@
-import { closeSync, constants, fsyncSync, openSync, readdirSync, renameSync, rmSync } from "node:fs";
-import { open } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { fsyncPath, fsyncPathSync, renameDurableSync } from "./durable-write.js";
 
 /** fsync of a folder: makes a rename or a new entry in it durable. */
-export async function fsyncDir(path: string): Promise<void> {
-  const fh = await open(path, constants.O_RDONLY);
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
-function fsyncPathSync(path: string): void {
-  const fd = openSync(path, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
+export const fsyncDir = fsyncPath;
 
 /**
  * Moves a finished flat folder (a checkpoint image) from its temporary name to its final one,
@@ -27,8 +11,6 @@ function fsyncPathSync(path: string): void {
  */
 export function commitDir(tmp: string, final: string): void {
   for (const name of readdirSync(tmp)) fsyncPathSync(join(tmp, name));
-  fsyncPathSync(tmp);
   rmSync(final, { recursive: true, force: true });
-  renameSync(tmp, final);
-  fsyncPathSync(dirname(final));
+  renameDurableSync(tmp, final);
 }

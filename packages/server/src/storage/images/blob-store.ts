@@ -5,10 +5,11 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { createWriteStream } from "node:fs";
-import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { renameDurable } from "../../util/durable-write.js";
 import { ImagePullError } from "./errors.js";
 import { isDigest } from "./reference.js";
 
@@ -65,7 +66,7 @@ export class BlobStore {
     await mkdir(join(this.dir, "blobs", alg), { recursive: true });
     try {
       await writeFile(tmp, bytes);
-      await rename(tmp, this.path(digest));
+      await renameDurable(tmp, this.path(digest));
     } finally {
       await rm(tmp, { force: true });
     }
@@ -122,7 +123,7 @@ export class BlobStore {
           `size mismatch: blob ${digest} is ${n} bytes, descriptor says ${size}`,
         );
       }
-      await rename(tmp, this.path(digest));
+      await renameDurable(tmp, this.path(digest));
       return "fetched";
     } finally {
       await rm(tmp, { force: true });

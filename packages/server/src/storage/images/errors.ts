@@ -12,7 +12,9 @@ export type ImageErrorCode =
   | "unsafe-layer"
   | "bad-layer"
   | "archive"
-  | "destination-exists";
+  | "destination-exists"
+  | "too-large"
+  | "timeout";
 
 export class ImagePullError extends Error {
   constructor(

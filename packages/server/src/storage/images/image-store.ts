@@ -3,8 +3,9 @@
  * blobs → a root filesystem directory (unpack). No Docker daemon involved.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { mkdir, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { publishTree } from "../../util/durable-write.js";
 import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
 import { authFilePath, loadCredentials } from "./auth.js";
 import { BlobStore, digestOf } from "./blob-store.js";
@@ -22,7 +23,7 @@ import {
 } from "./manifest.js";
 import { type ProgressCallback, ProgressTracker } from "./progress.js";
 import { formatSource, parseSource } from "./reference.js";
-import { RegistryClient } from "./registry-client.js";
+import { DEFAULT_MAX_MANIFEST_BYTES, RegistryClient } from "./registry-client.js";
 import { readTar } from "./tar.js";
 import { RootfsWriter, type UnpackStats } from "./unpack.js";
 
@@ -38,7 +39,15 @@ export interface ImageStoreOptions {
   log?: (msg: string) => void;
   /** Parallel blob downloads (default 3). */
   concurrency?: number;
+  /** A registry silent this long is given up on (default 60 s; see RegistryClientOptions). */
+  fetchTimeoutMs?: number;
+  /** Largest manifest, index or image config accepted (default 4 MiB). */
+  maxManifestBytes?: number;
+  /** Largest image accepted: config plus compressed layers, as the manifest declares them (default 32 GiB). */
+  maxImageBytes?: number;
 }
+
+export const DEFAULT_MAX_IMAGE_BYTES = 32 * 1024 ** 3;
 
 export interface LayerDescriptor {
   digest: string;
@@ -106,6 +115,8 @@ export class ImageStore {
         const client = new RegistryClient(spec.ref, {
           ...(creds ? { credentials: creds } : {}),
           insecureRegistries: this.opts.insecureRegistries ?? [],
+          ...(this.opts.fetchTimeoutMs ? { timeoutMs: this.opts.fetchTimeoutMs } : {}),
+          ...(this.opts.maxManifestBytes ? { maxManifestBytes: this.opts.maxManifestBytes } : {}),
         });
         return new RegistrySource(name, client);
       }
@@ -157,6 +168,20 @@ export class ImageStore {
       if (parsed.kind !== "manifest") throw new ImagePullError("unsupported", `nested index in ${src.name}`);
     }
     const manifest: ImageManifest = parsed;
+    // Sizes are the manifest's word, and the blob store refuses a blob past its descriptor's
+    // size: checking them here bounds what the pull may write before a byte moves.
+    const maxConfig = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    if (manifest.config.size > maxConfig) {
+      throw new ImagePullError(
+        "too-large",
+        `${src.name}: image config is ${manifest.config.size} bytes, over ${maxConfig}`,
+      );
+    }
+    const total = manifest.layers.reduce((n, l) => n + l.size, manifest.config.size);
+    const maxImage = this.opts.maxImageBytes ?? DEFAULT_MAX_IMAGE_BYTES;
+    if (total > maxImage) {
+      throw new ImagePullError("too-large", `${src.name}: image is ${total} bytes, over the limit of ${maxImage}`);
+    }
     // Config first: small, and it says whether this is an image for us at all.
     const fetchBlob = async (d: { digest: string; size: number }, onBytes?: (n: number) => void) => {
       let n = 0;
@@ -266,7 +291,7 @@ export class ImageStore {
         progress.state(i, "extracted");
       }
       await writer.finish();
-      await rename(tmp, destDir);
+      await publishTree(tmp, destDir);
     } catch (e) {
       await rm(tmp, { recursive: true, force: true });
       throw e;

@@ -14,6 +14,7 @@ export {
   formatReference,
   type ImageReference,
   type ImageSourceSpec,
+  isHostPathSource,
   parseReference,
   parseSource,
 } from "./reference.js";

@@ -103,6 +103,15 @@ export function parseSource(input: string): ImageSourceSpec {
   return kind === "oci" ? { kind, dir: path, ...(tag ? { tag } : {}) } : { kind, path, ...(tag ? { tag } : {}) };
 }
 
+/**
+ * Whether an image source names a path on this host (`oci:`, `oci-archive:`,
+ * `docker-archive:`) rather than a registry: such sources read host files, so only the
+ * operator may use them (images.allow_host_sources).
+ */
+export function isHostPathSource(input: string): boolean {
+  return /^(oci|oci-archive|docker-archive):/.test(input);
+}
+
 export function formatSource(s: ImageSourceSpec): string {
   switch (s.kind) {
     case "registry":

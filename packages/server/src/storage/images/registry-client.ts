@@ -1,5 +1,5 @@
 /** OCI Distribution / Docker Registry HTTP API v2: manifests and blobs of one repository. */
-import { Readable } from "node:stream";
+import { Readable, Transform } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { type Credentials, RegistryAuth } from "./auth.js";
 import { ImagePullError } from "./errors.js";
@@ -12,7 +12,17 @@ export interface RegistryClientOptions {
   insecureRegistries?: readonly string[];
   /** Counts requests, for tests and stats. */
   onRequest?: (kind: "manifest" | "blob", url: string) => void;
+  /**
+   * A registry silent this long is given up on: no response headers, no manifest, or no blob
+   * bytes for this long (default 60 s). A slow registry is fine; a stalled one is not.
+   */
+  timeoutMs?: number;
+  /** Largest manifest or index accepted (default 4 MiB); a registry sending more is refused. */
+  maxManifestBytes?: number;
 }
+
+export const DEFAULT_FETCH_TIMEOUT_MS = 60_000;
+export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
 
 function hostname(hostPort: string): string {
   if (hostPort.startsWith("[")) return hostPort.slice(1, hostPort.indexOf("]"));
@@ -47,7 +57,23 @@ export class RegistryClient {
     this.auth = new RegistryAuth(ref.apiHost, opts.credentials, `repository:${ref.repository}:pull`);
   }
 
-  private async request(kind: "manifest" | "blob", url: string, accept?: string): Promise<Response> {
+  private get timeoutMs(): number {
+    return this.opts.timeoutMs ?? DEFAULT_FETCH_TIMEOUT_MS;
+  }
+
+  private stalled(what: string): ImagePullError {
+    return new ImagePullError(
+      "timeout",
+      `registry ${this.ref.apiHost} sent nothing for ${Math.round(this.timeoutMs / 1000)} s (${what}); giving up`,
+    );
+  }
+
+  /** fetch with a deadline for the response head; the controller also aborts the body later. */
+  private async request(
+    kind: "manifest" | "blob",
+    url: string,
+    accept?: string,
+  ): Promise<{ res: Response; abort: AbortController }> {
     for (let attempt = 0; ; attempt++) {
       const headers: Record<string, string> = {};
       if (accept) headers.accept = accept;
@@ -55,16 +81,21 @@ export class RegistryClient {
       if (authz) headers.authorization = authz;
       this.opts.onRequest?.(kind, url);
       let res: Response;
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(this.stalled(`${kind} response`)), this.timeoutMs);
       try {
         // Redirects (blob storage on another host) are followed; fetch drops Authorization cross-origin.
-        res = await fetch(url, { headers, redirect: "follow" });
+        res = await fetch(url, { headers, redirect: "follow", signal: abort.signal });
       } catch (e) {
+        if (abort.signal.aborted) throw abort.signal.reason as ImagePullError;
         const cause = (e as { cause?: { message?: string } }).cause?.message;
         throw new ImagePullError(
           "network",
           `cannot reach registry ${this.ref.apiHost}: ${cause ?? (e as Error).message}`,
           { cause: e },
         );
+      } finally {
+        clearTimeout(timer);
       }
       if (res.status === 401 && attempt < 2) {
         await res.body?.cancel();
@@ -74,13 +105,48 @@ export class RegistryClient {
           `unauthorized: ${formatReference(this.ref)}${this.opts.credentials ? " (credentials refused)" : " (no credentials for " + this.ref.registry + ")"}`,
         );
       }
-      return res;
+      return { res, abort };
     }
+  }
+
+  /** A manifest body, read within the size limit and the timeout (a huge or endless one is cut). */
+  private async readManifest(res: Response, abort: AbortController, reference: string): Promise<Buffer> {
+    const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    const tooLarge = () =>
+      new ImagePullError("too-large", `manifest ${reference} of ${formatReference(this.ref)} is over ${max} bytes`);
+    const declared = Number(res.headers.get("content-length"));
+    if (res.headers.has("content-length") && declared > max) {
+      abort.abort(tooLarge());
+      throw tooLarge();
+    }
+    const timer = setTimeout(() => abort.abort(this.stalled(`manifest ${reference}`)), this.timeoutMs);
+    const parts: Buffer[] = [];
+    let n = 0;
+    try {
+      const reader = (res.body as WebReadableStream<Uint8Array> | null)?.getReader();
+      if (!reader) return Buffer.alloc(0);
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        n += value.length;
+        if (n > max) {
+          abort.abort(tooLarge());
+          throw tooLarge();
+        }
+        parts.push(Buffer.from(value));
+      }
+    } catch (e) {
+      if (abort.signal.aborted) throw abort.signal.reason as ImagePullError;
+      throw new ImagePullError("network", `manifest ${reference}: ${(e as Error).message}`, { cause: e });
+    } finally {
+      clearTimeout(timer);
+    }
+    return Buffer.concat(parts);
   }
 
   /** Fetches a manifest or index by tag or digest; verification is the caller's job. */
   async getManifest(reference: string): Promise<{ bytes: Buffer; mediaType: string }> {
-    const res = await this.request("manifest", `${this.base}/manifests/${reference}`, MANIFEST_ACCEPT);
+    const { res, abort } = await this.request("manifest", `${this.base}/manifests/${reference}`, MANIFEST_ACCEPT);
     if (res.status === 404) {
       await res.body?.cancel();
       const shown = formatReference({
@@ -94,14 +160,14 @@ export class RegistryClient {
         "registry",
         `manifest ${reference} of ${formatReference(this.ref)}: ${await registryError(res)}`,
       );
-    const bytes = Buffer.from(await res.arrayBuffer());
+    const bytes = await this.readManifest(res, abort, reference);
     const mediaType = (res.headers.get("content-type") ?? "").split(";")[0]!.trim();
     return { bytes, mediaType };
   }
 
   /** Opens a blob for streaming; `size` is the Content-Length when the registry sent one. */
   async getBlob(digest: string): Promise<{ body: Readable; size?: number }> {
-    const res = await this.request("blob", `${this.base}/blobs/${digest}`);
+    const { res, abort } = await this.request("blob", `${this.base}/blobs/${digest}`);
     if (res.status === 404) {
       await res.body?.cancel();
       throw new ImagePullError("blob-missing", `blob unknown: ${digest} in ${formatReference(this.ref)}`);
@@ -113,8 +179,36 @@ export class RegistryClient {
       );
     }
     const len = Number(res.headers.get("content-length"));
+    // No byte for timeoutMs: the download is given up (the transfer is aborted, the reader errors).
+    let timer: NodeJS.Timeout | undefined;
+    const src = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>);
+    const watched = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        arm();
+        cb(null, chunk);
+      },
+      flush(cb) {
+        clearTimeout(timer);
+        cb();
+      },
+    });
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        const err = this.stalled(`blob ${digest}`);
+        abort.abort(err);
+        watched.destroy(err);
+      }, this.timeoutMs);
+    };
+    arm();
+    src.on("error", (e) => watched.destroy(abort.signal.aborted ? (abort.signal.reason as Error) : e));
+    watched.on("close", () => {
+      clearTimeout(timer);
+      src.destroy();
+    });
+    src.pipe(watched);
     return {
-      body: Readable.fromWeb(res.body as WebReadableStream<Uint8Array>),
+      body: watched,
       ...(Number.isFinite(len) && len >= 0 && res.headers.has("content-length") ? { size: len } : {}),
     };
   }

@@ -4,8 +4,9 @@
  * waits for the manifest instead of answering 404.
  */
 import type { RepositoryBackend } from "./backend.js";
-import { assertId, PENDING } from "./layout.js";
+import { assertId, isId, PENDING } from "./layout.js";
 import type { Announcement, Manifest } from "./repository.js";
+import { UntrustedManifestError } from "./trust.js";
 
 export async function announce(backend: RepositoryBackend, id: string, names: string[]): Promise<void> {
   assertId(id);
@@ -19,16 +20,24 @@ export async function withdraw(backend: RepositoryBackend, id: string): Promise<
 }
 
 /** Announcements newer than `maxAgeMs` (an older one is a commit that never ended). */
-export async function announced(backend: RepositoryBackend, maxAgeMs = 30 * 60_000): Promise<Announcement[]> {
+export async function announced(
+  backend: RepositoryBackend,
+  maxAgeMs = 30 * 60_000,
+  onUntrusted: (err: UntrustedManifestError) => void = () => {},
+): Promise<Announcement[]> {
   const out: Announcement[] = [];
   for await (const o of backend.list(PENDING)) {
     if (Date.now() - o.modified.getTime() > maxAgeMs) continue;
     const raw = await backend.get(o.key).catch(() => undefined);
     try {
       const a = raw && (JSON.parse(raw.toString()) as Partial<Announcement>);
-      if (a && typeof a.id === "string" && Array.isArray(a.names)) {
-        out.push({ id: a.id, names: a.names.filter((n): n is string => typeof n === "string"), at: a.at ?? 0 });
+      if (!a) continue;
+      // Its id is looked up as a manifest next: only a valid id, the one it is stored under.
+      if (!isId(a.id) || o.key !== `${PENDING}${a.id}.json` || !Array.isArray(a.names)) {
+        onUntrusted(new UntrustedManifestError(o.key, "announcement id missing or not the key it is stored under"));
+        continue;
       }
+      out.push({ id: a.id, names: a.names.filter((n): n is string => typeof n === "string"), at: a.at ?? 0 });
     } catch {
       // a marker being written: the next look reads it
     }

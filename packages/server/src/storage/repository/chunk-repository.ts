@@ -26,6 +26,7 @@ import {
   SnapshotNotFoundError,
   type SnapshotRepository,
 } from "./repository.js";
+import { checkManifest, UntrustedManifestError } from "./trust.js";
 import { compressMany, decompressMany, MAX_BATCH } from "./zstd.js";
 
 /** Seams for tests that need to interleave a commit and a GC deterministically. */
@@ -60,6 +61,8 @@ export interface RepositoryOptions {
   /** How often a commit waiting for a GC looks again (default 500 ms). */
   gcPollMs?: number;
   hooks?: RepositoryHooks;
+  /** A manifest was refused (see trust.ts); called once per entry and reason, for the log. */
+  onUntrusted?: (err: UntrustedManifestError) => void;
 }
 
 interface Piece {
@@ -110,6 +113,8 @@ export class ChunkRepository implements SnapshotRepository {
   private readonly gcLockTtlMs: number;
   private readonly gcPollMs: number;
   private readonly hooks: RepositoryHooks;
+  private readonly onUntrusted: (err: UntrustedManifestError) => void;
+  private readonly reported = new Set<string>();
 
   constructor(
     readonly backend: RepositoryBackend,
@@ -125,6 +130,16 @@ export class ChunkRepository implements SnapshotRepository {
     this.gcLockTtlMs = opts.gcLockTtlMs ?? 15 * 60_000;
     this.gcPollMs = opts.gcPollMs ?? 500;
     this.hooks = opts.hooks ?? {};
+    this.onUntrusted = opts.onUntrusted ?? (() => {});
+  }
+
+  /** Logs a refused entry once (listings see it again and again). */
+  private untrusted(err: UntrustedManifestError): UntrustedManifestError {
+    if (!this.reported.has(err.message)) {
+      this.reported.add(err.message);
+      this.onUntrusted(err);
+    }
+    return err;
   }
 
   // ------------------------------------------------------------------ commit
@@ -253,16 +268,17 @@ export class ChunkRepository implements SnapshotRepository {
     }
     const raw = await this.backend.get(key);
     if (!raw) return undefined;
-    let m: Manifest;
+    let parsed: unknown;
     try {
-      m = JSON.parse(raw.toString("utf8")) as Manifest;
+      parsed = JSON.parse(raw.toString("utf8"));
     } catch {
-      throw new Error(`manifest of '${id}' in ${this.backend.description} is not valid JSON`);
+      throw this.untrusted(new UntrustedManifestError(id, `not valid JSON (in ${this.backend.description})`));
     }
-    if (m.version !== 2) {
-      throw new Error(`manifest of '${id}' has version ${String(m.version)}; this aenv reads version 2`);
+    try {
+      return checkManifest(id, parsed);
+    } catch (err) {
+      throw err instanceof UntrustedManifestError ? this.untrusted(err) : err;
     }
-    return m;
   }
 
   announce(id: string, names: string[]): Promise<void> {
@@ -282,7 +298,7 @@ export class ChunkRepository implements SnapshotRepository {
   }
 
   announced(maxAgeMs?: number): Promise<Announcement[]> {
-    return announced(this.backend, maxAgeMs);
+    return announced(this.backend, maxAgeMs, (e) => this.untrusted(e));
   }
 
   waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined> {
@@ -393,7 +409,6 @@ export class ChunkRepository implements SnapshotRepository {
     try {
       const jobs: { fh: FileHandle; offset: number; ref: ChunkRef }[] = [];
       for (const f of m.files) {
-        if (f.name.includes("/") || f.name.startsWith(".")) throw new Error(`manifest of '${id}': bad file name`);
         const fh = await open(join(staging, f.name), "w", 0o644);
         handles.push(fh);
         let offset = 0;

@@ -6,3 +6,4 @@ export * from "./open.js";
 export * from "./posix-fs-backend.js";
 export * from "./repository.js";
 export * from "./s3-backend.js";
+export * from "./trust.js";

@@ -25,8 +25,11 @@ export function isDigest(s: string): boolean {
   return SHA_RE.test(s);
 }
 
+/** Also what every name from a manifest must be before it becomes one path component here. */
+export const isId = (s: unknown): s is string => typeof s === "string" && ID_RE.test(s);
+
 export function assertId(id: string): void {
-  if (!ID_RE.test(id)) throw new Error(`invalid snapshot id '${id}'`);
+  if (!isId(id)) throw new Error(`invalid snapshot id '${id}'`);
 }
 
 export function chunkKey(sha: string): string {

@@ -10,6 +10,7 @@ import { checkZstd } from "./zstd.js";
 export interface RepoLogger {
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
 }
 
 export function createBackend(cfg: Pick<ServerConfig, "repository">): RepositoryBackend {
@@ -65,6 +66,8 @@ export async function openRepository(
     concurrency: r.concurrency,
     cacheOnCommit: r.cacheOnCommit,
     gcGraceMs: r.gcGraceS * 1000,
+    onUntrusted: (err) =>
+      log.error({ backend: backend.description, entry: err.entry }, `${err.message}; treated as unusable`),
     ...extra,
   });
 }

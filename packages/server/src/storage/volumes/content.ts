@@ -1,12 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { constants, createReadStream, createWriteStream, type ReadStream, type Stats } from "node:fs";
-import { chmod, chown, lstat, mkdir, open, readdir, readlink, realpath, rename, rm } from "node:fs/promises";
+import { chmod, chown, lstat, mkdir, open, readdir, readlink, realpath, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { VolumeEntryStat } from "@aenv/protocol";
 import { ConflictError, InvalidRequestError, NotFoundError, TooLargeError } from "../../errors.js";
+import { renameDurable } from "../../util/durable-write.js";
 import type { VolumeBackend } from "./backend.js";
 import { fdTarget, hostPath, isWithin, parseVolumePath, type VolumePath } from "./safe-path.js";
 
@@ -223,7 +224,7 @@ export class VolumeContent {
     try {
       await pipeline(body, limit, createWriteStream(tmp, { flags: "wx", mode: FILE_MODE }));
       await applyOwnership(tmp, o, FILE_MODE);
-      await rename(tmp, path);
+      await renameDurable(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
       if ((err as NodeJS.ErrnoException).code === "ENOSPC") {

@@ -1,5 +1,6 @@
 import { chmod, mkdir, rename, rm, rmdir, stat, statfs, truncate } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { renameDurable } from "../../util/durable-write.js";
 import { exec } from "../../util/exec.js";
 import type { VolumeBackend } from "./backend.js";
 
@@ -34,7 +35,7 @@ export class Ext4ImageBackend implements VolumeBackend {
       await exec("truncate", ["-s", String(this.sizeBytes), tmp]).catch(() => truncate(tmp, this.sizeBytes));
       // -m 0: no blocks reserved for root, the whole size is the user's.
       await exec("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "root_owner=0:0", tmp], { timeoutMs: 60_000 });
-      await rename(tmp, img);
+      await renameDurable(tmp, img);
     }
     await this.attach(id, true);
   }
