@@ -99,10 +99,11 @@ describe("pause and resume", () => {
     const healthy = await Sandbox.create();
     try {
       const root = `${srv().dataDir}/runsc`;
-      const ids = JSON.parse(execFileSync("runsc", [`--root=${root}`, "list", "--format=json"]).toString()) as Array<{
-        id: string;
-      }>;
-      const runtime = ids.find((c) => c.id.startsWith(`${doomed.sandboxId}-`));
+      // -quiet: the JSON form asks each sandbox, and pooled ones are frozen.
+      const ids = execFileSync("runsc", [`--root=${root}`, "list", "-quiet"])
+        .toString()
+        .split("\n");
+      const runtime = ids.map((id) => ({ id })).find((c) => c.id.startsWith(`${doomed.sandboxId}-`));
       assert.ok(runtime, "runsc knows the sandbox");
       // As an OOM kill would: the sandbox's processes are gone, the server was not asked.
       execFileSync("runsc", [`--root=${root}`, "kill", runtime.id, "KILL"]);

@@ -510,7 +510,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
-    startConcurrency: num("AENV_START_CONCURRENCY", "sandbox.start_concurrency", 2 * availableParallelism()),
+    startConcurrency: num("AENV_START_CONCURRENCY", "sandbox.start_concurrency", 8 * availableParallelism()),
     warmPoolMin: num("AENV_WARM_POOL_MIN", "sandbox.warm_pool_min", 1),
     warmPoolMax: num("AENV_WARM_POOL_MAX", "sandbox.warm_pool_max", 4),
     hibernateAfterS: num("AENV_HIBERNATE_AFTER", "sandbox.hibernate_after_secs", 60),

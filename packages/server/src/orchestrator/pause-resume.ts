@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { rmSync } from "node:fs";
+import { renameSync, rmSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { ConflictError, NotFoundError, PausedError, StartFailedError } from "../errors.js";
@@ -86,6 +87,13 @@ export class PauseResume {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
       if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
       const t0 = Date.now();
+      const steps: Record<string, number> = {};
+      let last = t0;
+      const step = (name: string) => {
+        const now = Date.now();
+        steps[name] = now - last;
+        last = now;
+      };
       const final = pauseDir(this.d.paths, l.rec.dir, kind);
       const tmp = `${final}.tmp`;
       let gateOpen!: () => void;
@@ -94,9 +102,11 @@ export class PauseResume {
       try {
         if (kind === "memory") {
           await runner.capture(l, tmp);
+          step("capture");
           // Traffic arriving from here on must see the sandbox paused, not half-stopped.
           l.gate = gate;
           commitDir(tmp, final);
+          step("commit");
           bytes = runner.driver.checkpointBytes(final);
         } else {
           // The sandbox goes on while its layer streams out: traffic waits from the start, and
@@ -108,17 +118,19 @@ export class PauseResume {
         }
         l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
         await runner.stopRuntime(l);
+        step("stop");
         l.rec.state = "paused";
         l.rec.imageDir = final;
         l.rec.pauseKind = kind;
         l.rec.pauseTag = randomBytes(6).toString("hex");
         this.d.store.put(l.rec);
+        step("record");
       } finally {
         if (l.gate === gate) l.gate = undefined;
         gateOpen();
         rmSync(tmp, { recursive: true, force: true });
       }
-      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, bytes }, "sandbox paused");
+      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, "sandbox paused");
       this.commitLater(l.rec, final);
     });
   }
@@ -159,7 +171,15 @@ export class PauseResume {
       l.rec.pauseKind = undefined;
       l.rec.ttlLeftMs = undefined;
       this.d.store.put(l.rec);
-      rmSync(image, { recursive: true, force: true });
+      // The used image goes after the answer (a big one takes a while to delete); renamed
+      // first, so a pause right after cannot lose its new image to this removal.
+      const trash = `${image}.used-${randomBytes(4).toString("hex")}`;
+      try {
+        renameSync(image, trash);
+        setImmediate(() => rm(trash, { recursive: true, force: true }).catch(() => {}));
+      } catch {
+        rmSync(image, { recursive: true, force: true });
+      }
       this.forget(id);
       this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0 }, "sandbox resumed");
       return { rec: l.rec, resumed: true };

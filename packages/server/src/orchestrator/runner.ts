@@ -219,10 +219,13 @@ export class SandboxRunner {
     let open!: () => void;
     l.gate = new Promise<void>((res) => (open = res));
     try {
+      const t0 = Date.now();
       await this.quiesce(l, l.rec.envdToken);
+      const t1 = Date.now();
       rmSync(imageDir, { recursive: true, force: true });
       mkdirSync(imageDir, { recursive: true });
       await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: true });
+      this.d.log.debug({ sandboxID: l.rec.id, quiesceMs: t1 - t0, checkpointMs: Date.now() - t1 }, "captured");
     } finally {
       l.gate = undefined;
       open();

@@ -213,14 +213,25 @@ export class GvisorDriver implements RuntimeDriver {
     await this.runsc.run(["delete", "--force", id], { allowFail: true });
   }
 
-  async isRunning(id: string): Promise<boolean> {
-    const r = await this.runsc.run(["state", id], { allowFail: true });
-    if (r.code !== 0) return false;
+  /**
+   * Whether the sandbox process is alive, from its state file and /proc. Not `runsc state` or
+   * `runsc list --format=json`: they ask the sandbox itself and hang while it is frozen
+   * (hibernated or pooled), and each costs a runsc process.
+   */
+  private alive(id: string): boolean {
+    const pid = this.sandboxPid(id);
+    if (!pid) return false;
     try {
-      return (JSON.parse(r.stdout) as { status?: string }).status === "running";
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+      return state !== "Z" && state !== "X";
     } catch {
       return false;
     }
+  }
+
+  async isRunning(id: string): Promise<boolean> {
+    return this.alive(id);
   }
 
   async stats(id: string): Promise<SandboxStats | undefined> {
@@ -246,9 +257,13 @@ export class GvisorDriver implements RuntimeDriver {
 
   async list(opts: { runningOnly?: boolean } = {}): Promise<string[]> {
     // A failed list must not read as "nothing runs": callers kill what is missing from it.
-    const r = await this.runsc.run(["list", "--format=json"], { allowFail: true });
+    // -quiet reads the state folder only; the JSON form asks every sandbox and hangs on frozen ones.
+    const r = await this.runsc.run(["list", "-quiet"], { allowFail: true });
     if (r.code !== 0) throw new Error(`runsc list failed: ${r.stderr.trim() || `exit ${r.code}`}`);
-    const arr = JSON.parse(r.stdout) as Array<{ id: string; status?: string }> | null;
-    return (arr ?? []).filter((c) => !opts.runningOnly || c.status === "running").map((c) => c.id);
+    const ids = r.stdout
+      .split("\n")
+      .map((l) => l.trim())
+      .filter(Boolean);
+    return opts.runningOnly ? ids.filter((id) => this.alive(id)) : ids;
   }
 }
