@@ -50,7 +50,8 @@ export class Creator {
     const { registry, runner, log } = this.d;
     registry.assertOpen();
     checkCreateRequest(req);
-    registry.admit();
+    // Fail fast on a full node; the sizing is checked (and held) once the source is known.
+    registry.checkRoom();
     const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
     const plan = await this.plan(req);
     const { rec, init, tpl } = plan;
@@ -61,7 +62,7 @@ export class Creator {
       : resolveMounts(this.d.volumes, req.volumeMounts ?? []);
     if (mounts.length) rec.volumeMounts = mounts;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.add(live);
+    registry.addAdmitted(live);
     const t0 = Date.now();
     try {
       try {

@@ -68,7 +68,11 @@ export class Orchestrator {
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
-    const registry = new SandboxRegistry(cfg.maxSandboxes);
+    const registry = new SandboxRegistry({
+      maxSandboxes: cfg.maxSandboxes,
+      maxMemoryMB: cfg.maxMemoryMB,
+      maxCpus: cfg.maxCpus,
+    });
     const runner = new SandboxRunner({
       driver: d.driver,
       slots: d.slots,

@@ -142,12 +142,14 @@ export class PauseResume {
       const image = l.rec.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
       await this.claim(l.rec);
       if (!isCompletePause(runner.driver, kind, image)) await this.rebuildFromRepository(id, image);
-      registry.admit();
+      // Held from here: parallel resumes of other sandboxes see this one's share at once.
+      registry.admit(l);
       const t0 = Date.now();
       try {
         if (kind === "memory") await runner.bring(l, { kind: "image", imageDir: image }, undefined);
         else await this.bootWithLayer(l, image);
       } catch (err) {
+        registry.release(l);
         await runner.stopRuntime(l);
         this.d.store.put(l.rec);
         throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
@@ -155,6 +157,7 @@ export class PauseResume {
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
       l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
       l.rec.state = "running";
+      registry.release(l);
       l.rec.imageDir = undefined;
       l.rec.pauseKind = undefined;
       l.rec.ttlLeftMs = undefined;
