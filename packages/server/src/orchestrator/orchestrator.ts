@@ -20,6 +20,7 @@ import { autoResumable, PauseResume, pausedError } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
 import { SandboxRegistry } from "./registry.js";
+import { PausedRetention } from "./retention.js";
 import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
@@ -64,6 +65,7 @@ export class Orchestrator {
   private readonly forker: Forker;
   private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;
+  private readonly retention: PausedRetention;
   private readonly killedListeners: Array<(id: string) => void> = [];
 
   constructor(private readonly d: OrchestratorDeps) {
@@ -150,6 +152,7 @@ export class Orchestrator {
       kill: (id) => this.kill(id),
       log,
     });
+    this.retention = new PausedRetention({ cfg, store, registry, runner, kill: (id) => this.kill(id), log });
   }
 
   recover(): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
@@ -165,6 +168,7 @@ export class Orchestrator {
 
   startReaper(): void {
     this.lifetimes.start();
+    this.retention.start();
     this.metricsHistory.start();
   }
 
@@ -253,6 +257,7 @@ export class Orchestrator {
   async drain(): Promise<{ paused: string[]; failed: string[] }> {
     this.registry.close();
     this.lifetimes.stop();
+    this.retention.stop();
     const running = this.registry.all().filter((l) => l.rec.state === "running");
     const failed: string[] = [];
     await Promise.all(
@@ -336,6 +341,7 @@ export class Orchestrator {
     this.registry.close();
     this.pauses.close();
     this.lifetimes.stop();
+    this.retention.stop();
     this.metricsHistory.stop();
     await Promise.all(
       this.registry

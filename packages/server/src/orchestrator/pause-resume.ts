@@ -112,6 +112,8 @@ export class PauseResume {
         l.rec.imageDir = final;
         l.rec.pauseKind = kind;
         l.rec.pauseTag = randomBytes(6).toString("hex");
+        l.rec.pausedAt = Date.now();
+        l.rec.pauseBytes = bytes;
         this.d.store.put(l.rec);
       } finally {
         if (l.gate === gate) l.gate = undefined;
@@ -161,6 +163,8 @@ export class PauseResume {
       l.rec.imageDir = undefined;
       l.rec.pauseKind = undefined;
       l.rec.ttlLeftMs = undefined;
+      l.rec.pausedAt = undefined;
+      l.rec.pauseBytes = undefined;
       this.d.store.put(l.rec);
       rmSync(image, { recursive: true, force: true });
       this.forget(id);
