@@ -39,11 +39,12 @@ test("a sandbox paused longer than the maximum age is deleted, with its reposito
   const old = await Sandbox.create(opts);
   const live = await Sandbox.create(opts);
   try {
+    // The server's pause time is after this, so its deletion must come 4 s after this at least.
+    const beforePause = Date.now();
     assert.equal(await old.pause(), true);
-    const pausedAt = Date.now();
     await until("pause manifest committed", () => pauseObjects(server, old.sandboxId).length > 0);
     await until("paused sandbox deleted", async () => (await stateOf(server, old.sandboxId)) === undefined);
-    assert.ok(Date.now() - pausedAt >= 4000, "not before its age was reached");
+    assert.ok(Date.now() - beforePause >= 4000, "not before its age was reached");
     assert.match(server.logs(), new RegExp(`"sandboxID":"${old.sandboxId}".*paused sandbox deleted by the retention`));
     await until("pause manifest removed", () => pauseObjects(server, old.sandboxId).length === 0, 20);
     await assert.rejects(Sandbox.connect(old.sandboxId, opts), /not found/i);

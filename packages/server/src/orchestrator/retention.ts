@@ -73,8 +73,9 @@ export class PausedRetention {
     let paused = this.candidates();
     if (pausedMaxAgeS > 0) {
       for (const l of paused) {
-        const ageS = Math.round((now - (l.rec.pausedAt ?? now)) / 1000);
-        if (ageS >= pausedMaxAgeS) this.retire(l, { reason: "age", pausedForS: ageS, maxAgeS: pausedMaxAgeS });
+        const ageMs = now - (l.rec.pausedAt ?? now);
+        if (ageMs < pausedMaxAgeS * 1000) continue;
+        this.retire(l, { reason: "age", pausedForS: Math.floor(ageMs / 1000), maxAgeS: pausedMaxAgeS });
       }
       paused = paused.filter((l) => !this.retiring.has(l.rec.id));
     }
