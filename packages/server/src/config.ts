@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { isIPv4 } from "node:net";
-import { availableParallelism, hostname } from "node:os";
+import { availableParallelism, hostname, totalmem } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { normaliseCidr } from "./network/policy.js";
@@ -168,6 +168,18 @@ export interface ServerConfig {
   warmSlots: number;
   /** Most sandboxes (running or starting) this node runs at once; more get 429. */
   maxSandboxes: number;
+  /** Sum of memoryMB that running and starting sandboxes may hold here; more get 429. */
+  maxMemoryMB: number;
+  /** Sum of cpuCount that running and starting sandboxes may hold here; more get 429. */
+  maxCpus: number;
+  /** Each sandbox's writable layer lives on a filesystem of its disk size (ENOSPC past it). */
+  enforceDiskSize: boolean;
+  /** Upper bound on any sandbox's disk size (its template's or its request's); 0: none. */
+  maxDiskSizeMB: number;
+  /** Paused sandboxes paused longer than this are deleted; 0 keeps them. */
+  pausedMaxAgeS: number;
+  /** Paused images on this node above this total: the oldest pauses are deleted; 0: no limit. */
+  pausedMaxBytes: number;
   repository: RepositoryConfig;
   images: ImagesConfig;
   volumes: VolumesConfig;
@@ -262,7 +274,7 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   return key;
 }
 
-type Kind = "string" | "int" | "bool" | "size";
+type Kind = "string" | "int" | "number" | "bool" | "size";
 type Value = string | number | boolean;
 
 /** Every key the config file may hold (docs/configuration.md documents each). */
@@ -292,6 +304,14 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.start_concurrency": "int",
   "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
+  "sandbox.max_memory_mb": "int",
+  "sandbox.max_cpus": "int",
+  "sandbox.memory_overcommit": "number",
+  "sandbox.cpu_overcommit": "number",
+  "sandbox.enforce_disk_size": "bool",
+  "sandbox.max_disk_size_mb": "int",
+  "sandbox.paused_max_age_secs": "int",
+  "sandbox.paused_max_bytes": "size",
   "api.body_limit_bytes": "size",
   "api.headers_timeout_secs": "int",
   "api.request_timeout_secs": "int",
@@ -352,11 +372,12 @@ export function readConfigFile(path: string): Map<string, Value> {
       const ok =
         (kind === "string" && typeof v === "string") ||
         (kind === "int" && typeof v === "number" && Number.isInteger(v) && v >= 0) ||
+        (kind === "number" && typeof v === "number" && Number.isFinite(v) && v > 0) ||
         (kind === "bool" && typeof v === "boolean") ||
         (kind === "size" && (typeof v === "string" || (typeof v === "number" && Number.isInteger(v))));
       if (!ok)
         throw new ConfigError(
-          `config file ${path}: '${key}' must be ${kind === "int" ? "a whole number" : `a ${kind}`}`,
+          `config file ${path}: '${key}' must be ${kind === "int" ? "a whole number" : kind === "number" ? "a positive number" : `a ${kind}`}`,
         );
       out.set(key, kind === "size" ? parseBytes(v as string | number, `${key} in ${path}`) : (v as Value));
     }
@@ -427,6 +448,13 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
   const bool = (envName: string, key: string, d: boolean) => {
     const v = env[envName];
     return v ? parseBool(v, envName) : ((file.get(key) as boolean | undefined) ?? d);
+  };
+  const factor = (envName: string, key: string, d: number) => {
+    const v = env[envName];
+    if (!v) return (file.get(key) as number | undefined) ?? d;
+    const n = Number(v);
+    if (!Number.isFinite(n) || n <= 0) throw new ConfigError(`${envName}: expected a positive number, got "${v}"`);
+    return n;
   };
   const size = (envName: string, key: string, d: number) => {
     const v = env[envName];
@@ -522,6 +550,22 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     http: readHttpLimits(int),
     warmSlots: num("AENV_WARM_SLOTS", "network.warm_slots", 4),
     maxSandboxes: num("AENV_MAX_SANDBOXES", "sandbox.max_sandboxes", 256),
+    // Limits are ceilings (cgroup), not reservations: the defaults overcommit the host. Memory
+    // is what can take a host down, so it overcommits little; an idle sandbox uses almost no CPU.
+    maxMemoryMB: int(
+      "AENV_MAX_MEMORY_MB",
+      "sandbox.max_memory_mb",
+      Math.floor((totalmem() / 2 ** 20) * factor("AENV_MEMORY_OVERCOMMIT", "sandbox.memory_overcommit", 1.5)),
+    ),
+    maxCpus: int(
+      "AENV_MAX_CPUS",
+      "sandbox.max_cpus",
+      Math.floor(availableParallelism() * factor("AENV_CPU_OVERCOMMIT", "sandbox.cpu_overcommit", 32)),
+    ),
+    enforceDiskSize: bool("AENV_ENFORCE_DISK_SIZE", "sandbox.enforce_disk_size", true),
+    maxDiskSizeMB: int("AENV_MAX_DISK_SIZE_MB", "sandbox.max_disk_size_mb", 0),
+    pausedMaxAgeS: int("AENV_PAUSED_MAX_AGE", "sandbox.paused_max_age_secs", 0),
+    pausedMaxBytes: size("AENV_PAUSED_MAX_BYTES", "sandbox.paused_max_bytes", 0),
     repository,
     images: {
       insecureRegistries: (str("AENV_INSECURE_REGISTRIES", "images.insecure_registries") ?? "")

@@ -77,6 +77,7 @@ export async function startServer(
     binary: cfg.runscBinary,
     stateDir: paths.runtimeState,
     platform: cfg.platform,
+    enforceDiskSize: cfg.enforceDiskSize,
     log: log.child({ component: "gvisor" }),
   });
   const runtime = await driver.probe();

@@ -52,13 +52,18 @@ export class Creator {
     const { registry, runner, log } = this.d;
     registry.assertOpen();
     checkCreateRequest(req);
-    registry.admit();
+    // Fail fast on a full node; the sizing is checked (and held) once the source is known.
+    registry.checkRoom();
     const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
     const plan = await this.plan(req);
     const { rec, init, tpl } = plan;
     let from = plan.from;
     // A pooled sandbox of the template: already restored, only thawed and initialised here.
-    const pooled = tpl && from.kind === "image" && !plan.snap ? this.d.pool?.take(tpl) : undefined;
+    let pooled = tpl && from.kind === "image" && !plan.snap ? this.d.pool?.take(tpl) : undefined;
+    if (pooled && pooled.live.rec.diskSizeMB !== rec.diskSizeMB) {
+      void this.d.pool?.discard(pooled);
+      pooled = undefined;
+    }
     if (pooled) {
       const claimed = await this.claim(pooled, plan, timeoutS);
       if (claimed) return claimed;
@@ -69,7 +74,7 @@ export class Creator {
       : resolveMounts(this.d.volumes, req.volumeMounts ?? []);
     if (mounts.length) rec.volumeMounts = mounts;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.add(live);
+    registry.addAdmitted(live);
     const t0 = Date.now();
     try {
       try {
@@ -117,7 +122,13 @@ export class Creator {
     rec.slotIndex = from.slotIndex;
     const live: Live = { rec, op: Promise.resolve(), hibernated: true };
     if (pooled.live.slot) live.slot = pooled.live.slot;
-    registry.add(live);
+    try {
+      // Admission as for any create (its share is held from here); a full node keeps no pooled one.
+      registry.addAdmitted(live);
+    } catch (err) {
+      void this.d.pool?.discard(pooled);
+      throw err;
+    }
     try {
       await registry.wake(live);
       await runner.applyNetwork(live);

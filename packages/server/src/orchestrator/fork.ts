@@ -78,7 +78,8 @@ export class Forker {
   private async child(parent: SandboxRecord, imageDir: string, ttlS: number): Promise<SandboxRecord> {
     const { registry, runner } = this.d;
     registry.assertOpen();
-    registry.admit();
+    // The sizing is the parent's: fail before building a record if it cannot fit.
+    registry.checkRoom(parent);
     const id = newSandboxId();
     const rec = newSandboxRecord(this.d.cfg, {
       id,
@@ -105,7 +106,7 @@ export class Forker {
     if (parent.volumeMounts?.length) rec.volumeMounts = parent.volumeMounts.map((m) => ({ ...m }));
     if (parent.boot) rec.boot = parent.boot;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.add(live);
+    registry.addAdmitted(live);
     try {
       await runner.bring(live, { kind: "image", imageDir, oldToken: parent.envdToken }, { accessToken: rec.envdToken });
       rec.state = "running";

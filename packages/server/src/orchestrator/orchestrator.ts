@@ -24,6 +24,7 @@ import { autoResumable, PauseResume, pausedError } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
 import { SandboxRegistry } from "./registry.js";
+import { PausedRetention } from "./retention.js";
 import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
@@ -70,13 +71,18 @@ export class Orchestrator {
   private readonly forker: Forker;
   private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;
+  private readonly retention: PausedRetention;
   private readonly killedListeners: Array<(id: string) => void> = [];
   readonly hibernation: Hibernation;
   readonly pool: WarmPool;
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
-    const registry = new SandboxRegistry(cfg.maxSandboxes);
+    const registry = new SandboxRegistry({
+      maxSandboxes: cfg.maxSandboxes,
+      maxMemoryMB: cfg.maxMemoryMB,
+      maxCpus: cfg.maxCpus,
+    });
     const runner = new SandboxRunner({
       driver: d.driver,
       slots: d.slots,
@@ -178,6 +184,7 @@ export class Orchestrator {
       kill: (id) => this.kill(id),
       log,
     });
+    this.retention = new PausedRetention({ cfg, store, registry, runner, kill: (id) => this.kill(id), log });
   }
 
   recover(): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
@@ -193,6 +200,7 @@ export class Orchestrator {
 
   startReaper(): void {
     this.lifetimes.start();
+    this.retention.start();
     this.metricsHistory.start();
     this.hibernation.start();
     this.pool.start();
@@ -283,6 +291,7 @@ export class Orchestrator {
   async drain(): Promise<{ paused: string[]; failed: string[] }> {
     this.registry.close();
     this.lifetimes.stop();
+    this.retention.stop();
     const running = this.registry.all().filter((l) => l.rec.state === "running");
     const failed: string[] = [];
     await Promise.all(
@@ -422,6 +431,7 @@ export class Orchestrator {
     this.registry.close();
     this.pauses.close();
     this.lifetimes.stop();
+    this.retention.stop();
     this.metricsHistory.stop();
     this.hibernation.stop();
     await this.pool.close();

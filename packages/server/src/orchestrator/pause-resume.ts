@@ -123,6 +123,8 @@ export class PauseResume {
         l.rec.imageDir = final;
         l.rec.pauseKind = kind;
         l.rec.pauseTag = randomBytes(6).toString("hex");
+        l.rec.pausedAt = Date.now();
+        l.rec.pauseBytes = bytes;
         this.d.store.put(l.rec);
         step("record");
       } finally {
@@ -154,12 +156,14 @@ export class PauseResume {
       const image = l.rec.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
       await this.claim(l.rec);
       if (!isCompletePause(runner.driver, kind, image)) await this.rebuildFromRepository(id, image);
-      registry.admit();
+      // Held from here: parallel resumes of other sandboxes see this one's share at once.
+      registry.admit(l);
       const t0 = Date.now();
       try {
         if (kind === "memory") await runner.bring(l, { kind: "image", imageDir: image }, undefined);
         else await this.bootWithLayer(l, image);
       } catch (err) {
+        registry.release(l);
         await runner.stopRuntime(l);
         this.d.store.put(l.rec);
         throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
@@ -167,9 +171,12 @@ export class PauseResume {
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
       l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
       l.rec.state = "running";
+      registry.release(l);
       l.rec.imageDir = undefined;
       l.rec.pauseKind = undefined;
       l.rec.ttlLeftMs = undefined;
+      l.rec.pausedAt = undefined;
+      l.rec.pauseBytes = undefined;
       this.d.store.put(l.rec);
       // The used image goes after the answer (a big one takes a while to delete); renamed
       // first, so a pause right after cannot lose its new image to this removal.

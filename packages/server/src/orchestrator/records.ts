@@ -78,7 +78,7 @@ export function newSandboxRecord(
     state: "creating",
     cpuCount: o.sizing.cpuCount,
     memoryMB: o.sizing.memoryMB,
-    diskSizeMB: o.sizing.diskSizeMB,
+    diskSizeMB: cfg.maxDiskSizeMB > 0 ? Math.min(o.sizing.diskSizeMB, cfg.maxDiskSizeMB) : o.sizing.diskSizeMB,
     metadata: o.req.metadata ?? {},
     envVars: o.req.envVars ?? {},
     allowInternet: o.req.allowInternetAccess ?? true,

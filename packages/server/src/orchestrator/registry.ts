@@ -26,6 +26,21 @@ export interface Live {
   ephemeral?: boolean;
   /** Template builds: writable rootfs and staging mounts. */
   launchExtras?: Pick<SandboxLaunch, "writableRootfs" | "readOnlyMounts">;
+  /** Admitted to start from a pause: holds its share of the node until it runs or fails. */
+  admitted?: boolean;
+}
+
+/** What a sandbox holds of its node while it runs or starts. */
+export interface Demand {
+  cpuCount: number;
+  memoryMB: number;
+}
+
+/** The node's totals: sandboxes, and the sum of their memory and vCPUs. */
+export interface NodeBudget {
+  maxSandboxes: number;
+  maxMemoryMB: number;
+  maxCpus: number;
 }
 
 /**
@@ -39,7 +54,7 @@ export class SandboxRegistry {
   /** Thaws a hibernated sandbox; every queued operation and all traffic go through it. */
   private waker: ((l: Live) => Promise<void>) | undefined;
 
-  constructor(private readonly maxSandboxes: number) {}
+  constructor(private readonly budget: NodeBudget) {}
 
   setWaker(fn: (l: Live) => Promise<void>): void {
     this.waker = fn;
@@ -98,13 +113,62 @@ export class SandboxRegistry {
       .filter((r) => r.state === "running" || r.state === "paused");
   }
 
-  /** Admission: running and starting sandboxes count against the node's capacity. */
-  admit(): void {
-    let n = 0;
-    for (const l of this.live.values()) if (l.rec.state === "running" || l.rec.state === "creating") n++;
-    if (n >= this.maxSandboxes) {
-      throw new AtCapacityError(`node is at capacity (${this.maxSandboxes} sandboxes); kill or pause some first`);
+  /** A sandbox holds its share while it runs, starts, or is admitted to resume. */
+  private holds(l: Live): boolean {
+    return l.rec.state === "running" || l.rec.state === "creating" || l.admitted === true;
+  }
+
+  /** What running, starting and resuming sandboxes hold now. */
+  usage(): { sandboxes: number; memoryMB: number; cpus: number } {
+    const u = { sandboxes: 0, memoryMB: 0, cpus: 0 };
+    for (const l of this.live.values()) {
+      if (!this.holds(l)) continue;
+      u.sandboxes++;
+      u.memoryMB += l.rec.memoryMB;
+      u.cpus += l.rec.cpuCount;
     }
+    return u;
+  }
+
+  /**
+   * Throws AtCapacityError unless one more sandbox needing `need` fits. Synchronous, and
+   * callers take their share in the same step (addAdmitted, admit): no await between the
+   * check and the hold, so parallel starts cannot all pass on the same free room.
+   */
+  checkRoom(need: Demand = { cpuCount: 0, memoryMB: 0 }): void {
+    const u = this.usage();
+    const b = this.budget;
+    const hint = "kill or pause some first";
+    if (u.sandboxes + 1 > b.maxSandboxes) {
+      throw new AtCapacityError(`node is at capacity (${b.maxSandboxes} sandboxes); ${hint}`);
+    }
+    if (u.memoryMB + need.memoryMB > b.maxMemoryMB) {
+      throw new AtCapacityError(
+        `node memory budget exceeded: ${u.memoryMB} of ${b.maxMemoryMB} MB held, this sandbox needs ${need.memoryMB} MB; ${hint}`,
+      );
+    }
+    if (u.cpus + need.cpuCount > b.maxCpus) {
+      throw new AtCapacityError(
+        `node CPU budget exceeded: ${u.cpus} of ${b.maxCpus} vCPUs held, this sandbox needs ${need.cpuCount}; ${hint}`,
+      );
+    }
+  }
+
+  /** Registers a new (creating) sandbox if its sizing fits; it holds its share from now on. */
+  addAdmitted(l: Live): void {
+    this.checkRoom(l.rec);
+    this.add(l);
+  }
+
+  /** Admits a registered sandbox about to start again (resume): it holds its share until release(). */
+  admit(l: Live): void {
+    if (this.holds(l)) return;
+    this.checkRoom(l.rec);
+    l.admitted = true;
+  }
+
+  release(l: Live): void {
+    l.admitted = undefined;
   }
 
   /** Runs fn after every operation queued on this sandbox before it. */

@@ -1,4 +1,4 @@
-import { NotFoundError, UpstreamError } from "../errors.js";
+import { AtCapacityError, NotFoundError, UpstreamError } from "../errors.js";
 import { autoResumable, pausedError } from "./pause-resume.js";
 import type { SandboxRegistry } from "./registry.js";
 
@@ -30,6 +30,8 @@ export async function routeTo(
       try {
         await resume(id);
       } catch (err) {
+        // A full node is the caller's 429 to retry later, not a broken upstream.
+        if (err instanceof AtCapacityError) throw err;
         throw new UpstreamError(`auto-resume of sandbox '${id}' failed: ${(err as Error).message}`);
       }
       continue;

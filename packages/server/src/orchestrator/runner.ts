@@ -81,6 +81,7 @@ export class SandboxRunner {
       netnsPath: slot.netnsPath,
       cpuCount: rec.cpuCount,
       memoryMB: rec.memoryMB,
+      diskSizeMB: rec.diskSizeMB,
       hostname: "aenv",
       runtimeDir: rec.runtimeDir,
       resolvConf: this.d.resolvConf,

@@ -26,6 +26,8 @@ export interface SandboxLaunch {
   netnsPath: string;
   cpuCount: number;
   memoryMB: number;
+  /** Most bytes (MiB) the writable layer may hold; 0 or absent: no limit of its own. */
+  diskSizeMB?: number;
   hostname: string;
   /** Host directory mounted read-only at /.aenv (node, its libraries, envd). */
   runtimeDir: string;

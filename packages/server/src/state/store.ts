@@ -69,6 +69,10 @@ export interface SandboxRecord {
   pauseKind?: PauseKind;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;
+  /** While paused: when the pause was taken (retention counts from it). */
+  pausedAt?: number;
+  /** While paused: bytes its pause image takes on this node (retention's disk total). */
+  pauseBytes?: number;
   /**
    * Names this pause (new at every pause): in a cluster, the node that resumes it claims
    * `<id>.<pauseTag>` in the repository, so one pause image is resumed once, by one node.

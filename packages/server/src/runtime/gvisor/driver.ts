@@ -11,6 +11,7 @@ import {
 } from "../driver.js";
 import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
+import { prepareOverlayDisk } from "./overlay-disk.js";
 import { Runsc } from "./runsc.js";
 
 export interface GvisorOptions {
@@ -18,6 +19,8 @@ export interface GvisorOptions {
   stateDir: string;
   /** systrap | ptrace | auto */
   platform?: string;
+  /** Bound each sandbox's writable layer by its diskSizeMB (overlay-disk.ts). */
+  enforceDiskSize?: boolean;
   log: Logger;
 }
 
@@ -87,7 +90,9 @@ export class GvisorDriver implements RuntimeDriver {
     return this.runsc.cfg.platform;
   }
 
-  private bundle(l: SandboxLaunch): { bundle: string; flags: string[] } {
+  private async bundle(
+    l: SandboxLaunch,
+  ): Promise<{ bundle: string; flags: string[]; disk?: { image: string; dir: string } }> {
     const bundle = join(l.dir, "bundle");
     const overlay = join(l.dir, "overlay");
     mkdirSync(bundle, { recursive: true });
@@ -95,12 +100,19 @@ export class GvisorDriver implements RuntimeDriver {
     writeFileSync(join(bundle, "config.json"), JSON.stringify(ociSpec(l)));
     // --net-disconnect-ok: a checkpoint drops external TCP connections instead of failing.
     const overlayFlag = l.writableRootfs ? "--overlay2=none" : `--overlay2=root:dir=${overlay}`;
-    return { bundle, flags: ["--network=sandbox", overlayFlag, "--net-disconnect-ok"] };
+    const flags = ["--network=sandbox", overlayFlag, "--net-disconnect-ok"];
+    if (l.writableRootfs || !l.diskSizeMB || !this.opts.enforceDiskSize) return { bundle, flags };
+    const image = join(l.dir, "disk.img");
+    const t0 = Date.now();
+    await prepareOverlayDisk(image, l.diskSizeMB);
+    this.opts.log.debug({ sandboxID: l.id, ms: Date.now() - t0, mb: l.diskSizeMB }, "sandbox disk formatted");
+    return { bundle, flags, disk: { image, dir: overlay } };
   }
 
   async start(l: SandboxLaunch): Promise<void> {
-    const { bundle, flags } = this.bundle(l);
-    await this.runsc.detached(flags, ["run", "--detach", `--bundle=${bundle}`, l.id], join(l.dir, "runsc.log"));
+    const { bundle, flags, disk } = await this.bundle(l);
+    const args = ["run", "--detach", `--bundle=${bundle}`, l.id];
+    await this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk);
   }
 
   isCompleteCheckpoint(imageDir: string | undefined): boolean {
@@ -118,12 +130,13 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   async restore(l: SandboxLaunch, imageDir: string): Promise<void> {
-    const { bundle, flags } = this.bundle(l);
+    const { bundle, flags, disk } = await this.bundle(l);
     await this.runsc.detached(
       flags,
       ["restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, l.id],
       join(l.dir, "runsc.log"),
       120_000,
+      disk,
     );
   }
 

@@ -28,14 +28,25 @@ export class Runsc {
    * `run --detach` / `restore --detach` keep the stdio they were given open for the
    * sandbox's life, so they get a log file, never a pipe. netstack in a per-sandbox netns
    * needs /proc/sys/net hidden (runsc 20240729 mistakes any netns for the root one
-   * otherwise), hence the private mount namespace.
+   * otherwise), hence the private mount namespace. A disk image given is loop-mounted in that
+   * namespace too: the mount exists only while the sandbox does (overlay-disk.ts).
    */
-  detached(flags: string[], args: string[], logFile: string, timeoutMs = 60_000): Promise<void> {
+  detached(
+    flags: string[],
+    args: string[],
+    logFile: string,
+    timeoutMs = 60_000,
+    disk?: { image: string; dir: string },
+  ): Promise<void> {
     const cmd = [this.cfg.binary, ...this.globalFlags(flags), ...args];
-    const script = 'mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"';
+    const net = 'mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"';
+    const script = disk
+      ? `mount -o loop,nodev,nosuid,noatime "$1" "$2" || { echo "aenv: cannot mount the sandbox disk $1 (needs loop devices; or set sandbox.enforce_disk_size = false)" >&2; exit 97; }; shift 2; ${net}`
+      : net;
+    const pre = disk ? [disk.image, disk.dir] : [];
     const fd = openSync(logFile, "a");
     return new Promise((resolve, reject) => {
-      const child = spawn("unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", ...cmd], {
+      const child = spawn("unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", ...pre, ...cmd], {
         stdio: ["ignore", fd, fd],
       });
       closeSync(fd);

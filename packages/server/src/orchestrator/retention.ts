@@ -1,0 +1,101 @@
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import type { StateStore } from "../state/store.js";
+import { layerBytes } from "./fs-layer.js";
+import type { Live, SandboxRegistry } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+
+export interface RetentionDeps {
+  cfg: Pick<ServerConfig, "pausedMaxAgeS" | "pausedMaxBytes">;
+  store: StateStore;
+  registry: SandboxRegistry;
+  runner: SandboxRunner;
+  /** Deletes a sandbox as a client's kill does (its repository pause manifest too). */
+  kill: (id: string) => Promise<void>;
+  log: Logger;
+}
+
+/**
+ * Paused sandboxes are not kept forever: past the configured age (since their pause), or
+ * while their images on this node add up to more than the configured total (oldest first),
+ * they are deleted. Both limits are off unless configured.
+ */
+export class PausedRetention {
+  private timer: NodeJS.Timeout | undefined;
+  /** Deletions started and not finished: not counted, not started twice. */
+  private readonly retiring = new Set<string>();
+
+  constructor(private readonly d: RetentionDeps) {}
+
+  start(): void {
+    const { pausedMaxAgeS, pausedMaxBytes } = this.d.cfg;
+    if (pausedMaxAgeS <= 0 && pausedMaxBytes <= 0) return;
+    // Often enough for short limits; the check only reads records (image sizes are kept in them).
+    const everyMs = Math.min(10_000, Math.max(1000, (pausedMaxAgeS * 1000) / 4 || 5000));
+    this.timer = setInterval(() => this.sweep(), everyMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+
+  /** Paused sandboxes nobody is acting on, oldest pause first. */
+  private candidates(): Live[] {
+    const now = Date.now();
+    const out: Live[] = [];
+    for (const l of this.d.registry.all()) {
+      if (l.rec.state !== "paused" || l.inflight || l.opsPending || this.retiring.has(l.rec.id)) continue;
+      // Pauses recorded before these fields existed start their clock now.
+      if (l.rec.pausedAt === undefined || l.rec.pauseBytes === undefined) {
+        l.rec.pausedAt ??= now;
+        l.rec.pauseBytes ??= this.bytesOf(l);
+        this.d.store.put(l.rec);
+      }
+      out.push(l);
+    }
+    return out.sort((a, b) => (a.rec.pausedAt ?? 0) - (b.rec.pausedAt ?? 0));
+  }
+
+  private bytesOf(l: Live): number {
+    const dir = l.rec.imageDir;
+    if (!dir) return 0;
+    try {
+      return l.rec.pauseKind === "filesystem" ? layerBytes(dir) : this.d.runner.driver.checkpointBytes(dir);
+    } catch {
+      return 0; // image only in the repository: nothing on this node's disk
+    }
+  }
+
+  sweep(): void {
+    const { pausedMaxAgeS, pausedMaxBytes } = this.d.cfg;
+    const now = Date.now();
+    let paused = this.candidates();
+    if (pausedMaxAgeS > 0) {
+      for (const l of paused) {
+        const ageMs = now - (l.rec.pausedAt ?? now);
+        if (ageMs < pausedMaxAgeS * 1000) continue;
+        this.retire(l, { reason: "age", pausedForS: Math.floor(ageMs / 1000), maxAgeS: pausedMaxAgeS });
+      }
+      paused = paused.filter((l) => !this.retiring.has(l.rec.id));
+    }
+    if (pausedMaxBytes > 0) {
+      let total = paused.reduce((n, l) => n + (l.rec.pauseBytes ?? 0), 0);
+      for (const l of paused) {
+        if (total <= pausedMaxBytes) break;
+        this.retire(l, { reason: "disk", pausedBytes: total, maxBytes: pausedMaxBytes });
+        total -= l.rec.pauseBytes ?? 0;
+      }
+    }
+  }
+
+  private retire(l: Live, why: Record<string, string | number>): void {
+    const id = l.rec.id;
+    this.retiring.add(id);
+    this.d.log.warn({ sandboxID: id, ...why }, "paused sandbox deleted by the retention limit");
+    this.d
+      .kill(id)
+      .catch((err) => this.d.log.error({ err, sandboxID: id }, "retention could not delete a paused sandbox"))
+      .finally(() => this.retiring.delete(id));
+  }
+}
