@@ -5,7 +5,16 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 
-const BENCHMARKS = ["run.ts", "lifecycle.ts", "templates.ts", "snapshots.ts", "pull.ts", "repository.ts", "cluster.ts"];
+const BENCHMARKS = [
+  "run.ts",
+  "lifecycle.ts",
+  "templates.ts",
+  "snapshots.ts",
+  "pull.ts",
+  "repository.ts",
+  "cluster.ts",
+  "rollouts.ts",
+];
 
 function runOne(file: string): Promise<number> {
   return new Promise((resolve) => {
