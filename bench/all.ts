@@ -14,6 +14,7 @@ const BENCHMARKS = [
   "repository.ts",
   "cluster.ts",
   "rollouts.ts",
+  "density.ts",
 ];
 
 function runOne(file: string): Promise<number> {
