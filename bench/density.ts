@@ -18,7 +18,8 @@
  *
  * Env: BENCH_DENSITY_STEPS ("10,20,40"), BENCH_DENSITY_WINDOW_S (30), BENCH_DENSITY_RAW (1; 0
  * skips raw runsc), BENCH_DENSITY_RESERVE_MIB (2048), BENCH_RAW_OVERLAY (memory | dir),
- * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16).
+ * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16); BENCH_SMOKE=1 makes the defaults tiny
+ * (steps 1,2, 1 s windows).
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -33,16 +34,18 @@ import { RawRunsc } from "./raw-runsc.js";
 import { metaLines } from "./report.js";
 import { mean } from "./stats.js";
 
-const STEPS = (process.env.BENCH_DENSITY_STEPS ?? "10,20,40")
+// BENCH_SMOKE=1: tiny defaults (what test/bench-smoke.test.ts runs), each still overridable.
+const SMOKE = process.env.BENCH_SMOKE === "1";
+const STEPS = (process.env.BENCH_DENSITY_STEPS ?? (SMOKE ? "1,2" : "10,20,40"))
   .split(",")
   .map(Number)
   .filter((n) => Number.isInteger(n) && n > 0)
   .sort((a, b) => a - b);
-const WINDOW_S = envNum("BENCH_DENSITY_WINDOW_S", 30, true);
+const WINDOW_S = envNum("BENCH_DENSITY_WINDOW_S", SMOKE ? 1 : 30, true);
 const WITH_RAW = process.env.BENCH_DENSITY_RAW !== "0";
 const RESERVE_MIB = envNum("BENCH_DENSITY_RESERVE_MIB", 2048);
 const RAW_OVERLAY = process.env.BENCH_RAW_OVERLAY === "dir" ? "dir" : "memory";
-const SETTLE_MS = 3000;
+const SETTLE_MS = SMOKE ? 500 : 3000;
 const NCPU = cpus().length;
 
 const log = benchLog("density");
@@ -278,6 +281,7 @@ async function main(): Promise<number> {
   const started = Date.now();
   const report: Report = {
     meta: hostMeta({
+      smoke: SMOKE ? "yes" : "no",
       steps: STEPS.join(","),
       windowS: WINDOW_S,
       settleMs: SETTLE_MS,
@@ -316,7 +320,7 @@ async function main(): Promise<number> {
     useE2b(server);
     const details = (await server.api("GET", "/health/details")).body as { runtime?: { platform?: string } };
     report.meta.platform = details.runtime?.platform ?? "unknown";
-    await sleep(3000);
+    await sleep(SETTLE_MS);
     const byId = new Map<string, Sandbox>();
     try {
       report.aenv = await probe(

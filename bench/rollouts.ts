@@ -20,8 +20,9 @@
  *   node --import tsx bench/rollouts.ts        (part of `npm run bench`)
  *
  * Env: BENCH_ROLLOUT_BUDGET_S (per strategy, 120), BENCH_ROLLOUT_SETUP_S (minimum setup, 20),
- * BENCH_ROLLOUT_FILES (3000), BENCH_ROLLOUT_COMMITS (300), BENCH_ROLLOUT_CONCURRENCY (2),
- * BENCH_ROLLOUT_FORKS (children live at once, 4), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16).
+ * BENCH_ROLLOUT_FILES (2000), BENCH_ROLLOUT_COMMITS (50), BENCH_ROLLOUT_CONCURRENCY (2),
+ * BENCH_ROLLOUT_FORKS (children live at once, 4), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16);
+ * BENCH_SMOKE=1 makes the defaults tiny (12 s budgets, 0.5 s setup, 40 files, 2 commits, 2 forks).
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -32,12 +33,14 @@ import { RESULTS } from "./paths.js";
 import { metaLines } from "./report.js";
 import { mean, type Summary, summarize } from "./stats.js";
 
-const BUDGET_S = envNum("BENCH_ROLLOUT_BUDGET_S", 120, true);
-const SETUP_S = envNum("BENCH_ROLLOUT_SETUP_S", 20, true);
-const FILES = envNum("BENCH_ROLLOUT_FILES", 3000);
-const COMMITS = envNum("BENCH_ROLLOUT_COMMITS", 300);
+// BENCH_SMOKE=1: tiny defaults (what test/bench-smoke.test.ts runs), each still overridable.
+const SMOKE = process.env.BENCH_SMOKE === "1";
+const BUDGET_S = envNum("BENCH_ROLLOUT_BUDGET_S", SMOKE ? 12 : 120, true);
+const SETUP_S = envNum("BENCH_ROLLOUT_SETUP_S", SMOKE ? 0.5 : 20, true);
+const FILES = envNum("BENCH_ROLLOUT_FILES", SMOKE ? 40 : 2000);
+const COMMITS = envNum("BENCH_ROLLOUT_COMMITS", SMOKE ? 2 : 50);
 const CONCURRENCY = envNum("BENCH_ROLLOUT_CONCURRENCY", 2);
-const FORKS = envNum("BENCH_ROLLOUT_FORKS", 4);
+const FORKS = envNum("BENCH_ROLLOUT_FORKS", SMOKE ? 2 : 4);
 
 const TASK = "/home/user/prep/task.py";
 const WORK = "/home/user/work";
@@ -399,6 +402,7 @@ async function main(): Promise<number> {
   const report: Report = {
     meta: hostMeta({
       budgetS: BUDGET_S,
+      smoke: SMOKE ? "yes" : "no",
       minSetupS: SETUP_S,
       files: FILES,
       commits: COMMITS,
@@ -432,7 +436,7 @@ async function main(): Promise<number> {
     const details = (await server.api("GET", "/health/details")).body as { runtime?: { platform?: string } };
     report.meta.platform = details.runtime?.platform ?? "unknown";
     // Creates are restores of the template's warm image once it exists.
-    await sleep(5000);
+    await sleep(SMOKE ? 1000 : 5000);
     log(`setupPerRollout: ${BUDGET_S} s, ${CONCURRENCY} at once`);
     report.setupPerRollout = await setupPerRollout();
     report.errors.push(...report.setupPerRollout.errors.map((e) => `setupPerRollout: ${e}`));
