@@ -366,7 +366,9 @@ async function main(): Promise<number> {
               return (await r.exec(id, ["/bin/echo", "ok"])).stdout.toString() === "ok\n";
             },
             async destroyAll() {
-              for (const id of r.liveIds()) await r.delete(id);
+              // A few at a time: one by one, 40 `runsc delete`s took two minutes here.
+              const ids = r.liveIds();
+              for (let i = 0; i < ids.length; i += 8) await Promise.all(ids.slice(i, i + 8).map((id) => r.delete(id)));
             },
           },
           report.baseline,
