@@ -5,7 +5,17 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 
-const BENCHMARKS = ["run.ts", "lifecycle.ts", "templates.ts", "snapshots.ts", "pull.ts", "repository.ts", "cluster.ts"];
+const BENCHMARKS = [
+  "run.ts",
+  "lifecycle.ts",
+  "templates.ts",
+  "snapshots.ts",
+  "pull.ts",
+  "repository.ts",
+  "cluster.ts",
+  "rollouts.ts",
+  "density.ts",
+];
 
 function runOne(file: string): Promise<number> {
   return new Promise((resolve) => {

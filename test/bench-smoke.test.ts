@@ -21,6 +21,8 @@ const TINY = {
   BENCH_SNAPSHOT_MB: "4",
   BENCH_REPO_MB: "4",
   BENCH_INC_MB: "4",
+  // rollouts.ts and density.ts: 12 s budgets, a 40-file task; 1 and 2 idle sandboxes, 1 s windows.
+  BENCH_SMOKE: "1",
 };
 
 test("every benchmark runs once with tiny settings, raw column included", async () => {
@@ -51,6 +53,35 @@ test("every benchmark runs once with tiny settings, raw column included", async 
     };
     assert.deepEqual(life.errors, []);
     assert.ok(life.rows.length > 0 && life.rows.every((r) => typeof r.raw === "number"), "lifecycle raw column");
+    const roll = JSON.parse(readFileSync(join(out, "rollouts-latest.json"), "utf8")) as {
+      setupPerRollout: { rollouts: number; resultsDiverge: boolean };
+      forkFromPrepared: {
+        rollouts: number;
+        resultsDiverge: boolean;
+        identicalChildren: number;
+        checkedChildren: number;
+      };
+      speedup: number | null;
+      errors: string[];
+    };
+    assert.deepEqual(roll.errors, []);
+    for (const s of [roll.setupPerRollout, roll.forkFromPrepared]) assert.ok(s.rollouts > 0 && s.resultsDiverge);
+    const f = roll.forkFromPrepared;
+    assert.ok(
+      f.checkedChildren > 0 && f.identicalChildren === f.checkedChildren,
+      "children start from the parent's bytes",
+    );
+    assert.equal(typeof roll.speedup, "number");
+    const dens = JSON.parse(readFileSync(join(out, "density-latest.json"), "utf8")) as {
+      aenv?: { steps: Array<{ sandboxes: number; answered: number }> };
+      raw?: { steps: Array<{ sandboxes: number; answered: number }> };
+      errors: string[];
+    };
+    assert.deepEqual(dens.errors, []);
+    for (const side of [dens.aenv, dens.raw]) {
+      assert.ok(side?.steps.length, "density: a step on each side");
+      for (const st of side.steps) assert.equal(st.answered, st.sandboxes);
+    }
   } finally {
     rmSync(out, { recursive: true, force: true });
   }

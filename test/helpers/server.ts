@@ -95,7 +95,11 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     } catch {
       // not up yet
     }
-    if (Date.now() > deadline) throw new Error(`aenv-server did not become ready:\n${out}`);
+    if (Date.now() > deadline) {
+      // Nobody gets a handle to stop it: left running, it would hold its netns prefix and slots.
+      proc.kill("SIGKILL");
+      throw new Error(`aenv-server did not become ready within 60 s:\n${out}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   const exited = () =>

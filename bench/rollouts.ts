@@ -1,0 +1,473 @@
+/**
+ * RL-rollout benchmark: how many rollouts of a task with an expensive setup fit in a fixed
+ * wall-clock budget, two ways, through the unmodified e2b SDK.
+ *
+ * The task (bench/rollout-task.py, python3 + git only, no network): setup generates a git
+ * project of a few thousand modules with a few hundred commits, byte-compiles it, builds a
+ * token index and analysis state, and repeats the analysis until BENCH_ROLLOUT_SETUP_S have
+ * passed. A rollout hashes the prepared tree, then reads the index, greps the tree, edits and
+ * commits a few files chosen by its seed, imports them and writes a result file.
+ *
+ *   setupPerRollout   create → write task → setup → rollout → kill, BENCH_ROLLOUT_CONCURRENCY at once
+ *   forkFromPrepared  create → setup once, then fork() children up to BENCH_ROLLOUT_FORKS live,
+ *                     a rollout in each, killed when done, more forked while the budget lasts
+ *
+ * The budget covers everything from the first create, the parent's setup included. Only
+ * rollouts finished inside it count; whatever runs at the deadline is killed. Each fork child's
+ * tree hash must equal the parent's (byte-identical start), and results must all differ
+ * (seeds diverge). Writes bench/results/rollouts-latest.{json,md}.
+ *
+ *   node --import tsx bench/rollouts.ts        (part of `npm run bench`)
+ *
+ * Env: BENCH_ROLLOUT_BUDGET_S (per strategy, 120), BENCH_ROLLOUT_SETUP_S (minimum setup, 20),
+ * BENCH_ROLLOUT_FILES (2000), BENCH_ROLLOUT_COMMITS (50), BENCH_ROLLOUT_CONCURRENCY (2),
+ * BENCH_ROLLOUT_FORKS (children live at once, 4), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16);
+ * BENCH_SMOKE=1 makes the defaults tiny (12 s budgets, 0.5 s setup, 40 files, 2 commits, 2 forks).
+ */
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { cleanupDataDir, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
+import { type BenchMeta, benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
+import { RESULTS } from "./paths.js";
+import { metaLines } from "./report.js";
+import { mean, type Summary, summarize } from "./stats.js";
+
+// BENCH_SMOKE=1: tiny defaults (what test/bench-smoke.test.ts runs), each still overridable.
+const SMOKE = process.env.BENCH_SMOKE === "1";
+const BUDGET_S = envNum("BENCH_ROLLOUT_BUDGET_S", SMOKE ? 12 : 120, true);
+const SETUP_S = envNum("BENCH_ROLLOUT_SETUP_S", SMOKE ? 0.5 : 20, true);
+const FILES = envNum("BENCH_ROLLOUT_FILES", SMOKE ? 40 : 2000);
+const COMMITS = envNum("BENCH_ROLLOUT_COMMITS", SMOKE ? 2 : 50);
+const CONCURRENCY = envNum("BENCH_ROLLOUT_CONCURRENCY", 2);
+const FORKS = envNum("BENCH_ROLLOUT_FORKS", SMOKE ? 2 : 4);
+
+const TASK = "/home/user/prep/task.py";
+const WORK = "/home/user/work";
+const RESULT = "/home/user/result.json";
+const SANDBOX_TIMEOUT_MS = (BUDGET_S + 600) * 1000;
+const CMD_TIMEOUT_MS = 600_000;
+
+const log = benchLog("rollouts");
+const taskSource = readFileSync(join(import.meta.dirname, "rollout-task.py"), "utf8");
+
+interface RolloutResult {
+  seed: number;
+  diffSha256: string;
+  commit: string;
+  reward: number;
+}
+
+interface Rollout {
+  seed: number;
+  /** From the strategy's start to this rollout's result read back. */
+  doneAtS: number;
+  /** Create (or fork share) → result read, for this rollout alone. */
+  totalMs: number;
+  hashMs: number;
+  rolloutMs: number;
+  result: RolloutResult;
+}
+
+interface StrategyResult {
+  budgetS: number;
+  rollouts: number;
+  rolloutsPerHour: number;
+  /** Rollouts running (or sandboxes setting up) when the budget ran out: killed, not counted. */
+  cutAtDeadline: number;
+  setupS: Summary;
+  createMs: Summary;
+  hashMs: Summary;
+  rolloutMs: Summary;
+  /** Per rollout, from its sandbox's create (or its fork call) to its result read back. */
+  perRolloutMs: Summary;
+  distinctResults: number;
+  resultsDiverge: boolean;
+  errors: string[];
+}
+
+interface SetupPerRollout extends StrategyResult {
+  concurrency: number;
+  /** concurrency / mean per-rollout time: the rate without the budget's end effects. */
+  steadyStateRolloutsPerHour: number;
+}
+
+interface ForkFromPrepared extends StrategyResult {
+  forksLive: number;
+  forkCalls: number;
+  /** fork({count}) until it returned, per call. */
+  forkMs: Summary;
+  childrenForked: number;
+  parentTreeSha256: string;
+  treeFiles: number;
+  /** Children whose tree hash matched the parent's before their rollout / all checked. */
+  identicalChildren: number;
+  checkedChildren: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function timed<T>(fn: () => Promise<T>): Promise<[T, number]> {
+  const t = performance.now();
+  const v = await fn();
+  return [v, performance.now() - t];
+}
+
+async function prepare(s: Sandbox): Promise<number> {
+  await s.files.write(TASK, taskSource);
+  const [r, ms] = await timed(() =>
+    s.commands.run(
+      `python3 ${TASK} setup --root ${WORK} --files ${FILES} --commits ${COMMITS} --min-seconds ${SETUP_S}`,
+      { timeoutMs: CMD_TIMEOUT_MS },
+    ),
+  );
+  log(`setup in ${(ms / 1000).toFixed(1)} s: ${r.stdout.trim()}`);
+  return ms / 1000;
+}
+
+async function treeHash(s: Sandbox): Promise<{ sha256: string; files: number }> {
+  const r = await s.commands.run(`python3 ${TASK} hash --root ${WORK}`, { timeoutMs: CMD_TIMEOUT_MS });
+  return JSON.parse(r.stdout) as { sha256: string; files: number };
+}
+
+/** The rollout proper: a few commands on the prepared state, then its result file read back. */
+async function runRollout(s: Sandbox, seed: number): Promise<{ result: RolloutResult; ms: number }> {
+  const [, ms] = await timed(() =>
+    s.commands.run(`python3 ${TASK} rollout --root ${WORK} --seed ${seed} --out ${RESULT}`, {
+      timeoutMs: CMD_TIMEOUT_MS,
+    }),
+  );
+  const result = JSON.parse(await s.files.read(RESULT)) as RolloutResult;
+  if (result.seed !== seed) throw new Error(`result file has seed ${result.seed}, expected ${seed}`);
+  return { result, ms };
+}
+
+function finish<T extends StrategyResult>(
+  base: Omit<T, keyof StrategyResult>,
+  done: Rollout[],
+  setups: number[],
+  creates: number[],
+  cut: number,
+  errors: string[],
+): T {
+  const distinct = new Set(done.map((r) => r.result.diffSha256)).size;
+  return {
+    ...base,
+    budgetS: BUDGET_S,
+    rollouts: done.length,
+    rolloutsPerHour: (done.length * 3600) / BUDGET_S,
+    cutAtDeadline: cut,
+    setupS: summarize(setups),
+    createMs: summarize(creates),
+    hashMs: summarize(done.map((r) => r.hashMs)),
+    rolloutMs: summarize(done.map((r) => r.rolloutMs)),
+    perRolloutMs: summarize(done.map((r) => r.totalMs)),
+    distinctResults: distinct,
+    resultsDiverge: done.length > 0 && distinct === done.length,
+    errors,
+  } as T;
+}
+
+/** Everything alive, so the deadline (or a failure) can kill it. */
+const live = new Set<Sandbox>();
+const killQuietly = async (s: Sandbox) => {
+  live.delete(s);
+  await s.kill().catch(() => {});
+};
+
+async function setupPerRollout(): Promise<SetupPerRollout> {
+  const t0 = performance.now();
+  const deadline = t0 + BUDGET_S * 1000;
+  const done: Rollout[] = [];
+  const setups: number[] = [];
+  const creates: number[] = [];
+  const errors: string[] = [];
+  let seed = 0;
+  let cut = 0;
+  let expired = false;
+  const timer = setTimeout(() => {
+    expired = true;
+    cut = live.size;
+    for (const s of [...live]) void killQuietly(s);
+  }, BUDGET_S * 1000);
+
+  const worker = async () => {
+    while (!expired) {
+      const my = ++seed;
+      const start = performance.now();
+      let s: Sandbox | undefined;
+      try {
+        const [sbx, createMs] = await timed(() => Sandbox.create({ timeoutMs: SANDBOX_TIMEOUT_MS }));
+        s = sbx;
+        live.add(s);
+        if (expired) break;
+        const setupS = await prepare(s);
+        const [, hashMs] = await timed(() => treeHash(sbx));
+        const { result, ms } = await runRollout(s, my);
+        const now = performance.now();
+        if (now > deadline) break;
+        creates.push(createMs);
+        setups.push(setupS);
+        done.push({ seed: my, doneAtS: (now - t0) / 1000, totalMs: now - start, hashMs, rolloutMs: ms, result });
+        log(`setupPerRollout: rollout ${my} done at ${((now - t0) / 1000).toFixed(1)} s`);
+      } catch (err) {
+        if (!expired) errors.push(`rollout ${my}: ${(err as Error).message}`);
+      } finally {
+        if (s) await killQuietly(s);
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  } finally {
+    clearTimeout(timer);
+  }
+  const res = finish<SetupPerRollout>(
+    { concurrency: CONCURRENCY, steadyStateRolloutsPerHour: 0 },
+    done,
+    setups,
+    creates,
+    cut,
+    errors,
+  );
+  const per = mean(done.map((r) => r.totalMs));
+  res.steadyStateRolloutsPerHour = done.length ? (CONCURRENCY * 3_600_000) / per : 0;
+  return res;
+}
+
+async function forkFromPrepared(): Promise<ForkFromPrepared> {
+  const t0 = performance.now();
+  const deadline = t0 + BUDGET_S * 1000;
+  const done: Rollout[] = [];
+  const errors: string[] = [];
+  const forkMs: number[] = [];
+  let forkCalls = 0;
+  let forked = 0;
+  let identical = 0;
+  let checked = 0;
+  let seed = 1_000_000;
+  let expired = false;
+  let cut = 0;
+
+  const [parent, createMs] = await timed(() => Sandbox.create({ timeoutMs: SANDBOX_TIMEOUT_MS }));
+  live.add(parent);
+  const inflight = new Set<Promise<void>>();
+  let setupS = 0;
+  let ref = { sha256: "", files: 0 };
+  const timer = setTimeout(() => {
+    expired = true;
+    cut = [...live].filter((s) => s !== parent).length;
+    for (const s of [...live]) if (s !== parent) void killQuietly(s);
+  }, BUDGET_S * 1000);
+  try {
+    setupS = await prepare(parent);
+    ref = await treeHash(parent);
+    log(`parent tree ${ref.sha256.slice(0, 16)}… (${ref.files} files)`);
+
+    const child = async (s: Sandbox, forkStart: number) => {
+      const my = ++seed;
+      try {
+        const [h, hashMs] = await timed(() => treeHash(s));
+        checked++;
+        if (h.sha256 === ref.sha256) identical++;
+        else errors.push(`child of seed ${my}: tree ${h.sha256} differs from the parent's ${ref.sha256}`);
+        const { result, ms } = await runRollout(s, my);
+        const now = performance.now();
+        if (now > deadline) return;
+        done.push({ seed: my, doneAtS: (now - t0) / 1000, totalMs: now - forkStart, hashMs, rolloutMs: ms, result });
+      } catch (err) {
+        if (!expired) errors.push(`child rollout ${my}: ${(err as Error).message}`);
+      } finally {
+        await killQuietly(s);
+      }
+    };
+
+    let failedForks = 0;
+    while (!expired && performance.now() < deadline) {
+      const free = FORKS - inflight.size;
+      // Fork in batches: each call pauses and checkpoints the parent once, however many children.
+      if (free >= Math.ceil(FORKS / 2) || inflight.size === 0) {
+        const start = performance.now();
+        let kids: Array<Sandbox | Error>;
+        try {
+          kids = await parent.fork({ count: free, timeoutMs: SANDBOX_TIMEOUT_MS });
+        } catch (err) {
+          kids = [err as Error];
+        }
+        const took = performance.now() - start;
+        forkCalls++;
+        forkMs.push(took);
+        for (const k of kids) {
+          if (k instanceof Error) {
+            if (!expired) errors.push(`fork: ${k.message}`);
+            continue;
+          }
+          forked++;
+          live.add(k);
+          if (expired) {
+            void killQuietly(k);
+            continue;
+          }
+          const p: Promise<void> = child(k, start).finally(() => inflight.delete(p));
+          inflight.add(p);
+        }
+        if (inflight.size === 0) {
+          if (++failedForks >= 3) throw new Error("three fork calls in a row started no child");
+          await sleep(500);
+          continue;
+        }
+        failedForks = 0;
+      }
+      await Promise.race([...inflight, sleep(Math.max(0, deadline - performance.now()))]);
+    }
+    await Promise.all(inflight);
+  } finally {
+    clearTimeout(timer);
+    if (!expired) cut = 0;
+    await killQuietly(parent);
+  }
+  return finish<ForkFromPrepared>(
+    {
+      forksLive: FORKS,
+      forkCalls,
+      forkMs: summarize(forkMs),
+      childrenForked: forked,
+      parentTreeSha256: ref.sha256,
+      treeFiles: ref.files,
+      identicalChildren: identical,
+      checkedChildren: checked,
+    },
+    done,
+    [setupS],
+    [createMs],
+    cut,
+    errors,
+  );
+}
+
+interface Report {
+  meta: BenchMeta;
+  setupPerRollout?: SetupPerRollout;
+  forkFromPrepared?: ForkFromPrepared;
+  /** forkFromPrepared.rolloutsPerHour / setupPerRollout.rolloutsPerHour; the issue's goal is ≥ 10. */
+  speedup: number | null;
+  /** The same ratio from setupPerRollout's steady-state rate (no budget end effects on its side). */
+  speedupVsSteadyState: number | null;
+  errors: string[];
+}
+
+const f = (v: number | undefined, d = 0) => (v === undefined || Number.isNaN(v) ? "–" : v.toFixed(d));
+
+function markdown(r: Report): string {
+  const a = r.setupPerRollout;
+  const b = r.forkFromPrepared;
+  const row = (label: string, x: string, y: string) => `| ${label} | ${x} | ${y} |`;
+  const lines = [
+    "# aenv RL-rollout benchmark",
+    "",
+    ...metaLines(r.meta).map((l) => `- ${l}`),
+    `- commit: ${r.meta.commit}`,
+    "",
+    "| metric | setupPerRollout | forkFromPrepared |",
+    "|:--|--:|--:|",
+    row("budget (s)", f(a?.budgetS), f(b?.budgetS)),
+    row("rollouts finished in budget", f(a?.rollouts), f(b?.rollouts)),
+    row("**rollouts / hour**", `**${f(a?.rolloutsPerHour)}**`, `**${f(b?.rolloutsPerHour)}**`),
+    row("  steady state (concurrency / mean per-rollout time)", f(a?.steadyStateRolloutsPerHour), "–"),
+    row("killed at the deadline", f(a?.cutAtDeadline), f(b?.cutAtDeadline)),
+    row("live at once", f(a?.concurrency), f(b?.forksLive)),
+    row("setup, mean (s)", f(a?.setupS.mean, 1), f(b?.setupS.mean, 1)),
+    row("create, mean (ms)", f(a?.createMs.mean), f(b?.createMs.mean)),
+    row("fork call, p50 / max (ms)", "–", b ? `${f(b.forkMs.p50)} / ${f(b.forkMs.max)}` : "–"),
+    row("tree hash, p50 (ms)", f(a?.hashMs.p50), f(b?.hashMs.p50)),
+    row("rollout commands + result read, p50 (ms)", f(a?.rolloutMs.p50), f(b?.rolloutMs.p50)),
+    row("per rollout, create/fork → result, p50 (ms)", f(a?.perRolloutMs.p50), f(b?.perRolloutMs.p50)),
+    row(
+      "distinct results / rollouts",
+      a ? `${a.distinctResults} / ${a.rollouts}` : "–",
+      b ? `${b.distinctResults} / ${b.rollouts}` : "–",
+    ),
+    row("children with the parent's tree bytes", "–", b ? `${b.identicalChildren} / ${b.checkedChildren}` : "–"),
+    "",
+    `Speedup (rollouts/hour, fork ÷ setup per rollout): **${r.speedup === null ? "–" : `${r.speedup.toFixed(1)}×`}**` +
+      ` (against setupPerRollout's steady state: ${r.speedupVsSteadyState === null ? "–" : `${r.speedupVsSteadyState.toFixed(1)}×`}); the issue's goal is ≥ 10×.`,
+    "",
+  ];
+  if (r.errors.length) lines.push("Errors:", "", ...r.errors.map((e) => `- ${e}`), "");
+  return lines.join("\n");
+}
+
+async function main(): Promise<number> {
+  const started = Date.now();
+  const report: Report = {
+    meta: hostMeta({
+      budgetS: BUDGET_S,
+      smoke: SMOKE ? "yes" : "no",
+      minSetupS: SETUP_S,
+      files: FILES,
+      commits: COMMITS,
+      concurrency: CONCURRENCY,
+      forksLive: FORKS,
+    }),
+    speedup: null,
+    speedupVsSteadyState: null,
+    errors: [],
+  };
+  let server: TestServer | undefined;
+  const stop = async () => {
+    for (const s of [...live]) await killQuietly(s);
+    if (server) {
+      await server.stop();
+      cleanupDataDir(server);
+      server = undefined;
+    }
+  };
+  for (const sig of ["SIGINT", "SIGTERM"] as const)
+    process.once(sig, () => void stop().finally(() => process.exit(130)));
+  try {
+    server = await startServer({
+      env: {
+        AENV_NET_PREFIX: process.env.BENCH_NET_PREFIX ?? "aer",
+        AENV_SLOT_CIDR: process.env.BENCH_SLOT_CIDR ?? "10.212.0.0/16",
+        AENV_LOG_LEVEL: "warn",
+      },
+    });
+    useE2b(server);
+    const details = (await server.api("GET", "/health/details")).body as { runtime?: { platform?: string } };
+    report.meta.platform = details.runtime?.platform ?? "unknown";
+    // Creates are restores of the template's warm image once it exists.
+    await sleep(SMOKE ? 1000 : 5000);
+    log(`setupPerRollout: ${BUDGET_S} s, ${CONCURRENCY} at once`);
+    report.setupPerRollout = await setupPerRollout();
+    report.errors.push(...report.setupPerRollout.errors.map((e) => `setupPerRollout: ${e}`));
+    log(`forkFromPrepared: ${BUDGET_S} s, ${FORKS} children live`);
+    report.forkFromPrepared = await forkFromPrepared();
+    report.errors.push(...report.forkFromPrepared.errors.map((e) => `forkFromPrepared: ${e}`));
+  } catch (err) {
+    report.errors.push((err as Error).message);
+  } finally {
+    await stop();
+  }
+  const a = report.setupPerRollout;
+  const b = report.forkFromPrepared;
+  if (a && b && a.rolloutsPerHour > 0) report.speedup = b.rolloutsPerHour / a.rolloutsPerHour;
+  if (a && b && a.steadyStateRolloutsPerHour > 0)
+    report.speedupVsSteadyState = b.rolloutsPerHour / a.steadyStateRolloutsPerHour;
+  if (b && b.identicalChildren !== b.checkedChildren) report.errors.push("forked children did not start identical");
+  for (const [name, s] of [
+    ["setupPerRollout", a],
+    ["forkFromPrepared", b],
+  ] as const) {
+    if (s && s.rollouts > 0 && !s.resultsDiverge) report.errors.push(`${name}: rollouts' results did not all differ`);
+    if (s && s.rollouts === 0) report.errors.push(`${name}: no rollout finished inside the budget`);
+  }
+  finishMeta(report.meta, started);
+  mkdirSync(RESULTS, { recursive: true });
+  writeFileSync(join(RESULTS, "rollouts-latest.json"), `${JSON.stringify(report, null, 2)}\n`);
+  const md = markdown(report);
+  writeFileSync(join(RESULTS, "rollouts-latest.md"), md);
+  console.log(md);
+  return report.errors.length ? 1 : 0;
+}
+
+process.exit(await main());
