@@ -555,12 +555,12 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     maxMemoryMB: int(
       "AENV_MAX_MEMORY_MB",
       "sandbox.max_memory_mb",
-      Math.floor((totalmem() / 2 ** 20) * factor("AENV_MEMORY_OVERCOMMIT", "sandbox.memory_overcommit", 1.5)),
+      Math.floor((totalmem() / 2 ** 20) * factor("AENV_MEMORY_OVERCOMMIT", "sandbox.memory_overcommit", 4)),
     ),
     maxCpus: int(
       "AENV_MAX_CPUS",
       "sandbox.max_cpus",
-      Math.floor(availableParallelism() * factor("AENV_CPU_OVERCOMMIT", "sandbox.cpu_overcommit", 32)),
+      Math.floor(availableParallelism() * factor("AENV_CPU_OVERCOMMIT", "sandbox.cpu_overcommit", 128)),
     ),
     enforceDiskSize: bool("AENV_ENFORCE_DISK_SIZE", "sandbox.enforce_disk_size", true),
     maxDiskSizeMB: int("AENV_MAX_DISK_SIZE_MB", "sandbox.max_disk_size_mb", 0),
