@@ -42,6 +42,8 @@ const STEPS = (process.env.BENCH_DENSITY_STEPS ?? (SMOKE ? "1,2" : "10,20,40"))
   .filter((n) => Number.isInteger(n) && n > 0)
   .sort((a, b) => a - b);
 const WINDOW_S = envNum("BENCH_DENSITY_WINDOW_S", SMOKE ? 1 : 30, true);
+/** The second aenv pass freezes idle sandboxes after this many seconds (0 skips that pass). */
+const HIBERNATE_S = envNum("BENCH_DENSITY_HIBERNATE_S", SMOKE ? 1 : 10, true);
 const WITH_RAW = process.env.BENCH_DENSITY_RAW !== "0";
 const RESERVE_MIB = envNum("BENCH_DENSITY_RESERVE_MIB", 2048);
 const RAW_OVERLAY = process.env.BENCH_RAW_OVERLAY === "dir" ? "dir" : "memory";
@@ -155,7 +157,7 @@ interface Driver {
   serverPid?: number;
 }
 
-async function probe(name: string, d: Driver, baseline: Window, errors: string[]): Promise<Side> {
+async function probe(name: string, d: Driver, baseline: Window, errors: string[], settleMs = SETTLE_MS): Promise<Side> {
   const ids: string[] = [];
   const before = await memAvailableMiB();
   const side: Side = { steps: [], skipped: [], memAvailableMiB: { before } };
@@ -173,7 +175,7 @@ async function probe(name: string, d: Driver, baseline: Window, errors: string[]
       const added = target - ids.length;
       while (ids.length < target) ids.push(await d.start());
       const createMs = (performance.now() - t) / added;
-      await sleep(SETTLE_MS);
+      await sleep(settleMs);
       log(`${name}: ${target} idle, measuring ${WINDOW_S} s`);
       const w = await measureWindow(ids, d.serverPid);
       const up = await memAvailableMiB();
@@ -216,6 +218,8 @@ interface Report {
   meta: BenchMeta;
   baseline: Window & { windowS: number };
   aenv?: Side;
+  /** The same with hibernation: idle sandboxes frozen after HIBERNATE_S. */
+  aenvHibernating?: Side;
   raw?: Side;
   errors: string[];
 }
@@ -232,43 +236,33 @@ function markdown(r: Report): string {
     `- commit: ${r.meta.commit}`,
     `- baseline (none of ours running), host CPU busy: ${r.baseline.hostBusyCores.toFixed(2)} cores over ${r.baseline.windowS} s`,
     "",
-    "| metric | aenv (e2b SDK) | raw runsc | aenv / raw |",
-    "|:--|--:|--:|--:|",
+    `| metric | aenv (e2b SDK) | aenv, hibernating after ${HIBERNATE_S} s | raw runsc | aenv / raw | hibernating / raw |`,
+    "|:--|--:|--:|--:|--:|--:|",
   ];
   const ns = [...new Set([...(r.aenv?.steps ?? []), ...(r.raw?.steps ?? [])].map((s) => s.sandboxes))];
   for (const n of ns.sort((a, b) => a - b)) {
     const a = r.aenv?.steps.find((s) => s.sandboxes === n);
+    const h = r.aenvHibernating?.steps.find((s) => s.sandboxes === n);
     const b = r.raw?.steps.find((s) => s.sandboxes === n);
-    const row = (label: string, x: number | undefined, y: number | undefined, d: number) =>
-      lines.push(`| ${label} | ${fmt(x, d)} | ${fmt(y, d)} | ${ratio(x, y)} |`);
-    row(`N=${n}: start, mean per sandbox (ms)`, a?.createMs, b?.createMs, 0);
-    row(
-      `N=${n}: sandboxes' own CPU, per sandbox (% of a core)`,
-      a?.sandboxCpuPctPerSandbox,
-      b?.sandboxCpuPctPerSandbox,
-      2,
-    );
-    row(`N=${n}: aenv-server CPU (% of a core)`, a?.serverCpuPct, undefined, 2);
-    row(`N=${n}: host CPU busy (cores, all load)`, a?.hostBusyCores, b?.hostBusyCores, 2);
-    row(
-      `N=${n}: host CPU over baseline, per sandbox (% of a core)`,
-      a?.hostCpuOverBaselinePctPerSandbox,
-      b?.hostCpuOverBaselinePctPerSandbox,
-      2,
-    );
-    row(
-      `N=${n}: MemAvailable drop per sandbox (MiB)`,
-      a?.memAvailableDropMiBPerSandbox,
-      b?.memAvailableDropMiBPerSandbox,
-      1,
-    );
-    row(`N=${n}: PSS per sandbox (MiB)`, a?.pssMiBPerSandbox, b?.pssMiBPerSandbox, 1);
+    const pick = <K extends keyof Step>(x: Step | undefined, k: K) => x?.[k] as number | undefined;
+    const row = (label: string, k: keyof Step, d: number) =>
+      lines.push(
+        `| ${label} | ${fmt(pick(a, k), d)} | ${fmt(pick(h, k), d)} | ${fmt(pick(b, k), d)} | ${ratio(pick(a, k), pick(b, k))} | ${ratio(pick(h, k), pick(b, k))} |`,
+      );
+    row(`N=${n}: start, mean per sandbox (ms)`, "createMs", 0);
+    row(`N=${n}: sandboxes' own CPU, per sandbox (% of a core)`, "sandboxCpuPctPerSandbox", 2);
+    row(`N=${n}: aenv-server CPU (% of a core)`, "serverCpuPct", 2);
+    row(`N=${n}: host CPU busy (cores, all load)`, "hostBusyCores", 2);
+    row(`N=${n}: host CPU over baseline, per sandbox (% of a core)`, "hostCpuOverBaselinePctPerSandbox", 2);
+    row(`N=${n}: MemAvailable drop per sandbox (MiB)`, "memAvailableDropMiBPerSandbox", 1);
+    row(`N=${n}: PSS per sandbox (MiB)`, "pssMiBPerSandbox", 1);
     lines.push(
-      `| N=${n}: answering a command at the end | ${a ? `${a.answered}/${n}` : "–"} | ${b ? `${b.answered}/${n}` : "–"} | |`,
+      `| N=${n}: answering a command at the end | ${a ? `${a.answered}/${n}` : "–"} | ${h ? `${h.answered}/${n}` : "–"} | ${b ? `${b.answered}/${n}` : "–"} | | |`,
     );
   }
   const skipped = [
     ...(r.aenv?.skipped ?? []).map((n) => `aenv ${n}`),
+    ...(r.aenvHibernating?.skipped ?? []).map((n) => `aenv hibernating ${n}`),
     ...(r.raw?.skipped ?? []).map((n) => `raw ${n}`),
   ];
   if (skipped.length) lines.push("", `Skipped for lack of memory: ${skipped.join(", ")}.`);
@@ -310,46 +304,54 @@ async function main(): Promise<number> {
   try {
     log(`baseline: ${WINDOW_S} s with none of ours running`);
     report.baseline = { ...(await measureWindow([])), windowS: WINDOW_S };
-    server = await startServer({
-      env: {
-        AENV_NET_PREFIX: process.env.BENCH_NET_PREFIX ?? "aer",
-        AENV_SLOT_CIDR: process.env.BENCH_SLOT_CIDR ?? "10.212.0.0/16",
-        AENV_LOG_LEVEL: "warn",
-      },
-    });
-    useE2b(server);
-    const details = (await server.api("GET", "/health/details")).body as { runtime?: { platform?: string } };
-    report.meta.platform = details.runtime?.platform ?? "unknown";
-    await sleep(SETTLE_MS);
-    const byId = new Map<string, Sandbox>();
-    try {
-      report.aenv = await probe(
-        "aenv",
-        {
-          serverPid: server.proc.pid,
-          async start() {
-            const s = await Sandbox.create({ timeoutMs: 3_600_000 });
-            sandboxes.push(s);
-            byId.set(s.sandboxId, s);
-            return s.sandboxId;
-          },
-          async answers(id) {
-            const r = await byId.get(id)?.commands.run("echo ok", { timeoutMs: 60_000 });
-            return r?.stdout === "ok\n";
-          },
-          async destroyAll() {
-            await Promise.all(sandboxes.splice(0).map((s) => s.kill().catch(() => {})));
-          },
+    for (const hibernate of [0, ...(HIBERNATE_S ? [HIBERNATE_S] : [])]) {
+      server = await startServer({
+        env: {
+          AENV_NET_PREFIX: process.env.BENCH_NET_PREFIX ?? "aer",
+          AENV_SLOT_CIDR: process.env.BENCH_SLOT_CIDR ?? "10.212.0.0/16",
+          AENV_LOG_LEVEL: "warn",
+          AENV_HIBERNATE_AFTER: String(hibernate),
+          AENV_WARM_POOL_MAX: "0",
         },
-        report.baseline,
-        report.errors,
-      );
-    } catch (err) {
-      report.errors.push(`aenv: ${(err as Error).message}`);
+      });
+      useE2b(server);
+      const details = (await server.api("GET", "/health/details")).body as { runtime?: { platform?: string } };
+      report.meta.platform = details.runtime?.platform ?? "unknown";
+      await sleep(SETTLE_MS);
+      const byId = new Map<string, Sandbox>();
+      try {
+        const side = await probe(
+          hibernate ? "aenv-hibernating" : "aenv",
+          {
+            serverPid: server.proc.pid,
+            async start() {
+              const s = await Sandbox.create({ timeoutMs: 3_600_000 });
+              sandboxes.push(s);
+              byId.set(s.sandboxId, s);
+              return s.sandboxId;
+            },
+            async answers(id) {
+              const r = await byId.get(id)?.commands.run("echo ok", { timeoutMs: 60_000 });
+              return r?.stdout === "ok\n";
+            },
+            async destroyAll() {
+              await Promise.all(sandboxes.splice(0).map((s) => s.kill().catch(() => {})));
+            },
+          },
+          report.baseline,
+          report.errors,
+          // Hibernating: the window starts once every idle sandbox has been frozen.
+          hibernate ? SETTLE_MS + (hibernate + 3) * 1000 : SETTLE_MS,
+        );
+        if (hibernate) report.aenvHibernating = side;
+        else report.aenv = side;
+      } catch (err) {
+        report.errors.push(`aenv: ${(err as Error).message}`);
+      }
+      await server.stop();
+      cleanupDataDir(server);
+      server = undefined;
     }
-    await server.stop();
-    cleanupDataDir(server);
-    server = undefined;
     if (WITH_RAW) {
       const r = new RawRunsc({ rootfs: templateRootfs(), platform: report.meta.platform, overlay: RAW_OVERLAY });
       raw = r;
@@ -383,7 +385,8 @@ async function main(): Promise<number> {
   } finally {
     await stop();
   }
-  for (const side of [report.aenv, report.raw]) if (side && side.steps.length === 0) report.errors.push("no step ran");
+  for (const side of [report.aenv, report.aenvHibernating, report.raw])
+    if (side && side.steps.length === 0) report.errors.push("no step ran");
   finishMeta(report.meta, started);
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, "density-latest.json"), `${JSON.stringify(report, null, 2)}\n`);

@@ -230,6 +230,10 @@ async function main(): Promise<void> {
         });
       } catch (err) {
         errors.push(`${label}: ${(err as Error).message}`);
+        // What the server said around the failure, for whoever reads the run's output.
+        process.stderr.write(
+          `[lifecycle] ${label} failed; server log tail:\n${server.logs().split("\n").slice(-40).join("\n")}\n`,
+        );
       }
     }
     const files = "100 MiB of files written";

@@ -51,7 +51,8 @@ test("every benchmark runs once with tiny settings, raw column included", async 
       rows: Array<{ raw: number | null }>;
       errors: string[];
     };
-    assert.deepEqual(life.errors, []);
+    // With the bench's output (a failed case prints the server's log tail), to see why.
+    assert.deepEqual(life.errors, [], log.slice(-8000));
     assert.ok(life.rows.length > 0 && life.rows.every((r) => typeof r.raw === "number"), "lifecycle raw column");
     const roll = JSON.parse(readFileSync(join(out, "rollouts-latest.json"), "utf8")) as {
       setupPerRollout: { rollouts: number; resultsDiverge: boolean };
