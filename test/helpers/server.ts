@@ -51,6 +51,18 @@ export interface StartOptions {
 
 /** Starts the real aenv-server binary as a child process, on loopback, with its own netns prefix. */
 export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
+  // A port picked here may be taken again before the server binds it (its egress proxy listens
+  // on ephemeral ports first): a server that lost its port that way is started on another.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await startServerOnce(opts);
+    } catch (err) {
+      if (opts.port !== undefined || attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+    }
+  }
+}
+
+async function startServerOnce(opts: StartOptions): Promise<TestServer> {
   const dataDir = opts.dataDir ?? mkdtempSync("/var/tmp/aenv-test-");
   const port = opts.port ?? (await freePort());
   const apiKey = "test-key-0123456789";
