@@ -48,6 +48,8 @@ export interface Results {
   createToFirstCommand?: {
     aenv?: Summary & { createP50: number; firstCommandP50: number };
     raw?: Summary & { runP50: number; firstExecP50: number };
+    /** The same through a server with a warm pool (sandbox.warm_pool_min/max), one waiting per create. */
+    pool?: Summary & { createP50: number; firstCommandP50: number };
   };
   commandRoundTrip?: { aenv?: Summary; raw?: Summary };
   fileWrite?: { bytes: number; aenv?: Throughput; raw?: Throughput };
@@ -77,6 +79,12 @@ export function rows(r: Results): Row[] {
   out.push(["create → first command, mean (ms)", c?.aenv?.mean, c?.raw?.mean, 0]);
   out.push(["  of which create / run --detach, p50 (ms)", c?.aenv?.createP50, c?.raw?.runP50, 0]);
   out.push(["  of which first command / exec, p50 (ms)", c?.aenv?.firstCommandP50, c?.raw?.firstExecP50, 0]);
+  if (c?.pool) {
+    out.push([`create → first command, warm pool, p50 (ms, n=${c.pool.n})`, c.pool.p50, c?.raw?.p50, 0]);
+    out.push(["create → first command, warm pool, p95 (ms)", c.pool.p95, c?.raw?.p95, 0]);
+    out.push(["  of which create (claim), p50 (ms)", c.pool.createP50, c?.raw?.runP50, 0]);
+    out.push(["  of which first command, p50 (ms)", c.pool.firstCommandP50, c?.raw?.firstExecP50, 0]);
+  }
   const t = r.commandRoundTrip;
   out.push([
     `\`true\` round trip, warm, p50 (ms, n=${t?.aenv?.n ?? "–"}/${t?.raw?.n ?? "–"})`,

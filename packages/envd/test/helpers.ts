@@ -9,6 +9,9 @@ import { createEnvd } from "../src/envd.js";
 
 export const TOKEN = "test-token-123";
 
+/** The built helper (`npm run build`), as the sandbox runtime ships it. */
+export const SPAWN_HELPER = path.resolve(import.meta.dirname, "..", "dist", "aenv-spawn");
+
 /** These tests chown files and switch users: they need root. */
 export const needsRoot: false | string = process.getuid?.() === 0 ? false : "envd tests need root";
 
@@ -29,7 +32,7 @@ function listen(server: http.Server): Promise<number> {
 }
 
 /** A fake root with its own passwd/group: `user` (1000), `root` and `nobody`, homes under the temp dir. */
-export async function startHarness(): Promise<Harness> {
+export async function startHarness(opts: { spawnHelper?: string | false } = {}): Promise<Harness> {
   const root = mkdtempSync(path.join(os.tmpdir(), "envd-test-"));
   chmodSync(root, 0o755);
   const etc = path.join(root, "etc");
@@ -52,7 +55,9 @@ export async function startHarness(): Promise<Harness> {
   );
   writeFileSync(path.join(etc, "group"), ["root:x:0:", "nogroup:x:65534:", "user:x:1000:", ""].join("\n"));
 
-  const { server: envd, env } = createEnvd({ etcDir: etc });
+  // Commands start through the vfork helper as in a sandbox, unless a test asks otherwise.
+  const spawnHelper = opts.spawnHelper === undefined ? SPAWN_HELPER : opts.spawnHelper || undefined;
+  const { server: envd, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
   const envdPort = await listen(envd);
   const envdUrl = `http://127.0.0.1:${envdPort}`;
 
@@ -104,7 +109,7 @@ export async function startHarness(): Promise<Harness> {
       return sbx;
     },
     async close() {
-      env.processes.killAll();
+      env.processes.close();
       env.watchers.closeAll();
       envd.closeAllConnections();
       api.closeAllConnections();

@@ -1,9 +1,10 @@
 /** One running (or finished) process: pipes or a PTY, live subscribers, exit status. */
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { log } from "../log.js";
 import { type EndInfo, endFromExit } from "./signals.js";
+import { type ChildLike, HelperUnusable, type Spawner } from "./spawner.js";
 
 export type OutputStream = "stdout" | "stderr" | "pty";
 
@@ -100,14 +101,14 @@ export class ProcessHandle {
   readonly isPty: boolean;
   end: EndInfo | undefined;
   private readonly listeners = new Set<Listener>();
-  private child: ChildProcess | undefined;
+  private child: ChildLike | undefined;
   private pty: PtyLike | undefined;
   private lifetimeTimer: NodeJS.Timeout | undefined;
   private readonly exitCallbacks: Array<(h: ProcessHandle) => void> = [];
   /** Number of subscribers whose queues are full; output reading pauses while > 0. */
   private _congestion = 0;
 
-  private constructor(pid: number, spec: SpawnSpec, child?: ChildProcess, pty?: PtyLike) {
+  private constructor(pid: number, spec: SpawnSpec, child?: ChildLike, pty?: PtyLike) {
     this.pid = pid;
     this.config = spec.config;
     this.tag = spec.tag;
@@ -117,12 +118,33 @@ export class ProcessHandle {
   }
 
   /** Spawn; `first` is subscribed before any output can arrive. */
-  static async spawn(spec: SpawnSpec, first?: Listener): Promise<ProcessHandle> {
-    return spec.pty ? ProcessHandle.spawnPty(spec, first) : ProcessHandle.spawnPipes(spec, first);
+  static async spawn(spec: SpawnSpec, first?: Listener, spawner?: Spawner): Promise<ProcessHandle> {
+    return spec.pty ? ProcessHandle.spawnPty(spec, first) : ProcessHandle.spawnPipes(spec, first, spawner);
   }
 
-  private static async spawnPipes(spec: SpawnSpec, first?: Listener): Promise<ProcessHandle> {
-    let child: ChildProcess;
+  /** Through the spawn helper where it runs (vfork: cheaper in gVisor), else Node's spawn. */
+  private static async startPipes(spec: SpawnSpec, spawner: Spawner | undefined): Promise<ChildLike> {
+    if (spawner?.usable) {
+      try {
+        return await spawner.spawn({
+          cmd: spec.config.cmd,
+          args: spec.config.args,
+          cwd: spec.cwd,
+          env: spec.env,
+          ...credentials(spec.uid, spec.gid),
+          stdin: spec.stdin,
+        });
+      } catch (err) {
+        if (!(err instanceof HelperUnusable)) {
+          throw new ConnectError(
+            `error starting process '${spec.config.cmd}': ${(err as Error).message}`,
+            Code.Internal,
+          );
+        }
+        log("warn", "spawn helper failed; using Node's spawn", { err });
+      }
+    }
+    let child: ChildLike;
     try {
       child = spawn(spec.config.cmd, spec.config.args, {
         cwd: spec.cwd,
@@ -142,7 +164,12 @@ export class ProcessHandle {
       });
       throw new ConnectError(`error starting process '${spec.config.cmd}': ${err.message}`, Code.Internal);
     }
-    const h = new ProcessHandle(child.pid, spec, child);
+    return child;
+  }
+
+  private static async spawnPipes(spec: SpawnSpec, first: Listener | undefined, spawner: Spawner | undefined) {
+    const child = await ProcessHandle.startPipes(spec, spawner);
+    const h = new ProcessHandle(child.pid as number, spec, child);
     if (first) h.listeners.add(first);
     let lastDataAt = Date.now();
     const onData = (stream: OutputStream) => (chunk: Buffer) => {

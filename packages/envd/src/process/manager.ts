@@ -1,6 +1,7 @@
 /** Registry of processes: live ones by pid, plus the exit status of recently finished ones. */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { type Listener, ProcessHandle, type SpawnSpec } from "./handle.js";
+import type { Spawner } from "./spawner.js";
 
 const MAX_EXITED = 2000;
 
@@ -13,8 +14,11 @@ export class ProcessManager {
   private readonly live = new Map<number, ProcessHandle>();
   private readonly exited = new Map<number, ProcessHandle>();
 
+  /** With a spawner, pipe processes start through the vfork helper. */
+  constructor(private readonly spawner?: Spawner) {}
+
   async start(spec: SpawnSpec, first?: Listener): Promise<ProcessHandle> {
-    const h = await ProcessHandle.spawn(spec, first);
+    const h = await ProcessHandle.spawn(spec, first, this.spawner);
     this.exited.delete(h.pid);
     this.live.set(h.pid, h);
     h.onExit(() => {
@@ -71,5 +75,11 @@ export class ProcessManager {
   /** SIGKILL everything (shutdown). */
   killAll(): void {
     for (const h of this.live.values()) h.signal("SIGKILL");
+  }
+
+  /** Everything killed and the spawn helper stopped. */
+  close(): void {
+    this.killAll();
+    this.spawner?.close();
   }
 }

@@ -37,6 +37,7 @@ export function prepareEnvdRuntime(root: string): string {
     art.init,
     art.sudo,
     art.xattr,
+    art.spawn,
     join(art.nodePtyDir, "build/Release/pty.node"),
   ]) {
     h.update(f);
@@ -56,6 +57,7 @@ export function prepareEnvdRuntime(root: string): string {
   cpSync(art.init, join(tmp, "bin", "aenv-init"));
   cpSync(art.sudo, join(tmp, "bin", "aenv-sudo"));
   cpSync(art.xattr, join(tmp, "bin", "aenv-xattr"));
+  cpSync(art.spawn, join(tmp, "bin", "aenv-spawn"));
   for (const lib of libs) {
     const name = basename(lib);
     cpSync(realpathSync(lib), join(tmp, "lib", name));
