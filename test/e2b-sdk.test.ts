@@ -174,6 +174,15 @@ describe("commands", () => {
     assert.match(init.stdout, /aenv-init/);
   });
 
+  test("commands are started by init's vfork spawn service, not forked from envd", async () => {
+    // envd's variable that names the service never reaches a command.
+    const r = await sbx.commands.run('echo "$PPID ${AENV_SPAWN_SOCKET:-unset}"');
+    assert.equal(r.stdout, "1 unset\n");
+    // The service's socket is root's alone: the default user cannot reach it.
+    const ls = await sbx.commands.run("ls /dev/shm/.aenv-spawn-* 2>&1 || true");
+    assert.match(ls.stdout, /Permission denied/);
+  });
+
   test("timeoutMs bounds a command's lifetime", async () => {
     await assert.rejects(sbx.commands.run("sleep 30", { timeoutMs: 1500 }));
     const r = await sbx.commands.run("pgrep -x sleep -a || true");

@@ -36,8 +36,7 @@ execFileSync("cc", ["-static", "-O2", "-Wall", "-o", path.join(dist, "aenv-init"
 console.log(`built ${path.relative(process.cwd(), path.join(dist, "aenv-init"))}`);
 
 // sudo/su (a static client of envd's root service) and xattr access for file metadata.
-// aenv-spawn: vfork + exec for envd's commands (cheaper than Node's fork inside gVisor).
-for (const tool of ["aenv-sudo", "aenv-xattr", "aenv-spawn"]) {
+for (const tool of ["aenv-sudo", "aenv-xattr"]) {
   execFileSync("cc", ["-static", "-O2", "-Wall", "-o", path.join(dist, tool), path.join(here, "init", `${tool}.c`)], {
     stdio: "inherit",
   });

@@ -19,8 +19,6 @@ export interface EnvdArtifacts {
   sudo: string;
   /** Static xattr reader/writer for file metadata (dist/aenv-xattr). */
   xattr: string;
-  /** Static vfork + exec helper that starts envd's commands (dist/aenv-spawn). */
-  spawn: string;
 }
 
 function packageRoot(): string {
@@ -48,7 +46,6 @@ export function envdArtifacts(): EnvdArtifacts {
     init: path.join(root, "dist", "aenv-init"),
     sudo: path.join(root, "dist", "aenv-sudo"),
     xattr: path.join(root, "dist", "aenv-xattr"),
-    spawn: path.join(root, "dist", "aenv-spawn"),
     nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
   };
 }

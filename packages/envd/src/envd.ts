@@ -21,12 +21,22 @@ export interface EnvdOptions {
   etcDir?: string;
   /** The aenv-xattr helper (default: the sandbox runtime's, else metadata stays in memory). */
   xattrTool?: string;
-  /** The aenv-spawn helper (default: the sandbox runtime's; without one, Node's spawn). */
+  /**
+   * An aenv-init binary to run as `--spawner` for starting commands (tests). Under aenv-init
+   * (every sandbox) its own spawn service is used; otherwise Node's spawn.
+   */
   spawnHelper?: string;
 }
 
 const XATTR_TOOL = "/.aenv/bin/aenv-xattr";
-const SPAWN_HELPER = "/.aenv/bin/aenv-spawn";
+
+/** aenv-init's spawn service, once: the variable must not reach commands started by Node. */
+function spawner(opts: EnvdOptions): Spawner | undefined {
+  const socket = process.env.AENV_SPAWN_SOCKET;
+  delete process.env.AENV_SPAWN_SOCKET;
+  if (opts.spawnHelper) return Spawner.start(opts.spawnHelper);
+  return socket ? Spawner.connect(socket) : undefined;
+}
 
 export function createEnvd(opts: EnvdOptions = {}): { env: Env; server: http.Server } {
   const env: Env = {
@@ -36,12 +46,7 @@ export function createEnvd(opts: EnvdOptions = {}): { env: Env; server: http.Ser
       const tool = opts.xattrTool ?? (existsSync(XATTR_TOOL) ? XATTR_TOOL : undefined);
       return tool ? new XattrMetadata(tool) : new MemoryMetadata();
     })(),
-    processes: new ProcessManager(
-      (() => {
-        const helper = opts.spawnHelper ?? (existsSync(SPAWN_HELPER) ? SPAWN_HELPER : undefined);
-        return helper ? Spawner.start(helper) : undefined;
-      })(),
-    ),
+    processes: new ProcessManager(spawner(opts)),
     watchers: new WatcherRegistry(),
   };
   if (inSandbox()) {

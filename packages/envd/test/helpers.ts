@@ -9,8 +9,8 @@ import { createEnvd } from "../src/envd.js";
 
 export const TOKEN = "test-token-123";
 
-/** The built helper (`npm run build`), as the sandbox runtime ships it. */
-export const SPAWN_HELPER = path.resolve(import.meta.dirname, "..", "dist", "aenv-spawn");
+/** The built init (`npm run build`), run as `aenv-init --spawner`: commands start as in a sandbox. */
+export const SPAWN_HELPER = path.resolve(import.meta.dirname, "..", "dist", "aenv-init");
 
 /** These tests chown files and switch users: they need root. */
 export const needsRoot: false | string = process.getuid?.() === 0 ? false : "envd tests need root";
@@ -55,7 +55,7 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
   );
   writeFileSync(path.join(etc, "group"), ["root:x:0:", "nogroup:x:65534:", "user:x:1000:", ""].join("\n"));
 
-  // Commands start through the vfork helper as in a sandbox, unless a test asks otherwise.
+  // Commands start through init's vfork spawn service as in a sandbox, unless a test asks otherwise.
   const spawnHelper = opts.spawnHelper === undefined ? SPAWN_HELPER : opts.spawnHelper || undefined;
   const { server: envd, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
   const envdPort = await listen(envd);

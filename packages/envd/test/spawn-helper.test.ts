@@ -1,4 +1,4 @@
-/** Commands start through aenv-spawn (vfork + exec); without it, or after it died, through Node's spawn. */
+/** Commands start through aenv-init's spawn service (vfork + exec); without it, or after it died, through Node's spawn. */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
@@ -36,7 +36,7 @@ describe("spawn helper", { skip: needsRoot }, () => {
   it("starts commands: the helper is their parent, each leads its own session, users lose envd's groups", async () => {
     const r = await sbx.commands.run(`${parentCmdline}; echo; read -a s < /proc/$$/stat; echo "\${s[5]} $$"; id -G`);
     const [parent, session, groups] = r.stdout.split("\n");
-    assert.match(parent as string, /aenv-spawn /);
+    assert.match(parent as string, /aenv-init --spawner/);
     const [sid, pid] = (session as string).split(" ");
     assert.equal(sid, pid, "the command leads its own session (signals reach its group)");
     assert.equal(groups, "1000");
@@ -70,11 +70,11 @@ describe("spawn helper", { skip: needsRoot }, () => {
   it("commands keep running when the helper dies: later ones start through Node", async () => {
     const r = await sbx.commands.run("echo $PPID");
     const helperPid = Number(r.stdout.trim());
-    assert.match(readFileSync(`/proc/${helperPid}/cmdline`, "latin1"), /aenv-spawn/);
+    assert.match(readFileSync(`/proc/${helperPid}/cmdline`, "latin1"), /aenv-init/);
     process.kill(helperPid, "SIGKILL");
     await new Promise((res) => setTimeout(res, 200));
     const after_ = await sbx.commands.run(`${parentCmdline}`);
-    assert.doesNotMatch(after_.stdout, /aenv-spawn/);
+    assert.doesNotMatch(after_.stdout, /aenv-init/);
     assert.equal((await sbx.commands.run("echo still")).stdout, "still\n");
   });
 });
@@ -89,7 +89,7 @@ describe("without the spawn helper", { skip: needsRoot }, () => {
     h = await startHarness({ spawnHelper: false });
     const sbx = await h.connect();
     const r = await sbx.commands.run(parentCmdline);
-    assert.doesNotMatch(r.stdout, /aenv-spawn/);
+    assert.doesNotMatch(r.stdout, /aenv-init/);
     assert.match(await rawStart(h.envdUrl, "/no/such/program"), /ENOENT/);
   });
 });

@@ -1,15 +1,16 @@
 /**
- * Starts commands through aenv-spawn (init/aenv-spawn.c): vfork + exec in a small helper,
+ * Starts commands through aenv-init's spawn service (init/aenv-init.c): vfork + exec in PID 1,
  * where libuv would fork envd's whole address space (about twice the cost inside gVisor).
- * Each command's stdout, stderr and stdin are unix sockets the helper connects to a private
- * socket of envd's and hands to the child, so the rest of envd sees what Node's spawn gives:
- * a pid, three streams, "exit" and then "close".
+ * Each command's stdout, stderr and stdin are unix sockets init connects to a private socket
+ * of envd's and hands to the child, so the rest of envd sees what Node's spawn gives: a pid,
+ * three streams, "exit" and then "close". Outside aenv-init (tests) `aenv-init --spawner`
+ * runs as a child of envd's instead.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server, type Socket } from "node:net";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { connect, createServer, type Server, type Socket } from "node:net";
 import { constants, tmpdir } from "node:os";
 import path from "node:path";
 import type { Readable, Writable } from "node:stream";
@@ -101,8 +102,10 @@ function checkNoNul(what: string, v: string): void {
 
 export class Spawner {
   private readonly server: Server;
-  private readonly helper: ChildProcess;
+  private readonly sock: string;
   private readonly dir: string;
+  private readonly send: (b: Buffer) => void;
+  private readonly stopHelper: () => void;
   private readonly pending = new Map<string, Pending>();
   private readonly byId = new Map<number, Pending>();
   private readonly children = new Map<number, HelperChild>();
@@ -111,28 +114,53 @@ export class Spawner {
   private dead = false;
   private readonly listening: Promise<void>;
 
-  private constructor(helperPath: string) {
-    // A private (0700, root's) directory: only envd and the helper can reach the socket.
-    this.dir = mkdtempSync(path.join(tmpdir(), ".aenv-spawn-"));
-    const sock = path.join(this.dir, "s");
+  private constructor(channel: { helper: string } | { socket: string }) {
+    // A private (0700, root's) directory: only envd and init can reach the socket. /dev/shm
+    // first: a tmpfs the sandbox always has, outside the files a filesystem-only pause keeps.
+    const base = ["/dev/shm", tmpdir()].find((d) => existsSync(d)) ?? tmpdir();
+    this.dir = mkdtempSync(path.join(base, ".aenv-spawn-"));
+    this.sock = path.join(this.dir, "s");
     this.server = createServer((s) => this.accept(s));
     this.listening = new Promise((resolve, reject) => {
       this.server.once("error", reject);
-      this.server.listen(sock, () => resolve());
+      this.server.listen(this.sock, () => resolve());
     });
     this.listening.catch(() => this.fail("spawn socket not listening"));
-    this.helper = spawn(helperPath, [sock], { stdio: ["pipe", "pipe", "inherit"] });
-    this.helper.on("error", (err) => this.fail(`spawn helper failed: ${err.message}`));
-    this.helper.on("exit", (code, signal) => this.fail(`spawn helper ended (${code ?? signal})`));
-    this.helper.stdin?.on("error", () => {});
-    this.helper.stdout?.setEncoding("utf8");
-    this.helper.stdout?.on("data", (d: string) => this.onLines(d));
+    const onData = (d: string) => this.onLines(d);
+    if ("helper" in channel) {
+      const helper = spawn(channel.helper, ["--spawner"], { stdio: ["pipe", "pipe", "inherit"] });
+      helper.on("error", (err) => this.fail(`spawn helper failed: ${err.message}`));
+      helper.on("exit", (code, signal) => this.fail(`spawn helper ended (${code ?? signal})`));
+      helper.stdin?.on("error", () => {});
+      helper.stdout?.setEncoding("utf8");
+      helper.stdout?.on("data", onData);
+      this.send = (b) => helper.stdin?.write(b);
+      this.stopHelper = () => helper.stdin?.end();
+    } else {
+      const ctl = connect(channel.socket);
+      ctl.on("error", (err) => this.fail(`spawn service unreachable: ${err.message}`));
+      ctl.on("close", () => this.fail("spawn service closed"));
+      ctl.setEncoding("utf8");
+      ctl.on("data", onData);
+      this.send = (b) => ctl.write(b);
+      this.stopHelper = () => ctl.end();
+    }
+  }
+
+  /** aenv-init's spawn service (AENV_SPAWN_SOCKET), or undefined (then Node's spawn is used). */
+  static connect(socket: string): Spawner | undefined {
+    try {
+      return new Spawner({ socket });
+    } catch (err) {
+      log("warn", "spawn service not reachable", { err });
+      return undefined;
+    }
   }
 
   /** A spawner using the helper at this path, or undefined (then Node's spawn is used). */
   static start(helperPath: string): Spawner | undefined {
     try {
-      return new Spawner(helperPath);
+      return new Spawner({ helper: helperPath });
     } catch (err) {
       log("warn", "spawn helper not started", { err });
       return undefined;
@@ -159,6 +187,7 @@ export class Spawner {
     const fields = [
       String(id),
       nonce,
+      this.sock,
       String(req.uid ?? -1),
       String(req.gid ?? -1),
       req.cwd,
@@ -205,7 +234,7 @@ export class Spawner {
       };
       this.pending.set(nonce, p);
       this.byId.set(id, p);
-      this.helper.stdin?.write(msg);
+      this.send(msg);
     });
   }
 
@@ -291,7 +320,7 @@ export class Spawner {
 
   close(): void {
     this.dead = true;
-    this.helper.stdin?.end();
+    this.stopHelper();
     this.server.close();
     rmSync(this.dir, { recursive: true, force: true });
   }

@@ -37,7 +37,6 @@ export function prepareEnvdRuntime(root: string): string {
     art.init,
     art.sudo,
     art.xattr,
-    art.spawn,
     join(art.nodePtyDir, "build/Release/pty.node"),
   ]) {
     h.update(f);
@@ -57,7 +56,6 @@ export function prepareEnvdRuntime(root: string): string {
   cpSync(art.init, join(tmp, "bin", "aenv-init"));
   cpSync(art.sudo, join(tmp, "bin", "aenv-sudo"));
   cpSync(art.xattr, join(tmp, "bin", "aenv-xattr"));
-  cpSync(art.spawn, join(tmp, "bin", "aenv-spawn"));
   for (const lib of libs) {
     const name = basename(lib);
     cpSync(realpathSync(lib), join(tmp, "lib", name));
