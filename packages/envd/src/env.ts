@@ -1,3 +1,4 @@
+import type { Socket } from "node:net";
 /** The shared services every handler gets. */
 import type { MetadataStore } from "./filesystem/metadata.js";
 import type { WatcherRegistry } from "./filesystem/watchers.js";
@@ -11,8 +12,8 @@ export interface Env {
   metadata: MetadataStore;
   processes: ProcessManager;
   watchers: WatcherRegistry;
-  /** Closes every open client connection (set by the HTTP server). */
-  closeConnections?: () => void;
+  /** Closes every open client connection but `except` (set by the HTTP server). */
+  closeConnections?: (except?: Socket) => void;
 }
 
 /** Resolve a username ('' / undefined → the default user). Returns undefined for unknown users. */

@@ -1,5 +1,6 @@
 /** The envd HTTP server: plain routes plus the Connect services. */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import { ENVD_FS_LAYER_APPLY_PATH, ENVD_FS_LAYER_CAPTURE_PATH, Filesystem, Process } from "@aenv/protocol";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -63,8 +64,10 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         // which spins the event loop. Closing them here first keeps restores clean.
         if (method !== "POST") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
+        // Every other connection is closed before the answer, this one right after it: once
+        // the host sees this connection end, nothing of envd's is left open.
+        env.closeConnections?.(req.socket);
         res.setHeader("Connection", "close");
-        res.on("finish", () => setImmediate(() => env.closeConnections?.()));
         return sendEmpty(res, 204);
       case ENVD_FS_LAYER_CAPTURE_PATH:
         if (method !== "POST") throw new HttpError(405, "method not allowed");
@@ -107,7 +110,14 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
 
 export function createEnvdServer(env: Env): http.Server {
   const server = http.createServer(createRequestHandler(env));
-  env.closeConnections = () => server.closeAllConnections();
+  const sockets = new Set<Socket>();
+  server.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.once("close", () => sockets.delete(s));
+  });
+  env.closeConnections = (except) => {
+    for (const s of sockets) if (s !== except) s.destroy();
+  };
   server.requestTimeout = 0; // uploads and streams may take long
   server.headersTimeout = 76_000;
   server.keepAliveTimeout = 75_000; // outlive the proxy's idle sockets

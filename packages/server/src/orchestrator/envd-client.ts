@@ -6,7 +6,14 @@ export function envdRequest(
   ip: string,
   method: string,
   path: string,
-  opts: { body?: unknown; bytes?: string; token?: string; timeoutMs?: number } = {},
+  opts: {
+    body?: unknown;
+    bytes?: string;
+    token?: string;
+    timeoutMs?: number;
+    /** Also wait (at most this long) for envd to close the connection after its answer. */
+    closedWithinMs?: number;
+  } = {},
 ): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const payload = opts.bytes ?? (opts.body === undefined ? undefined : JSON.stringify(opts.body));
@@ -20,7 +27,16 @@ export function envdRequest(
         let body = "";
         res.setEncoding("utf8");
         res.on("data", (d: string) => (body += d));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on("end", () => {
+          const done = () => resolve({ status: res.statusCode ?? 0, body });
+          const sock = res.socket;
+          if (!opts.closedWithinMs || !sock || sock.destroyed) return done();
+          const t = setTimeout(done, opts.closedWithinMs);
+          sock.once("close", () => {
+            clearTimeout(t);
+            done();
+          });
+        });
         res.on("error", reject);
       },
     );

@@ -101,7 +101,10 @@ export class SandboxRunner {
     // Each start is a new runtime sandbox: the previous one may still be being removed.
     rec.runtimeId = runtimeIdFor(rec.id);
     mkdirSync(rec.dir, { recursive: true });
+    const t0 = Date.now();
     live.slot = await this.d.slots.acquire(compileEgress(rec.network, rec.allowInternet));
+    const t1 = Date.now();
+    let t2 = t1;
     rec.slotIndex = live.slot.index;
     if (!live.ephemeral) this.d.store.put(rec);
     const launch = this.launch(live, live.slot);
@@ -111,8 +114,13 @@ export class SandboxRunner {
     await this.starts.run(async () => {
       if (from.kind === "boot") await this.d.driver.start(launch);
       else await this.d.driver.restore(launch, from.imageDir);
+      t2 = Date.now();
       await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
     });
+    this.d.log.debug(
+      { sandboxID: rec.id, from: from.kind, slotMs: t1 - t0, startMs: t2 - t1, envdMs: Date.now() - t2 },
+      "runtime started",
+    );
     if (init) await this.initEnvd(live, init, from.kind === "image" ? from.oldToken : undefined);
     else await this.ensureEgressTrust(live);
   }
@@ -207,12 +215,14 @@ export class SandboxRunner {
   async quiesce(l: Live, token: string | undefined): Promise<void> {
     this.notifyStopped(l.rec.id);
     if (!l.slot || !this.d.driver.quiesceBeforeCheckpoint) return;
-    const r = await envdRequest(l.slot.slotIp, "POST", ENVD_QUIESCE_PATH, { token, timeoutMs: 5000 }).catch(
-      () => undefined,
-    );
+    // envd closes every other connection before it answers and this one right after: its end
+    // means nothing of envd's is open any more (a fixed 20 ms wait did this before).
+    const r = await envdRequest(l.slot.slotIp, "POST", ENVD_QUIESCE_PATH, {
+      token,
+      timeoutMs: 5000,
+      closedWithinMs: 20,
+    }).catch(() => undefined);
     if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
-    // Let envd's side of the closed connections settle before the capture.
-    await new Promise((res) => setTimeout(res, 20));
   }
 
   /** Checkpoints a running sandbox that keeps running; proxied traffic waits at the gate meanwhile. */

@@ -1,6 +1,7 @@
 import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
 import { DEFAULT_PATH } from "../../templates/catalog.js";
 import type { SandboxLaunch } from "../driver.js";
+import { ENVD_ARGS } from "../envd-runtime.js";
 
 /** Capabilities of a sandbox's root (gVisor is the boundary; this is Docker's default set + ptrace). */
 export const CAPS = [
@@ -45,17 +46,6 @@ export const STANDARD_MOUNTS = [
   { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
 ];
 
-// PID 1 is aenv-init, which starts envd and reaps orphaned processes.
-export const ENVD_ARGS = [
-  "/.aenv/bin/aenv-init",
-  "/.aenv/lib/ld-linux-x86-64.so.2",
-  "--library-path",
-  "/.aenv/lib",
-  "/.aenv/bin/node",
-  "/.aenv/envd/envd.js",
-  "--port",
-  "49983",
-];
 
 /** The OCI runtime spec of one sandbox: envd as init, template rootfs under runsc's overlay. */
 export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
