@@ -46,7 +46,6 @@ export const STANDARD_MOUNTS = [
   { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
 ];
 
-
 /** The OCI runtime spec of one sandbox: envd as init, template rootfs under runsc's overlay. */
 export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
   const memBytes = l.memoryMB * 1024 * 1024;
