@@ -16,7 +16,8 @@
  *
  *   node --import tsx bench/density.ts        (part of `npm run bench`)
  *
- * Env: BENCH_DENSITY_STEPS ("10,20,40"), BENCH_DENSITY_WINDOW_S (30), BENCH_DENSITY_RAW (1; 0
+ * Env: BENCH_DENSITY_STEPS ("10,20,40"), BENCH_DENSITY_HIBERNATE_STEPS (the pass with
+ * hibernation: "10,20,40,100,200"), BENCH_DENSITY_WINDOW_S (30), BENCH_DENSITY_RAW (1; 0
  * skips raw runsc), BENCH_DENSITY_RESERVE_MIB (2048), BENCH_RAW_OVERLAY (memory | dir),
  * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16); BENCH_SMOKE=1 makes the defaults tiny
  * (steps 1,2, 1 s windows).
@@ -44,6 +45,12 @@ const STEPS = (process.env.BENCH_DENSITY_STEPS ?? (SMOKE ? "1,2" : "10,20,40"))
 const WINDOW_S = envNum("BENCH_DENSITY_WINDOW_S", SMOKE ? 1 : 30, true);
 /** The second aenv pass freezes idle sandboxes after this many seconds (0 skips that pass). */
 const HIBERNATE_S = envNum("BENCH_DENSITY_HIBERNATE_S", SMOKE ? 1 : 10, true);
+/** The hibernating pass goes further: idle sandboxes there cost memory, not CPU. */
+const HIBERNATE_STEPS = (process.env.BENCH_DENSITY_HIBERNATE_STEPS ?? (SMOKE ? "1,2" : "10,20,40,100,200"))
+  .split(",")
+  .map(Number)
+  .filter((n) => Number.isInteger(n) && n > 0)
+  .sort((a, b) => a - b);
 const WITH_RAW = process.env.BENCH_DENSITY_RAW !== "0";
 const RESERVE_MIB = envNum("BENCH_DENSITY_RESERVE_MIB", 2048);
 const RAW_OVERLAY = process.env.BENCH_RAW_OVERLAY === "dir" ? "dir" : "memory";
@@ -157,13 +164,20 @@ interface Driver {
   serverPid?: number;
 }
 
-async function probe(name: string, d: Driver, baseline: Window, errors: string[], settleMs = SETTLE_MS): Promise<Side> {
+async function probe(
+  name: string,
+  d: Driver,
+  baseline: Window,
+  errors: string[],
+  settleMs = SETTLE_MS,
+  steps = STEPS,
+): Promise<Side> {
   const ids: string[] = [];
   const before = await memAvailableMiB();
   const side: Side = { steps: [], skipped: [], memAvailableMiB: { before } };
   let perSandboxMiB = 150; // a first guess until a step has measured it
   try {
-    for (const target of STEPS) {
+    for (const target of steps) {
       const avail = memAvailableKiB() / 1024;
       if (avail - (target - ids.length) * perSandboxMiB < RESERVE_MIB) {
         log(`${name}: skipping ${target}: ${avail.toFixed(0)} MiB available, ~${perSandboxMiB.toFixed(0)} MiB each`);
@@ -312,6 +326,8 @@ async function main(): Promise<number> {
           AENV_LOG_LEVEL: "warn",
           AENV_HIBERNATE_AFTER: String(hibernate),
           AENV_WARM_POOL_MAX: "0",
+          // Admission counts each sandbox's 1 GiB ceiling; 200 idle ones touch ~5 GiB.
+          AENV_MAX_MEMORY_MB: String(1 << 20),
         },
       });
       useE2b(server);
@@ -342,6 +358,7 @@ async function main(): Promise<number> {
           report.errors,
           // Hibernating: the window starts once every idle sandbox has been frozen.
           hibernate ? SETTLE_MS + (hibernate + 3) * 1000 : SETTLE_MS,
+          hibernate ? HIBERNATE_STEPS : STEPS,
         );
         if (hibernate) report.aenvHibernating = side;
         else report.aenv = side;
