@@ -65,6 +65,7 @@ export class WarmPool {
     if (!this.enabled || this.closed) return undefined;
     const k = key(tpl);
     const now = Date.now();
+    // The rate window's creates, and always the last one (the pool's idle clock).
     const recent = (this.creates.get(k) ?? []).filter((t) => now - t < RATE_WINDOW_MS);
     recent.push(now);
     this.creates.set(k, recent);
@@ -78,12 +79,17 @@ export class WarmPool {
     return got;
   }
 
-  /** How many should wait: the creates of the last minute per 10 s, within the configured bounds. */
+  /**
+   * How many should wait: the creates of the last minute per 10 s, within the configured
+   * bounds; the minimum holds until nobody created from the template for POOL_IDLE_MS.
+   */
   private target(k: string): number {
     const now = Date.now();
-    const recent = (this.creates.get(k) ?? []).filter((t) => now - t < RATE_WINDOW_MS);
-    if (recent.length === 0 || now - (recent[recent.length - 1] as number) > POOL_IDLE_MS) return 0;
-    const perTen = Math.ceil(recent.length / (RATE_WINDOW_MS / 10_000));
+    const all = this.creates.get(k) ?? [];
+    const last = all[all.length - 1];
+    if (last === undefined || now - last > POOL_IDLE_MS) return 0;
+    const recent = all.filter((t) => now - t < RATE_WINDOW_MS).length;
+    const perTen = Math.ceil(recent / (RATE_WINDOW_MS / 10_000));
     return Math.min(this.d.cfg.warmPoolMax, Math.max(this.d.cfg.warmPoolMin, perTen));
   }
 
