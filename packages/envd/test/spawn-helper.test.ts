@@ -60,6 +60,21 @@ describe("spawn helper", { skip: needsRoot }, () => {
     assert.equal(big.stdout.length, 3_000_000);
   });
 
+  it("many quick commands at once all end (an exit may be reported before the streams are accepted)", async () => {
+    const deadline = AbortSignal.timeout(20_000);
+    const runs = Array.from({ length: 150 }, (_, i) =>
+      sbx.commands.run(`echo ${i}`, { timeoutMs: 20_000, requestTimeoutMs: 20_000 }),
+    );
+    const all = await Promise.race([
+      Promise.all(runs),
+      new Promise<never>((_, rej) => deadline.addEventListener("abort", () => rej(new Error("commands hung")))),
+    ]);
+    assert.deepEqual(
+      all.map((r) => r.stdout),
+      all.map((_, i) => `${i}\n`),
+    );
+  });
+
   it("a program that does not exist is a clear error, by path and by PATH lookup", async () => {
     assert.match(await rawStart(h.envdUrl, "/no/such/program"), /error starting process '\/no\/such\/program'.*ENOENT/);
     // As libuv's lookup: EACCES when some PATH entry refused the search (user 1000 here), else ENOENT.

@@ -49,6 +49,8 @@ interface Pending {
   needStdin: boolean;
   streams: { o?: Socket; e?: Socket; i?: Socket };
   pid?: number;
+  /** Raw wait status of a child that ended before all its streams were accepted. */
+  status?: number;
   settle: (err: Error | undefined) => void;
 }
 
@@ -68,11 +70,13 @@ class HelperChild extends EventEmitter {
     this.stdin = s.i ?? null;
     // Reading only: the child never reads from its stdout/stderr sockets.
     for (const sock of [this.stdout, this.stderr]) {
-      sock.once("close", () => {
-        this.open--;
-        this.maybeClose();
-      });
       sock.on("error", () => {});
+      if (sock.closed) this.open--;
+      else
+        sock.once("close", () => {
+          this.open--;
+          this.maybeClose();
+        });
     }
   }
 
@@ -230,6 +234,9 @@ export class Spawner {
           this.children.set(child.pid, child);
           child.once("exit", () => this.children.delete(child.pid));
           resolve(child);
+          // Ended already (a quick command, streams accepted late): once its handle listens.
+          const status = p.status;
+          if (status !== undefined) setImmediate(() => this.ended(child, status));
         },
       };
       this.pending.set(nonce, p);
@@ -298,12 +305,17 @@ export class Spawner {
       p.settle(err);
     } else if (kind === "X") {
       const child = this.children.get(x);
-      if (!child) return;
-      // Raw wait status: exited (low 7 bits 0) or killed by a signal (low 7 bits).
-      const sig = y & 0x7f;
-      if (sig === 0) child.ended((y >> 8) & 0xff, null);
-      else child.ended(null, signalName(sig) as NodeJS.Signals);
+      if (child) return this.ended(child, y);
+      // Its streams may not all have been accepted yet: the exit waits for them.
+      for (const p of this.pending.values()) if (p.pid === x) p.status = y;
     }
+  }
+
+  /** Raw wait status: exited (low 7 bits 0) or killed by a signal (low 7 bits). */
+  private ended(child: HelperChild, status: number): void {
+    const sig = status & 0x7f;
+    if (sig === 0) child.ended((status >> 8) & 0xff, null);
+    else child.ended(null, signalName(sig) as NodeJS.Signals);
   }
 
   /** The helper is gone: what waits fails, and commands are started by Node from now on. */
