@@ -305,9 +305,9 @@ export class Spawner {
       p.settle(err);
     } else if (kind === "X") {
       const child = this.children.get(x);
-      if (child) return this.ended(child, y);
+      if (child) this.ended(child, y);
       // Its streams may not all have been accepted yet: the exit waits for them.
-      for (const p of this.pending.values()) if (p.pid === x) p.status = y;
+      else for (const p of this.pending.values()) if (p.pid === x) p.status = y;
     }
   }
 
