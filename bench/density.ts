@@ -220,6 +220,9 @@ async function probe(
           `host ${w.hostBusyCores.toFixed(2)} cores, ${drop.toFixed(1)} MiB/sandbox, ${answered}/${target} answered`,
       );
     }
+  } catch (err) {
+    // The steps measured so far stand; the one that failed is reported.
+    errors.push(`${name}: ${(err as Error).message}`);
   } finally {
     await d.destroyAll();
   }
@@ -253,7 +256,11 @@ function markdown(r: Report): string {
     `| metric | aenv (e2b SDK) | aenv, hibernating after ${HIBERNATE_S} s | raw runsc | aenv / raw | hibernating / raw |`,
     "|:--|--:|--:|--:|--:|--:|",
   ];
-  const ns = [...new Set([...(r.aenv?.steps ?? []), ...(r.raw?.steps ?? [])].map((s) => s.sandboxes))];
+  const ns = [
+    ...new Set(
+      [...(r.aenv?.steps ?? []), ...(r.aenvHibernating?.steps ?? []), ...(r.raw?.steps ?? [])].map((s) => s.sandboxes),
+    ),
+  ];
   for (const n of ns.sort((a, b) => a - b)) {
     const a = r.aenv?.steps.find((s) => s.sandboxes === n);
     const h = r.aenvHibernating?.steps.find((s) => s.sandboxes === n);
@@ -291,6 +298,7 @@ async function main(): Promise<number> {
     meta: hostMeta({
       smoke: SMOKE ? "yes" : "no",
       steps: STEPS.join(","),
+      hibernatingSteps: HIBERNATE_STEPS.join(","),
       windowS: WINDOW_S,
       settleMs: SETTLE_MS,
       reserveMiB: RESERVE_MIB,
@@ -326,8 +334,10 @@ async function main(): Promise<number> {
           AENV_LOG_LEVEL: "warn",
           AENV_HIBERNATE_AFTER: String(hibernate),
           AENV_WARM_POOL_MAX: "0",
-          // Admission counts each sandbox's 1 GiB ceiling; 200 idle ones touch ~5 GiB.
+          // Admission counts each sandbox's ceilings (1 GiB, 2 vCPUs); 200 idle ones touch ~6 GiB
+          // and, frozen, no CPU.
           AENV_MAX_MEMORY_MB: String(1 << 20),
+          AENV_MAX_CPUS: String(4096),
         },
       });
       useE2b(server);
