@@ -44,6 +44,8 @@ test("creates are served from the pool with their own identity, env, metadata, t
   const a = await Sandbox.create({ envs: { WHO: "a" }, metadata: { user: "a" }, timeoutMs: 120_000 });
   const b = await Sandbox.create({ envs: { WHO: "b" }, metadata: { user: "b" }, allowInternetAccess: false });
   try {
+    // The server's log reaches this process on another pipe than the API's answer: poll.
+    await waitFor("two creates served from the pool", () => pooledCreates() >= 2, 5_000).catch(() => {});
     assert.equal(pooledCreates(), 2, server.logs().slice(-3000));
     assert.notEqual(a.sandboxId, b.sandboxId);
     assert.equal((await a.commands.run("echo $WHO")).stdout, "a\n");
