@@ -14,7 +14,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
-import { startServer, type TestServer, useE2b } from "../test/helpers/server.js";
+import { startServer, type TestServer, untilCommitted, useE2b } from "../test/helpers/server.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { RawRunsc } from "./raw-runsc.js";
 import { mean } from "./stats.js";
@@ -58,7 +58,19 @@ async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox)
   const s = await Sandbox.create({ timeoutMs: 600_000 });
   try {
     await prepare(s);
-    add(label, "snapshot while running", await ms(() => s.createSnapshot()), null, "ms");
+    let snapshotId = "";
+    add(
+      label,
+      "snapshot while running",
+      await ms(async () => {
+        snapshotId = (await s.createSnapshot()).snapshotId;
+      }),
+      null,
+      "ms",
+    );
+    // Its commit to the repository (zstd, on the same cores) runs after the answer: the rows
+    // below are measured once it is done, as on a node that is otherwise idle (raw has none).
+    await untilCommitted(server, snapshotId).catch(() => {});
     const pauses: number[] = [];
     const resumes: number[] = [];
     let image = 0;
@@ -139,8 +151,20 @@ async function rawCase(raw: RawRunsc, label: string, prepare: (id: string) => Pr
   }
 }
 
-async function forkCase(n: number, raw: RawRunsc): Promise<void> {
+/** Until the server's earlier sandboxes are gone (their runsc delete runs after kill answers), at most 30 s. */
+async function settled(server: TestServer): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    const left = execFileSync("runsc", [`--root=${server.dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
+    if (!left.trim()) return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function forkCase(server: TestServer, n: number, raw: RawRunsc): Promise<void> {
   const label = `fork ×${n} (10 MiB dirty)`;
+  // The previous case's teardown (runsc delete, 1-2 s of CPU each) must not run beside this one.
+  await settled(server);
   const p = await Sandbox.create({ timeoutMs: 600_000 });
   const kids: Sandbox[] = [];
   try {
@@ -250,7 +274,7 @@ async function main(): Promise<void> {
     }
     for (const n of FORKS) {
       try {
-        await forkCase(n, raw);
+        await forkCase(server, n, raw);
       } catch (err) {
         errors.push(`fork ×${n}: ${(err as Error).message}`);
       }
