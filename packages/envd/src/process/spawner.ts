@@ -326,13 +326,16 @@ export class Spawner {
     for (const p of [...this.pending.values()]) p.settle(new HelperUnusable(why));
     // Their exit status is lost with the helper: they end when their output does.
     for (const c of this.children.values()) c.stdout.once("close", () => c.ended(-1, null));
-    this.server.close();
-    rmSync(this.dir, { recursive: true, force: true });
+    this.removeSocket();
   }
 
   close(): void {
     this.dead = true;
     this.stopHelper();
+    this.removeSocket();
+  }
+
+  private removeSocket(): void {
     this.server.close();
     rmSync(this.dir, { recursive: true, force: true });
   }
