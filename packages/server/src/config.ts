@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { isIPv4 } from "node:net";
 import { availableParallelism, hostname, totalmem } from "node:os";
 import { join } from "node:path";

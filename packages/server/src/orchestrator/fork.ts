@@ -53,7 +53,7 @@ export class Forker {
     const captureDir = this.d.paths.fork(randomBytes(8).toString("hex"));
     await registry.enqueue(l, async () => {
       if (parent.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
-      await runner.capture(l, captureDir);
+      await runner.capture(l, captureDir, { shared: true });
     });
     const ttlS = timeoutS ?? Math.max(1, Math.ceil((parent.endAt - Date.now()) / 1000));
     const results: ForkResult[] = new Array(count);

@@ -188,7 +188,7 @@ export class WarmImages {
       mkdirSync(dirname(finalDir), { recursive: true });
       rmSync(tmp, { recursive: true, force: true });
       mkdirSync(tmp, { recursive: true });
-      await runner.quiesce(live, undefined);
+      await runner.quiesce(live, undefined, { shared: true });
       await runner.driver.checkpoint(rec.runtimeId, tmp, { leaveRunning: false });
       commitDir(tmp, finalDir);
     } finally {
