@@ -9,8 +9,10 @@
  * commits a few files chosen by its seed, imports them and writes a result file.
  *
  *   setupPerRollout   create → write task → setup → rollout → kill, BENCH_ROLLOUT_CONCURRENCY at once
- *   forkFromPrepared  create → setup once, then fork() children up to BENCH_ROLLOUT_FORKS live,
- *                     a rollout in each, killed when done, more forked while the budget lasts
+ *   forkFromPrepared  create → setup once → pause, then fork() children of the paused parent up
+ *                     to BENCH_ROLLOUT_FORKS live, a rollout in each, killed when done, more
+ *                     forked while the budget lasts (a paused parent's children restore from its
+ *                     pause image: no capture per fork call, and the parent uses no CPU)
  *
  * The budget covers everything from the first create, the parent's setup included. Only
  * rollouts finished inside it count; whatever runs at the deadline is killed. Each fork child's
@@ -21,7 +23,8 @@
  *
  * Env: BENCH_ROLLOUT_BUDGET_S (per strategy, 120), BENCH_ROLLOUT_SETUP_S (minimum setup, 20),
  * BENCH_ROLLOUT_FILES (2000), BENCH_ROLLOUT_COMMITS (50), BENCH_ROLLOUT_CONCURRENCY (2),
- * BENCH_ROLLOUT_FORKS (children live at once, 4), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16);
+ * BENCH_ROLLOUT_FORKS (children live at once, 4), BENCH_ROLLOUT_PAUSE_PARENT (1; 0 forks the
+ * running parent, captured again at every fork call), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16);
  * BENCH_SMOKE=1 makes the defaults tiny (12 s budgets, 0.5 s setup, 40 files, 2 commits, 2 forks).
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -41,6 +44,7 @@ const FILES = envNum("BENCH_ROLLOUT_FILES", SMOKE ? 40 : 2000);
 const COMMITS = envNum("BENCH_ROLLOUT_COMMITS", SMOKE ? 2 : 50);
 const CONCURRENCY = envNum("BENCH_ROLLOUT_CONCURRENCY", 2);
 const FORKS = envNum("BENCH_ROLLOUT_FORKS", SMOKE ? 2 : 4);
+const PAUSE_PARENT = process.env.BENCH_ROLLOUT_PAUSE_PARENT !== "0";
 
 const TASK = "/home/user/prep/task.py";
 const WORK = "/home/user/work";
@@ -94,6 +98,10 @@ interface SetupPerRollout extends StrategyResult {
 
 interface ForkFromPrepared extends StrategyResult {
   forksLive: number;
+  /** Whether the prepared parent was paused before the first fork (children restore from its pause image). */
+  parentPaused: boolean;
+  /** parent.pause() after the setup, in ms (0 when not paused). */
+  parentPauseMs: number;
   forkCalls: number;
   /** fork({count}) until it returned, per call. */
   forkMs: Summary;
@@ -253,6 +261,7 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
   live.add(parent);
   const inflight = new Set<Promise<void>>();
   let setupS = 0;
+  let parentPauseMs = 0;
   let ref = { sha256: "", files: 0 };
   const timer = setTimeout(() => {
     expired = true;
@@ -263,6 +272,7 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
     setupS = await prepare(parent);
     ref = await treeHash(parent);
     log(`parent tree ${ref.sha256.slice(0, 16)}… (${ref.files} files)`);
+    if (PAUSE_PARENT) [, parentPauseMs] = await timed(() => parent.pause());
 
     const child = async (s: Sandbox, forkStart: number) => {
       const my = ++seed;
@@ -285,7 +295,8 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
     let failedForks = 0;
     while (!expired && performance.now() < deadline) {
       const free = FORKS - inflight.size;
-      // Fork in batches: each call pauses and checkpoints the parent once, however many children.
+      // Fork in batches: each call links the paused parent's image (or checkpoints a running
+      // parent) once, however many children.
       if (free >= Math.ceil(FORKS / 2) || inflight.size === 0) {
         const start = performance.now();
         let kids: Array<Sandbox | Error>;
@@ -329,6 +340,8 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
   return finish<ForkFromPrepared>(
     {
       forksLive: FORKS,
+      parentPaused: PAUSE_PARENT,
+      parentPauseMs,
       forkCalls,
       forkMs: summarize(forkMs),
       childrenForked: forked,
@@ -378,6 +391,11 @@ function markdown(r: Report): string {
     row("live at once", f(a?.concurrency), f(b?.forksLive)),
     row("setup, mean (s)", f(a?.setupS.mean, 1), f(b?.setupS.mean, 1)),
     row("create, mean (ms)", f(a?.createMs.mean), f(b?.createMs.mean)),
+    row(
+      "parent paused before forking (pause ms)",
+      "–",
+      b ? (b.parentPaused ? `yes (${f(b.parentPauseMs)})` : "no") : "–",
+    ),
     row("fork call, p50 / max (ms)", "–", b ? `${f(b.forkMs.p50)} / ${f(b.forkMs.max)}` : "–"),
     row("tree hash, p50 (ms)", f(a?.hashMs.p50), f(b?.hashMs.p50)),
     row("rollout commands + result read, p50 (ms)", f(a?.rolloutMs.p50), f(b?.rolloutMs.p50)),
@@ -408,6 +426,7 @@ async function main(): Promise<number> {
       commits: COMMITS,
       concurrency: CONCURRENCY,
       forksLive: FORKS,
+      pauseParent: PAUSE_PARENT ? "yes" : "no",
     }),
     speedup: null,
     speedupVsSteadyState: null,

@@ -53,3 +53,57 @@ test("when the node is full, each extra child fails on its own with a 429, the r
     cleanupDataDir(server);
   }
 });
+
+test("a paused parent forks from its pause image: children carry its processes and files, it stays paused", async () => {
+  const server = await startServer();
+  useE2b(server);
+  const p = await Sandbox.create({ timeoutMs: 300_000 });
+  const kids: Sandbox[] = [];
+  try {
+    await p.files.write("/home/user/seed.txt", "seed");
+    // A counter only a live process keeps: a child rebooted from files would start it at 0 or not at all.
+    await p.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", {
+      background: true,
+      timeoutMs: 0,
+    });
+    let before = 0;
+    while (before < 5) before = Number((await p.commands.run("cat /tmp/count || echo 0")).stdout.trim());
+    assert.equal(await p.pause(), true);
+    for (let round = 0; round < 2; round++) {
+      const forked = (await p.fork({ count: 2 } as never)) as unknown as Array<Sandbox | Error>;
+      for (const f of forked) {
+        assert.ok(!(f instanceof Error), `child failed: ${(f as Error).message}`);
+        kids.push(f as Sandbox);
+      }
+    }
+    assert.equal(kids.length, 4);
+    const outs = await Promise.all(
+      kids.map((k) =>
+        k.commands.run("cat /home/user/seed.txt; echo; cat /tmp/count; head -c 8 /dev/urandom | od -An -tx1"),
+      ),
+    );
+    for (const o of outs) {
+      const [seed, count] = o.stdout.split("\n");
+      assert.equal(seed, "seed");
+      assert.ok(Number(count) >= before, `the counter went on from ${before}, got ${count}`);
+    }
+    assert.equal(new Set(outs.map((o) => o.stdout)).size, 4, "each child has its own randomness");
+    const info = await server.api("GET", `/sandboxes/${p.sandboxId}`);
+    assert.equal((info.body as { state: string }).state, "paused", "the parent stays paused");
+    // Children diverge from the parent, and the parent resumes where it was.
+    await kids[0]?.files.write("/home/user/seed.txt", "child");
+    const r = await Sandbox.connect(p.sandboxId);
+    assert.equal(await r.files.read("/home/user/seed.txt"), "seed");
+    const after = Number((await r.commands.run("sleep 0.5; cat /tmp/count")).stdout.trim());
+    assert.ok(after >= before, `the parent's counter went on from ${before}, got ${after}`);
+    // A filesystem-only pause keeps no processes to fork from: a clear conflict.
+    assert.equal(await r.pause({ keepMemory: false } as never), true);
+    const res = await server.api("POST", `/sandboxes/${p.sandboxId}/fork`, { count: 1 });
+    assert.equal(res.status, 409);
+    assert.match((res.body as { message: string }).message, /filesystem only/);
+  } finally {
+    await Promise.all([p, ...kids].map((s) => s.kill().catch(() => false)));
+    await server.stop();
+    cleanupDataDir(server);
+  }
+});

@@ -27,6 +27,8 @@ export interface ForkDeps {
   runner: SandboxRunner;
   /** Makes the fork's capture a snapshot (when children did not fit here). */
   publish: (src: SandboxRecord, captureDir: string) => Promise<SnapshotRecord>;
+  /** A paused parent's image, linked into the capture folder (PauseResume.linkImage). */
+  pausedImage: (l: Live, dest: string) => Promise<void>;
 }
 
 export interface ForkOutcome {
@@ -40,8 +42,10 @@ export interface ForkOutcome {
 
 /**
  * One capture of the running parent (it pauses only for that), then N children restored from
- * it in parallel, each with its own ID, slot and envd token. A failed child is fully removed;
- * the capture is deleted afterwards.
+ * it in parallel, each with its own ID, slot and envd token. A paused parent (memory kept) is
+ * not captured again: its children restore from its pause image and it stays paused, so a
+ * prepared sandbox can be paused once and forked over and over at no cost to it. A failed
+ * child is fully removed; the capture is deleted afterwards.
  */
 export class Forker {
   constructor(private readonly d: ForkDeps) {}
@@ -51,11 +55,17 @@ export class Forker {
     const l = registry.mustGet(id);
     const parent = l.rec;
     const captureDir = this.d.paths.fork(randomBytes(8).toString("hex"));
-    await registry.enqueue(l, async () => {
+    // The parent's time left: what its children get unless the call says otherwise.
+    const leftMs = await registry.enqueue(l, async () => {
+      if (parent.state === "paused") {
+        await this.d.pausedImage(l, captureDir);
+        return parent.ttlLeftMs ?? 0;
+      }
       if (parent.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
       await runner.capture(l, captureDir, { shared: true });
+      return parent.endAt - Date.now();
     });
-    const ttlS = timeoutS ?? Math.max(1, Math.ceil((parent.endAt - Date.now()) / 1000));
+    const ttlS = timeoutS ?? Math.max(1, Math.ceil(leftMs / 1000));
     const results: ForkResult[] = new Array(count);
     let next = 0;
     const worker = async () => {

@@ -166,6 +166,7 @@ export class Orchestrator {
       registry,
       runner,
       publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
+      pausedImage: (l, dest) => this.pauses.linkImage(l, dest),
     });
     this.metricsHistory = new MetricsHistory({
       registry,

@@ -10,6 +10,7 @@ import type { BootSettings, PauseKind, SandboxRecord, StateStore } from "../stat
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDir } from "../util/fsync.js";
+import { linkTree } from "../util/link-tree.js";
 import { applyLayer, captureLayer, isCompleteLayer, layerBytes } from "./fs-layer.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -215,6 +216,22 @@ export class PauseResume {
     const stats = await applyLayer(l.slot.slotIp, rec.envdToken, layer);
     this.d.log.info({ sandboxID: rec.id, ...stats, layerBytes: layerBytes(layer) }, "filesystem layer applied");
     if (boot?.startCmd) await runStartCommand(l.slot.slotIp, boot, rec.envdToken);
+  }
+
+  /**
+   * For a fork of a paused sandbox: its pause image (rebuilt from the repository if this
+   * node's copy is gone), hard-linked into `dest`. Called in the sandbox's op queue, so no
+   * resume renames the image meanwhile; afterwards the links hold the files whatever happens
+   * to the parent. The parent stays paused and unclaimed.
+   */
+  async linkImage(l: Live, dest: string): Promise<void> {
+    const rec = l.rec;
+    if (rec.pauseKind === "filesystem") {
+      throw new ConflictError(`sandbox '${rec.id}' is paused (filesystem only): resume it to fork it`);
+    }
+    const image = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
+    if (!this.d.runner.driver.isCompleteCheckpoint(image)) await this.rebuildFromRepository(rec.id, image);
+    linkTree(image, dest);
   }
 
   /**
