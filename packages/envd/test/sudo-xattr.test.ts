@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { XattrMetadata } from "../src/filesystem/metadata.js";
+import { XattrHelper, XattrHelperGone } from "../src/filesystem/xattr-helper.js";
 import { parseSu, parseSudo } from "../src/sudo/options.js";
 import { commandFor, decodeRequest } from "../src/sudo/server.js";
 
@@ -96,6 +97,34 @@ describe("file metadata in user.e2b.* xattrs", () => {
       await m.set(c, {});
       assert.equal((await m.getMany([{ path: c, dev: 0, ino: 0 }]))[0], undefined, "cleared");
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("one helper process answers many calls in order; errors come back; a dead helper is replaced", async () => {
+    const dir = mkdtempSync("/var/tmp/envd-xattr-");
+    const h = new XattrHelper(tool);
+    try {
+      const files = Array.from({ length: 40 }, (_, i) => join(dir, `f${i}`));
+      for (const f of files) writeFileSync(f, "x");
+      const hex = (t: string) => Buffer.from(t).toString("hex");
+      // Concurrent calls: each answer must reach its own caller.
+      await Promise.all(files.map((f, i) => h.call(["set", f, hex("n"), hex(String(i))])));
+      const outs = await Promise.all(files.map((f) => h.call(["get", f])));
+      outs.forEach((o, i) => assert.equal(o, `0\t${hex("n")}\t${hex(String(i))}\n`));
+      await assert.rejects(h.call(["set", join(dir, "missing"), hex("a"), hex("b")]), /missing: No such file/);
+      await assert.rejects(h.call(["bogus"]), /usage/);
+      assert.equal(await h.call(["get", files[0] as string]), outs[0], "still serving after failed calls");
+      h.close();
+      await assert.rejects(h.call(["get", files[0] as string]), XattrHelperGone);
+      // XattrMetadata starts a new helper when its own is gone.
+      const m = new XattrMetadata(tool);
+      m.close();
+      const [meta] = await m.getMany([{ path: files[3] as string, dev: 0, ino: 0 }]);
+      assert.deepEqual(meta, { n: "3" });
+      m.close();
+    } finally {
+      h.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

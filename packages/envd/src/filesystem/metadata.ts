@@ -2,13 +2,13 @@
  * File metadata: the `user.e2b.*` extended attributes of each file, as the reference envd
  * keeps it, so metadata set out of band (`os.setxattr`) shows in getInfo and metadata set
  * through envd is visible to tools in the sandbox. Node has no xattr API, so a static helper
- * (init/aenv-xattr.c, in the runtime folder) reads and writes them, one call per request or
- * per listed directory. Where a filesystem refuses user xattrs (or outside a sandbox, where
+ * (init/aenv-xattr.c, in the runtime folder) reads and writes them: one long-lived helper
+ * process, one call per request or per listed directory. Where a filesystem refuses user xattrs (or outside a sandbox, where
  * the helper is absent) metadata falls back to memory bound to the file's (dev, ino).
  */
-import { execFile } from "node:child_process";
 import { promises as fsp } from "node:fs";
 import path from "node:path";
+import { XattrHelper, XattrHelperGone } from "./xattr-helper.js";
 
 export type FileMeta = Record<string, string>;
 
@@ -91,8 +91,12 @@ const BATCH = 256;
 export class XattrMetadata implements MetadataStore {
   /** Files whose filesystem refused xattrs. */
   private readonly fallback = new MemoryMetadata();
+  private helper: XattrHelper | undefined;
 
-  constructor(private readonly tool: string) {}
+  /** The helper starts now: in a sandbox, before the template's image is taken, so every copy has it. */
+  constructor(private readonly tool: string) {
+    this.helper = new XattrHelper(tool);
+  }
 
   async getMany(files: Array<{ path: string; dev: number; ino: number }>): Promise<Array<FileMeta | undefined>> {
     const out: Array<FileMeta | undefined> = await this.fallback.getMany(files);
@@ -129,12 +133,20 @@ export class XattrMetadata implements MetadataStore {
     this.fallback.remove(p);
   }
 
-  private run(args: string[]): Promise<string> {
-    return new Promise((resolve, reject) => {
-      execFile(this.tool, args, { maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) =>
-        err ? reject(new Error(stderr || err.message)) : resolve(stdout),
-      );
-    });
+  /** One call in the helper; a helper that died (killed from inside the sandbox) is replaced once. */
+  private async run(args: string[]): Promise<string> {
+    for (let attempt = 0; ; attempt++) {
+      if (!this.helper || this.helper.dead) this.helper = new XattrHelper(this.tool);
+      try {
+        return await this.helper.call(args);
+      } catch (err) {
+        if (!(err instanceof XattrHelperGone) || attempt > 0) throw err;
+      }
+    }
+  }
+
+  close(): void {
+    this.helper?.close();
   }
 }
 
