@@ -111,7 +111,7 @@ describe("file metadata in user.e2b.* xattrs", () => {
       // Concurrent calls: each answer must reach its own caller.
       await Promise.all(files.map((f, i) => h.call(["set", f, hex("n"), hex(String(i))])));
       const outs = await Promise.all(files.map((f) => h.call(["get", f])));
-      outs.forEach((o, i) => assert.equal(o, `0\t${hex("n")}\t${hex(String(i))}\n`));
+      for (const [i, o] of outs.entries()) assert.equal(o, `0\t${hex("n")}\t${hex(String(i))}\n`);
       await assert.rejects(h.call(["set", join(dir, "missing"), hex("a"), hex("b")]), /missing: No such file/);
       await assert.rejects(h.call(["bogus"]), /usage/);
       assert.equal(await h.call(["get", files[0] as string]), outs[0], "still serving after failed calls");
