@@ -1,7 +1,13 @@
 /** The envd HTTP server: plain routes plus the Connect services. */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
-import { ENVD_FS_LAYER_APPLY_PATH, ENVD_FS_LAYER_CAPTURE_PATH, Filesystem, Process } from "@aenv/protocol";
+import {
+  ENVD_FS_LAYER_APPLY_PATH,
+  ENVD_FS_LAYER_CAPTURE_PATH,
+  ENVD_QUIESCE_PATH,
+  Filesystem,
+  Process,
+} from "@aenv/protocol";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { checkToken } from "../auth.js";
@@ -67,7 +73,7 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         if (method !== "GET") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
         return sendJson(res, 200, await collectMetrics());
-      case "/quiesce":
+      case ENVD_QUIESCE_PATH:
         // The host calls this right before a checkpoint: gVisor restores sockets that were
         // open at checkpoint time in a state where epoll keeps reporting them after close,
         // which spins the event loop. Closing them here first keeps restores clean.
@@ -81,6 +87,11 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         // marking, the memory reducer) replayed in every restored copy. Costs 40-60 ms here.
         if (url.searchParams.get("gc") === "1") collectGarbage();
         res.setHeader("Connection", "close");
+        // Closed (fd and all) as soon as the answer is in the kernel, so the FIN the host waits
+        // for comes after the close. Node's own Connection: close half-closes first and drops
+        // the fd a loop turn later: a checkpoint the host started on that FIN could catch the
+        // socket still open (see above).
+        res.once("finish", () => req.socket.destroy());
         return sendEmpty(res, 204);
       case ENVD_FS_LAYER_CAPTURE_PATH:
         if (method !== "POST") throw new HttpError(405, "method not allowed");

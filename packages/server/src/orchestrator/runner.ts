@@ -225,13 +225,14 @@ export class SandboxRunner {
   async quiesce(l: Live, token: string | undefined, opts: CaptureOptions = {}): Promise<void> {
     this.notifyStopped(l.rec.id);
     if (!l.slot || !this.d.driver.quiesceBeforeCheckpoint) return;
-    // envd closes every other connection before it answers and this one right after: its end
-    // means nothing of envd's is open any more (a fixed 20 ms wait did this before).
+    // envd closes every other connection before it answers and this one (fd first, then the
+    // FIN) right after: its end means nothing of envd's is open any more. A checkpoint that
+    // catches one of envd's sockets open restores an envd that spins and answers nothing.
     const path = opts.shared ? `${ENVD_QUIESCE_PATH}?gc=1` : ENVD_QUIESCE_PATH;
     const r = await envdRequest(l.slot.slotIp, "POST", path, {
       token,
       timeoutMs: 5000,
-      closedWithinMs: 20,
+      closedWithinMs: 1000,
     }).catch(() => undefined);
     if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
   }
