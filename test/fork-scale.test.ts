@@ -4,6 +4,15 @@ import { test } from "node:test";
 import { RateLimitError, Sandbox } from "e2b";
 import { cleanupDataDir, startServer, useE2b } from "./helpers/server.js";
 
+/** Forks `count` children of `p` into `kids` (so the caller kills them); every one must start. */
+async function forkInto(p: Sandbox, count: number, kids: Sandbox[]): Promise<void> {
+  const forked = (await p.fork({ count } as never)) as unknown as Array<Sandbox | Error>;
+  for (const f of forked) {
+    assert.ok(!(f instanceof Error), `child failed: ${(f as Error).message}`);
+    kids.push(f as Sandbox);
+  }
+}
+
 test("fork ×16: every child answers with the parent's state and its own identity", async () => {
   const server = await startServer();
   useE2b(server);
@@ -11,11 +20,7 @@ test("fork ×16: every child answers with the parent's state and its own identit
   const kids: Sandbox[] = [];
   try {
     await p.files.write("/home/user/seed.txt", "seed");
-    const forked = (await p.fork({ count: 16 } as never)) as unknown as Array<Sandbox | Error>;
-    for (const f of forked) {
-      assert.ok(!(f instanceof Error), `child failed: ${(f as Error).message}`);
-      kids.push(f as Sandbox);
-    }
+    await forkInto(p, 16, kids);
     assert.equal(kids.length, 16);
     const outs = await Promise.all(
       kids.map((k) => k.commands.run("cat /home/user/seed.txt; head -c 8 /dev/urandom | od -An -tx1")),
@@ -67,15 +72,12 @@ test("a paused parent forks from its pause image: children carry its processes a
       timeoutMs: 0,
     });
     let before = 0;
-    while (before < 5) before = Number((await p.commands.run("cat /tmp/count || echo 0")).stdout.trim());
-    assert.equal(await p.pause(), true);
-    for (let round = 0; round < 2; round++) {
-      const forked = (await p.fork({ count: 2 } as never)) as unknown as Array<Sandbox | Error>;
-      for (const f of forked) {
-        assert.ok(!(f instanceof Error), `child failed: ${(f as Error).message}`);
-        kids.push(f as Sandbox);
-      }
+    for (let i = 0; before < 5 && i < 200; i++) {
+      before = Number((await p.commands.run("cat /tmp/count || echo 0")).stdout.trim());
     }
+    assert.ok(before >= 5, `the counter did not start (${before})`);
+    assert.equal(await p.pause(), true);
+    for (let round = 0; round < 2; round++) await forkInto(p, 2, kids);
     assert.equal(kids.length, 4);
     const outs = await Promise.all(
       kids.map((k) =>

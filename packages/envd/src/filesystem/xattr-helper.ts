@@ -5,6 +5,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Socket } from "node:net";
+import { nulFrame } from "../nul-frame.js";
 
 /** A call that hangs (a stuck filesystem) ends the helper so the calls after it go on. */
 const CALL_TIMEOUT_MS = 10_000;
@@ -50,14 +51,12 @@ export class XattrHelper {
   call(args: string[]): Promise<string> {
     if (this.gone) return Promise.reject(new XattrHelperGone("xattr helper is not running"));
     if (args.some((a) => a.includes("\0"))) return Promise.reject(new Error("argument contains NUL"));
-    const body = Buffer.from(args.map((a) => `${a}\0`).join(""), "utf8");
-    const head = Buffer.alloc(4);
-    head.writeUInt32LE(body.length);
+    const msg = nulFrame(args);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => this.child.kill("SIGKILL"), CALL_TIMEOUT_MS);
       if (this.pending.length === 0) this.hold(true);
       this.pending.push({ resolve, reject, timer });
-      this.child.stdin?.write(Buffer.concat([head, body]));
+      this.child.stdin?.write(msg);
     });
   }
 

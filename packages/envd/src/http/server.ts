@@ -82,8 +82,8 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         // Every other connection is closed before the answer, this one right after it: once
         // the host sees this connection end, nothing of envd's is left open.
         env.closeConnections?.(req.socket);
-        // ?gc=1 before an image many sandboxes will start from (fork, snapshot, a template's
-        // warm image): a full GC now, once, instead of the same pending V8 work (incremental
+        // ?gc=1 before an image many sandboxes will start from (fork, a template's warm
+        // image): a full GC now, once, instead of the same pending V8 work (incremental
         // marking, the memory reducer) replayed in every restored copy. Costs 40-60 ms here.
         if (url.searchParams.get("gc") === "1") collectGarbage();
         res.setHeader("Connection", "close");

@@ -15,6 +15,7 @@ import { constants, tmpdir } from "node:os";
 import path from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { log } from "../log.js";
+import { nulFrame } from "../nul-frame.js";
 import { signalName } from "./signals.js";
 
 export interface SpawnRequest {
@@ -202,10 +203,7 @@ export class Spawner {
       String(envPairs.length),
       ...envPairs,
     ];
-    const body = Buffer.from(`${fields.join("\0")}\0`);
-    const msg = Buffer.alloc(4 + body.length);
-    msg.writeUInt32LE(body.length, 0);
-    body.copy(msg, 4);
+    const msg = nulFrame(fields);
     return new Promise<ChildLike>((resolve, reject) => {
       const timer = setTimeout(() => {
         p.settle(new HelperUnusable("spawn helper did not answer"));

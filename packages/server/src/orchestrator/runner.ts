@@ -22,7 +22,7 @@ export interface CaptureOptions {
   /**
    * Many sandboxes start from the image at once or over and over (fork children, a
    * template's warm image): envd collects its garbage first, so that pending V8 work is done
-   * once and not in every copy (fork x16: 5.2-7.4 -> 3.5-4.1 s here). Costs 40-60 ms, so a
+   * once and not in every copy (fork x16: 5.2-7.4 -> 3.2-4.2 s here). Costs 40-60 ms, so a
    * pause or snapshot, which one sandbox at a time resumes, goes without.
    */
   shared?: boolean;
