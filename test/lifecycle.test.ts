@@ -94,6 +94,27 @@ describe("pause and resume", () => {
     }
   });
 
+  test("pauses with the server's own envd calls in flight resume to an envd that answers", async () => {
+    // The metrics API calls envd from the server, beside the proxy. runsc 20240729 breaks an
+    // image whose envd holds a TCP connection when the checkpoint starts (see holdEnvd): the
+    // resume then waited 60 s for envd and failed. Metrics asked in the last milliseconds
+    // before each pause put such calls in flight.
+    const s = await Sandbox.create({ timeoutMs: 300_000 });
+    try {
+      for (let i = 0; i < 8; i++) {
+        const metrics = Array.from({ length: 4 }, () => s.getMetrics().catch(() => []));
+        await sleep((i % 4) * 10);
+        await s.pause();
+        await Promise.all(metrics);
+        await s.connect();
+        const out = await s.commands.run(`echo cycle ${i}`, { requestTimeoutMs: 20_000 } as never);
+        assert.equal(out.stdout, `cycle ${i}\n`);
+      }
+    } finally {
+      await s.kill();
+    }
+  });
+
   test("a sandbox that dies on its own is noticed and removed; healthy ones are left alone", async () => {
     const doomed = await Sandbox.create();
     const healthy = await Sandbox.create();

@@ -144,6 +144,8 @@ export interface ServerConfig {
   netPrefix: string;
   platform: string;
   runscBinary: string;
+  /** runsc's debug logs (a folder), for diagnosing the runtime; unset: none. */
+  runscDebugLog?: string;
   logLevel: string;
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
@@ -535,6 +537,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     netPrefix: str("AENV_NET_PREFIX", "network.net_prefix") ?? "aenv",
     platform: str("AENV_RUNSC_PLATFORM", "runtime.platform") ?? "auto",
     runscBinary: str("AENV_RUNSC", "runtime.runsc") ?? "runsc",
+    runscDebugLog: str("AENV_RUNSC_DEBUG_LOG", "runtime.debug_log"),
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),

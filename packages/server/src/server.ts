@@ -78,6 +78,7 @@ export async function startServer(
     stateDir: paths.runtimeState,
     platform: cfg.platform,
     enforceDiskSize: cfg.enforceDiskSize,
+    debugLogDir: cfg.runscDebugLog,
     log: log.child({ component: "gvisor" }),
   });
   const runtime = await driver.probe();

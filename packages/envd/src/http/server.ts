@@ -74,9 +74,10 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         requireToken(env, req);
         return sendJson(res, 200, await collectMetrics());
       case ENVD_QUIESCE_PATH:
-        // The host calls this right before a checkpoint: gVisor restores sockets that were
-        // open at checkpoint time in a state where epoll keeps reporting them after close,
-        // which spins the event loop. Closing them here first keeps restores clean.
+        // The host calls this right before a checkpoint: runsc resets the TCP connections
+        // open at that time while it saves, and the reset wakes their epoll mid-save; the
+        // restored event loop then spins or never hears its listening socket again. Closing
+        // them here first keeps restores clean (the host opens no new one until it is done).
         if (method !== "POST") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
         // Every other connection is closed before the answer, this one right after it: once

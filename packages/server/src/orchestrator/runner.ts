@@ -9,7 +9,7 @@ import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
 import type { StateStore } from "../state/store.js";
 import { Semaphore } from "../util/concurrency.js";
 import { trustEgressCa } from "./egress-trust.js";
-import { envdRequest, waitForEnvd } from "./envd-client.js";
+import { envdRequest, holdEnvd, waitForEnvd } from "./envd-client.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 
 /** Where a sandbox's memory and processes come from when it starts. */
@@ -227,29 +227,37 @@ export class SandboxRunner {
     if (!l.slot || !this.d.driver.quiesceBeforeCheckpoint) return;
     // envd closes every other connection before it answers and this one (fd first, then the
     // FIN) right after: its end means nothing of envd's is open any more. A checkpoint that
-    // catches one of envd's sockets open restores an envd that spins and answers nothing.
+    // catches one of envd's sockets open restores an envd that spins or never accepts again
+    // (runsc resets the connection mid-save, see holdEnvd); capture() keeps new ones out.
     const path = opts.shared ? `${ENVD_QUIESCE_PATH}?gc=1` : ENVD_QUIESCE_PATH;
     const r = await envdRequest(l.slot.slotIp, "POST", path, {
       token,
       timeoutMs: 5000,
       closedWithinMs: 1000,
+      holder: true,
     }).catch(() => undefined);
     if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
   }
 
-  /** Checkpoints a running sandbox that keeps running; proxied traffic waits at the gate meanwhile. */
-  async capture(l: Live, imageDir: string, opts: CaptureOptions = {}): Promise<void> {
+  /**
+   * Checkpoints a sandbox (by default one that keeps running): proxied traffic waits at the
+   * gate meanwhile, and the orchestrator's own envd calls end before it and fail fast during
+   * it (holdEnvd: a connection open in envd at the checkpoint can break the image).
+   */
+  async capture(l: Live, imageDir: string, opts: CaptureOptions & { leaveRunning?: boolean } = {}): Promise<void> {
     let open!: () => void;
     l.gate = new Promise<void>((res) => (open = res));
+    const release = l.slot ? await holdEnvd(l.slot.slotIp) : () => {};
     try {
       const t0 = Date.now();
       await this.quiesce(l, l.rec.envdToken, opts);
       const t1 = Date.now();
       rmSync(imageDir, { recursive: true, force: true });
       mkdirSync(imageDir, { recursive: true });
-      await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: true });
+      await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: opts.leaveRunning ?? true });
       this.d.log.debug({ sandboxID: l.rec.id, quiesceMs: t1 - t0, checkpointMs: Date.now() - t1 }, "captured");
     } finally {
+      release();
       l.gate = undefined;
       open();
     }

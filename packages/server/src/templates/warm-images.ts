@@ -186,10 +186,7 @@ export class WarmImages {
       }
       const tmp = `${finalDir}.tmp-${process.pid}`;
       mkdirSync(dirname(finalDir), { recursive: true });
-      rmSync(tmp, { recursive: true, force: true });
-      mkdirSync(tmp, { recursive: true });
-      await runner.quiesce(live, undefined, { shared: true });
-      await runner.driver.checkpoint(rec.runtimeId, tmp, { leaveRunning: false });
+      await runner.capture(live, tmp, { shared: true, leaveRunning: false });
       commitDir(tmp, finalDir);
     } finally {
       await runner.remove(live, false);

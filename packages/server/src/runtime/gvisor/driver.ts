@@ -21,6 +21,8 @@ export interface GvisorOptions {
   platform?: string;
   /** Bound each sandbox's writable layer by its diskSizeMB (overlay-disk.ts). */
   enforceDiskSize?: boolean;
+  /** runsc debug logs go here (see RunscConfig.debugLogDir). */
+  debugLogDir?: string;
   log: Logger;
 }
 
@@ -41,7 +43,13 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly lastCpu = new Map<string, { t: number; ns: number }>();
 
   constructor(private readonly opts: GvisorOptions) {
-    this.runsc = new Runsc({ binary: opts.binary ?? "runsc", root: opts.stateDir, platform: "systrap" });
+    if (opts.debugLogDir) mkdirSync(opts.debugLogDir, { recursive: true, mode: 0o700 });
+    this.runsc = new Runsc({
+      binary: opts.binary ?? "runsc",
+      root: opts.stateDir,
+      platform: "systrap",
+      debugLogDir: opts.debugLogDir,
+    });
   }
 
   async probe(): Promise<RuntimeInfo> {

@@ -7,6 +7,11 @@ export interface RunscConfig {
   /** runsc state root (one per server data dir). */
   root: string;
   platform: string;
+  /**
+   * Where runsc writes debug logs (runtime.debug_log): off by default. Needed by `runsc debug
+   * --strace` on a live sandbox; the logs hold each sandbox's spec, env vars included.
+   */
+  debugLogDir?: string;
 }
 
 /** Thin wrapper over the runsc CLI: global flags in one place. */
@@ -14,7 +19,9 @@ export class Runsc {
   constructor(readonly cfg: RunscConfig) {}
 
   globalFlags(extra: string[] = []): string[] {
-    return [`--root=${this.cfg.root}`, `--platform=${this.cfg.platform}`, ...extra];
+    // A folder (trailing slash): runsc writes one file per command and sandbox there.
+    const debug = this.cfg.debugLogDir ? ["--debug", `--debug-log=${this.cfg.debugLogDir}/`] : [];
+    return [`--root=${this.cfg.root}`, `--platform=${this.cfg.platform}`, ...debug, ...extra];
   }
 
   run(args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<ExecResult> {
