@@ -234,6 +234,8 @@ async function main(): Promise<void> {
       AENV_NET_PREFIX: process.env.BENCH_NET_PREFIX ?? "aeb",
       AENV_SLOT_CIDR: process.env.BENCH_SLOT_CIDR ?? "10.204.0.0/16",
       AENV_LOG_LEVEL: "warn",
+      // The raw column has no pool; a pool's background restores would share the cores.
+      AENV_WARM_POOL_MAX: "0",
     },
   });
   useE2b(server);

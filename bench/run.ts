@@ -339,9 +339,17 @@ async function step(res: Results, name: string, fn: () => Promise<void>): Promis
 async function main(res: Results): Promise<void> {
   log(`starting aenv-server (templates ${TEMPLATES_DIR})`);
   // Own netns prefix and slot range: test servers ("aet", 10.202/16) may run at the same time,
-  // and a server clears every namespace with its prefix when it starts.
+  // and a server clears every namespace with its prefix when it starts. No warm pool here:
+  // these rows measure the restore path (and a pool's refills would share the cores); the
+  // pool's own create row comes from a second server (poolCreateToFirstCommand).
   server = await startServer({
-    env: { AENV_LOG_LEVEL: "warn", AENV_WARM_SLOTS: "4", AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.203.0.0/16" },
+    env: {
+      AENV_LOG_LEVEL: "warn",
+      AENV_WARM_SLOTS: "4",
+      AENV_NET_PREFIX: "aeb",
+      AENV_SLOT_CIDR: "10.203.0.0/16",
+      AENV_WARM_POOL_MAX: "0",
+    },
   });
   useE2b(server);
   const details = (await server.api("GET", "/health/details")).body as {

@@ -51,7 +51,8 @@ async function main(): Promise<void> {
   const image = `${registry.host}/tiny:1`;
   const server = await startServer({
     templatesDir,
-    env: { AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.203.0.0/16" },
+    // Warm start here means a restore of the template's warm image, not a pooled sandbox.
+    env: { AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.203.0.0/16", AENV_WARM_POOL_MAX: "0" },
   });
   useE2b(server);
   const rows: Array<{ case: string; ms: number[]; mean: number }> = [];

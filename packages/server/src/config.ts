@@ -286,6 +286,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   templates_dir: "string",
   domain: "string",
   log_level: "string",
+  "runtime.debug_log": "string",
   "runtime.platform": "string",
   "runtime.runsc": "string",
   "runtime.stale_warm_image_secs": "int",
@@ -543,8 +544,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
     startConcurrency: num("AENV_START_CONCURRENCY", "sandbox.start_concurrency", 8 * availableParallelism()),
     warmPoolMin: num("AENV_WARM_POOL_MIN", "sandbox.warm_pool_min", 1),
-    // Opt-in for now: see docs/configuration.md (an intermittent hang resuming a pooled sandbox).
-    warmPoolMax: num("AENV_WARM_POOL_MAX", "sandbox.warm_pool_max", 0),
+    warmPoolMax: num("AENV_WARM_POOL_MAX", "sandbox.warm_pool_max", 2),
     hibernateAfterS: num("AENV_HIBERNATE_AFTER", "sandbox.hibernate_after_secs", 60),
     hibernateCpuPct: num("AENV_HIBERNATE_CPU_PERCENT", "sandbox.hibernate_cpu_percent", 5),
     metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),
