@@ -63,16 +63,7 @@ export function envdRequest(
   } = {},
 ): Promise<{ status: number; body: string }> {
   if (held.has(ip) && !opts.holder) return Promise.reject(new EnvdHeldError(ip));
-  let settle!: () => void;
-  const call = { req: undefined as unknown as ClientRequest, done: new Promise<void>((r) => (settle = r)) };
-  const calls = inflight.get(ip) ?? new Set();
-  inflight.set(ip, calls);
-  calls.add(call);
-  const finish = () => {
-    calls.delete(call);
-    if (calls.size === 0 && inflight.get(ip) === calls) inflight.delete(ip);
-    settle();
-  };
+  let finish = () => {};
   return new Promise<{ status: number; body: string }>((resolve, reject) => {
     const payload = opts.bytes ?? (opts.body === undefined ? undefined : JSON.stringify(opts.body));
     const headers: Record<string, string> = {};
@@ -98,11 +89,21 @@ export function envdRequest(
         res.on("error", reject);
       },
     );
-    call.req = req;
+    // In flight from here until it settles (holdEnvd waits for it, or cuts it).
+    const calls = inflight.get(ip) ?? new Set();
+    inflight.set(ip, calls);
+    let settle = () => {};
+    const call = { req, done: new Promise<void>((r) => (settle = r)) };
+    calls.add(call);
+    finish = () => {
+      calls.delete(call);
+      if (calls.size === 0 && inflight.get(ip) === calls) inflight.delete(ip);
+      settle();
+    };
     req.on("timeout", () => req.destroy(new Error("envd request timed out")));
     req.on("error", reject);
     req.end(payload);
-  }).finally(finish);
+  }).finally(() => finish());
 }
 
 /** Polls envd's /health until it answers 204 or the deadline passes. */
