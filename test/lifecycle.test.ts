@@ -13,6 +13,12 @@ const srv = serverForFile({ env: { AENV_DEAD_CHECK_INTERVAL: "0.3" } });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A pause image after 24 MiB went through envd's file API (and was deleted): 34-45 MiB when
+ * envd kept the buffers, ~16 MiB once it gives them back, as for an idle sandbox.
+ */
+const PAUSE_AFTER_UPLOADS_MAX_MIB = 24;
+
 /** The counter's value; it is written to a temp file and renamed, so a read never sees it half-written. */
 async function counter(s: Sandbox): Promise<number> {
   return Number((await s.commands.run("cat /tmp/count")).stdout.trim());
@@ -110,6 +116,31 @@ describe("pause and resume", () => {
         const out = await s.commands.run(`echo cycle ${i}`, { requestTimeoutMs: 20_000 } as never);
         assert.equal(out.stdout, `cycle ${i}\n`);
       }
+    } finally {
+      await s.kill();
+    }
+  });
+
+  test("a pause after file transfers does not carry envd's freed buffers", async () => {
+    // Uploads leave buffers behind in envd (V8 garbage, freed glibc heap); envd gives them back
+    // once transfers stop, or every later pause image, snapshot and fork child carries them.
+    const s = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      const data = Buffer.alloc(8 << 20, 7);
+      for (let i = 0; i < 3; i++) await s.files.write(`/tmp/big${i}`, data);
+      await s.commands.run("rm -f /tmp/big*");
+      await sleep(1000);
+      await s.pause();
+      const line = srv()
+        .logs()
+        .split("\n")
+        .filter((l) => l.includes(s.sandboxId) && l.includes('"sandbox paused"'))
+        .at(-1);
+      const mib = Number(/"bytes":(\d+)/.exec(line ?? "")?.[1]) / 2 ** 20;
+      assert.ok(mib > 0, `no pause size in the log: ${line}`);
+      assert.ok(mib < PAUSE_AFTER_UPLOADS_MAX_MIB, `pause image ${mib.toFixed(1)} MiB after the uploads`);
+      await s.connect();
+      assert.equal((await s.commands.run("echo back")).stdout, "back\n");
     } finally {
       await s.kill();
     }

@@ -1,7 +1,7 @@
 // Bundle src/main.ts into dist/envd.js (CommonJS, node20); node-pty stays external and is
 // shipped next to the bundle as node_modules/node-pty.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -41,4 +41,20 @@ for (const tool of ["aenv-sudo", "aenv-xattr"]) {
     stdio: "inherit",
   });
   console.log(`built ${path.relative(process.cwd(), path.join(dist, tool))}`);
+}
+
+// malloc_trim for envd (a Node-API module): needs node's headers, which Node's packages ship
+// next to the binary. Without them envd goes without (its images are then larger).
+const nodeInclude = [path.resolve(path.dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find(
+  (d) => existsSync(path.join(d, "node_api.h")),
+);
+const trimOut = path.join(dist, "aenv-trim.node");
+if (nodeInclude) {
+  execFileSync("cc", ["-shared", "-fPIC", "-O2", "-Wall", `-I${nodeInclude}`, "-o", trimOut, path.join(here, "init", "aenv-trim.c")], {
+    stdio: "inherit",
+  });
+  console.log(`built ${path.relative(process.cwd(), trimOut)}`);
+} else {
+  rmSync(trimOut, { force: true });
+  console.warn("node_api.h not found: envd is built without aenv-trim.node (no malloc_trim at quiesce)");
 }

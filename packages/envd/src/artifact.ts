@@ -19,6 +19,8 @@ export interface EnvdArtifacts {
   sudo: string;
   /** Static xattr reader/writer for file metadata (dist/aenv-xattr). */
   xattr: string;
+  /** envd's malloc_trim module (dist/aenv-trim.node); undefined where node's headers were missing. */
+  trim?: string;
 }
 
 function packageRoot(): string {
@@ -46,6 +48,7 @@ export function envdArtifacts(): EnvdArtifacts {
     init: path.join(root, "dist", "aenv-init"),
     sudo: path.join(root, "dist", "aenv-sudo"),
     xattr: path.join(root, "dist", "aenv-xattr"),
+    trim: existsSync(path.join(root, "dist", "aenv-trim.node")) ? path.join(root, "dist", "aenv-trim.node") : undefined,
     nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
   };
 }

@@ -15,12 +15,15 @@ import type { Env } from "../env.js";
 import { handleDownload } from "../files/download.js";
 import { handleUpload } from "../files/upload.js";
 import { filesystemService } from "../filesystem/service.js";
+import { reclaimSoon, trimHeap } from "../heap-trim.js";
 import { log } from "../log.js";
 import { processService } from "../process/service.js";
 import { handleApply, handleCapture } from "./fs-layer.js";
 import { handleInit } from "./init.js";
 import { collectMetrics } from "./metrics.js";
 import { HttpError, sendEmpty, sendError, sendJson } from "./respond.js";
+
+const RECLAIM_AFTER_BYTES = 1 << 20;
 
 function tokenInterceptor(env: Env): Interceptor {
   return (next) => async (req) => {
@@ -87,6 +90,8 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         // image): a full GC now, once, instead of the same pending V8 work (incremental
         // marking, the memory reducer) replayed in every restored copy. Costs 40-60 ms here.
         if (url.searchParams.get("gc") === "1") collectGarbage();
+        // Freed heap (a file transfer's buffers) would be saved in the image: returned first.
+        trimHeap();
         res.setHeader("Connection", "close");
         // Closed (fd and all) as soon as the answer is in the kernel, so the FIN the host waits
         // for comes after the close. Node's own Connection: close half-closes first and drops
@@ -102,10 +107,17 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         if (method !== "POST") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
         return handleApply(req, res);
-      case "/files":
+      case "/files": {
+        // A transfer of a MiB or more leaves buffers behind: given back once transfers stop.
+        const sock = req.socket;
+        const [read0, written0] = [sock.bytesRead, sock.bytesWritten];
+        res.once("finish", () => {
+          if (sock.bytesRead - read0 + (sock.bytesWritten - written0) >= RECLAIM_AFTER_BYTES) reclaimSoon();
+        });
         if (method === "GET") return handleDownload(env, req, res, url.searchParams);
         if (method === "POST") return handleUpload(env, req, res, url.searchParams);
         throw new HttpError(405, "method not allowed");
+      }
       default:
         await rpc(req, res);
     }

@@ -60,6 +60,7 @@ export function prepareEnvdRuntime(root: string): string {
     art.init,
     art.sudo,
     art.xattr,
+    ...(art.trim ? [art.trim] : []),
     join(art.nodePtyDir, "build/Release/pty.node"),
   ]) {
     h.update(f);
@@ -87,6 +88,7 @@ export function prepareEnvdRuntime(root: string): string {
     throw new Error("node's dynamic loader ld-linux-x86-64.so.2 not found via ldd");
   }
   cpSync(art.bundle, join(tmp, "envd", "envd.js"));
+  if (art.trim) cpSync(art.trim, join(tmp, "envd", "aenv-trim.node"));
   cpSync(art.nodePtyDir, join(tmp, "envd", "node_modules", "node-pty"), { recursive: true, dereference: true });
   // envd's build ships the package.json that pins the bundle's module type.
   cpSync(join(dirname(art.bundle), "package.json"), join(tmp, "envd", "package.json"));

@@ -1,0 +1,46 @@
+/**
+ * Gives envd's free memory back to the kernel: a sandbox that moved files through envd keeps
+ * their buffers (V8 garbage, then ~16 MiB of freed but untrimmed glibc heap), which its memory
+ * use and every later pause image, snapshot and fork child would carry (3 x 8 MiB uploaded:
+ * images of 34-45 MiB instead of ~16). malloc_trim goes through aenv-trim.node, built from
+ * init/aenv-trim.c and shipped next to the bundle; where it is not there (envd run from source
+ * in tests; a host without node's headers at build time) trimHeap does nothing.
+ */
+import path from "node:path";
+
+let trimFn: (() => boolean) | null | undefined;
+
+export function trimHeap(): boolean {
+  if (trimFn === undefined) {
+    trimFn = null;
+    try {
+      // The bundle runs as `node /.aenv/envd/envd.js`: the module sits beside it.
+      const m = { exports: {} as { trim?: unknown } };
+      process.dlopen(m, path.join(path.dirname(process.argv[1] ?? "."), "aenv-trim.node"));
+      if (typeof m.exports.trim === "function") trimFn = m.exports.trim as () => boolean;
+    } catch {
+      // Not shipped here.
+    }
+  }
+  return trimFn ? trimFn() : false;
+}
+
+let pending: NodeJS.Timeout | undefined;
+
+/**
+ * After a large file transfer: a full GC (node runs with --expose-gc in sandboxes) and a trim
+ * once transfers have stopped for delayMs, off the request's path. A pause right after still
+ * trims at /quiesce.
+ */
+export function reclaimSoon(delayMs = 250): void {
+  if (pending) {
+    pending.refresh();
+    return;
+  }
+  pending = setTimeout(() => {
+    pending = undefined;
+    (globalThis as { gc?: () => void }).gc?.();
+    trimHeap();
+  }, delayMs);
+  pending.unref();
+}
