@@ -126,7 +126,7 @@ describe("pause and resume", () => {
     // once transfers stop, or every later pause image, snapshot and fork child carries them.
     const s = await Sandbox.create({ timeoutMs: 120_000 });
     try {
-      const data = Buffer.alloc(8 << 20, 7);
+      const data = new Uint8Array(8 << 20).fill(7).buffer;
       for (let i = 0; i < 3; i++) await s.files.write(`/tmp/big${i}`, data);
       await s.commands.run("rm -f /tmp/big*");
       await sleep(1000);

@@ -43,12 +43,13 @@ function packageRoot(): string {
 export function envdArtifacts(): EnvdArtifacts {
   const root = packageRoot();
   const require = createRequire(path.join(root, "package.json"));
+  const trim = path.join(root, "dist", "aenv-trim.node");
   return {
     bundle: path.join(root, "dist", "envd.js"),
     init: path.join(root, "dist", "aenv-init"),
     sudo: path.join(root, "dist", "aenv-sudo"),
     xattr: path.join(root, "dist", "aenv-xattr"),
-    trim: existsSync(path.join(root, "dist", "aenv-trim.node")) ? path.join(root, "dist", "aenv-trim.node") : undefined,
+    trim: existsSync(trim) ? trim : undefined,
     nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
   };
 }

@@ -7,6 +7,16 @@
  * in tests; a host without node's headers at build time) trimHeap does nothing.
  */
 import path from "node:path";
+import { log } from "./log.js";
+
+/** A full, synchronous GC where node runs with --expose-gc (the runtime folder's flags). */
+export function collectGarbage(): void {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) return;
+  const t = performance.now();
+  gc();
+  log("debug", "gc", { ms: Math.round(performance.now() - t) });
+}
 
 let trimFn: (() => boolean) | null | undefined;
 
@@ -39,7 +49,7 @@ export function reclaimSoon(delayMs = 250): void {
   }
   pending = setTimeout(() => {
     pending = undefined;
-    (globalThis as { gc?: () => void }).gc?.();
+    collectGarbage();
     trimHeap();
   }, delayMs);
   pending.unref();

@@ -15,7 +15,7 @@ import type { Env } from "../env.js";
 import { handleDownload } from "../files/download.js";
 import { handleUpload } from "../files/upload.js";
 import { filesystemService } from "../filesystem/service.js";
-import { reclaimSoon, trimHeap } from "../heap-trim.js";
+import { collectGarbage, reclaimSoon, trimHeap } from "../heap-trim.js";
 import { log } from "../log.js";
 import { processService } from "../process/service.js";
 import { handleApply, handleCapture } from "./fs-layer.js";
@@ -48,15 +48,6 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
     interceptors: [tokenInterceptor(env)],
     fallback: (_req, res) => sendError(res as ServerResponse, 404, "not found"),
   });
-
-  /** A full, synchronous GC where node runs with --expose-gc (the runtime folder's flags). */
-  function collectGarbage(): void {
-    const gc = (globalThis as { gc?: () => void }).gc;
-    if (!gc) return;
-    const t = performance.now();
-    gc();
-    log("debug", "quiesce gc", { ms: Math.round(performance.now() - t) });
-  }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://envd");
