@@ -54,16 +54,19 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   // A port picked here may be taken again before the server binds it (its egress proxy listens
   // on ephemeral ports first): a server that lost its port that way is started on another.
   for (let attempt = 0; ; attempt++) {
+    // A fresh data folder per attempt; one whose server never came up goes with it.
+    const dataDir = opts.dataDir ?? mkdtempSync("/var/tmp/aenv-test-");
     try {
-      return await startServerOnce(opts);
+      return await startServerOnce({ ...opts, dataDir });
     } catch (err) {
+      if (opts.dataDir === undefined) rmSync(dataDir, { recursive: true, force: true });
       if (opts.port !== undefined || attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
     }
   }
 }
 
-async function startServerOnce(opts: StartOptions): Promise<TestServer> {
-  const dataDir = opts.dataDir ?? mkdtempSync("/var/tmp/aenv-test-");
+async function startServerOnce(opts: StartOptions & { dataDir: string }): Promise<TestServer> {
+  const dataDir = opts.dataDir;
   const port = opts.port ?? (await freePort());
   const apiKey = "test-key-0123456789";
   const domain = `sbx.localhost:${port}`;
