@@ -4,6 +4,7 @@ import { describe, it } from "node:test";
 import { getSignature } from "e2b";
 import { parseArgs } from "../src/args.js";
 import { checkFilesAuth, computeSignature } from "../src/auth.js";
+import { countExternal } from "../src/external-tcp.js";
 import { goModeString } from "../src/filesystem/entry.js";
 import { metadataFromHeaders } from "../src/filesystem/metadata.js";
 import { resolvePath } from "../src/paths.js";
@@ -11,6 +12,27 @@ import { endFromExit } from "../src/process/signals.js";
 import { parsePasswd, usernameFromBasicAuth } from "../src/users.js";
 
 describe("units", () => {
+  it("external TCP connections from /proc/net/tcp and tcp6", () => {
+    const v4 = [
+      "  sl  local_address rem_address   st tx_queue rx_queue",
+      "   0: 00000000:C33F 00000000:0000 0A 00000000:00000000", // envd listening
+      "   1: 1500FEA9:C33F 0100D60A:BC3C 01 00000000:00000000", // the host's call to envd
+      "   2: 1500FEA9:1F40 0100D60A:A000 01 00000000:00000000", // a client outside: counts
+      "   3: 0100007F:1F40 0100007F:A001 01 00000000:00000000", // loopback
+      "   4: 1500FEA9:9C40 08080808:01BB 06 00000000:00000000", // TIME_WAIT
+      "   5: 1500FEA9:9C41 08080808:01BB 01 00000000:00000000", // out to 8.8.8.8:443: counts
+    ].join("\n");
+    assert.equal(countExternal(v4, 49983), 2);
+    const v6 = [
+      "  sl  local_address                         remote_address                        st",
+      "   0: 00000000000000000000000001000000:1F40 00000000000000000000000001000000:A000 01", // ::1
+      "   1: 0000000000000000FFFF00000100007F:1F40 0000000000000000FFFF00000100007F:A001 01", // mapped 127.0.0.1
+      "   2: 0000000000000000FFFF00001500FEA9:1F40 0000000000000000FFFF00000100D60A:A002 01", // mapped, outside
+    ].join("\n");
+    assert.equal(countExternal(v6, 49983), 1);
+    assert.equal(countExternal("", 49983), 0);
+  });
+
   it("Go FileMode strings", () => {
     assert.equal(goModeString(0o100644), "-rw-r--r--");
     assert.equal(goModeString(0o040755), "drwxr-xr-x");

@@ -159,6 +159,8 @@ export interface ServerConfig {
   hibernateAfterS: number;
   /** CPU use (percent of one core) under which a sandbox counts as idle. */
   hibernateCpuPct: number;
+  /** Idle seconds after which a frozen sandbox is saved to disk and stopped (its memory freed); 0: never. */
+  hibernateSaveAfterS: number;
   /** Seconds between metrics samples kept for getMetrics ranges; 0 keeps none. */
   metricsIntervalS: number;
   /** Warm images of other runtime builds unused this long are removed at start. */
@@ -307,6 +309,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.start_concurrency": "int",
   "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
+  "sandbox.hibernate_save_after_secs": "int",
   "sandbox.max_memory_mb": "int",
   "sandbox.max_cpus": "int",
   "sandbox.memory_overcommit": "number",
@@ -549,6 +552,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     // Above what an idle sandbox's sentry uses by itself: 3-7 % of a core here, up to 11 % in a
     // half-second window (runsc 20240729's systrap wakes every 400 us to tune its fast path).
     hibernateCpuPct: num("AENV_HIBERNATE_CPU_PERCENT", "sandbox.hibernate_cpu_percent", 15),
+    hibernateSaveAfterS: num("AENV_HIBERNATE_SAVE_AFTER", "sandbox.hibernate_save_after_secs", 600),
     metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),

@@ -12,6 +12,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { checkToken } from "../auth.js";
 import type { Env } from "../env.js";
+import { externalTcpConnections } from "../external-tcp.js";
 import { handleDownload } from "../files/download.js";
 import { handleUpload } from "../files/upload.js";
 import { filesystemService } from "../filesystem/service.js";
@@ -74,6 +75,16 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         // them here first keeps restores clean (the host opens no new one until it is done).
         if (method !== "POST") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
+        // Hibernation's save asks first: a sandbox in touch with the outside stays as it is.
+        if (url.searchParams.get("unlessExternalTcp") === "1") {
+          const n = await externalTcpConnections(req.socket.localPort ?? 0).catch(() => -1);
+          if (n !== 0) {
+            res.setHeader("Connection", "close");
+            res.once("finish", () => req.socket.destroy());
+            const why = n < 0 ? "TCP connections could not be listed" : `${n} TCP connection(s) to outside the sandbox`;
+            return sendJson(res, 409, { code: 409, message: `not idle: ${why}` });
+          }
+        }
         // Every other connection is closed before the answer, this one right after it: once
         // the host sees this connection end, nothing of envd's is left open.
         env.closeConnections?.(req.socket);

@@ -29,6 +29,11 @@ function lifecycle(r: SandboxRecord): SandboxDetail["lifecycle"] {
   return { onTimeout: r.autoPause ? "pause" : "kill", autoResume: r.autoResume };
 }
 
+/** The state a client sees: a sandbox hibernation saved to disk is still running to it. */
+export function apiState(r: Pick<SandboxRecord, "state" | "idleSaved">): "running" | "paused" {
+  return r.state === "paused" && !r.idleSaved ? "paused" : "running";
+}
+
 /** `ListedSandbox` (list endpoints). */
 export function sandboxListed(r: SandboxRecord): ListedSandbox {
   return {
@@ -41,7 +46,7 @@ export function sandboxListed(r: SandboxRecord): ListedSandbox {
     diskSizeMB: r.diskSizeMB,
     startedAt: new Date(r.startedAt).toISOString(),
     endAt: new Date(r.endAt).toISOString(),
-    state: r.state === "paused" ? "paused" : "running",
+    state: apiState(r),
     envdVersion: ENVD_VERSION,
     metadata: r.metadata,
     volumeMounts: (r.volumeMounts ?? []).map(({ name, path }) => ({ name, path })),

@@ -59,7 +59,8 @@ export class Forker {
     const leftMs = await registry.enqueue(l, async () => {
       if (parent.state === "paused") {
         await this.d.pausedImage(l, captureDir);
-        return parent.ttlLeftMs ?? 0;
+        // Saved by hibernation, it is running to its client: its TTL is endAt.
+        return parent.idleSaved ? parent.endAt - Date.now() : (parent.ttlLeftMs ?? 0);
       }
       if (parent.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
       await runner.capture(l, captureDir, { shared: true });

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { Live, SandboxRegistry } from "./registry.js";
+import { NotIdleError } from "./runner.js";
 
 /** Metadata that turns hibernation off for one sandbox. */
 export const HIBERNATE_METADATA_KEY = "aenv.hibernate";
@@ -12,12 +13,21 @@ export interface HibernationDeps {
   idleS: number;
   /** CPU use (percent of one core, averaged between sweeps) below which a sandbox counts as idle. */
   cpuPct: number;
+  /** Idle seconds after which a frozen sandbox is saved to disk and stopped; 0: never. */
+  saveAfterS: number;
+  /**
+   * Saves an idle sandbox (a memory pause the API does not show), once its queue gets to it
+   * and if stillIdle() then; NotIdleError when it must not be saved.
+   */
+  save: (id: string, stillIdle: () => boolean) => Promise<void>;
   log: Logger;
 }
 
 interface Watch {
   lastActive: number;
   cpu?: { t: number; ns: number };
+  /** The sandbox's operation epoch when last seen: a lifecycle operation since is activity. */
+  epoch?: number;
 }
 
 /**
@@ -26,10 +36,16 @@ interface Watch {
  * checkpoint) and thawed on its next proxy request or lifecycle call. Thawing takes well under
  * a millisecond. The API keeps showing it as running; its clocks keep running, so timers that
  * fell due while frozen fire on thaw.
+ *
+ * Idle for `saveAfterS`, a frozen sandbox is saved: a memory pause to disk, runtime stopped,
+ * its memory given back to the host (`rec.idleSaved`; the API still shows it running and its
+ * TTL runs on). Its next use resumes it: a restore's latency, nothing else. A sandbox with a
+ * TCP connection to outside it is not saved (a checkpoint would reset the connection).
  */
 export class Hibernation {
   private readonly watch = new Map<string, Watch>();
   private timer: NodeJS.Timeout | undefined;
+  private sweeping = false;
   private busy: (id: string) => boolean = () => false;
 
   constructor(private readonly d: HibernationDeps) {}
@@ -47,7 +63,12 @@ export class Hibernation {
     if (!this.enabled || this.timer) return;
     const everyMs = Math.max(250, Math.min(5000, (this.d.idleS * 1000) / 4));
     this.timer = setInterval(() => {
-      this.sweep().catch((err) => this.d.log.warn({ err }, "hibernation sweep failed"));
+      // A sweep that saves sandboxes can outlast the interval: never two at once.
+      if (this.sweeping) return;
+      this.sweeping = true;
+      this.sweep()
+        .catch((err) => this.d.log.warn({ err }, "hibernation sweep failed"))
+        .finally(() => (this.sweeping = false));
     }, everyMs);
     this.timer.unref();
   }
@@ -87,9 +108,18 @@ export class Hibernation {
     for (const l of this.d.registry.all()) {
       const id = l.rec.id;
       ids.add(id);
-      if (l.ephemeral || l.hibernated || l.rec.state !== "running" || !l.slot) continue;
-      const w = this.watch.get(id) ?? { lastActive: now };
+      if (l.ephemeral || l.rec.state !== "running" || !l.slot) continue;
+      const w = this.watch.get(id) ?? { lastActive: now, epoch: l.opEpoch };
       this.watch.set(id, w);
+      if (l.hibernated) {
+        w.epoch = l.opEpoch; // its own freeze
+        if (this.saveDue(l, w, now)) await this.save(l, w);
+        continue;
+      }
+      if (w.epoch !== l.opEpoch) {
+        w.epoch = l.opEpoch;
+        w.lastActive = now;
+      }
       const ns = this.d.driver.cpuTimeNs?.(l.rec.runtimeId);
       if (ns !== undefined) {
         if (w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.d.cpuPct) {
@@ -102,6 +132,28 @@ export class Hibernation {
       await this.freeze(l, w);
     }
     for (const id of this.watch.keys()) if (!ids.has(id)) this.watch.delete(id);
+  }
+
+  private saveDue(l: Live, w: Watch, now: number): boolean {
+    const after = this.d.saveAfterS * 1000;
+    return after > 0 && now - w.lastActive >= after && !l.inflight && !this.busy(l.rec.id);
+  }
+
+  /**
+   * Saves it through a pause in its queue (which thaws it first). A refused or failed save
+   * leaves it running; being an operation, the attempt counts as activity, so it is frozen
+   * again after idleS and tried again only after another saveAfterS.
+   */
+  private async save(l: Live, w: Watch): Promise<void> {
+    const since = w.lastActive;
+    const id = l.rec.id;
+    try {
+      await this.d.save(id, () => this.watch.get(id)?.lastActive === since && !this.busy(id));
+    } catch (err) {
+      if (err instanceof NotIdleError)
+        this.d.log.info({ sandboxID: id, reason: err.message }, "idle sandbox kept in memory");
+      else this.d.log.warn({ err, sandboxID: id }, "idle sandbox not saved");
+    }
   }
 
   /** Freezes it through its operation queue, checking once more that nothing reached it since. */

@@ -47,7 +47,8 @@ export class Lifetimes {
   set(id: string, timeoutS: number): void {
     const l = this.d.registry.mustGet(id);
     const t = clampTimeoutS(this.d.cfg, timeoutS);
-    if (l.rec.state === "paused") l.rec.ttlLeftMs = t * 1000;
+    // A sandbox saved by hibernation is running to its client: its TTL is endAt.
+    if (l.rec.state === "paused" && !l.rec.idleSaved) l.rec.ttlLeftMs = t * 1000;
     else l.rec.endAt = Date.now() + t * 1000;
     this.d.store.put(l.rec);
   }
@@ -55,7 +56,7 @@ export class Lifetimes {
   /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
   extend(id: string, timeoutS: number | undefined): SandboxRecord {
     const l = this.d.registry.mustGet(id);
-    if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is paused`);
+    if (l.rec.state === "paused" && !l.rec.idleSaved) throw new ConflictError(`sandbox '${id}' is paused`);
     const t = clampTimeoutS(this.d.cfg, timeoutS);
     l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
     this.d.store.put(l.rec);
@@ -65,7 +66,12 @@ export class Lifetimes {
   private reap(): void {
     const now = Date.now();
     for (const l of this.d.registry.all()) {
-      if (l.rec.state !== "running" || l.rec.endAt > now || l.inflight || l.gate) continue;
+      if (l.rec.endAt > now || l.inflight || l.gate) continue;
+      if (l.rec.state === "paused" && l.rec.idleSaved) {
+        if (!l.opsPending) this.expireSaved(l);
+        continue;
+      }
+      if (l.rec.state !== "running") continue;
       const id = l.rec.id;
       const act = l.rec.autoPause ? "pause" : "kill";
       this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
@@ -73,6 +79,30 @@ export class Lifetimes {
       const done = act === "pause" ? this.d.pause(id, { memory: l.rec.autoPauseMemory !== false }) : this.d.kill(id);
       done.catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
     }
+  }
+
+  /**
+   * A sandbox hibernation saved reaches its TTL. autoPause: false kills it; otherwise it is on
+   * disk already, so the expiry pause only makes the pause its client's, taken now (a memory
+   * image, even where autoPauseMemory: false asked for less: it holds the filesystem too).
+   */
+  private expireSaved(l: Live): void {
+    const id = l.rec.id;
+    if (!l.rec.autoPause) {
+      this.d.log.info({ sandboxID: id }, "sandbox TTL expired; killing");
+      this.d.kill(id).catch((err) => this.d.log.error({ err, sandboxID: id }, "TTL kill failed"));
+      return;
+    }
+    this.d.registry
+      .enqueue(l, async () => {
+        if (l.rec.state !== "paused" || !l.rec.idleSaved || l.rec.endAt > Date.now()) return;
+        l.rec.idleSaved = undefined;
+        l.rec.ttlLeftMs = 0;
+        l.rec.pausedAt = Date.now();
+        this.d.store.put(l.rec);
+        this.d.log.info({ sandboxID: id }, "sandbox TTL expired while hibernated on disk; now paused");
+      })
+      .catch((err) => this.d.log.error({ err, sandboxID: id }, "TTL pause failed"));
   }
 
   /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */

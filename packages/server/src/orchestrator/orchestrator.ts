@@ -102,6 +102,8 @@ export class Orchestrator {
       driver: d.driver,
       idleS: cfg.hibernateAfterS,
       cpuPct: cfg.hibernateCpuPct,
+      saveAfterS: cfg.hibernateSaveAfterS,
+      save: (id, stillIdle) => this.pauses.pause(id, { idle: true, stillIdle }),
       log,
     });
     registry.setWaker((l) => this.hibernation.wake(l));
@@ -383,7 +385,11 @@ export class Orchestrator {
   }
 
   snapshot(id: string, name: string | undefined): Promise<SnapshotRecord> {
-    return timed("snapshot", () => this.snapshots.take(id, name));
+    return timed("snapshot", async () => {
+      // Running to its client: one hibernation saved comes back first.
+      if (this.registry.get(id)?.rec.idleSaved) await this.resume(id, undefined);
+      return this.snapshots.take(id, name);
+    });
   }
 
   fork(id: string, count: number, timeoutS: number | undefined, spill = false): Promise<ForkOutcome> {

@@ -14,7 +14,7 @@ import { linkTree } from "../util/link-tree.js";
 import { applyLayer, captureLayer, isCompleteLayer, layerBytes } from "./fs-layer.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
+import { NotIdleError, type SandboxRunner } from "./runner.js";
 import { materializeImage } from "./snapshots.js";
 import { runStartCommand } from "./start-command.js";
 
@@ -50,7 +50,9 @@ export function isCompletePause(driver: RuntimeDriver, kind: PauseKind | undefin
 }
 
 /** Traffic never resumes a filesystem-only pause: it would reboot the sandbox under its caller. */
-export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pauseKind">): boolean {
+export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pauseKind" | "idleSaved">): boolean {
+  // Saved by hibernation: running as far as its client knows, so any use brings it back.
+  if (rec.idleSaved) return true;
   return rec.autoResume && rec.pauseKind !== "filesystem";
 }
 
@@ -79,14 +81,23 @@ export class PauseResume {
   constructor(private readonly d: PauseResumeDeps) {}
 
   /** Until the image is durable the sandbox still runs, so a crash leaves it running or paused. */
-  async pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
+  /**
+   * `idle`: hibernation's save (see Hibernation), done only if `stillIdle()` once the queue
+   * gets to it and envd finds no connection to outside; NotIdleError otherwise.
+   */
+  async pause(id: string, opts: { memory?: boolean; idle?: boolean; stillIdle?: () => boolean } = {}): Promise<void> {
     const { registry, runner } = this.d;
-    const kind: PauseKind = opts.memory === false ? "filesystem" : "memory";
+    // Hibernation saves memory and all: its sandbox must come back exactly as it was.
+    const kind: PauseKind = opts.memory === false && !opts.idle ? "filesystem" : "memory";
     const l = registry.mustGet(id);
-    if (l.rec.state === "paused" && !l.inflight) throw new ConflictError(`sandbox '${id}' is already paused`);
+    if (l.rec.state === "paused" && !l.inflight && !l.rec.idleSaved) {
+      throw new ConflictError(`sandbox '${id}' is already paused`);
+    }
     return registry.joinOrRun(l, "pause", async () => {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
+      if (l.rec.state === "paused" && l.rec.idleSaved && !opts.idle) return this.keepSaved(l);
       if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
+      if (opts.idle && !(opts.stillIdle?.() ?? true)) throw new NotIdleError("used since it was found idle");
       const t0 = Date.now();
       const steps: Record<string, number> = {};
       let last = t0;
@@ -102,7 +113,7 @@ export class PauseResume {
       let bytes: number;
       try {
         if (kind === "memory") {
-          await runner.capture(l, tmp);
+          await runner.capture(l, tmp, opts.idle ? { unlessExternalTcp: true } : {});
           step("capture");
           // Traffic arriving from here on must see the sandbox paused, not half-stopped.
           l.gate = gate;
@@ -126,6 +137,7 @@ export class PauseResume {
         l.rec.pauseTag = randomBytes(6).toString("hex");
         l.rec.pausedAt = Date.now();
         l.rec.pauseBytes = bytes;
+        if (opts.idle) l.rec.idleSaved = true;
         this.d.store.put(l.rec);
         step("record");
       } finally {
@@ -133,9 +145,22 @@ export class PauseResume {
         gateOpen();
         rmSync(tmp, { recursive: true, force: true });
       }
-      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, "sandbox paused");
+      const msg = opts.idle ? "idle sandbox saved to disk (hibernated)" : "sandbox paused";
+      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, msg);
       this.commitLater(l.rec, final);
     });
+  }
+
+  /**
+   * A client pauses a sandbox hibernation had saved: it already is, on disk; from now on it is
+   * the client's pause (shown paused, TTL stopped, resumed only as the client's settings say).
+   */
+  private keepSaved(l: Live): void {
+    l.rec.idleSaved = undefined;
+    l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
+    l.rec.pausedAt = Date.now();
+    this.d.store.put(l.rec);
+    this.d.log.info({ sandboxID: l.rec.id }, "hibernated sandbox paused by its client");
   }
 
   /**
@@ -170,7 +195,13 @@ export class PauseResume {
         throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
       }
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
-      l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      if (l.rec.idleSaved) {
+        // Its TTL never stopped: kept, extended as a running sandbox's would be by this call.
+        if (timeoutS !== undefined) l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t);
+      } else {
+        l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      }
+      l.rec.idleSaved = undefined;
       l.rec.state = "running";
       registry.release(l);
       l.rec.imageDir = undefined;

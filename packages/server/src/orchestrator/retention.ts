@@ -46,6 +46,8 @@ export class PausedRetention {
     const out: Live[] = [];
     for (const l of this.d.registry.all()) {
       if (l.rec.state !== "paused" || l.inflight || l.opsPending || this.retiring.has(l.rec.id)) continue;
+      // Saved by hibernation: running to its client, its TTL decides.
+      if (l.rec.idleSaved) continue;
       // Pauses recorded before these fields existed start their clock now.
       if (l.rec.pausedAt === undefined || l.rec.pauseBytes === undefined) {
         l.rec.pausedAt ??= now;

@@ -26,7 +26,16 @@ export interface CaptureOptions {
    * pause or snapshot, which one sandbox at a time resumes, goes without.
    */
   shared?: boolean;
+  /**
+   * Hibernation's save: refused (NotIdleError, nothing captured) while a process in the
+   * sandbox has a TCP connection to outside it, which runsc would reset in the save (and
+   * which its client would see break); such a sandbox stays frozen in memory instead.
+   */
+  unlessExternalTcp?: boolean;
 }
+
+/** A capture refused because the sandbox is in touch with the outside (see unlessExternalTcp). */
+export class NotIdleError extends Error {}
 
 // Generous: idle systrap sandboxes burn CPU, so a busy 2-core node can take a while.
 const ENVD_READY_TIMEOUT_MS = 60_000;
@@ -229,13 +238,21 @@ export class SandboxRunner {
     // FIN) right after: its end means nothing of envd's is open any more. A checkpoint that
     // catches one of envd's sockets open restores an envd that spins or never accepts again
     // (runsc resets the connection mid-save, see holdEnvd); capture() keeps new ones out.
-    const path = opts.shared ? `${ENVD_QUIESCE_PATH}?gc=1` : ENVD_QUIESCE_PATH;
+    const q = new URLSearchParams();
+    if (opts.shared) q.set("gc", "1");
+    if (opts.unlessExternalTcp) q.set("unlessExternalTcp", "1");
+    const path = q.toString() ? `${ENVD_QUIESCE_PATH}?${q.toString()}` : ENVD_QUIESCE_PATH;
     const r = await envdRequest(l.slot.slotIp, "POST", path, {
       token,
       timeoutMs: 5000,
       closedWithinMs: 1000,
       holder: true,
     }).catch(() => undefined);
+    if (opts.unlessExternalTcp && r?.status !== 204) {
+      throw new NotIdleError(
+        r?.status === 409 ? r.body : `envd did not confirm it is idle (${r?.status ?? "no answer"})`,
+      );
+    }
     if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
   }
 

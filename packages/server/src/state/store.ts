@@ -69,6 +69,11 @@ export interface SandboxRecord {
   pauseKind?: PauseKind;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;
+  /**
+   * Paused by idleness, not by a client (hibernation's saved tier): the API shows it running,
+   * its TTL (endAt) keeps counting, and its next use resumes it. Absent for a client's pause.
+   */
+  idleSaved?: boolean;
   /** While paused: when the pause was taken (retention counts from it). */
   pausedAt?: number;
   /** While paused: bytes its pause image takes on this node (retention's disk total). */

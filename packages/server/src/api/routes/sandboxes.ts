@@ -23,7 +23,14 @@ import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
 import { errorBody } from "../http-errors.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
-import { type SerializeContext, sandboxCreated, sandboxDetail, sandboxListed, snapshotInfo } from "../serialize.js";
+import {
+  apiState,
+  type SerializeContext,
+  sandboxCreated,
+  sandboxDetail,
+  sandboxListed,
+  snapshotInfo,
+} from "../serialize.js";
 
 export interface SandboxRoutesOptions {
   orch: Orchestrator;
@@ -41,7 +48,7 @@ const body = (b: unknown) => (b === undefined || b === null ? {} : b);
 function refuseMemorylessResume(orch: Orchestrator, id: string, memory: boolean | undefined): void {
   if (memory !== false || !orch.registry.has(id)) return;
   const rec = orch.get(id);
-  if (rec.state === "paused" && rec.pauseKind !== "filesystem") {
+  if (apiState(rec) === "paused" && rec.pauseKind !== "filesystem") {
     throw new InvalidRequestError(
       `sandbox '${id}' was paused with its memory; resuming it without memory is not supported`,
     );
@@ -105,7 +112,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     if (after !== undefined && Number.isNaN(after)) throw new InvalidRequestError("startedAfter is not a date");
     const items = orch
       .list()
-      .filter((r) => states.has(r.state) && matchesMetadata(r, meta))
+      .filter((r) => states.has(apiState(r)) && matchesMetadata(r, meta))
       .filter((r) => (after === undefined ? true : r.startedAt >= after))
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
     items.sort((a, b) => a.startedAt - b.startedAt || a.id.localeCompare(b.id));
@@ -119,7 +126,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const meta = parseMetadataFilter(q.metadata);
     return orch
       .list()
-      .filter((r) => r.state === "running" && matchesMetadata(r, meta))
+      .filter((r) => apiState(r) === "running" && matchesMetadata(r, meta))
       .map(sandboxListed);
   });
 
@@ -160,7 +167,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const b = ConnectBody.parse(body(req.body));
     refuseMemorylessResume(orch, sandboxID, b.memory);
     // In a cluster a sandbox paused elsewhere is not known here yet: resume() takes it over.
-    if (orch.registry.has(sandboxID) && orch.get(sandboxID).state !== "paused") {
+    if (orch.registry.has(sandboxID) && apiState(orch.get(sandboxID)) !== "paused") {
       throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
     }
     const { rec } = await orch.resume(sandboxID, b.timeout);
