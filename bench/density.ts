@@ -17,7 +17,9 @@
  *   node --import tsx bench/density.ts        (part of `npm run bench`)
  *
  * Env: BENCH_DENSITY_STEPS ("10,20,40"), BENCH_DENSITY_HIBERNATE_STEPS (the pass with
- * hibernation: "10,20,40,100,200"), BENCH_DENSITY_WINDOW_S (30), BENCH_DENSITY_RAW (1; 0
+ * hibernation: "10,20,40,100,200"), BENCH_DENSITY_SAVE_S (20; the pass whose frozen sandboxes
+ * are also saved to disk, 0 skips it) and BENCH_DENSITY_SAVED_STEPS ("10,40,100"); an empty
+ * step list skips its pass. BENCH_DENSITY_WINDOW_S (30), BENCH_DENSITY_RAW (1; 0
  * skips raw runsc), BENCH_DENSITY_RESERVE_MIB (2048), BENCH_RAW_OVERLAY (memory | dir),
  * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16); BENCH_SMOKE=1 makes the defaults tiny
  * (steps 1,2, 1 s windows).
@@ -47,6 +49,13 @@ const WINDOW_S = envNum("BENCH_DENSITY_WINDOW_S", SMOKE ? 1 : 30, true);
 const HIBERNATE_S = envNum("BENCH_DENSITY_HIBERNATE_S", SMOKE ? 1 : 10, true);
 /** The hibernating pass goes further: idle sandboxes there cost memory, not CPU. */
 const HIBERNATE_STEPS = (process.env.BENCH_DENSITY_HIBERNATE_STEPS ?? (SMOKE ? "1,2" : "10,20,40,100,200"))
+  .split(",")
+  .map(Number)
+  .filter((n) => Number.isInteger(n) && n > 0)
+  .sort((a, b) => a - b);
+/** The third aenv pass also saves frozen sandboxes to disk after this many idle seconds (0 skips it). */
+const SAVE_S = envNum("BENCH_DENSITY_SAVE_S", SMOKE ? 0 : 20, true);
+const SAVED_STEPS = (process.env.BENCH_DENSITY_SAVED_STEPS ?? "10,40,100")
   .split(",")
   .map(Number)
   .filter((n) => Number.isInteger(n) && n > 0)
@@ -169,7 +178,7 @@ async function probe(
   d: Driver,
   baseline: Window,
   errors: string[],
-  settleMs = SETTLE_MS,
+  settleMs: (sandboxes: number) => number = () => SETTLE_MS,
   steps = STEPS,
 ): Promise<Side> {
   const ids: string[] = [];
@@ -189,7 +198,7 @@ async function probe(
       const added = target - ids.length;
       while (ids.length < target) ids.push(await d.start());
       const createMs = (performance.now() - t) / added;
-      await sleep(settleMs);
+      await sleep(settleMs(target));
       log(`${name}: ${target} idle, measuring ${WINDOW_S} s`);
       const w = await measureWindow(ids, d.serverPid);
       const up = await memAvailableMiB();
@@ -237,6 +246,8 @@ interface Report {
   aenv?: Side;
   /** The same with hibernation: idle sandboxes frozen after HIBERNATE_S. */
   aenvHibernating?: Side;
+  /** And saved to disk (memory given back) after SAVE_S idle. */
+  aenvSaved?: Side;
   raw?: Side;
   errors: string[];
 }
@@ -253,22 +264,21 @@ function markdown(r: Report): string {
     `- commit: ${r.meta.commit}`,
     `- baseline (none of ours running), host CPU busy: ${r.baseline.hostBusyCores.toFixed(2)} cores over ${r.baseline.windowS} s`,
     "",
-    `| metric | aenv (e2b SDK) | aenv, hibernating after ${HIBERNATE_S} s | raw runsc | aenv / raw | hibernating / raw |`,
-    "|:--|--:|--:|--:|--:|--:|",
+    `| metric | aenv (e2b SDK) | aenv, hibernating after ${HIBERNATE_S} s | aenv, saved to disk after ${SAVE_S} s | raw runsc | aenv / raw | hibernating / raw | saved / raw |`,
+    "|:--|--:|--:|--:|--:|--:|--:|--:|",
   ];
   const ns = [
-    ...new Set(
-      [...(r.aenv?.steps ?? []), ...(r.aenvHibernating?.steps ?? []), ...(r.raw?.steps ?? [])].map((s) => s.sandboxes),
-    ),
+    ...new Set([r.aenv, r.aenvHibernating, r.aenvSaved, r.raw].flatMap((x) => x?.steps ?? []).map((s) => s.sandboxes)),
   ];
   for (const n of ns.sort((a, b) => a - b)) {
     const a = r.aenv?.steps.find((s) => s.sandboxes === n);
     const h = r.aenvHibernating?.steps.find((s) => s.sandboxes === n);
+    const v = r.aenvSaved?.steps.find((s) => s.sandboxes === n);
     const b = r.raw?.steps.find((s) => s.sandboxes === n);
     const pick = <K extends keyof Step>(x: Step | undefined, k: K) => x?.[k] as number | undefined;
     const row = (label: string, k: keyof Step, d: number) =>
       lines.push(
-        `| ${label} | ${fmt(pick(a, k), d)} | ${fmt(pick(h, k), d)} | ${fmt(pick(b, k), d)} | ${ratio(pick(a, k), pick(b, k))} | ${ratio(pick(h, k), pick(b, k))} |`,
+        `| ${label} | ${fmt(pick(a, k), d)} | ${fmt(pick(h, k), d)} | ${fmt(pick(v, k), d)} | ${fmt(pick(b, k), d)} | ${ratio(pick(a, k), pick(b, k))} | ${ratio(pick(h, k), pick(b, k))} | ${ratio(pick(v, k), pick(b, k))} |`,
       );
     row(`N=${n}: start, mean per sandbox (ms)`, "createMs", 0);
     row(`N=${n}: sandboxes' own CPU, per sandbox (% of a core)`, "sandboxCpuPctPerSandbox", 2);
@@ -278,12 +288,13 @@ function markdown(r: Report): string {
     row(`N=${n}: MemAvailable drop per sandbox (MiB)`, "memAvailableDropMiBPerSandbox", 1);
     row(`N=${n}: PSS per sandbox (MiB)`, "pssMiBPerSandbox", 1);
     lines.push(
-      `| N=${n}: answering a command at the end | ${a ? `${a.answered}/${n}` : "–"} | ${h ? `${h.answered}/${n}` : "–"} | ${b ? `${b.answered}/${n}` : "–"} | | |`,
+      `| N=${n}: answering a command at the end | ${[a, h, v, b].map((x) => (x ? `${x.answered}/${n}` : "–")).join(" | ")} | | | |`,
     );
   }
   const skipped = [
     ...(r.aenv?.skipped ?? []).map((n) => `aenv ${n}`),
     ...(r.aenvHibernating?.skipped ?? []).map((n) => `aenv hibernating ${n}`),
+    ...(r.aenvSaved?.skipped ?? []).map((n) => `aenv saved ${n}`),
     ...(r.raw?.skipped ?? []).map((n) => `raw ${n}`),
   ];
   if (skipped.length) lines.push("", `Skipped for lack of memory: ${skipped.join(", ")}.`);
@@ -299,6 +310,8 @@ async function main(): Promise<number> {
       smoke: SMOKE ? "yes" : "no",
       steps: STEPS.join(","),
       hibernatingSteps: HIBERNATE_STEPS.join(","),
+      savedSteps: SAVED_STEPS.join(","),
+      saveS: SAVE_S,
       windowS: WINDOW_S,
       settleMs: SETTLE_MS,
       reserveMiB: RESERVE_MIB,
@@ -326,13 +339,21 @@ async function main(): Promise<number> {
   try {
     log(`baseline: ${WINDOW_S} s with none of ours running`);
     report.baseline = { ...(await measureWindow([])), windowS: WINDOW_S };
-    for (const hibernate of [0, ...(HIBERNATE_S ? [HIBERNATE_S] : [])]) {
+    const passes = [
+      { key: "aenv", hibernate: 0, save: 0, steps: STEPS },
+      { key: "aenvHibernating", hibernate: HIBERNATE_S, save: 0, steps: HIBERNATE_S ? HIBERNATE_STEPS : [] },
+      { key: "aenvSaved", hibernate: HIBERNATE_S || 1, save: SAVE_S, steps: SAVE_S ? SAVED_STEPS : [] },
+    ] as const;
+    for (const pass of passes) {
+      if (!pass.steps.length) continue;
+      const hibernate = pass.hibernate;
       server = await startServer({
         env: {
           AENV_NET_PREFIX: process.env.BENCH_NET_PREFIX ?? "aer",
           AENV_SLOT_CIDR: process.env.BENCH_SLOT_CIDR ?? "10.212.0.0/16",
           AENV_LOG_LEVEL: "warn",
           AENV_HIBERNATE_AFTER: String(hibernate),
+          AENV_HIBERNATE_SAVE_AFTER: String(pass.save),
           AENV_WARM_POOL_MAX: "0",
           // Admission counts each sandbox's ceilings (1 GiB, 2 vCPUs); 200 idle ones touch ~6 GiB
           // and, frozen, no CPU.
@@ -347,7 +368,7 @@ async function main(): Promise<number> {
       const byId = new Map<string, Sandbox>();
       try {
         const side = await probe(
-          hibernate ? "aenv-hibernating" : "aenv",
+          pass.key,
           {
             serverPid: server.proc.pid,
             async start() {
@@ -366,12 +387,12 @@ async function main(): Promise<number> {
           },
           report.baseline,
           report.errors,
-          // Hibernating: the window starts once every idle sandbox has been frozen.
-          hibernate ? SETTLE_MS + (hibernate + 3) * 1000 : SETTLE_MS,
-          hibernate ? HIBERNATE_STEPS : STEPS,
+          // Hibernating: the window starts once every idle sandbox has been frozen; saving: once
+          // each has been saved (one at a time, ~0.3 s each, those the last step's check woke too).
+          (n) => SETTLE_MS + (hibernate ? (hibernate + 3) * 1000 : 0) + (pass.save ? pass.save * 1000 + n * 400 : 0),
+          pass.steps,
         );
-        if (hibernate) report.aenvHibernating = side;
-        else report.aenv = side;
+        report[pass.key] = side;
       } catch (err) {
         report.errors.push(`aenv: ${(err as Error).message}`);
       }
@@ -412,7 +433,7 @@ async function main(): Promise<number> {
   } finally {
     await stop();
   }
-  for (const side of [report.aenv, report.aenvHibernating, report.raw])
+  for (const side of [report.aenv, report.aenvHibernating, report.aenvSaved, report.raw])
     if (side && side.steps.length === 0) report.errors.push("no step ran");
   finishMeta(report.meta, started);
   mkdirSync(RESULTS, { recursive: true });
