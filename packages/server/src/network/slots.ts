@@ -12,7 +12,7 @@ import {
   type SlotAddresses,
   slotAddresses,
 } from "./addresses.js";
-import type { EgressPolicy } from "./policy.js";
+import { compileEgress, type EgressPolicy } from "./policy.js";
 import { type EgressGuard, routerTable } from "./router-rules.js";
 
 export interface Slot extends SlotAddresses {
@@ -25,6 +25,8 @@ export interface Slot extends SlotAddresses {
  * outside world at the real path's size.
  */
 const MTU = 65000;
+
+const DEFAULT_POLICY = compileEgress(undefined, true);
 
 /**
  * Allocates per-sandbox network slots and keeps a small pool of prepared ones, so that
@@ -116,7 +118,11 @@ table inet ${this.prefix}-host {
   }
 
   async acquire(policy: EgressPolicy): Promise<Slot> {
-    let slot = this.free.shift();
+    // A free slot that already holds this policy's table saves an nft run (~25 ms a start).
+    const i = this.free.findIndex(
+      (f) => this.tables.get(f.index) === routerTable(this.cidr, f.hostIp, policy, this.guard),
+    );
+    let slot = i >= 0 ? this.free.splice(i, 1)[0] : this.free.shift();
     if (!slot) slot = await this.create(this.allocateIndex());
     this.inUse.set(slot.index, slot);
     this.refill();
@@ -231,9 +237,9 @@ table inet ${this.prefix}-host {
           `route add default via ${GUEST_GATEWAY}`,
         ].join("\n"),
       });
-      // Until a sandbox's policy is applied, a prepared slot lets nothing out.
-      const closed: EgressPolicy = { allowCidrs: [], denyCidrs: ["0.0.0.0/0"], allowDomains: [], ruleDomains: [] };
-      const table = routerTable(this.cidr, a.hostIp, closed, this.guard);
+      // Prepared with the policy most sandboxes have (internet on, no rules), so their starts
+      // need no nft run; acquire() puts any other policy in place before a sandbox uses it.
+      const table = routerTable(this.cidr, a.hostIp, DEFAULT_POLICY, this.guard);
       await exec(
         "ip",
         ["netns", "exec", a.routerNetns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward && exec nft -f -"],
