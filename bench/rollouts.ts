@@ -10,9 +10,14 @@
  *
  *   setupPerRollout   create → write task → setup → rollout → kill, BENCH_ROLLOUT_CONCURRENCY at once
  *   forkFromPrepared  create → setup once → pause, then fork() children of the paused parent up
- *                     to BENCH_ROLLOUT_FORKS live, a rollout in each, killed when done, more
- *                     forked while the budget lasts (a paused parent's children restore from its
- *                     pause image: no capture per fork call, and the parent uses no CPU)
+ *                     to BENCH_ROLLOUT_FORKS live (plus BENCH_ROLLOUT_PREFORK forked ahead and
+ *                     waiting), a rollout in each, killed when done, more forked while the
+ *                     budget lasts (a paused parent's children restore from its pause image: no
+ *                     capture per fork call, and the parent uses no CPU)
+ *
+ * One busy sandbox at a time by default, for both: on this 2-core host gVisor's systrap makes
+ * concurrently busy sandboxes slow each other down by more than their share (see
+ * docs/architecture.md), and both strategies did as well or better one at a time.
  *
  * The budget covers everything from the first create, the parent's setup included. Only
  * rollouts finished inside it count; whatever runs at the deadline is killed. Each fork child's
@@ -22,8 +27,9 @@
  *   node --import tsx bench/rollouts.ts        (part of `npm run bench`)
  *
  * Env: BENCH_ROLLOUT_BUDGET_S (per strategy, 120), BENCH_ROLLOUT_SETUP_S (minimum setup, 20),
- * BENCH_ROLLOUT_FILES (2000), BENCH_ROLLOUT_COMMITS (50), BENCH_ROLLOUT_CONCURRENCY (2),
- * BENCH_ROLLOUT_FORKS (children live at once, 4), BENCH_ROLLOUT_PAUSE_PARENT (1; 0 forks the
+ * BENCH_ROLLOUT_FILES (2000), BENCH_ROLLOUT_COMMITS (50), BENCH_ROLLOUT_CONCURRENCY (1),
+ * BENCH_ROLLOUT_FORKS (children running rollouts at once, 1), BENCH_ROLLOUT_PREFORK (children
+ * forked ahead, 1; 0 forks only when a slot is free), BENCH_ROLLOUT_PAUSE_PARENT (1; 0 forks the
  * running parent, captured again at every fork call), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16);
  * BENCH_SMOKE=1 makes the defaults tiny (12 s budgets, 0.5 s setup, 40 files, 2 commits, 2 forks).
  */
@@ -42,8 +48,9 @@ const BUDGET_S = envNum("BENCH_ROLLOUT_BUDGET_S", SMOKE ? 12 : 120, true);
 const SETUP_S = envNum("BENCH_ROLLOUT_SETUP_S", SMOKE ? 0.5 : 20, true);
 const FILES = envNum("BENCH_ROLLOUT_FILES", SMOKE ? 40 : 2000);
 const COMMITS = envNum("BENCH_ROLLOUT_COMMITS", SMOKE ? 2 : 50);
-const CONCURRENCY = envNum("BENCH_ROLLOUT_CONCURRENCY", 2);
-const FORKS = envNum("BENCH_ROLLOUT_FORKS", SMOKE ? 2 : 4);
+const CONCURRENCY = envNum("BENCH_ROLLOUT_CONCURRENCY", SMOKE ? 2 : 1);
+const FORKS = envNum("BENCH_ROLLOUT_FORKS", SMOKE ? 2 : 1);
+const PREFORK = process.env.BENCH_ROLLOUT_PREFORK === "0" ? 0 : envNum("BENCH_ROLLOUT_PREFORK", SMOKE ? 0 : 1);
 const PAUSE_PARENT = process.env.BENCH_ROLLOUT_PAUSE_PARENT !== "0";
 
 const TASK = "/home/user/prep/task.py";
@@ -292,45 +299,63 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
       }
     };
 
+    // Children forked ahead (PREFORK) wait here, restored, until a rollout slot frees up:
+    // the next child's restore overlaps the current rollout instead of following it.
+    const ready: Array<{ s: Sandbox; forkStart: number }> = [];
+    let forking: Promise<void> | undefined;
     let failedForks = 0;
-    while (!expired && performance.now() < deadline) {
-      const free = FORKS - inflight.size;
+    const forkMore = () => {
+      const want = FORKS + PREFORK - inflight.size - ready.length;
+      if (forking || expired || want <= 0) return;
       // Fork in batches: each call links the paused parent's image (or checkpoints a running
       // parent) once, however many children.
-      if (free >= Math.ceil(FORKS / 2) || inflight.size === 0) {
-        const start = performance.now();
-        let kids: Array<Sandbox | Error>;
-        try {
-          kids = await parent.fork({ count: free, timeoutMs: SANDBOX_TIMEOUT_MS });
-        } catch (err) {
-          kids = [err as Error];
-        }
-        const took = performance.now() - start;
-        forkCalls++;
-        forkMs.push(took);
-        for (const k of kids) {
-          if (k instanceof Error) {
-            if (!expired) errors.push(`fork: ${k.message}`);
-            continue;
+      if (want < Math.ceil(FORKS / 2) && inflight.size + ready.length > 0) return;
+      const forkStart = performance.now();
+      forking = parent
+        .fork({ count: want, timeoutMs: SANDBOX_TIMEOUT_MS })
+        .then(
+          (kids) => kids,
+          (err: unknown) => [err as Error],
+        )
+        .then(async (kids) => {
+          forkCalls++;
+          forkMs.push(performance.now() - forkStart);
+          let started = 0;
+          for (const k of kids) {
+            if (k instanceof Error) {
+              if (!expired) errors.push(`fork: ${k.message}`);
+              continue;
+            }
+            forked++;
+            started++;
+            live.add(k);
+            if (expired) void killQuietly(k);
+            else ready.push({ s: k, forkStart });
           }
-          forked++;
-          live.add(k);
-          if (expired) {
-            void killQuietly(k);
-            continue;
-          }
-          const p: Promise<void> = child(k, start).finally(() => inflight.delete(p));
-          inflight.add(p);
-        }
-        if (inflight.size === 0) {
-          if (++failedForks >= 3) throw new Error("three fork calls in a row started no child");
-          await sleep(500);
-          continue;
-        }
-        failedForks = 0;
+          if (started) failedForks = 0;
+          else if (++failedForks >= 3) throw new Error("three fork calls in a row started no child");
+          else await sleep(500);
+        })
+        .finally(() => {
+          forking = undefined;
+        });
+    };
+    while (!expired && performance.now() < deadline) {
+      forkMore();
+      while (inflight.size < FORKS && ready.length) {
+        const next = ready.shift();
+        if (!next) break;
+        const p: Promise<void> = child(next.s, next.forkStart).finally(() => inflight.delete(p));
+        inflight.add(p);
       }
-      await Promise.race([...inflight, sleep(Math.max(0, deadline - performance.now()))]);
+      await Promise.race([
+        ...inflight,
+        ...(forking ? [forking] : []),
+        sleep(Math.max(0, deadline - performance.now())),
+      ]);
     }
+    await forking?.catch(() => {});
+    for (const r of ready.splice(0)) await killQuietly(r.s);
     await Promise.all(inflight);
   } finally {
     clearTimeout(timer);
@@ -426,6 +451,7 @@ async function main(): Promise<number> {
       commits: COMMITS,
       concurrency: CONCURRENCY,
       forksLive: FORKS,
+      prefork: PREFORK,
       pauseParent: PAUSE_PARENT ? "yes" : "no",
     }),
     speedup: null,
