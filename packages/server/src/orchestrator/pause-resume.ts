@@ -9,7 +9,7 @@ import type { RuntimeDriver } from "../runtime/driver.js";
 import type { BootSettings, PauseKind, SandboxRecord, StateStore } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
-import { commitDir } from "../util/fsync.js";
+import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import { applyLayer, captureLayer, isCompleteLayer, layerBytes } from "./fs-layer.js";
 import { clampTimeoutS } from "./records.js";
@@ -117,7 +117,7 @@ export class PauseResume {
           step("capture");
           // Traffic arriving from here on must see the sandbox paused, not half-stopped.
           l.gate = gate;
-          commitDir(tmp, final);
+          await commitDirAsync(tmp, final);
           step("commit");
           bytes = runner.driver.checkpointBytes(final);
         } else {

@@ -8,7 +8,7 @@ import { type RejectReport, type SnapshotMeta, snapshotMetaOf } from "../storage
 import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
 import { UntrustedManifestError } from "../storage/repository/trust.js";
 import { writeFileDurableSync } from "../util/durable-write.js";
-import { commitDir } from "../util/fsync.js";
+import { commitDir, commitDirAsync } from "../util/fsync.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 
@@ -149,7 +149,7 @@ export class Snapshots {
     const final = this.d.paths.snapshot(snapId);
     mkdirSync(this.d.paths.snapshots, { recursive: true });
     const rec = this.record(src, snapId, name, final, this.d.runner.driver.checkpointBytes(captureDir));
-    commitDir(captureDir, final);
+    await commitDirAsync(captureDir, final);
     this.writePending(rec);
     this.byId.set(snapId, rec);
     await this.d.repository

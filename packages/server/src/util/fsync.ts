@@ -1,6 +1,7 @@
 import { readdirSync, rmSync } from "node:fs";
+import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { fsyncPath, fsyncPathSync, renameDurableSync } from "./durable-write.js";
+import { fsyncPath, fsyncPathSync, renameDurable, renameDurableSync } from "./durable-write.js";
 
 /** fsync of a folder: makes a rename or a new entry in it durable. */
 export const fsyncDir = fsyncPath;
@@ -13,4 +14,11 @@ export function commitDir(tmp: string, final: string): void {
   for (const name of readdirSync(tmp)) fsyncPathSync(join(tmp, name));
   rmSync(final, { recursive: true, force: true });
   renameDurableSync(tmp, final);
+}
+
+/** commitDir off the event loop (a 100 MiB image's fsync takes ~0.3 s here), files in parallel. */
+export async function commitDirAsync(tmp: string, final: string): Promise<void> {
+  await Promise.all((await readdir(tmp)).map((name) => fsyncPath(join(tmp, name))));
+  await rm(final, { recursive: true, force: true });
+  await renameDurable(tmp, final);
 }
