@@ -2,13 +2,14 @@
 import { createWriteStream, promises as fsp } from "node:fs";
 import path from "node:path";
 import type { Readable, Transform } from "node:stream";
-import { Transform as TransformStream } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { chownIfRoot, mkdirpOwned } from "../filesystem/ownership.js";
 import { HttpError, statusForErrno } from "../http/respond.js";
 import { errnoOf } from "../rpc/errors.js";
 import { tempNameFor } from "../tempname.js";
 import type { User } from "../users.js";
+
+const UPLOAD_QUEUE_BYTES = 8 << 20;
 
 /** Where a write to `target` should land (follows a symlink at `target`); rejects directories. */
 async function finalTarget(target: string): Promise<{ path: string; mode?: number }> {
@@ -54,10 +55,14 @@ export async function writeFileAtomic(
     }
     const dest = await finalTarget(target);
     tmp = path.join(path.dirname(dest.path), tempNameFor(path.basename(dest.path)));
-    const out = createWriteStream(tmp, { flags: "wx", mode: dest.mode ?? 0o644 });
+    // A deep write queue: with the default (16 KiB) each write paused the socket until it was
+    // done, so receiving and writing never overlapped (a plain node server in a sandbox: 62-70
+    // vs 131-214 MB/s). Queued chunks go out as one writev each time, so no 1 MiB coalescing
+    // copy is needed either. Memory is given back after transfers (heap-trim.ts).
+    const out = createWriteStream(tmp, { flags: "wx", mode: dest.mode ?? 0o644, highWaterMark: UPLOAD_QUEUE_BYTES });
     try {
-      if (transform) await pipeline(source, transform, coalesce(), out);
-      else await pipeline(source, coalesce(), out);
+      if (transform) await pipeline(source, transform, out);
+      else await pipeline(source, out);
     } catch (err) {
       const code = errnoOf(err);
       if (code?.startsWith("Z_") || code === "ERR_PADDING_1" || code === "ERR_PADDING_2") {
@@ -82,28 +87,4 @@ export async function writeFileAtomic(
   } finally {
     if (tmp) await fsp.rm(tmp, { force: true }).catch(() => {});
   }
-}
-
-/**
- * Gathers a stream's chunks (socket reads are 64 KiB at most) into 1 MiB writes: each write is
- * a trip through gVisor to the file's backing store, and the fewer the faster.
- */
-function coalesce(size = 1 << 20): TransformStream {
-  let parts: Buffer[] = [];
-  let held = 0;
-  return new TransformStream({
-    transform(chunk: Buffer, _enc, done) {
-      parts.push(chunk);
-      held += chunk.length;
-      if (held >= size) {
-        const all = Buffer.concat(parts, held);
-        parts = [];
-        held = 0;
-        done(null, all);
-      } else done();
-    },
-    flush(done) {
-      done(null, held > 0 ? Buffer.concat(parts, held) : undefined);
-    },
-  });
 }

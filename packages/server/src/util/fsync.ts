@@ -16,7 +16,7 @@ export function commitDir(tmp: string, final: string): void {
   renameDurableSync(tmp, final);
 }
 
-/** commitDir off the event loop (a 100 MiB image's fsync takes ~0.3 s here), files in parallel. */
+/** commitDir off the event loop (a 100 MiB image: 60-90 ms of fsync here, more on slower disks), files in parallel. */
 export async function commitDirAsync(tmp: string, final: string): Promise<void> {
   await Promise.all((await readdir(tmp)).map((name) => fsyncPath(join(tmp, name))));
   await rm(final, { recursive: true, force: true });
