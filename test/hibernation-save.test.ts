@@ -117,6 +117,35 @@ test("a client's pause of a saved sandbox keeps its image; kill and fork work on
   }
 });
 
+test("a saved sandbox survives a server restart, takes a new timeout, and its TTL expiry makes it paused", async () => {
+  const s = await Sandbox.create({ timeoutMs: 600_000 });
+  try {
+    await s.files.write("/home/user/ttl.txt", "kept");
+    await waitFor("the save", () => savedCount(s.sandboxId) === 1);
+    await waitFor("the runtime gone", () => !hasRuntime(s.sandboxId));
+    await server.stop();
+    server = await server.restart();
+    useE2b(server);
+    assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "running", "still saved and running after a restart");
+    // A new timeout counts from now, as for a running sandbox, and does not wake it.
+    await s.setTimeout(6_000);
+    const info = await Sandbox.getInfo(s.sandboxId);
+    assert.ok(Math.abs(info.endAt.getTime() - (Date.now() + 6_000)) < 3_000, "endAt follows setTimeout");
+    assert.ok(!hasRuntime(s.sandboxId));
+    await waitFor("the TTL expiry", () =>
+      server
+        .logs()
+        .split("\n")
+        .some((l) => l.includes(s.sandboxId) && l.includes("TTL expired while hibernated")),
+    );
+    assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused", "its TTL ran out: now the client's pause");
+    const back = await Sandbox.connect(s.sandboxId);
+    assert.equal(await back.files.read("/home/user/ttl.txt"), "kept");
+  } finally {
+    await s.kill().catch(() => {});
+  }
+});
+
 test("a sandbox holding a TCP connection to outside it stays frozen in memory, and is saved once it is closed", async () => {
   const s = await Sandbox.create({ timeoutMs: 600_000 });
   let sock: Socket | undefined;

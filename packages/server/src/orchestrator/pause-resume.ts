@@ -80,8 +80,8 @@ export class PauseResume {
 
   constructor(private readonly d: PauseResumeDeps) {}
 
-  /** Until the image is durable the sandbox still runs, so a crash leaves it running or paused. */
   /**
+   * Until the image is durable the sandbox still runs, so a crash leaves it running or paused.
    * `idle`: hibernation's save (see Hibernation), done only if `stillIdle()` once the queue
    * gets to it and envd finds no connection to outside; NotIdleError otherwise.
    */
@@ -154,6 +154,8 @@ export class PauseResume {
   /**
    * A client pauses a sandbox hibernation had saved: it already is, on disk; from now on it is
    * the client's pause (shown paused, TTL stopped, resumed only as the client's settings say).
+   * The image keeps its memory even where the client asked for a filesystem-only pause: it
+   * holds the filesystem too, and a resume brings the processes back as well.
    */
   private keepSaved(l: Live): void {
     l.rec.idleSaved = undefined;
