@@ -136,7 +136,7 @@ test("a saved sandbox survives a server restart, takes a new timeout, and its TT
       server
         .logs()
         .split("\n")
-        .some((l) => l.includes(s.sandboxId) && l.includes("TTL expired while hibernated")),
+        .some((l) => l.includes(s.sandboxId) && l.includes("sandbox saved by hibernation now paused")),
     );
     assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused", "its TTL ran out: now the client's pause");
     const back = await Sandbox.connect(s.sandboxId);

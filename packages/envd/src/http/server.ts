@@ -75,14 +75,18 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         // them here first keeps restores clean (the host opens no new one until it is done).
         if (method !== "POST") throw new HttpError(405, "method not allowed");
         requireToken(env, req);
+        res.setHeader("Connection", "close");
+        // Closed (fd and all) as soon as the answer is in the kernel, so the FIN the host waits
+        // for comes after the close. Node's own Connection: close half-closes first and drops
+        // the fd a loop turn later: a checkpoint the host started on that FIN could catch the
+        // socket still open (see above).
+        res.once("finish", () => req.socket.destroy());
         // Hibernation's save asks first: a sandbox in touch with the outside stays as it is.
         if (url.searchParams.get("unlessExternalTcp") === "1") {
           const n = await externalTcpConnections(req.socket.localPort ?? 0).catch(() => -1);
           if (n !== 0) {
-            res.setHeader("Connection", "close");
-            res.once("finish", () => req.socket.destroy());
             const why = n < 0 ? "TCP connections could not be listed" : `${n} TCP connection(s) to outside the sandbox`;
-            return sendJson(res, 409, { code: 409, message: `not idle: ${why}` });
+            return sendError(res, 409, `not idle: ${why}`);
           }
         }
         // Every other connection is closed before the answer, this one right after it: once
@@ -94,12 +98,6 @@ export function createRequestHandler(env: Env): (req: IncomingMessage, res: Serv
         if (url.searchParams.get("gc") === "1") collectGarbage();
         // Freed heap (a file transfer's buffers) would be saved in the image: returned first.
         trimHeap();
-        res.setHeader("Connection", "close");
-        // Closed (fd and all) as soon as the answer is in the kernel, so the FIN the host waits
-        // for comes after the close. Node's own Connection: close half-closes first and drops
-        // the fd a loop turn later: a checkpoint the host started on that FIN could catch the
-        // socket still open (see above).
-        res.once("finish", () => req.socket.destroy());
         return sendEmpty(res, 204);
       case ENVD_FS_LAYER_CAPTURE_PATH:
         if (method !== "POST") throw new HttpError(405, "method not allowed");

@@ -67,11 +67,9 @@ export class Lifetimes {
     const now = Date.now();
     for (const l of this.d.registry.all()) {
       if (l.rec.endAt > now || l.inflight || l.gate) continue;
-      if (l.rec.state === "paused" && l.rec.idleSaved) {
-        if (!l.opsPending) this.expireSaved(l);
-        continue;
-      }
-      if (l.rec.state !== "running") continue;
+      // One hibernation saved is running to its client and expires the same way: its pause
+      // takes the image it is already in (PauseResume.keepSaved).
+      if (l.rec.state !== "running" && !l.rec.idleSaved) continue;
       const id = l.rec.id;
       const act = l.rec.autoPause ? "pause" : "kill";
       this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
@@ -79,30 +77,6 @@ export class Lifetimes {
       const done = act === "pause" ? this.d.pause(id, { memory: l.rec.autoPauseMemory !== false }) : this.d.kill(id);
       done.catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
     }
-  }
-
-  /**
-   * A sandbox hibernation saved reaches its TTL. autoPause: false kills it; otherwise it is on
-   * disk already, so the expiry pause only makes the pause its client's, taken now (a memory
-   * image, even where autoPauseMemory: false asked for less: it holds the filesystem too).
-   */
-  private expireSaved(l: Live): void {
-    const id = l.rec.id;
-    if (!l.rec.autoPause) {
-      this.d.log.info({ sandboxID: id }, "sandbox TTL expired; killing");
-      this.d.kill(id).catch((err) => this.d.log.error({ err, sandboxID: id }, "TTL kill failed"));
-      return;
-    }
-    this.d.registry
-      .enqueue(l, async () => {
-        if (l.rec.state !== "paused" || !l.rec.idleSaved || l.rec.endAt > Date.now()) return;
-        l.rec.idleSaved = undefined;
-        l.rec.ttlLeftMs = 0;
-        l.rec.pausedAt = Date.now();
-        this.d.store.put(l.rec);
-        this.d.log.info({ sandboxID: id }, "sandbox TTL expired while hibernated on disk; now paused");
-      })
-      .catch((err) => this.d.log.error({ err, sandboxID: id }, "TTL pause failed"));
   }
 
   /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */

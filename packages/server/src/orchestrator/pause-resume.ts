@@ -152,17 +152,17 @@ export class PauseResume {
   }
 
   /**
-   * A client pauses a sandbox hibernation had saved: it already is, on disk; from now on it is
-   * the client's pause (shown paused, TTL stopped, resumed only as the client's settings say).
-   * The image keeps its memory even where the client asked for a filesystem-only pause: it
-   * holds the filesystem too, and a resume brings the processes back as well.
+   * A client (or its TTL's expiry) pauses a sandbox hibernation had saved: it already is, on
+   * disk; from now on it is the client's pause (shown paused, TTL stopped, resumed only as the
+   * client's settings say). The image keeps its memory even where a filesystem-only pause was
+   * asked for: it holds the filesystem too, and a resume brings the processes back as well.
    */
   private keepSaved(l: Live): void {
     l.rec.idleSaved = undefined;
     l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
     l.rec.pausedAt = Date.now();
     this.d.store.put(l.rec);
-    this.d.log.info({ sandboxID: l.rec.id }, "hibernated sandbox paused by its client");
+    this.d.log.info({ sandboxID: l.rec.id }, "sandbox saved by hibernation now paused (its image kept)");
   }
 
   /**

@@ -241,7 +241,8 @@ export class SandboxRunner {
     const q = new URLSearchParams();
     if (opts.shared) q.set("gc", "1");
     if (opts.unlessExternalTcp) q.set("unlessExternalTcp", "1");
-    const path = q.toString() ? `${ENVD_QUIESCE_PATH}?${q.toString()}` : ENVD_QUIESCE_PATH;
+    const query = q.toString();
+    const path = query ? `${ENVD_QUIESCE_PATH}?${query}` : ENVD_QUIESCE_PATH;
     const r = await envdRequest(l.slot.slotIp, "POST", path, {
       token,
       timeoutMs: 5000,
