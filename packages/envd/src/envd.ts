@@ -2,9 +2,11 @@
 
 import { existsSync } from "node:fs";
 import type http from "node:http";
+import type net from "node:net";
 import type { Env } from "./env.js";
 import { MemoryMetadata, XattrMetadata } from "./filesystem/metadata.js";
 import { WatcherRegistry } from "./filesystem/watchers.js";
+import { largeReadListener } from "./http/large-reads.js";
 import { createEnvdServer } from "./http/server.js";
 import { ProcessManager } from "./process/manager.js";
 import { Spawner } from "./process/spawner.js";
@@ -38,7 +40,8 @@ function spawner(opts: EnvdOptions): Spawner | undefined {
   return socket ? Spawner.connect(socket) : undefined;
 }
 
-export function createEnvd(opts: EnvdOptions = {}): { env: Env; server: http.Server } {
+/** envd's state, its HTTP server, and the listener to listen on (which feeds the server). */
+export function createEnvd(opts: EnvdOptions = {}): { env: Env; server: http.Server; listener: net.Server } {
   const env: Env = {
     state: new State(opts),
     users: new UserDb(opts.etcDir),
@@ -53,5 +56,6 @@ export function createEnvd(opts: EnvdOptions = {}): { env: Env; server: http.Ser
     new SudoServer(env.users).start();
     installSudoLinks();
   }
-  return { env, server: createEnvdServer(env) };
+  const server = createEnvdServer(env);
+  return { env, server, listener: largeReadListener(server) };
 }

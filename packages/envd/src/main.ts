@@ -16,16 +16,16 @@ function main(): void {
     log("error", "bad arguments", { err });
     process.exit(2);
   }
-  const { env, server } = createEnvd({
+  const { env, server, listener } = createEnvd({
     accessToken: process.env.ENVD_ACCESS_TOKEN || undefined,
   });
-  server.on("error", (err) => {
+  listener.on("error", (err) => {
     log("error", "server error", { err });
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE" || (err as NodeJS.ErrnoException).code === "EACCES")
       process.exit(1);
   });
-  server.listen(args.port, args.host, () => {
-    const addr = server.address();
+  listener.listen(args.port, args.host, () => {
+    const addr = listener.address();
     log("info", "envd listening", {
       host: args.host,
       port: typeof addr === "object" && addr ? addr.port : args.port,
@@ -35,7 +35,7 @@ function main(): void {
   const shutdown = (sig: string) => {
     log("info", "shutting down", { signal: sig });
     env.watchers.closeAll();
-    server.close();
+    listener.close();
     server.closeAllConnections();
     setTimeout(() => process.exit(0), 500).unref();
   };

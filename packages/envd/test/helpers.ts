@@ -1,6 +1,7 @@
 /** Test harness: envd in-process on a random loopback port, a fake control plane, an SDK sandbox. */
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
+import type net from "node:net";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -27,7 +28,7 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-function listen(server: http.Server): Promise<number> {
+function listen(server: net.Server): Promise<number> {
   return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port)));
 }
 
@@ -57,8 +58,8 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
 
   // Commands start through init's vfork spawn service as in a sandbox, unless a test asks otherwise.
   const spawnHelper = opts.spawnHelper === undefined ? SPAWN_HELPER : opts.spawnHelper || undefined;
-  const { server: envd, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
-  const envdPort = await listen(envd);
+  const { server: envd, listener, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
+  const envdPort = await listen(listener);
   const envdUrl = `http://127.0.0.1:${envdPort}`;
 
   // POST /init as the host would
@@ -113,7 +114,7 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
       env.watchers.closeAll();
       envd.closeAllConnections();
       api.closeAllConnections();
-      await Promise.all([new Promise((r) => envd.close(r)), new Promise((r) => api.close(r))]);
+      await Promise.all([new Promise((r) => listener.close(r)), new Promise((r) => api.close(r))]);
       rmSync(root, { recursive: true, force: true });
     },
   };

@@ -1,0 +1,93 @@
+/** envd's listener: connections read in large chunks, HTTP behaviour unchanged. */
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import http from "node:http";
+import net, { type AddressInfo } from "node:net";
+import { after, before, describe, it } from "node:test";
+import { largeReadListener } from "../src/http/large-reads.js";
+
+interface Seen {
+  chunks: number;
+  maxChunk: number;
+  sha: string;
+}
+
+describe("large-read listener", () => {
+  let server: http.Server;
+  let listener: net.Server;
+  let port = 0;
+  const seen: Seen[] = [];
+
+  before(async () => {
+    server = http.createServer((req, res) => {
+      const h = createHash("sha256");
+      const s: Seen = { chunks: 0, maxChunk: 0, sha: "" };
+      req.on("data", (c: Buffer) => {
+        s.chunks++;
+        s.maxChunk = Math.max(s.maxChunk, c.length);
+        h.update(c);
+      });
+      req.on("end", () => {
+        s.sha = h.digest("hex");
+        seen.push(s);
+        res.end(s.sha);
+      });
+    });
+    server.on("clientError", (_err, socket) => socket.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"));
+    listener = largeReadListener(server);
+    await new Promise<void>((r) => listener.listen(0, "127.0.0.1", r));
+    port = (listener.address() as AddressInfo).port;
+  });
+  after(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => listener.close(r));
+  });
+
+  /** Raw HTTP/1.1 on one connection: every request written at once, answers read to the end. */
+  function exchange(payload: Buffer[]): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const c = net.connect(port, "127.0.0.1");
+      let got = "";
+      c.on("error", reject);
+      c.on("data", (d) => {
+        got += d.toString("latin1");
+      });
+      c.on("close", () => resolve(got));
+      c.on("connect", () => {
+        for (const p of payload) c.write(p);
+      });
+    });
+  }
+
+  it("receives a large body intact, in chunks above node's 64 KiB reads, and keeps the connection", async () => {
+    const body = randomBytes(8 << 20);
+    const sha = createHash("sha256").update(body).digest("hex");
+    const head = (close: boolean) =>
+      Buffer.from(
+        `POST / HTTP/1.1\r\nhost: x\r\ncontent-length: ${body.length}\r\n${close ? "connection: close\r\n" : ""}\r\n`,
+      );
+    const before = seen.length;
+    const out = await exchange([head(false), body, head(true), body]);
+    assert.equal(out.split("HTTP/1.1 200 OK").length - 1, 2, out.slice(0, 300));
+    assert.equal(out.split(sha).length - 1, 2);
+    const mine = seen.slice(before);
+    assert.equal(mine.length, 2);
+    assert.ok(
+      mine.some((s) => s.maxChunk > 64 * 1024),
+      `largest chunk ${Math.max(...mine.map((s) => s.maxChunk))} bytes`,
+    );
+  });
+
+  it("answers a malformed request with 400 through the server's clientError", async () => {
+    const out = await exchange([Buffer.from("NOT HTTP AT ALL\r\n\r\n")]);
+    assert.match(out, /^HTTP\/1\.1 400 /);
+  });
+
+  it("serves ordinary clients (fetch, keep-alive) and small requests", async () => {
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`http://127.0.0.1:${port}/`, { method: "POST", body: `hello ${i}` });
+      assert.equal(r.status, 200);
+      assert.equal(await r.text(), createHash("sha256").update(`hello ${i}`).digest("hex"));
+    }
+  });
+});
