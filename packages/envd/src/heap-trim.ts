@@ -18,21 +18,40 @@ export function collectGarbage(): void {
   log("debug", "gc", { ms: Math.round(performance.now() - t) });
 }
 
-let trimFn: (() => boolean) | null | undefined;
+interface TrimModule {
+  trim: () => boolean;
+  discard?: (buf: Buffer) => boolean;
+}
 
-export function trimHeap(): boolean {
-  if (trimFn === undefined) {
-    trimFn = null;
+let trimModule: TrimModule | null | undefined;
+
+function loadTrimModule(): TrimModule | null {
+  if (trimModule === undefined) {
+    trimModule = null;
     try {
       // The bundle runs as `node /.aenv/envd/envd.js`: the module sits beside it.
-      const m = { exports: {} as { trim?: unknown } };
+      const m = { exports: {} as Partial<TrimModule> };
       process.dlopen(m, path.join(path.dirname(process.argv[1] ?? "."), "aenv-trim.node"));
-      if (typeof m.exports.trim === "function") trimFn = m.exports.trim as () => boolean;
+      if (typeof m.exports.trim === "function") trimModule = m.exports as TrimModule;
     } catch {
       // Not shipped here.
     }
   }
-  return trimFn ? trimFn() : false;
+  return trimModule;
+}
+
+/** Buffers whose content is scratch between uses: their pages are dropped at every trim. */
+const scratchBuffers = new Set<Buffer>();
+
+export function registerScratchBuffer(buf: Buffer): void {
+  scratchBuffers.add(buf);
+}
+
+export function trimHeap(): boolean {
+  const m = loadTrimModule();
+  if (!m) return false;
+  if (m.discard) for (const b of scratchBuffers) m.discard(b);
+  return m.trim();
 }
 
 let pending: NodeJS.Timeout | undefined;

@@ -1,7 +1,7 @@
 /** The esbuild bundle (dist/envd.js) runs standalone; artifact paths resolve. Skipped before `npm run build`. */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
@@ -61,6 +61,12 @@ describe("bundle", { skip: built ? false : "dist/envd.js not built" }, () => {
     child?.kill("SIGTERM");
     api?.closeAllConnections();
     api?.close();
+  });
+
+  it("is ASCII, so V8 holds its source as a one-byte string", () => {
+    const src = readFileSync(bundle, "latin1");
+    const at = src.search(/[^\x00-\x7f]/);
+    assert.equal(at, -1, `non-ASCII byte at ${at}: ${JSON.stringify(src.slice(Math.max(0, at - 40), at + 10))}`);
   });
 
   it("artifacts point at real files", () => {

@@ -1,8 +1,10 @@
 /** envd's listener: connections read in large chunks, HTTP behaviour unchanged. */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
 import http from "node:http";
 import net, { type AddressInfo } from "node:net";
+import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { largeReadListener } from "../src/http/large-reads.js";
 
@@ -89,5 +91,26 @@ describe("large-read listener", () => {
       assert.equal(r.status, 200);
       assert.equal(await r.text(), createHash("sha256").update(`hello ${i}`).digest("hex"));
     }
+  });
+});
+
+const TRIM_MODULE = path.resolve(import.meta.dirname, "..", "dist", "aenv-trim.node");
+
+describe("aenv-trim.node discard", { skip: existsSync(TRIM_MODULE) ? false : "dist/aenv-trim.node not built" }, () => {
+  it("drops the whole pages inside a buffer (they read as zeros) and only those", () => {
+    const m = { exports: {} as { discard?: (b: Buffer) => boolean } };
+    process.dlopen(m, TRIM_MODULE);
+    const buf = Buffer.allocUnsafe(1 << 20).fill(7);
+    assert.equal(m.exports.discard?.(buf), true);
+    const page = 4096;
+    const zeros = buf.reduce((n, b) => n + (b === 0 ? 1 : 0), 0);
+    assert.ok(zeros >= buf.length - 2 * page, `only ${zeros} of ${buf.length} bytes dropped `);
+    assert.ok(zeros % page === 0, `${zeros} bytes dropped: not whole pages`);
+    buf.fill(9);
+    assert.equal(
+      buf.reduce((n, b) => n + (b === 9 ? 1 : 0), 0),
+      buf.length,
+      "usable again after the drop",
+    );
   });
 });

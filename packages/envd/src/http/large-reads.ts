@@ -15,8 +15,17 @@
  */
 import type http from "node:http";
 import net, { type Socket } from "node:net";
+import { registerScratchBuffer } from "../heap-trim.js";
 
 const READ_BUFFER_BYTES = 1 << 20;
+
+/**
+ * One buffer for every connection: libuv reads into it and calls back before its next read
+ * on any socket (all on this thread), and the callback copies what it read. Its pages are
+ * touched only as far as the largest read so far, and dropped again at every heap trim
+ * (after large transfers, before a checkpoint).
+ */
+let readBuffer: Buffer | undefined;
 
 interface StreamHandle {
   useUserBuffer?: unknown;
@@ -35,9 +44,14 @@ function withLargeReads(accepted: Socket): Socket | undefined {
   const socket: Socket = new net.Socket({
     handle,
     onread: {
-      // Generated once per socket; its pages are touched only as far as reads fill them.
-      buffer: () => Buffer.allocUnsafe(READ_BUFFER_BYTES),
-      // The buffer is reused by the next read: what the parser keeps must be a copy.
+      buffer: () => {
+        if (!readBuffer) {
+          readBuffer = Buffer.allocUnsafe(READ_BUFFER_BYTES);
+          registerScratchBuffer(readBuffer);
+        }
+        return readBuffer;
+      },
+      // The buffer is reused by the next read (of any socket): what the parser keeps is a copy.
       callback: (n: number, buf: Uint8Array) => {
         socket.emit("data", Buffer.from(buf.subarray(0, n)));
       },
