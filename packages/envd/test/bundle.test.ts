@@ -66,7 +66,11 @@ describe("bundle", { skip: built ? false : "dist/envd.js not built" }, () => {
   it("is ASCII, so V8 holds its source as a one-byte string", () => {
     const src = readFileSync(bundle);
     const at = src.findIndex((b) => b > 0x7f);
-    assert.equal(at, -1, `non-ASCII byte at ${at}: ${JSON.stringify(src.subarray(Math.max(0, at - 40), at + 10).toString("latin1"))}`);
+    assert.equal(
+      at,
+      -1,
+      `non-ASCII byte at ${at}: ${JSON.stringify(src.subarray(Math.max(0, at - 40), at + 10).toString("latin1"))}`,
+    );
   });
 
   it("artifacts point at real files", () => {
