@@ -1,6 +1,6 @@
 /**
- * envd's listener: every connection is read through its own 1 MiB buffer and handed to the
- * HTTP server as if accepted by it.
+ * envd's listener: every connection is read through a 1 MiB buffer (one for all of them) and
+ * handed to the HTTP server as if accepted by it.
  *
  * Node's HTTP server reads a socket 64 KiB at a time into a fresh buffer per read. Inside
  * gVisor each read is a costly trip through the sentry: a 32 MiB upload took 512 reads and
@@ -38,7 +38,7 @@ function withLargeReads(accepted: Socket): Socket | undefined {
   const holder = accepted as Socket & { _handle?: StreamHandle | null };
   const handle = holder._handle;
   if (!handle || typeof handle.useUserBuffer !== "function") return undefined;
-  // The first wrapper lets go of the handle (its close then frees nothing but its count).
+  // The first wrapper lets go of the handle: destroying it only updates the listener's count.
   holder._handle = null;
   accepted.destroy();
   const socket: Socket = new net.Socket({
