@@ -94,6 +94,45 @@ describe("large-read listener", () => {
   });
 });
 
+describe("large-read listener on a Node without user-buffer reads", () => {
+  it("hands connections to the HTTP server unchanged, which reads them itself", { timeout: 20_000 }, async () => {
+    const server = http.createServer((req, res) => {
+      let n = 0;
+      req.on("data", (c: Buffer) => {
+        n += c.length;
+      });
+      req.on("end", () => res.end(String(n)));
+    });
+    const listener = largeReadListener(server);
+    await new Promise<void>((r) => listener.listen(0, "127.0.0.1", r));
+    const port = (listener.address() as AddressInfo).port;
+    // The method lives on the stream handles' prototype: hidden for this test only.
+    const probe = net.connect(port, "127.0.0.1");
+    await new Promise((r) => probe.once("connect", r));
+    let proto: object | null = (probe as unknown as { _handle: object })._handle;
+    while (proto && !Object.hasOwn(proto, "useUserBuffer")) proto = Object.getPrototypeOf(proto);
+    probe.destroy();
+    assert.ok(proto, "this Node has useUserBuffer: the large-read path is the one in use");
+    const saved = Object.getOwnPropertyDescriptor(proto, "useUserBuffer") as PropertyDescriptor;
+    Reflect.deleteProperty(proto, "useUserBuffer");
+    try {
+      const body = randomBytes(2 << 20);
+      for (let i = 0; i < 2; i++) {
+        const r = await fetch(`http://127.0.0.1:${port}/`, {
+          method: "POST",
+          body,
+          signal: AbortSignal.timeout(10_000),
+        });
+        assert.equal(await r.text(), String(body.length));
+      }
+    } finally {
+      Object.defineProperty(proto, "useUserBuffer", saved);
+      server.closeAllConnections();
+      await new Promise((r) => listener.close(r));
+    }
+  });
+});
+
 const TRIM_MODULE = path.resolve(import.meta.dirname, "..", "dist", "aenv-trim.node");
 
 describe("aenv-trim.node discard", { skip: existsSync(TRIM_MODULE) ? false : "dist/aenv-trim.node not built" }, () => {
