@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { untilListening, untilTrue } from "./helpers/sandbox.js";
-import { getViaHost, serverForFile } from "./helpers/server.js";
+import { getViaHost, serverForFile, untilLogLine } from "./helpers/server.js";
 
 // The dead-sandbox check runs often here so that it overlaps pause/resume cycles: a check
 // racing a cycle once killed a healthy sandbox.
@@ -131,12 +131,8 @@ describe("pause and resume", () => {
       await s.commands.run("rm -f /tmp/big*");
       await sleep(1000);
       await s.pause();
-      const line = srv()
-        .logs()
-        .split("\n")
-        .filter((l) => l.includes(s.sandboxId) && l.includes('"sandbox paused"'))
-        .at(-1);
-      const mib = Number(/"bytes":(\d+)/.exec(line ?? "")?.[1]) / 2 ** 20;
+      const line = await untilLogLine(srv(), [s.sandboxId, '"sandbox paused"']);
+      const mib = Number(/"bytes":(\d+)/.exec(line)?.[1]) / 2 ** 20;
       assert.ok(mib > 0, `no pause size in the log: ${line}`);
       assert.ok(mib < PAUSE_AFTER_UPLOADS_MAX_MIB, `pause image ${mib.toFixed(1)} MiB after the uploads`);
       await s.connect();

@@ -223,3 +223,22 @@ export async function untilCommitted(server: TestServer, id: string): Promise<{ 
   }
   throw new Error(`snapshot ${id} was not committed to the repository`);
 }
+
+/**
+ * The last log line of the server that contains every one of `parts`, waiting for it: the
+ * server's stdout reaches the test through a pipe, which may deliver after the HTTP answer of
+ * the operation that logged it.
+ */
+export async function untilLogLine(server: TestServer, parts: string[], timeoutMs = 5000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const line = server
+      .logs()
+      .split("\n")
+      .filter((l) => parts.every((p) => l.includes(p)))
+      .at(-1);
+    if (line) return line;
+    if (Date.now() > deadline) throw new Error(`no server log line with ${JSON.stringify(parts)}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
