@@ -7,7 +7,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, type TestServer, untilLogLine, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
 
@@ -132,12 +132,7 @@ test("a saved sandbox survives a server restart, takes a new timeout, and its TT
     const info = await Sandbox.getInfo(s.sandboxId);
     assert.ok(Math.abs(info.endAt.getTime() - (Date.now() + 6_000)) < 3_000, "endAt follows setTimeout");
     assert.ok(!hasRuntime(s.sandboxId));
-    await waitFor("the TTL expiry", () =>
-      server
-        .logs()
-        .split("\n")
-        .some((l) => l.includes(s.sandboxId) && l.includes("sandbox saved by hibernation now paused")),
-    );
+    await untilLogLine(server, [s.sandboxId, "sandbox saved by hibernation now paused"], 30_000);
     assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused", "its TTL ran out: now the client's pause");
     const back = await Sandbox.connect(s.sandboxId);
     assert.equal(await back.files.read("/home/user/ttl.txt"), "kept");
@@ -163,12 +158,7 @@ test("a sandbox holding a TCP connection to outside it stays frozen in memory, a
     const conn = connect(8000, ip);
     sock = conn;
     await new Promise<void>((res, rej) => conn.once("connect", res).once("error", rej));
-    await waitFor("the refusal", () =>
-      server
-        .logs()
-        .split("\n")
-        .some((l) => l.includes(s.sandboxId) && l.includes("idle sandbox kept in memory")),
-    );
+    await untilLogLine(server, [s.sandboxId, "idle sandbox kept in memory"], 30_000);
     assert.equal(savedCount(s.sandboxId), 0);
     assert.ok(hasRuntime(s.sandboxId));
     conn.destroy();
