@@ -6,7 +6,9 @@
  *
  *   node --import tsx bench/cluster.ts        (part of `npm run bench`)
  *
- * Env: BENCH_N (samples per latency figure, default 10), BENCH_BURST (concurrent creates, 8).
+ * Env: BENCH_N (samples per latency figure, default 10), BENCH_BURST (concurrent creates, 8),
+ * BENCH_CLUSTER_NODES (the most nodes the burst is measured with, 2 or 3, default 3: the last
+ * step moves a sandbox to another node).
  */
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -17,6 +19,7 @@ import { summarize } from "./stats.js";
 
 const N = Math.max(1, Number(process.env.BENCH_N ?? 10));
 const BURST = Math.max(1, Number(process.env.BENCH_BURST ?? 8));
+const NODES = Math.min(3, Math.max(2, Number(process.env.BENCH_CLUSTER_NODES ?? 3)));
 
 interface Row {
   metric: string;
@@ -109,6 +112,7 @@ async function main(): Promise<void> {
       [2, "node-b"],
       [3, "node-c"],
     ] as const) {
+      if (n > NODES) break;
       await cluster.startNode(id, { AENV_LOG_LEVEL: "warn" });
       await step(`creates/s, burst of ${BURST}, ${n} nodes`, async () => {
         rows.push({

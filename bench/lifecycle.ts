@@ -8,6 +8,7 @@
  *   node --import tsx bench/lifecycle.ts        (part of `npm run bench`)
  *
  * Env: BENCH_DIRTY_MB (default "10,100,500"), BENCH_FORKS (default "1,4,16"), BENCH_REPS (3),
+ * BENCH_FILES_MB (100; 4 with BENCH_SMOKE=1, which also shortens the warm-image wait),
  * BENCH_NET_PREFIX and BENCH_SLOT_CIDR (the server's network, default aeb / 10.204.0.0/16).
  */
 import { execFileSync } from "node:child_process";
@@ -22,6 +23,10 @@ import { mean } from "./stats.js";
 const DIRTY = (process.env.BENCH_DIRTY_MB ?? "10,100,500").split(",").map(Number);
 const FORKS = (process.env.BENCH_FORKS ?? "1,4,16").split(",").map(Number);
 const REPS = Number(process.env.BENCH_REPS ?? 3);
+// BENCH_SMOKE=1 (test/bench-smoke.test.ts): a small files case and a short wait for the warm image.
+const SMOKE = process.env.BENCH_SMOKE === "1";
+const FILES_MB = Number(process.env.BENCH_FILES_MB ?? (SMOKE ? 4 : 100));
+const WARM_WAIT_MS = SMOKE ? 1000 : 8000;
 
 interface Row {
   case: string;
@@ -242,7 +247,7 @@ async function main(): Promise<void> {
   const raw = new RawRunsc({ rootfs: templateRootfs(), overlay: "dir" });
   try {
     // Let the template's warm image finish so creates are restores.
-    await new Promise((r) => setTimeout(r, 8000));
+    await new Promise((r) => setTimeout(r, WARM_WAIT_MS));
     for (const mb of DIRTY) {
       const label = `${mb} MiB dirty memory`;
       try {
@@ -262,8 +267,8 @@ async function main(): Promise<void> {
         );
       }
     }
-    const files = "100 MiB of files written";
-    const writeFiles = "for i in $(seq 1 100); do head -c 1048576 /dev/urandom > /tmp/f$i; done";
+    const files = `${FILES_MB} MiB of files written`;
+    const writeFiles = `for i in $(seq 1 ${FILES_MB}); do head -c 1048576 /dev/urandom > /tmp/f$i; done`;
     try {
       await aenvCase(server, files, async (s) => {
         await s.commands.run(writeFiles, { timeoutMs: 120_000 });

@@ -25,7 +25,8 @@ export function cliRunner(env: () => NodeJS.ProcessEnv) {
     });
   const ok = async (...args: string[]) => {
     const r = await aenv(...args);
-    assert.equal(r.code, 0, `aenv ${args.join(" ")} failed: ${r.stderr}`);
+    // Both streams: a command that fails with nothing on stderr still says something.
+    assert.equal(r.code, 0, `aenv ${args.join(" ")} exited ${r.code}; stderr: ${r.stderr}; stdout: ${r.stdout}`);
     return r;
   };
   return { aenv, ok };

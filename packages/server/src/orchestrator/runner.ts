@@ -154,7 +154,9 @@ export class SandboxRunner {
   async initEnvd(live: Live, init: EnvdInit, oldToken: string | undefined): Promise<void> {
     if (!live.slot) throw new Error("sandbox has no network slot");
     const body: EnvdInitBody = { ...init, timestamp: new Date().toISOString() };
-    const r = await envdRequest(live.slot.slotIp, "POST", "/init", { body, token: oldToken });
+    // envd already answered its health check: a slow /init is a starved host (a burst of
+    // restores on few cores: 5 s was exceeded in CI), not a dead envd, so it gets longer.
+    const r = await envdRequest(live.slot.slotIp, "POST", "/init", { body, token: oldToken, timeoutMs: 30_000 });
     if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
     await this.ensureEgressTrust(live);
   }
