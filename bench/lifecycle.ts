@@ -12,7 +12,7 @@
  * BENCH_NET_PREFIX and BENCH_SLOT_CIDR (the server's network, default aeb / 10.204.0.0/16).
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { startServer, type TestServer, untilCommitted, useE2b } from "../test/helpers/server.js";
@@ -77,11 +77,22 @@ async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox)
     // below are measured once it is done, as on a node that is otherwise idle (raw has none).
     await untilCommitted(server, snapshotId).catch(() => {});
     const pauses: number[] = [];
+    const written: number[] = [];
     const resumes: number[] = [];
+    const inMemory: number[] = [];
+    const imageDir = join(server.dataDir, "sandboxes", s.sandboxId, "image");
     let image = 0;
     for (let i = 0; i < REPS; i++) {
-      pauses.push(await ms(() => s.pause()));
-      image = dirBytes(join(server.dataDir, "sandboxes", s.sandboxId, "image"));
+      // The pause answers once the sandbox is stopped in place; its image is written behind
+      // (the folder appears, renamed into place, once it is durable).
+      const t = performance.now();
+      await s.pause();
+      pauses.push(performance.now() - t);
+      while (!existsSync(imageDir)) await new Promise((r) => setTimeout(r, 5));
+      written.push(performance.now() - t);
+      image = dirBytes(imageDir);
+      // Its runtime gone: the resume restores the image, as after any longer pause.
+      await settled(server);
       resumes.push(
         await ms(async () => {
           await s.connect();
@@ -89,8 +100,20 @@ async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox)
         }),
       );
     }
-    add(label, `pause (mean of ${REPS})`, mean(pauses), null, "ms");
+    // A resume right after the pause: the sandbox is still in memory and goes on.
+    for (let i = 0; i < REPS; i++) {
+      await s.pause();
+      inMemory.push(
+        await ms(async () => {
+          await s.connect();
+          await s.commands.run("true");
+        }),
+      );
+    }
+    add(label, `pause, answered (mean of ${REPS})`, mean(pauses), null, "ms");
+    add(label, `pause until its image is written (mean of ${REPS})`, mean(written), null, "ms");
     add(label, `resume → first command (mean of ${REPS})`, mean(resumes), null, "ms");
+    add(label, `resume right after the pause → first command (mean of ${REPS})`, mean(inMemory), null, "ms");
     add(label, "pause image size", image / 2 ** 20, null, "MiB");
     // Filesystem-only, last: its resume is a new boot (the memory above is gone after it).
     const fsPauses: number[] = [];
@@ -142,9 +165,23 @@ async function rawCase(raw: RawRunsc, label: string, prepare: (id: string) => Pr
       if (r) r.raw = v;
       else add(label, metric, null, v, metric.includes("size") ? "MiB" : "ms");
     };
+    // runsc pause, then runsc resume + the first exec: raw's way back to a sandbox still in memory.
+    const rp: number[] = [];
+    for (let i = 0; i < REPS; i++) {
+      await raw.pause(id);
+      rp.push(
+        await ms(async () => {
+          await raw.resume(id);
+          await raw.exec(id, ["/bin/true"]);
+        }),
+      );
+    }
     row("snapshot while running", lr[0] ?? 0);
-    row(`pause (mean of ${REPS})`, mean(lr));
+    // A raw pause is its checkpoint, the yardstick for both of ours.
+    row(`pause, answered (mean of ${REPS})`, mean(lr));
+    row(`pause until its image is written (mean of ${REPS})`, mean(lr));
     row(`resume → first command (mean of ${REPS})`, mean(rs));
+    row(`resume right after the pause → first command (mean of ${REPS})`, mean(rp));
     row("pause image size", size / 2 ** 20);
     // There is no raw filesystem-only pause: the memory checkpoint it replaces is the yardstick.
     row(`${FS} pause (mean of ${REPS})`, mean(lr));
@@ -298,7 +335,8 @@ async function main(): Promise<void> {
     seconds: Math.round((Date.now() - started) / 1000),
     reps: REPS,
   };
-  const md = `# aenv lifecycle benchmark\n\n- date: ${meta.date}\n- ${meta.runsc}, systrap, ${meta.node}, 2 cores; took ${meta.seconds} s\n- raw: \`runsc checkpoint --leave-running --compression=none\` and \`restore --detach\` + first \`exec /bin/true\`, \`--network=none\`, file-backed overlay, no server; fork raw = 1 checkpoint + N concurrent restores; "filesystem only" rows: aenv = \`pause({ keepMemory: false })\` and \`connect()\` (a fresh boot plus the kept layer) of the same sandbox, raw = raw runsc's memory checkpoint/restore of the same case\n\n${table()}\n${errors.length ? `\nErrors:\n\n${errors.map((e) => `- ${e}`).join("\n")}\n` : ""}`;
+  const md = `# aenv lifecycle benchmark\n\n- date: ${meta.date}\n- ${meta.runsc}, systrap, ${meta.node}, 2 cores; took ${meta.seconds} s\n- aenv's pause answers once the sandbox is stopped in place (\`runsc pause\`) and writes its image behind: "answered" is the API call, "until its image is written" runs until the image folder is in place (durable); the resume rows after it wait for the runtime to be gone (a restore from the image), "right after the pause" resumes at once (still in memory)
+- raw: \`runsc checkpoint --leave-running --compression=none\` (the yardstick for both pause rows) and \`restore --detach\` + first \`exec /bin/true\`; "right after the pause": \`runsc pause\`, then \`runsc resume\` + \`exec /bin/true\`; \`--network=none\`, file-backed overlay, no server; fork raw = 1 checkpoint + N concurrent restores; "filesystem only" rows: aenv = \`pause({ keepMemory: false })\` and \`connect()\` (a fresh boot plus the kept layer) of the same sandbox, raw = raw runsc's memory checkpoint/restore of the same case\n\n${table()}\n${errors.length ? `\nErrors:\n\n${errors.map((e) => `- ${e}`).join("\n")}\n` : ""}`;
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, "lifecycle-latest.json"), JSON.stringify({ meta, rows, errors }, null, 2));
   writeFileSync(join(RESULTS, "lifecycle-latest.md"), md);

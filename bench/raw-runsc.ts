@@ -182,6 +182,24 @@ export class RawRunsc {
     return this.detached(id, ["restore", `--image-path=${imageDir}`], timeoutMs);
   }
 
+  /** `runsc pause` (every task stopped in place, memory kept). */
+  pause(id: string): Promise<void> {
+    return this.simple(["pause", id]);
+  }
+
+  /** `runsc resume` of a paused sandbox. */
+  resume(id: string): Promise<void> {
+    return this.simple(["resume", id]);
+  }
+
+  private async simple(args: string[]): Promise<void> {
+    const child = spawn(this.binary, [`--root=${this.stateDir}`, ...args], { stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    child.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+    const { code, signal } = await waitExit(child, 60_000);
+    if (code !== 0) throw new Error(`runsc ${args.join(" ")} exited with ${code ?? signal}: ${err.trim()}`);
+  }
+
   async delete(id: string): Promise<void> {
     const child = spawn(this.binary, [`--root=${this.stateDir}`, "delete", "--force", id], { stdio: "ignore" });
     await waitExit(child, 30_000).catch(() => {});

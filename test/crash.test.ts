@@ -44,6 +44,30 @@ for (const delayMs of [100, 400]) {
   });
 }
 
+test("SIGKILL right after a pause's answer: paused after the restart (its image written from the runtime), and usable", async () => {
+  const first = await startServer();
+  useE2b(first);
+  const s = await Sandbox.create();
+  await s.files.write("/home/user/mark", "marked\n");
+  await s.commands.run("sleep 4545", { background: true, timeoutMs: 0 });
+  // The pause answers once the sandbox is stopped in place; its image is still being written.
+  assert.equal((await first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {})).status, 204);
+  await first.crash();
+  const second = await first.restart();
+  try {
+    const info = await second.api("GET", `/sandboxes/${s.sandboxId}`);
+    assert.equal((info.body as { state: string }).state, "paused");
+    const r = await Sandbox.connect(s.sandboxId);
+    assert.equal((await r.commands.run("cat /home/user/mark")).stdout, "marked\n");
+    // Its memory too: the process from before the pause is there.
+    assert.notEqual((await r.commands.run("pgrep -f 'sleep 454[5]' || echo none")).stdout.trim(), "none");
+    await r.kill();
+  } finally {
+    await second.stop();
+    cleanupDataDir(second);
+  }
+});
+
 test("SIGKILL in the middle of a fork leaves the parent usable, no half-started children and no capture", async () => {
   const first = await startServer();
   useE2b(first);

@@ -171,7 +171,10 @@ describe("filesystem-only pause", () => {
       // A memory pause of the same sandbox still works, and keeps its processes.
       await r2.commands.run("sleep 4343", { background: true, timeoutMs: 0 });
       await r2.pause();
-      assert.ok(existsSync(join(sandboxDir(s.sandboxId), "image")), "memory image kept");
+      // Written right behind the pause's answer.
+      const image = join(sandboxDir(s.sandboxId), "image");
+      for (let i = 0; i < 300 && !existsSync(image); i++) await new Promise((res) => setTimeout(res, 100));
+      assert.ok(existsSync(image), "memory image kept");
       const r3 = await Sandbox.connect(s.sandboxId);
       assert.notEqual((await r3.commands.run("pgrep -f 'sleep 434[3]' || echo none")).stdout.trim(), "none");
       assert.equal((await r3.commands.run("cat /home/user/second.txt")).stdout, "second\n");

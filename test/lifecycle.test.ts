@@ -13,6 +13,15 @@ const srv = serverForFile({ env: { AENV_DEAD_CHECK_INTERVAL: "0.3" } });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Polls a condition on the host until it holds; fails after `ms`. */
+async function until(what: string, cond: () => boolean, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+    await sleep(50);
+  }
+}
+
 /**
  * A pause image after 24 MiB went through envd's file API (and was deleted): 34-45 MiB when
  * envd kept the buffers, ~16 MiB once it gives them back, as for an idle sandbox.
@@ -80,6 +89,50 @@ describe("pause and resume", () => {
     }
   });
 
+  test("a pause answers with the sandbox stopped in place; a resume before its image is written goes on in memory, a later one restores the image", async () => {
+    const s = await Sandbox.create({ timeoutMs: 120_000 });
+    const id = s.sandboxId;
+    const lines = (text: string) =>
+      srv()
+        .logs()
+        .split("\n")
+        .filter((l) => l.includes(id) && l.includes(text));
+    const runtimes = () =>
+      execFileSync("runsc", [`--root=${srv().dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" })
+        .split("\n")
+        .filter((r) => r.startsWith(id));
+    try {
+      await s.commands.run(
+        "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'",
+        { background: true, timeoutMs: 0 },
+      );
+      await untilTrue(s, "test -s /tmp/count");
+      // Right after the answer: paused to every caller, its runtime still there (in memory).
+      const before = await counter(s);
+      await s.pause();
+      assert.equal((await Sandbox.getInfo(id)).state, "paused");
+      assert.equal(runtimes().length, 1, "the runtime holds it until its image is written");
+      await s.connect();
+      await untilLogLine(srv(), [id, '"sandbox resumed"', '"inPlace":true']);
+      const after = await counter(s);
+      assert.ok(after >= before && after <= before + 10, `counter ${before} → ${after}`);
+      // Left paused: the image is written, then the runtime goes; the next resume restores it.
+      const written = lines("sandbox paused (image written)").length;
+      await s.pause();
+      await until("image written", () => lines("sandbox paused (image written)").length > written, 30_000);
+      await until("runtime removed", () => runtimes().length === 0, 15_000);
+      const resumed = lines('"inPlace":false').length;
+      await s.connect();
+      await until("restored from its image", () => lines('"inPlace":false').length === resumed + 1, 5000);
+      const again = await counter(s);
+      assert.ok(again >= after, `counter ${after} → ${again}`);
+      await sleep(600);
+      assert.ok((await counter(s)) > again, "counter keeps counting");
+    } finally {
+      await s.kill();
+    }
+  });
+
   test("20 pause/resume cycles lose nothing", async () => {
     const s = await Sandbox.create({ timeoutMs: 300_000 });
     try {
@@ -131,7 +184,7 @@ describe("pause and resume", () => {
       await s.commands.run("rm -f /tmp/big*");
       await sleep(1000);
       await s.pause();
-      const line = await untilLogLine(srv(), [s.sandboxId, '"sandbox paused"']);
+      const line = await untilLogLine(srv(), [s.sandboxId, '"sandbox paused (image written)"']);
       const mib = Number(/"bytes":(\d+)/.exec(line)?.[1]) / 2 ** 20;
       assert.ok(mib > 0, `no pause size in the log: ${line}`);
       assert.ok(mib < PAUSE_AFTER_UPLOADS_MAX_MIB, `pause image ${mib.toFixed(1)} MiB after the uploads`);

@@ -2,7 +2,7 @@
 // while their images add up to more than a total (oldest first), they are deleted with a log
 // line, their repository pause manifest too.
 import assert from "node:assert/strict";
-import { readdirSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
@@ -68,11 +68,13 @@ test("paused images over the total: the oldest pauses go first, the rest stay re
     await b.files.write("/home/user/b.txt", "kept");
     assert.equal(await a.pause(), true);
     assert.equal(await b.pause(), true);
-    const bytes = (id: string) => {
+    const bytes = async (id: string) => {
       const dir = join(first.dataDir, "sandboxes", id, "image");
+      // Written right behind the pause's answer.
+      for (let i = 0; i < 300 && !existsSync(dir); i++) await new Promise((res) => setTimeout(res, 100));
       return readdirSync(dir).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
     };
-    const total = bytes(a.sandboxId) + bytes(b.sandboxId);
+    const total = (await bytes(a.sandboxId)) + (await bytes(b.sandboxId));
     await first.stop();
     // The same node restarted with a limit both images exceed together, not one alone.
     server = await startServer({

@@ -442,6 +442,13 @@ export class Orchestrator {
     this.metricsHistory.stop();
     this.hibernation.stop();
     await this.pool.close();
+    // Pauses answered before their image was written: written first (the runtime holds them).
+    await Promise.all(
+      this.registry
+        .all()
+        .filter((l) => l.rec.imagePending)
+        .map((l) => l.op),
+    );
     await Promise.all(
       this.registry
         .all()

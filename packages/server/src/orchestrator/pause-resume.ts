@@ -98,6 +98,8 @@ export class PauseResume {
       if (l.rec.state === "paused" && l.rec.idleSaved && !opts.idle) return this.keepSaved(l);
       if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
       if (opts.idle && !(opts.stillIdle?.() ?? true)) throw new NotIdleError("used since it was found idle");
+      // A client's memory pause answers once the sandbox is stopped; its image is written next.
+      if (kind === "memory" && !opts.idle && runner.driver.suspend) return this.suspend(l);
       const t0 = Date.now();
       const steps: Record<string, number> = {};
       let last = t0;
@@ -152,6 +154,70 @@ export class PauseResume {
   }
 
   /**
+   * Pause, answered early: the sandbox's tasks stop in place (quiesced as for a checkpoint)
+   * and it is paused from then on; its image is written by the operation queued right behind
+   * (writeImage), so anything done to the sandbox afterwards (resume, fork, kill) waits for it.
+   * A resume that comes first finds the sandbox still in memory and lets it go on (no image).
+   */
+  private async suspend(l: Live): Promise<void> {
+    const t0 = Date.now();
+    await this.d.runner.suspend(l);
+    const rec = l.rec;
+    rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
+    rec.state = "paused";
+    rec.imageDir = pauseDir(this.d.paths, rec.dir, "memory");
+    rec.pauseKind = "memory";
+    rec.pauseTag = randomBytes(6).toString("hex");
+    rec.pausedAt = Date.now();
+    rec.pauseBytes = undefined;
+    rec.imagePending = true;
+    this.d.store.put(rec);
+    const suspendedMs = Date.now() - t0;
+    this.d.log.info({ sandboxID: rec.id, kind: "memory", ms: suspendedMs }, "sandbox paused (stopped in place)");
+    void this.d.registry
+      .enqueue(l, () => this.writeImage(l, suspendedMs))
+      .catch((err) => this.d.log.error({ err, sandboxID: rec.id }, "pause image not written"));
+  }
+
+  /**
+   * The image of a pause answered early: checkpoint of the suspended sandbox, made durable,
+   * then its runtime stops. Skipped when a resume is already waiting (it lets the sandbox go
+   * on); kept in memory when one came meanwhile. On failure the sandbox stays suspended and
+   * paused (a resume still works; a host crash would lose it, as it would a running one).
+   */
+  private async writeImage(l: Live, suspendedMs: number): Promise<void> {
+    const { rec } = l;
+    const { runner } = this.d;
+    const resumeWaits = () => l.inflight?.kind === "resume";
+    if (!this.d.registry.has(rec.id) || rec.state !== "paused" || !rec.imagePending || !l.suspended) return;
+    if (resumeWaits()) return;
+    const t0 = Date.now();
+    const final = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
+    const tmp = `${final}.tmp`;
+    try {
+      await runner.checkpointSuspended(l, tmp);
+      const checkpointMs = Date.now() - t0;
+      await commitDirAsync(tmp, final);
+      rec.pauseBytes = runner.driver.checkpointBytes(final);
+      rec.imagePending = undefined;
+      if (!resumeWaits()) await runner.stopRuntime(l);
+      this.d.store.put(rec);
+      this.d.log.info(
+        {
+          sandboxID: rec.id,
+          ms: suspendedMs + Date.now() - t0,
+          steps: { suspend: suspendedMs, checkpoint: checkpointMs, commit: Date.now() - t0 - checkpointMs },
+          bytes: rec.pauseBytes,
+        },
+        "sandbox paused (image written)",
+      );
+      if (!l.suspended) this.commitLater(rec, final);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  }
+
+  /**
    * A client (or its TTL's expiry) pauses a sandbox hibernation had saved: it already is, on
    * disk; from now on it is the client's pause (shown paused, TTL stopped, resumed only as the
    * client's settings say). The image keeps its memory even where a filesystem-only pause was
@@ -182,19 +248,31 @@ export class PauseResume {
       if (l.rec.state === "running") return { rec: extend(id, timeoutS), resumed: false };
       const kind = l.rec.pauseKind ?? "memory";
       const image = l.rec.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
-      await this.claim(l.rec);
-      if (!isCompletePause(runner.driver, kind, image)) await this.rebuildFromRepository(id, image);
-      // Held from here: parallel resumes of other sandboxes see this one's share at once.
-      registry.admit(l);
       const t0 = Date.now();
-      try {
-        if (kind === "memory") await runner.bring(l, { kind: "image", imageDir: image }, undefined);
-        else await this.bootWithLayer(l, image);
-      } catch (err) {
-        registry.release(l);
-        await runner.stopRuntime(l);
-        this.d.store.put(l.rec);
-        throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
+      const inPlace = !!l.suspended;
+      if (inPlace) {
+        // Paused moments ago and still in memory (no image needed any more): it goes on.
+        registry.admit(l);
+        try {
+          await runner.unsuspend(l);
+        } catch (err) {
+          registry.release(l);
+          throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
+        }
+      } else {
+        await this.claim(l.rec);
+        if (!isCompletePause(runner.driver, kind, image)) await this.rebuildFromRepository(id, image);
+        // Held from here: parallel resumes of other sandboxes see this one's share at once.
+        registry.admit(l);
+        try {
+          if (kind === "memory") await runner.bring(l, { kind: "image", imageDir: image }, undefined);
+          else await this.bootWithLayer(l, image);
+        } catch (err) {
+          registry.release(l);
+          await runner.stopRuntime(l);
+          this.d.store.put(l.rec);
+          throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
+        }
       }
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
       if (l.rec.idleSaved) {
@@ -211,6 +289,7 @@ export class PauseResume {
       l.rec.ttlLeftMs = undefined;
       l.rec.pausedAt = undefined;
       l.rec.pauseBytes = undefined;
+      l.rec.imagePending = undefined;
       this.d.store.put(l.rec);
       // The used image goes after the answer (a big one takes a while to delete); renamed
       // first, so a pause right after cannot lose its new image to this removal.
@@ -221,8 +300,9 @@ export class PauseResume {
       } catch {
         rmSync(image, { recursive: true, force: true });
       }
-      this.forget(id);
-      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0 }, "sandbox resumed");
+      // Resumed in place, its image was never committed: no manifest to remove.
+      if (!inPlace) this.forget(id);
+      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace }, "sandbox resumed");
       return { rec: l.rec, resumed: true };
     });
   }
@@ -262,6 +342,8 @@ export class PauseResume {
     if (rec.pauseKind === "filesystem") {
       throw new ConflictError(`sandbox '${rec.id}' is paused (filesystem only): resume it to fork it`);
     }
+    // Paused in place and its image skipped for a resume that then failed: written now.
+    if (rec.imagePending && l.suspended) await this.writeImage(l, 0);
     const image = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
     if (!this.d.runner.driver.isCompleteCheckpoint(image)) await this.rebuildFromRepository(rec.id, image);
     linkTree(image, dest);
@@ -361,6 +443,13 @@ export class PauseResume {
 
   /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
   async flush(): Promise<void> {
+    // Images of pauses answered early are written by their queued operation: let them finish.
+    await Promise.all(
+      this.d.registry
+        .all()
+        .filter((l) => l.rec.imagePending)
+        .map((l) => l.op),
+    );
     for (const [id, timer] of this.timers) {
       clearTimeout(timer);
       this.timers.delete(id);

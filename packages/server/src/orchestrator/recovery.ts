@@ -1,10 +1,11 @@
-import { existsSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { StateStore } from "../state/store.js";
 import { pauseClaimName, pauseManifestId } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
+import { commitDirAsync } from "../util/fsync.js";
 import { isCompleteLayer } from "./fs-layer.js";
 import { isCompletePause, type PauseResume, pauseDir } from "./pause-resume.js";
 import type { SandboxRegistry } from "./registry.js";
@@ -64,6 +65,33 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
     }
     const finalImage = d.paths.pauseImage(rec.dir);
     const finalLayer = d.paths.fsLayer(rec.dir);
+    if (rec.state === "paused" && rec.imagePending) {
+      // Paused (answered) but its image not yet written when the server stopped: the runtime
+      // still holds it, stopped in place, so the image is written now.
+      if (!driver.isCompleteCheckpoint(finalImage) && running.has(rec.runtimeId)) {
+        const tmp = `${finalImage}.tmp`;
+        try {
+          rmSync(tmp, { recursive: true, force: true });
+          mkdirSync(tmp, { recursive: true });
+          await driver.checkpoint(rec.runtimeId, tmp, { leaveRunning: true });
+          await commitDirAsync(tmp, finalImage);
+        } catch (err) {
+          log.warn({ err, sandboxID: rec.id }, "pause image of a stopped-in-place sandbox not written");
+        } finally {
+          rmSync(tmp, { recursive: true, force: true });
+        }
+      }
+      if (driver.isCompleteCheckpoint(finalImage)) {
+        await driver.destroy(rec.runtimeId);
+        rec.imagePending = undefined;
+        rec.imageDir = finalImage;
+        rec.pauseKind = "memory";
+        rec.pauseBytes = driver.checkpointBytes(finalImage);
+        rec.slotIndex = null;
+        store.put(rec);
+        log.info({ sandboxID: rec.id }, "pause image written after the restart");
+      }
+    }
     const committed =
       rec.state === "paused" ? await d.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;
     if (rec.state === "paused" && (isCompletePause(driver, rec.pauseKind, rec.imageDir) || committed)) {
@@ -81,6 +109,8 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
         : undefined;
     // A sandbox hibernated when the previous server stopped is frozen: thawed to be adopted.
     if (slot) await driver.thaw?.(rec.runtimeId).catch(() => {});
+    // The server died in a pause after `runsc pause` but before recording it: still running.
+    if (slot && driver.isSuspended?.(rec.runtimeId)) await driver.unsuspend?.(rec.runtimeId).catch(() => {});
     if (slot && (await runner.answers(slot.slotIp))) {
       registry.add({ rec, slot, op: Promise.resolve() });
       keepSlots.push(slot.index);

@@ -26,6 +26,11 @@ export interface Live {
   ephemeral?: boolean;
   /** Template builds: writable rootfs and staging mounts. */
   launchExtras?: Pick<SandboxLaunch, "writableRootfs" | "readOnlyMounts">;
+  /**
+   * Suspended in place by a pause whose image is not (or no longer needed to be) written:
+   * its runtime still holds its memory; `release` lets go of envd's address.
+   */
+  suspended?: { release: () => void };
   /** Admitted to start from a pause: holds its share of the node until it runs or fails. */
   admitted?: boolean;
 }

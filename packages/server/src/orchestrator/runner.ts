@@ -184,6 +184,9 @@ export class SandboxRunner {
     const slot = live.slot;
     const dir = removeDir ? live.rec.dir : this.d.paths.sandboxRun(live.rec.dir, id);
     this.notifyStopped(live.rec.id);
+    // Its address goes back to the pool: no later sandbox there may find it held.
+    live.suspended?.release();
+    live.suspended = undefined;
     live.slot = undefined;
     live.rec.slotIndex = null;
     await this.d.driver.stop(id).catch(() => {});
@@ -257,6 +260,44 @@ export class SandboxRunner {
       );
     }
     if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
+  }
+
+  /**
+   * Stops the sandbox's tasks in place (driver.suspend), quiesced as for a capture; envd's
+   * address stays held until the sandbox runs again or is stopped (a suspended envd answers
+   * nothing, and no connection of the server's may be open in it at the checkpoint after).
+   */
+  async suspend(l: Live): Promise<void> {
+    const suspend = this.d.driver.suspend;
+    if (!suspend) throw new Error(`the ${this.d.driver.name} runtime cannot suspend a sandbox`);
+    let open!: () => void;
+    l.gate = new Promise<void>((res) => (open = res));
+    const release = l.slot ? await holdEnvd(l.slot.slotIp) : () => {};
+    try {
+      await this.quiesce(l, l.rec.envdToken);
+      await suspend.call(this.d.driver, l.rec.runtimeId);
+      l.suspended = { release };
+    } catch (err) {
+      release();
+      throw err;
+    } finally {
+      l.gate = undefined;
+      open();
+    }
+  }
+
+  /** A suspended sandbox's checkpoint, into a fresh imageDir; it stays suspended. */
+  async checkpointSuspended(l: Live, imageDir: string): Promise<void> {
+    rmSync(imageDir, { recursive: true, force: true });
+    mkdirSync(imageDir, { recursive: true });
+    await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: true });
+  }
+
+  /** A suspended sandbox goes on where it stopped. */
+  async unsuspend(l: Live): Promise<void> {
+    await this.d.driver.unsuspend?.(l.rec.runtimeId);
+    l.suspended?.release();
+    l.suspended = undefined;
   }
 
   /**

@@ -83,6 +83,15 @@ export interface RuntimeDriver {
    */
   freeze?(id: string): Promise<void>;
   thaw?(id: string): Promise<void>;
+  /**
+   * Stops every task of the sandbox in place, memory kept, in a state checkpoint() can save
+   * (and leaves stopped with leaveRunning); unsuspend() lets them go on. A pause answers once
+   * this is done and writes its image behind.
+   */
+  suspend?(id: string): Promise<void>;
+  unsuspend?(id: string): Promise<void>;
+  /** Whether the sandbox is suspended (after a restart: a pause the server died in). */
+  isSuspended?(id: string): boolean;
   /** CPU time the sandbox has used so far, cheaply (no process started); undefined if unknown. */
   cpuTimeNs?(id: string): number | undefined;
   /** IDs of every sandbox this driver's state knows about (to clean up after a restart); throws when it cannot tell. */

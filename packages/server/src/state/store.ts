@@ -76,6 +76,11 @@ export interface SandboxRecord {
   idleSaved?: boolean;
   /** While paused: when the pause was taken (retention counts from it). */
   pausedAt?: number;
+  /**
+   * Paused (its tasks stopped in place, the client answered) while its image is still being
+   * written: recovery after a crash finishes the image from the live runtime if it is there.
+   */
+  imagePending?: boolean;
   /** While paused: bytes its pause image takes on this node (retention's disk total). */
   pauseBytes?: number;
   /**

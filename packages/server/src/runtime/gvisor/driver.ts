@@ -137,6 +137,25 @@ export class GvisorDriver implements RuntimeDriver {
     await this.runsc.run(["--net-disconnect-ok", ...args, id], { timeoutMs: 120_000 });
   }
 
+  /** `runsc pause`: the sentry stops every task (a checkpoint of it, leaving it running, keeps it paused). */
+  async suspend(id: string): Promise<void> {
+    await this.runsc.run(["pause", id], { timeoutMs: 30_000 });
+  }
+
+  async unsuspend(id: string): Promise<void> {
+    await this.runsc.run(["resume", id], { timeoutMs: 30_000 });
+  }
+
+  /** From runsc's own state file (no `runsc state` process). */
+  isSuspended(id: string): boolean {
+    try {
+      const file = join(this.opts.stateDir, `${id}_sandbox:${id}.state`);
+      return (JSON.parse(readFileSync(file, "utf8")) as { status?: unknown }).status === "paused";
+    } catch {
+      return false;
+    }
+  }
+
   async restore(l: SandboxLaunch, imageDir: string): Promise<void> {
     const { bundle, flags, disk } = await this.bundle(l);
     await this.runsc.detached(
