@@ -12,21 +12,27 @@ export async function routeTo(
   resume: (id: string) => Promise<unknown>,
   id: string,
 ): Promise<{ ip: string }> {
-  for (let attempt = 0; attempt < 3; attempt++) {
+  // Traffic caught by a client's pause in progress does not undo it: it is answered as paused
+  // (the SDK's health probe after the pause cut its stream must not resume the sandbox). A
+  // save by hibernation is invisible to clients: traffic that waited for one resumes it.
+  let waitedForPause = false;
+  for (let attempt = 0; attempt < 5; attempt++) {
     const l = registry.get(id);
     if (!l || l.rec.state === "killing" || l.rec.state === "creating") {
       throw new NotFoundError(`sandbox '${id}' not found or not running`);
     }
     if (l.gate) {
+      waitedForPause ||= l.inflight?.kind === "pause";
       await l.gate.catch(() => {});
       continue;
     }
     if (l.inflight) {
+      waitedForPause ||= l.inflight.kind === "pause";
       await l.inflight.p.catch(() => {});
       continue;
     }
     if (l.rec.state === "paused") {
-      if (!autoResumable(l.rec)) throw pausedError(l.rec);
+      if (!autoResumable(l.rec) || (waitedForPause && !l.rec.idleSaved)) throw pausedError(l.rec);
       try {
         await resume(id);
       } catch (err) {
