@@ -88,7 +88,10 @@ async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox)
       const t = performance.now();
       await s.pause();
       pauses.push(performance.now() - t);
-      while (!existsSync(imageDir)) await new Promise((r) => setTimeout(r, 5));
+      while (!existsSync(imageDir)) {
+        if (performance.now() - t > 120_000) throw new Error("pause image not written within 120 s");
+        await new Promise((r) => setTimeout(r, 5));
+      }
       written.push(performance.now() - t);
       image = dirBytes(imageDir);
       // Its runtime gone: the resume restores the image, as after any longer pause.

@@ -17,7 +17,7 @@ import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { cliRunner } from "./helpers/cli.js";
 import { untilTrue } from "./helpers/sandbox.js";
-import { getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
+import { getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b, waitFor } from "./helpers/server.js";
 
 /** The `base` template's tree (its record names the folder). */
 function baseRootfs(): string {
@@ -172,9 +172,7 @@ describe("filesystem-only pause", () => {
       await r2.commands.run("sleep 4343", { background: true, timeoutMs: 0 });
       await r2.pause();
       // Written right behind the pause's answer.
-      const image = join(sandboxDir(s.sandboxId), "image");
-      for (let i = 0; i < 300 && !existsSync(image); i++) await new Promise((res) => setTimeout(res, 100));
-      assert.ok(existsSync(image), "memory image kept");
+      await waitFor("memory image kept", () => existsSync(join(sandboxDir(s.sandboxId), "image")));
       const r3 = await Sandbox.connect(s.sandboxId);
       assert.notEqual((await r3.commands.run("pgrep -f 'sleep 434[3]' || echo none")).stdout.trim(), "none");
       assert.equal((await r3.commands.run("cat /home/user/second.txt")).stdout, "second\n");

@@ -7,7 +7,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, untilLogLine, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, type TestServer, untilLogLine, useE2b, waitFor } from "./helpers/server.js";
 
 let server: TestServer;
 
@@ -23,8 +23,6 @@ after(async () => {
   if (server) cleanupDataDir(server);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** Whether the sandbox has a runtime on the host (its cgroup), i.e. is not saved to disk. */
 function hasRuntime(id: string): boolean {
   const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup/aenv" : "/sys/fs/cgroup/cpuacct/aenv";
@@ -36,14 +34,6 @@ function savedCount(id: string): number {
     .logs()
     .split("\n")
     .filter((l) => l.includes(id) && l.includes("idle sandbox saved to disk")).length;
-}
-
-async function waitFor(what: string, cond: () => boolean, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
-    await sleep(100);
-  }
 }
 
 async function listedRunning(id: string): Promise<boolean> {

@@ -5,7 +5,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, type TestServer, useE2b, waitFor } from "./helpers/server.js";
 
 let server: TestServer;
 const V2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
@@ -38,14 +38,6 @@ function cgroupOf(id: string): { frozen: () => boolean; cpuNs: () => number } {
   };
 }
 
-async function waitFor(what: string, cond: () => boolean, ms = 15_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use thaws it", async () => {
@@ -57,7 +49,7 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
       "nohup python3 -m http.server 8000 --directory /tmp >/dev/null 2>&1 & sleep 0.5; echo hello > /tmp/page",
     );
     const cg = cgroupOf(s.sandboxId);
-    await waitFor("hibernation", cg.frozen);
+    await waitFor("hibernation", cg.frozen, 15_000);
     const before_ = cg.cpuNs();
     await sleep(1500);
     assert.equal(cg.cpuNs(), before_, "a frozen sandbox uses no CPU at all");
@@ -75,7 +67,7 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
     );
     assert.equal(t.stdout, "fired\n");
     // Application traffic through the proxy thaws it too.
-    await waitFor("hibernation again", cg.frozen);
+    await waitFor("hibernation again", cg.frozen, 15_000);
     const body = await new Promise<string>((resolve, reject) => {
       const r = request(`http://127.0.0.1:${server.port}/proxy/${s.sandboxId}/8000/page`, { headers: {} }, (res) => {
         let b = "";
@@ -105,7 +97,7 @@ test("a sandbox that computes, keeps a client stream open or opts out is never f
     }
     assert.equal((await run).stdout, "done\n");
     // Once its stream ended, the streaming one is idle like any other.
-    await waitFor("hibernation after the stream", cgs[1]?.frozen ?? (() => false));
+    await waitFor("hibernation after the stream", cgs[1]?.frozen ?? (() => false), 15_000);
     assert.ok(!cgs[2]?.frozen());
   } finally {
     await Promise.all([busy.kill(), streaming.kill(), optOut.kill()]);
@@ -117,20 +109,20 @@ test("pause, snapshot, fork and kill work on a frozen sandbox", async () => {
   try {
     await s.files.write("/tmp/state", "kept");
     const cg = cgroupOf(s.sandboxId);
-    await waitFor("hibernation", cg.frozen);
+    await waitFor("hibernation", cg.frozen, 15_000);
     const snap = await s.createSnapshot();
-    await waitFor("hibernation after the snapshot", cg.frozen);
+    await waitFor("hibernation after the snapshot", cg.frozen, 15_000);
     const [child] = await s.fork();
     assert.ok(child instanceof Sandbox);
     assert.equal(await child.files.read("/tmp/state"), "kept");
     await child.kill();
-    await waitFor("hibernation after the fork", cg.frozen);
+    await waitFor("hibernation after the fork", cg.frozen, 15_000);
     await s.pause();
     const back = await Sandbox.connect(s.sandboxId);
     assert.equal(await back.files.read("/tmp/state"), "kept");
     const fromSnap = await Sandbox.create(snap.snapshotId);
     assert.equal(await fromSnap.files.read("/tmp/state"), "kept");
-    await waitFor("hibernation of the new one", cgroupOf(fromSnap.sandboxId).frozen);
+    await waitFor("hibernation of the new one", cgroupOf(fromSnap.sandboxId).frozen, 15_000);
     assert.equal(await fromSnap.kill(), true);
     await Sandbox.deleteSnapshot(snap.snapshotId);
   } finally {

@@ -5,22 +5,13 @@ import { execFileSync } from "node:child_process";
 import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { untilListening, untilTrue } from "./helpers/sandbox.js";
-import { getViaHost, serverForFile, untilLogLine } from "./helpers/server.js";
+import { getViaHost, serverForFile, untilLogLine, waitFor } from "./helpers/server.js";
 
 // The dead-sandbox check runs often here so that it overlaps pause/resume cycles: a check
 // racing a cycle once killed a healthy sandbox.
 const srv = serverForFile({ env: { AENV_DEAD_CHECK_INTERVAL: "0.3" } });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls a condition on the host until it holds; fails after `ms`. */
-async function until(what: string, cond: () => boolean, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(50);
-  }
-}
 
 /**
  * A pause image after 24 MiB went through envd's file API (and was deleted): 34-45 MiB when
@@ -119,11 +110,11 @@ describe("pause and resume", () => {
       // Left paused: the image is written, then the runtime goes; the next resume restores it.
       const written = lines("sandbox paused (image written)").length;
       await s.pause();
-      await until("image written", () => lines("sandbox paused (image written)").length > written, 30_000);
-      await until("runtime removed", () => runtimes().length === 0, 15_000);
+      await waitFor("image written", () => lines("sandbox paused (image written)").length > written, 30_000);
+      await waitFor("runtime removed", () => runtimes().length === 0, 15_000);
       const resumed = lines('"inPlace":false').length;
       await s.connect();
-      await until("restored from its image", () => lines('"inPlace":false').length === resumed + 1, 5000);
+      await waitFor("restored from its image", () => lines('"inPlace":false').length === resumed + 1, 5000);
       const again = await counter(s);
       assert.ok(again >= after, `counter ${after} → ${again}`);
       await sleep(600);

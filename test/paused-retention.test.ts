@@ -71,7 +71,7 @@ test("paused images over the total: the oldest pauses go first, the rest stay re
     const bytes = async (id: string) => {
       const dir = join(first.dataDir, "sandboxes", id, "image");
       // Written right behind the pause's answer.
-      for (let i = 0; i < 300 && !existsSync(dir); i++) await new Promise((res) => setTimeout(res, 100));
+      await until("pause image written", () => existsSync(dir), 30);
       return readdirSync(dir).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
     };
     const total = (await bytes(a.sandboxId)) + (await bytes(b.sandboxId));

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, type TestServer, useE2b, waitFor } from "./helpers/server.js";
 
 let server: TestServer;
 
@@ -22,14 +22,6 @@ const pooledCreates = () =>
     .logs()
     .split("\n")
     .filter((l) => l.includes('"from":"pool"')).length;
-
-async function waitFor(what: string, cond: () => boolean, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 test("creates are served from the pool with their own identity, env, metadata, timeout and policy", async () => {
   // The first create of a template starts its pool.

@@ -224,6 +224,15 @@ export async function untilCommitted(server: TestServer, id: string): Promise<{ 
   throw new Error(`snapshot ${id} was not committed to the repository`);
 }
 
+/** Polls a condition on the host every 100 ms until it holds; throws after `ms`. */
+export async function waitFor(what: string, cond: () => boolean, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /**
  * The last log line of the server that contains every one of `parts`, waiting for it: the
  * server's stdout reaches the test through a pipe, which may deliver after the HTTP answer of

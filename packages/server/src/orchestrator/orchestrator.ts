@@ -443,12 +443,7 @@ export class Orchestrator {
     this.hibernation.stop();
     await this.pool.close();
     // Pauses answered before their image was written: written first (the runtime holds them).
-    await Promise.all(
-      this.registry
-        .all()
-        .filter((l) => l.rec.imagePending)
-        .map((l) => l.op),
-    );
+    await this.pauses.imagesWritten();
     await Promise.all(
       this.registry
         .all()

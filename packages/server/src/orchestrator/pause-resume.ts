@@ -195,7 +195,7 @@ export class PauseResume {
     const final = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
     const tmp = `${final}.tmp`;
     try {
-      await runner.checkpointSuspended(l, tmp);
+      await runner.checkpointInto(rec.runtimeId, tmp);
       const checkpointMs = Date.now() - t0;
       await commitDirAsync(tmp, final);
       rec.pauseBytes = runner.driver.checkpointBytes(final);
@@ -441,15 +441,19 @@ export class PauseResume {
     for (const t of this.timers.values()) clearTimeout(t);
   }
 
-  /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
-  async flush(): Promise<void> {
-    // Images of pauses answered early are written by their queued operation: let them finish.
+  /** Once every pause answered before its image was written has it (their queued operation). */
+  async imagesWritten(): Promise<void> {
     await Promise.all(
       this.d.registry
         .all()
         .filter((l) => l.rec.imagePending)
         .map((l) => l.op),
     );
+  }
+
+  /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
+  async flush(): Promise<void> {
+    await this.imagesWritten();
     for (const [id, timer] of this.timers) {
       clearTimeout(timer);
       this.timers.delete(id);

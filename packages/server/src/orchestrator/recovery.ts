@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
@@ -71,9 +71,7 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       if (!driver.isCompleteCheckpoint(finalImage) && running.has(rec.runtimeId)) {
         const tmp = `${finalImage}.tmp`;
         try {
-          rmSync(tmp, { recursive: true, force: true });
-          mkdirSync(tmp, { recursive: true });
-          await driver.checkpoint(rec.runtimeId, tmp, { leaveRunning: true });
+          await runner.checkpointInto(rec.runtimeId, tmp);
           await commitDirAsync(tmp, finalImage);
         } catch (err) {
           log.warn({ err, sandboxID: rec.id }, "pause image of a stopped-in-place sandbox not written");

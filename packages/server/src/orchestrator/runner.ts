@@ -286,11 +286,14 @@ export class SandboxRunner {
     }
   }
 
-  /** A suspended sandbox's checkpoint, into a fresh imageDir; it stays suspended. */
-  async checkpointSuspended(l: Live, imageDir: string): Promise<void> {
+  /**
+   * A checkpoint of a quiesced (or suspended: it stays so) runtime sandbox into a fresh
+   * imageDir, anything an earlier attempt left there removed first.
+   */
+  async checkpointInto(runtimeId: string, imageDir: string, leaveRunning = true): Promise<void> {
     rmSync(imageDir, { recursive: true, force: true });
     mkdirSync(imageDir, { recursive: true });
-    await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: true });
+    await this.d.driver.checkpoint(runtimeId, imageDir, { leaveRunning });
   }
 
   /** A suspended sandbox goes on where it stopped. */
@@ -313,9 +316,7 @@ export class SandboxRunner {
       const t0 = Date.now();
       await this.quiesce(l, l.rec.envdToken, opts);
       const t1 = Date.now();
-      rmSync(imageDir, { recursive: true, force: true });
-      mkdirSync(imageDir, { recursive: true });
-      await this.d.driver.checkpoint(l.rec.runtimeId, imageDir, { leaveRunning: opts.leaveRunning ?? true });
+      await this.checkpointInto(l.rec.runtimeId, imageDir, opts.leaveRunning ?? true);
       this.d.log.debug({ sandboxID: l.rec.id, quiesceMs: t1 - t0, checkpointMs: Date.now() - t1 }, "captured");
     } finally {
       release();

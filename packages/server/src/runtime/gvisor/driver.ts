@@ -148,12 +148,7 @@ export class GvisorDriver implements RuntimeDriver {
 
   /** From runsc's own state file (no `runsc state` process). */
   isSuspended(id: string): boolean {
-    try {
-      const file = join(this.opts.stateDir, `${id}_sandbox:${id}.state`);
-      return (JSON.parse(readFileSync(file, "utf8")) as { status?: unknown }).status === "paused";
-    } catch {
-      return false;
-    }
+    return this.stateFile(id)?.status === "paused";
   }
 
   async restore(l: SandboxLaunch, imageDir: string): Promise<void> {
@@ -167,6 +162,15 @@ export class GvisorDriver implements RuntimeDriver {
     );
   }
 
+  /** runsc's own state file of a sandbox (what `runsc state` reads); undefined if unreadable. */
+  private stateFile(id: string): { status?: unknown; sandbox?: { pid?: unknown } } | undefined {
+    try {
+      return JSON.parse(readFileSync(join(this.opts.stateDir, `${id}_sandbox:${id}.state`), "utf8"));
+    } catch {
+      return undefined;
+    }
+  }
+
   /**
    * The sandbox process's PID from runsc's own state file, checked against /proc (a PID
    * the kernel reused for something else is never taken): no `runsc state` process to
@@ -174,8 +178,7 @@ export class GvisorDriver implements RuntimeDriver {
    */
   private sandboxPid(id: string): number | undefined {
     try {
-      const file = join(this.opts.stateDir, `${id}_sandbox:${id}.state`);
-      const pid = (JSON.parse(readFileSync(file, "utf8")) as { sandbox?: { pid?: unknown } }).sandbox?.pid;
+      const pid = this.stateFile(id)?.sandbox?.pid;
       if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 1) return undefined;
       const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
       return argv[0]?.includes("runsc") && argv.includes(id) ? pid : undefined;
