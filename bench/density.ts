@@ -22,7 +22,7 @@
  * step list skips its pass. BENCH_DENSITY_WINDOW_S (30), BENCH_DENSITY_RAW (1; 0
  * skips raw runsc), BENCH_DENSITY_RESERVE_MIB (2048), BENCH_RAW_OVERLAY (memory | dir),
  * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16); BENCH_SMOKE=1 makes the defaults tiny
- * (steps 1,2, 1 s windows).
+ * (one step of 1, 1 s windows).
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -39,7 +39,7 @@ import { mean } from "./stats.js";
 
 // BENCH_SMOKE=1: tiny defaults (what test/bench-smoke.test.ts runs), each still overridable.
 const SMOKE = process.env.BENCH_SMOKE === "1";
-const STEPS = (process.env.BENCH_DENSITY_STEPS ?? (SMOKE ? "1,2" : "10,20,40"))
+const STEPS = (process.env.BENCH_DENSITY_STEPS ?? (SMOKE ? "1" : "10,20,40"))
   .split(",")
   .map(Number)
   .filter((n) => Number.isInteger(n) && n > 0)
@@ -48,7 +48,7 @@ const WINDOW_S = envNum("BENCH_DENSITY_WINDOW_S", SMOKE ? 1 : 30, true);
 /** The second aenv pass freezes idle sandboxes after this many seconds (0 skips that pass). */
 const HIBERNATE_S = envNum("BENCH_DENSITY_HIBERNATE_S", SMOKE ? 1 : 10, true);
 /** The hibernating pass goes further: idle sandboxes there cost memory, not CPU. */
-const HIBERNATE_STEPS = (process.env.BENCH_DENSITY_HIBERNATE_STEPS ?? (SMOKE ? "1,2" : "10,20,40,100,200"))
+const HIBERNATE_STEPS = (process.env.BENCH_DENSITY_HIBERNATE_STEPS ?? (SMOKE ? "1" : "10,20,40,100,200"))
   .split(",")
   .map(Number)
   .filter((n) => Number.isInteger(n) && n > 0)

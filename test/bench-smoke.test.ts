@@ -23,7 +23,7 @@ const TINY = {
   BENCH_INC_MB: "4",
   BENCH_BURST: "2",
   BENCH_CLUSTER_NODES: "2",
-  // rollouts.ts and density.ts: 12 s budgets, a 40-file task; 1 and 2 idle sandboxes, 1 s windows.
+  // rollouts.ts and density.ts: 12 s budgets, a 40-file task; one idle sandbox per pass, 1 s windows.
   BENCH_SMOKE: "1",
 };
 

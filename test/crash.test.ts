@@ -68,6 +68,32 @@ test("SIGKILL right after a pause's answer: paused after the restart (its image 
   }
 });
 
+test("with sandbox.pause_waits_for_image, a pause answers once its image is on disk; SIGKILL then loses nothing", async () => {
+  const first = await startServer({ env: { AENV_PAUSE_WAITS_FOR_IMAGE: "1" } });
+  let second: TestServer | undefined;
+  useE2b(first);
+  try {
+    const s = await Sandbox.create();
+    await s.files.write("/home/user/mark", "marked\n");
+    await s.commands.run("sleep 4546", { background: true, timeoutMs: 0 });
+    assert.equal((await first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {})).status, 204);
+    // At the answer, before anything else runs: the image is whole (not written behind it).
+    const image = join(first.dataDir, "sandboxes", s.sandboxId, "image");
+    assert.ok(existsSync(join(image, "checkpoint.img")) && existsSync(join(image, "pages.img")), "image on disk");
+    assert.doesNotMatch(first.logs(), /stopped in place/);
+    await first.crash();
+    second = await first.restart();
+    assert.doesNotMatch(second.logs(), /image written after the restart/);
+    const r = await Sandbox.connect(s.sandboxId);
+    assert.equal((await r.commands.run("cat /home/user/mark")).stdout, "marked\n");
+    assert.notEqual((await r.commands.run("pgrep -f 'sleep 454[6]' || echo none")).stdout.trim(), "none");
+    await r.kill();
+  } finally {
+    await (second ?? first).stop();
+    cleanupDataDir(second ?? first);
+  }
+});
+
 test("SIGKILL in the middle of a fork leaves the parent usable, no half-started children and no capture", async () => {
   const first = await startServer();
   useE2b(first);

@@ -161,6 +161,8 @@ export interface ServerConfig {
   hibernateCpuPct: number;
   /** Idle seconds after which a frozen sandbox is saved to disk and stopped (its memory freed); 0: never. */
   hibernateSaveAfterS: number;
+  /** A client's memory pause answers once its image is durable, not once the sandbox is stopped. */
+  pauseWaitsForImage: boolean;
   /** Seconds between metrics samples kept for getMetrics ranges; 0 keeps none. */
   metricsIntervalS: number;
   /** Warm images of other runtime builds unused this long are removed at start. */
@@ -310,6 +312,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
   "sandbox.hibernate_save_after_secs": "int",
+  "sandbox.pause_waits_for_image": "bool",
   "sandbox.max_memory_mb": "int",
   "sandbox.max_cpus": "int",
   "sandbox.memory_overcommit": "number",
@@ -553,6 +556,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     // half-second window (runsc 20240729's systrap wakes every 400 us to tune its fast path).
     hibernateCpuPct: num("AENV_HIBERNATE_CPU_PERCENT", "sandbox.hibernate_cpu_percent", 15),
     hibernateSaveAfterS: num("AENV_HIBERNATE_SAVE_AFTER", "sandbox.hibernate_save_after_secs", 600),
+    pauseWaitsForImage: bool("AENV_PAUSE_WAITS_FOR_IMAGE", "sandbox.pause_waits_for_image", false),
     metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),

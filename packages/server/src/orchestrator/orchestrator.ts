@@ -20,7 +20,9 @@ import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
 import type { SandboxMetric } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
-import { autoResumable, PauseResume, pausedError } from "./pause-resume.js";
+import { PauseCommits } from "./pause-commits.js";
+import { autoResumable, pausedError } from "./pause-kinds.js";
+import { PauseResume } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
 import { SandboxRegistry } from "./registry.js";
@@ -68,6 +70,7 @@ export class Orchestrator {
   readonly warmImages: WarmImages;
   private readonly creator: Creator;
   private readonly pauses: PauseResume;
+  private readonly pauseCommits: PauseCommits;
   private readonly forker: Forker;
   private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;
@@ -150,14 +153,14 @@ export class Orchestrator {
       volumes: d.volumes,
       log,
     });
+    this.pauseCommits = new PauseCommits({ cfg, paths, store, registry, repository, checkpointKey, log });
     this.pauses = new PauseResume({
       cfg,
       paths,
       store,
       registry,
       runner,
-      repository,
-      checkpointKey,
+      commits: this.pauseCommits,
       bootOf: (rec) => rec.boot ?? this.templateBoot(rec.templateId),
       log,
     });
@@ -195,7 +198,7 @@ export class Orchestrator {
       ...this.d,
       registry: this.registry,
       runner: this.runner,
-      pauses: this.pauses,
+      pauseCommits: this.pauseCommits,
       snapshots: this.snapshots,
       nodeId: this.d.cfg.cluster?.nodeId,
     });
@@ -243,7 +246,7 @@ export class Orchestrator {
       const wasPaused = l.rec.state === "paused";
       l.rec.state = "killing";
       await this.runner.remove(l, true);
-      if (wasPaused) this.pauses.forget(id);
+      if (wasPaused) this.pauseCommits.forget(id);
       for (const fn of this.killedListeners) fn(id);
       this.d.log.info({ sandboxID: id }, "sandbox killed");
     });
@@ -279,7 +282,7 @@ export class Orchestrator {
   private async resumeOrExtend(id: string, timeoutS: number | undefined, opts: { auto?: boolean }) {
     if (this.d.cfg.cluster && !this.registry.has(id)) {
       this.registry.assertOpen();
-      await this.pauses.adopt(id, this.d.runtimeDir, opts);
+      await this.pauseCommits.adopt(id, this.d.runtimeDir, opts);
     }
     const l = this.registry.get(id);
     if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
@@ -305,10 +308,11 @@ export class Orchestrator {
         }),
       ),
     );
-    await this.pauses.flush();
+    await this.pauses.imagesWritten();
+    await this.pauseCommits.flush();
     const paused: string[] = [];
     for (const l of this.registry.all().filter((x) => x.rec.state === "paused")) {
-      if (!(await this.pauses.committed(l.rec.id))) {
+      if (!(await this.pauseCommits.committed(l.rec.id))) {
         failed.push(l.rec.id);
         continue;
       }
@@ -436,7 +440,7 @@ export class Orchestrator {
    */
   async close(): Promise<void> {
     this.registry.close();
-    this.pauses.close();
+    this.pauseCommits.close();
     this.lifetimes.stop();
     this.retention.stop();
     this.metricsHistory.stop();

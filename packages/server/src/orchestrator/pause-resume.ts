@@ -3,19 +3,17 @@ import { renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { ConflictError, NotFoundError, PausedError, StartFailedError } from "../errors.js";
+import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { RuntimeDriver } from "../runtime/driver.js";
 import type { BootSettings, PauseKind, SandboxRecord, StateStore } from "../state/store.js";
-import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
-import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
-import { applyLayer, captureLayer, isCompleteLayer, layerBytes } from "./fs-layer.js";
+import { applyLayer, captureLayer, layerBytes } from "./fs-layer.js";
+import type { PauseCommits } from "./pause-commits.js";
+import { isCompletePause, maxLayerBytes, pauseDir } from "./pause-kinds.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import { NotIdleError, type SandboxRunner } from "./runner.js";
-import { materializeImage } from "./snapshots.js";
 import { runStartCommand } from "./start-command.js";
 
 export interface PauseResumeDeps {
@@ -24,45 +22,11 @@ export interface PauseResumeDeps {
   store: StateStore;
   registry: SandboxRegistry;
   runner: SandboxRunner;
-  repository: SnapshotRepository;
-  checkpointKey: string;
+  /** The repository side: commits of pause images, claims, rebuilds. */
+  commits: PauseCommits;
   /** A sandbox's template settings for a fresh boot (records from before they were kept lack them). */
   bootOf: (rec: SandboxRecord) => BootSettings | undefined;
   log: Logger;
-}
-
-/**
- * The most a filesystem layer may be: what the sandbox may keep (its disk size, or its memory
- * for /tmp), with room for tar headers. Anything larger is a sandbox streaming garbage.
- */
-export function maxLayerBytes(rec: Pick<SandboxRecord, "memoryMB" | "diskSizeMB">): number {
-  return Math.ceil(Math.max(rec.memoryMB, rec.diskSizeMB) * 1.25 + 64) * 2 ** 20;
-}
-
-/** Where a pause of this kind keeps what it keeps. */
-export function pauseDir(paths: NodePaths, sandboxDir: string, kind: PauseKind | undefined): string {
-  return kind === "filesystem" ? paths.fsLayer(sandboxDir) : paths.pauseImage(sandboxDir);
-}
-
-/** Whether a paused sandbox's image (checkpoint or filesystem layer) is all there. */
-export function isCompletePause(driver: RuntimeDriver, kind: PauseKind | undefined, dir: string | undefined): boolean {
-  return kind === "filesystem" ? isCompleteLayer(dir) : driver.isCompleteCheckpoint(dir);
-}
-
-/** Traffic never resumes a filesystem-only pause: it would reboot the sandbox under its caller. */
-export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pauseKind" | "idleSaved">): boolean {
-  // Saved by hibernation: running as far as its client knows, so any use brings it back.
-  if (rec.idleSaved) return true;
-  return rec.autoResume && rec.pauseKind !== "filesystem";
-}
-
-/** What traffic to a paused sandbox it will not resume gets. */
-export function pausedError(rec: Pick<SandboxRecord, "id" | "pauseKind">): PausedError {
-  return new PausedError(
-    rec.pauseKind === "filesystem"
-      ? `sandbox '${rec.id}' is paused (filesystem only); resume it with connect`
-      : `sandbox '${rec.id}' is paused; resume it (connect) or create it with autoResume`,
-  );
 }
 
 /**
@@ -73,11 +37,6 @@ export function pausedError(rec: Pick<SandboxRecord, "id" | "pauseKind">): Pause
  * boots the template afresh, has envd put the layer back, then runs the start command.
  */
 export class PauseResume {
-  /** Pause images waiting to be committed, by sandbox ID. */
-  private readonly timers = new Map<string, NodeJS.Timeout>();
-  /** Commits of pause images still running, by sandbox ID. */
-  private readonly commits = new Map<string, Promise<void>>();
-
   constructor(private readonly d: PauseResumeDeps) {}
 
   /**
@@ -98,8 +57,11 @@ export class PauseResume {
       if (l.rec.state === "paused" && l.rec.idleSaved && !opts.idle) return this.keepSaved(l);
       if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
       if (opts.idle && !(opts.stillIdle?.() ?? true)) throw new NotIdleError("used since it was found idle");
-      // A client's memory pause answers once the sandbox is stopped; its image is written next.
-      if (kind === "memory" && !opts.idle && runner.driver.suspend) return this.suspend(l);
+      // A client's memory pause answers once the sandbox is stopped; its image is written next
+      // (unless the operator wants the answer to mean durable: sandbox.pause_waits_for_image).
+      if (kind === "memory" && !opts.idle && runner.driver.suspend && !this.d.cfg.pauseWaitsForImage) {
+        return this.suspend(l);
+      }
       const t0 = Date.now();
       const steps: Record<string, number> = {};
       let last = t0;
@@ -149,7 +111,7 @@ export class PauseResume {
       }
       const msg = opts.idle ? "idle sandbox saved to disk (hibernated)" : "sandbox paused";
       this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, msg);
-      this.commitLater(l.rec, final);
+      this.d.commits.commitLater(l.rec, final);
     });
   }
 
@@ -211,7 +173,7 @@ export class PauseResume {
         },
         "sandbox paused (image written)",
       );
-      if (!l.suspended) this.commitLater(rec, final);
+      if (!l.suspended) this.d.commits.commitLater(rec, final);
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }
@@ -260,8 +222,8 @@ export class PauseResume {
           throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
         }
       } else {
-        await this.claim(l.rec);
-        if (!isCompletePause(runner.driver, kind, image)) await this.rebuildFromRepository(id, image);
+        await this.d.commits.claim(l.rec);
+        if (!isCompletePause(runner.driver, kind, image)) await this.d.commits.rebuild(id, image);
         // Held from here: parallel resumes of other sandboxes see this one's share at once.
         registry.admit(l);
         try {
@@ -301,7 +263,7 @@ export class PauseResume {
         rmSync(image, { recursive: true, force: true });
       }
       // Resumed in place, its image was never committed: no manifest to remove.
-      if (!inPlace) this.forget(id);
+      if (!inPlace) this.d.commits.forget(id);
       this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace }, "sandbox resumed");
       return { rec: l.rec, resumed: true };
     });
@@ -345,100 +307,8 @@ export class PauseResume {
     // Paused in place and its image skipped for a resume that then failed: written now.
     if (rec.imagePending && l.suspended) await this.writeImage(l, 0);
     const image = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
-    if (!this.d.runner.driver.isCompleteCheckpoint(image)) await this.rebuildFromRepository(rec.id, image);
+    if (!this.d.runner.driver.isCompleteCheckpoint(image)) await this.d.commits.rebuild(rec.id, image);
     linkTree(image, dest);
-  }
-
-  /**
-   * In a cluster, once a pause image is (being) committed any node may resume it: the first to
-   * claim it in the repository does; a node that finds another's claim (it restarted with an
-   * old copy, or lost a race Redis should have prevented) drops its copy and says not found.
-   */
-  private async claim(rec: SandboxRecord): Promise<void> {
-    const nodeId = this.d.cfg.cluster?.nodeId;
-    if (!nodeId || this.timers.has(rec.id)) return; // never committed: no other node can have it
-    await this.commits.get(rec.id);
-    if (await this.d.repository.claim(pauseClaimName(rec), nodeId)) return;
-    this.d.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
-    this.dropMoved(rec);
-    throw new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
-  }
-
-  /** Forgets a paused sandbox another node took over; its repository objects are that node's now. */
-  dropMoved(rec: SandboxRecord): void {
-    this.d.repository.unpin(pauseManifestId(rec.id));
-    this.d.store.delete(rec.id);
-    this.d.registry.remove(rec.id);
-    rmSync(rec.dir, { recursive: true, force: true });
-  }
-
-  /**
-   * Commits a pause image to the repository in the background (the local image is already
-   * durable, so pause does not wait). Short pause/resume cycles, the common case in rollouts,
-   * never pay for it: it starts once the sandbox has stayed paused a while.
-   */
-  commitLater(rec: SandboxRecord, imageDir: string): void {
-    const id = rec.id;
-    const timer = setTimeout(() => {
-      this.timers.delete(id);
-      const l = this.d.registry.get(id);
-      if (l?.rec.state === "paused" && l.rec.imageDir === imageDir && !this.d.registry.isClosing) {
-        this.commitNow(rec, imageDir);
-      }
-    }, this.d.cfg.repository.pauseCommitDelayS * 1000);
-    timer.unref();
-    this.timers.set(id, timer);
-  }
-
-  private commitNow(rec: SandboxRecord, imageDir: string): void {
-    const id = rec.id;
-    const t0 = Date.now();
-    const meta: PauseMeta = { kind: "pause", sandbox: { ...rec }, imageKey: this.d.checkpointKey };
-    const p = this.d.repository
-      .commit(pauseManifestId(id), imageDir, meta)
-      .then(({ manifest, stats }) => {
-        // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
-        this.d.repository.pinManifest(manifest);
-        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0 }, "pause image committed");
-      })
-      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause image not committed to the repository"))
-      .finally(() => {
-        if (this.commits.get(id) === p) this.commits.delete(id);
-      });
-    this.commits.set(id, p);
-  }
-
-  /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
-  forget(id: string): void {
-    const timer = this.timers.get(id);
-    if (timer) {
-      // Never committed: nothing to remove.
-      clearTimeout(timer);
-      this.timers.delete(id);
-      return;
-    }
-    const pending = this.commits.get(id) ?? Promise.resolve();
-    void pending
-      .then(() => {
-        this.d.repository.unpin(pauseManifestId(id));
-        return this.d.repository.delete(pauseManifestId(id));
-      })
-      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
-  }
-
-  /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
-  private async rebuildFromRepository(id: string, image: string): Promise<void> {
-    await this.commits.get(id);
-    try {
-      await materializeImage(this.d.repository, pauseManifestId(id), image);
-      this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
-    } catch (err) {
-      throw new StartFailedError(`sandbox '${id}' has no usable pause image: ${(err as Error).message}`);
-    }
-  }
-
-  close(): void {
-    for (const t of this.timers.values()) clearTimeout(t);
   }
 
   /** Once every pause answered before its image was written has it (their queued operation). */
@@ -449,59 +319,5 @@ export class PauseResume {
         .filter((l) => l.rec.imagePending)
         .map((l) => l.op),
     );
-  }
-
-  /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
-  async flush(): Promise<void> {
-    await this.imagesWritten();
-    for (const [id, timer] of this.timers) {
-      clearTimeout(timer);
-      this.timers.delete(id);
-      const l = this.d.registry.get(id);
-      if (l?.rec.state === "paused" && l.rec.imageDir) this.commitNow(l.rec, l.rec.imageDir);
-    }
-    await Promise.all([...this.commits.values()]);
-  }
-
-  /** Whether a paused sandbox's image is in the repository (any node can resume it). */
-  async committed(id: string): Promise<boolean> {
-    await this.commits.get(id);
-    return !!(await this.d.repository.get(pauseManifestId(id)).catch(() => undefined));
-  }
-
-  /**
-   * A sandbox paused on another node (gone, or drained) is taken over from its pause manifest:
-   * its record comes with it, its image is rebuilt from the repository when it resumes.
-   */
-  async adopt(id: string, runtimeDir: string, opts: { auto?: boolean } = {}): Promise<boolean> {
-    const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
-    const meta =
-      m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
-    if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
-    // The tree comes from the repository: only one of this node's template trees is mounted.
-    if (!this.d.paths.isTemplateTree(meta.sandbox.rootfs)) {
-      this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs }, "paused sandbox names no template tree here");
-      throw new StartFailedError(`sandbox '${id}' needs the template tree ${meta.sandbox.rootfs}, not on this node`);
-    }
-    if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
-    // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
-    if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
-      throw new StartFailedError(
-        `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
-      );
-    }
-    const dir = this.d.paths.sandbox(id);
-    const rec: SandboxRecord = {
-      ...meta.sandbox,
-      state: "paused",
-      dir,
-      imageDir: pauseDir(this.d.paths, dir, meta.sandbox.pauseKind),
-      slotIndex: null,
-      runtimeDir,
-    };
-    this.d.store.put(rec);
-    this.d.registry.add({ rec, op: Promise.resolve() });
-    this.d.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
-    return true;
   }
 }

@@ -7,7 +7,8 @@ import { pauseClaimName, pauseManifestId } from "../storage/repository/manifest-
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { isCompleteLayer } from "./fs-layer.js";
-import { isCompletePause, type PauseResume, pauseDir } from "./pause-resume.js";
+import type { PauseCommits } from "./pause-commits.js";
+import { isCompletePause, pauseDir } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
@@ -30,7 +31,7 @@ export interface RecoveryDeps {
   slots: SlotPool;
   registry: SandboxRegistry;
   runner: SandboxRunner;
-  pauses: PauseResume;
+  pauseCommits: PauseCommits;
   snapshots: Snapshots;
   repository: SnapshotRepository;
   /** This node's ID when it is part of a cluster. */
@@ -98,7 +99,7 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       registry.add({ rec, op: Promise.resolve() });
       report.paused.push(rec.id);
       if (committed) d.repository.pinManifest(committed);
-      else d.pauses.commitLater(rec, rec.imageDir);
+      else d.pauseCommits.commitLater(rec, rec.imageDir);
       continue;
     }
     const slot =

@@ -1,5 +1,5 @@
 import { AtCapacityError, NotFoundError, UpstreamError } from "../errors.js";
-import { autoResumable, pausedError } from "./pause-resume.js";
+import { autoResumable, pausedError } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 
 /**

@@ -1,0 +1,181 @@
+import { rmSync } from "node:fs";
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import { NotFoundError, StartFailedError } from "../errors.js";
+import type { NodePaths } from "../node-paths.js";
+import type { SandboxRecord, StateStore } from "../state/store.js";
+import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
+import type { SnapshotRepository } from "../storage/repository/repository.js";
+import { autoResumable, pauseDir, pausedError } from "./pause-kinds.js";
+import type { SandboxRegistry } from "./registry.js";
+import { materializeImage } from "./snapshots.js";
+
+export interface PauseCommitsDeps {
+  cfg: ServerConfig;
+  paths: NodePaths;
+  store: StateStore;
+  registry: SandboxRegistry;
+  repository: SnapshotRepository;
+  checkpointKey: string;
+  log: Logger;
+}
+
+/**
+ * The repository side of pauses: a pause image stays node-local at first and is committed to
+ * the shared repository once its sandbox has stayed paused a while, so any node can resume
+ * it; a resume claims it there, a node takes over another's from its manifest, and a lost
+ * local copy is rebuilt from it.
+ */
+export class PauseCommits {
+  /** Pause images waiting to be committed, by sandbox ID. */
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+  /** Commits of pause images still running, by sandbox ID. */
+  private readonly commits = new Map<string, Promise<void>>();
+
+  constructor(private readonly d: PauseCommitsDeps) {}
+
+  /**
+   * Commits a pause image to the repository in the background (the local image is already
+   * durable, so pause does not wait). Short pause/resume cycles, the common case in rollouts,
+   * never pay for it: it starts once the sandbox has stayed paused a while.
+   */
+  commitLater(rec: SandboxRecord, imageDir: string): void {
+    const id = rec.id;
+    const timer = setTimeout(() => {
+      this.timers.delete(id);
+      const l = this.d.registry.get(id);
+      if (l?.rec.state === "paused" && l.rec.imageDir === imageDir && !this.d.registry.isClosing) {
+        this.commitNow(rec, imageDir);
+      }
+    }, this.d.cfg.repository.pauseCommitDelayS * 1000);
+    timer.unref();
+    this.timers.set(id, timer);
+  }
+
+  private commitNow(rec: SandboxRecord, imageDir: string): void {
+    const id = rec.id;
+    const t0 = Date.now();
+    const meta: PauseMeta = { kind: "pause", sandbox: { ...rec }, imageKey: this.d.checkpointKey };
+    const p = this.d.repository
+      .commit(pauseManifestId(id), imageDir, meta)
+      .then(({ manifest, stats }) => {
+        // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
+        this.d.repository.pinManifest(manifest);
+        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0 }, "pause image committed");
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause image not committed to the repository"))
+      .finally(() => {
+        if (this.commits.get(id) === p) this.commits.delete(id);
+      });
+    this.commits.set(id, p);
+  }
+
+  /**
+   * In a cluster, once a pause image is (being) committed any node may resume it: the first to
+   * claim it in the repository does; a node that finds another's claim (it restarted with an
+   * old copy, or lost a race Redis should have prevented) drops its copy and says not found.
+   */
+  async claim(rec: SandboxRecord): Promise<void> {
+    const nodeId = this.d.cfg.cluster?.nodeId;
+    if (!nodeId || this.timers.has(rec.id)) return; // never committed: no other node can have it
+    await this.commits.get(rec.id);
+    if (await this.d.repository.claim(pauseClaimName(rec), nodeId)) return;
+    this.d.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
+    this.dropMoved(rec);
+    throw new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
+  }
+
+  /** Forgets a paused sandbox another node took over; its repository objects are that node's now. */
+  dropMoved(rec: SandboxRecord): void {
+    this.d.repository.unpin(pauseManifestId(rec.id));
+    this.d.store.delete(rec.id);
+    this.d.registry.remove(rec.id);
+    rmSync(rec.dir, { recursive: true, force: true });
+  }
+
+  /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
+  forget(id: string): void {
+    const timer = this.timers.get(id);
+    if (timer) {
+      // Never committed: nothing to remove.
+      clearTimeout(timer);
+      this.timers.delete(id);
+      return;
+    }
+    const pending = this.commits.get(id) ?? Promise.resolve();
+    void pending
+      .then(() => {
+        this.d.repository.unpin(pauseManifestId(id));
+        return this.d.repository.delete(pauseManifestId(id));
+      })
+      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
+  }
+
+  /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
+  async rebuild(id: string, image: string): Promise<void> {
+    await this.commits.get(id);
+    try {
+      await materializeImage(this.d.repository, pauseManifestId(id), image);
+      this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
+    } catch (err) {
+      throw new StartFailedError(`sandbox '${id}' has no usable pause image: ${(err as Error).message}`);
+    }
+  }
+
+  close(): void {
+    for (const t of this.timers.values()) clearTimeout(t);
+  }
+
+  /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
+  async flush(): Promise<void> {
+    for (const [id, timer] of this.timers) {
+      clearTimeout(timer);
+      this.timers.delete(id);
+      const l = this.d.registry.get(id);
+      if (l?.rec.state === "paused" && l.rec.imageDir) this.commitNow(l.rec, l.rec.imageDir);
+    }
+    await Promise.all([...this.commits.values()]);
+  }
+
+  /** Whether a paused sandbox's image is in the repository (any node can resume it). */
+  async committed(id: string): Promise<boolean> {
+    await this.commits.get(id);
+    return !!(await this.d.repository.get(pauseManifestId(id)).catch(() => undefined));
+  }
+
+  /**
+   * A sandbox paused on another node (gone, or drained) is taken over from its pause manifest:
+   * its record comes with it, its image is rebuilt from the repository when it resumes.
+   */
+  async adopt(id: string, runtimeDir: string, opts: { auto?: boolean } = {}): Promise<boolean> {
+    const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
+    const meta =
+      m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
+    if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
+    // The tree comes from the repository: only one of this node's template trees is mounted.
+    if (!this.d.paths.isTemplateTree(meta.sandbox.rootfs)) {
+      this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs }, "paused sandbox names no template tree here");
+      throw new StartFailedError(`sandbox '${id}' needs the template tree ${meta.sandbox.rootfs}, not on this node`);
+    }
+    if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
+    // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
+    if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
+      throw new StartFailedError(
+        `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
+      );
+    }
+    const dir = this.d.paths.sandbox(id);
+    const rec: SandboxRecord = {
+      ...meta.sandbox,
+      state: "paused",
+      dir,
+      imageDir: pauseDir(this.d.paths, dir, meta.sandbox.pauseKind),
+      slotIndex: null,
+      runtimeDir,
+    };
+    this.d.store.put(rec);
+    this.d.registry.add({ rec, op: Promise.resolve() });
+    this.d.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
+    return true;
+  }
+}

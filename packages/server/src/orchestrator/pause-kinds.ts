@@ -1,0 +1,42 @@
+import { PausedError } from "../errors.js";
+import type { NodePaths } from "../node-paths.js";
+import type { RuntimeDriver } from "../runtime/driver.js";
+import type { PauseKind, SandboxRecord } from "../state/store.js";
+import { isCompleteLayer } from "./fs-layer.js";
+
+// What a pause is, for every module that meets one: where it keeps what it keeps, whether
+// that is whole, and what traffic may do to it.
+
+/**
+ * The most a filesystem layer may be: what the sandbox may keep (its disk size, or its memory
+ * for /tmp), with room for tar headers. Anything larger is a sandbox streaming garbage.
+ */
+export function maxLayerBytes(rec: Pick<SandboxRecord, "memoryMB" | "diskSizeMB">): number {
+  return Math.ceil(Math.max(rec.memoryMB, rec.diskSizeMB) * 1.25 + 64) * 2 ** 20;
+}
+
+/** Where a pause of this kind keeps what it keeps. */
+export function pauseDir(paths: NodePaths, sandboxDir: string, kind: PauseKind | undefined): string {
+  return kind === "filesystem" ? paths.fsLayer(sandboxDir) : paths.pauseImage(sandboxDir);
+}
+
+/** Whether a paused sandbox's image (checkpoint or filesystem layer) is all there. */
+export function isCompletePause(driver: RuntimeDriver, kind: PauseKind | undefined, dir: string | undefined): boolean {
+  return kind === "filesystem" ? isCompleteLayer(dir) : driver.isCompleteCheckpoint(dir);
+}
+
+/** Traffic never resumes a filesystem-only pause: it would reboot the sandbox under its caller. */
+export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pauseKind" | "idleSaved">): boolean {
+  // Saved by hibernation: running as far as its client knows, so any use brings it back.
+  if (rec.idleSaved) return true;
+  return rec.autoResume && rec.pauseKind !== "filesystem";
+}
+
+/** What traffic to a paused sandbox it will not resume gets. */
+export function pausedError(rec: Pick<SandboxRecord, "id" | "pauseKind">): PausedError {
+  return new PausedError(
+    rec.pauseKind === "filesystem"
+      ? `sandbox '${rec.id}' is paused (filesystem only); resume it with connect`
+      : `sandbox '${rec.id}' is paused; resume it (connect) or create it with autoResume`,
+  );
+}
