@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { RateLimitError, Sandbox } from "e2b";
+import { counterLoop } from "./helpers/sandbox.js";
 import { cleanupDataDir, startServer, useE2b } from "./helpers/server.js";
 
 /** Forks `count` children of `p` into `kids` (so the caller kills them); every one must start. */
@@ -67,7 +68,7 @@ test("a paused parent forks from its pause image: children carry its processes a
   try {
     await p.files.write("/home/user/seed.txt", "seed");
     // A counter only a live process keeps: a child rebooted from files would start it at 0 or not at all.
-    await p.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", {
+    await p.commands.run(counterLoop("/tmp/count"), {
       background: true,
       timeoutMs: 0,
     });

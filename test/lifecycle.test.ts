@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { untilListening, untilTrue } from "./helpers/sandbox.js";
+import { counterLoop, untilListening, untilTrue } from "./helpers/sandbox.js";
 import { getViaHost, serverForFile, untilLogLine, waitFor } from "./helpers/server.js";
 
 // The dead-sandbox check runs often here so that it overlaps pause/resume cycles: a check
@@ -29,13 +29,10 @@ describe("pause and resume", () => {
     const s = await Sandbox.create({ timeoutMs: 120_000 });
     try {
       // A counter that lives only in a process's memory, written out on each tick.
-      await s.commands.run(
-        "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'",
-        {
-          background: true,
-          timeoutMs: 0,
-        },
-      );
+      await s.commands.run(counterLoop("/tmp/count"), {
+        background: true,
+        timeoutMs: 0,
+      });
       await s.files.write("/home/user/keep.txt", "kept across pause");
       // Serves a folder of its own: /tmp/count is rewritten 5 times a second, and a file
       // truncated while python sends it is a response cut short, whatever the proxy does.
@@ -93,10 +90,7 @@ describe("pause and resume", () => {
         .split("\n")
         .filter((r) => r.startsWith(id));
     try {
-      await s.commands.run(
-        "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'",
-        { background: true, timeoutMs: 0 },
-      );
+      await s.commands.run(counterLoop("/tmp/count"), { background: true, timeoutMs: 0 });
       await untilTrue(s, "test -s /tmp/count");
       // Right after the answer: paused to every caller, its runtime still there (in memory).
       const before = await counter(s);
@@ -318,13 +312,10 @@ describe("fork", () => {
       const kids: Sandbox[] = [];
       try {
         await p.files.write("/home/user/inherited.txt", "from parent");
-        await p.commands.run(
-          "bash -c 'i=100; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'",
-          {
-            background: true,
-            timeoutMs: 0,
-          },
-        );
+        await p.commands.run(counterLoop("/tmp/count", 100), {
+          background: true,
+          timeoutMs: 0,
+        });
         await untilTrue(p, "test -s /tmp/count");
         const forked = await p.fork({ count: n } as never);
         for (const f of forked as unknown as Array<Sandbox | Error>) {

@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync, write
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
-import { untilTrue } from "./helpers/sandbox.js";
+import { counterLoop, untilTrue } from "./helpers/sandbox.js";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, untilCommitted, useE2b } from "./helpers/server.js";
 
 function runscIds(dataDir: string): string[] {
@@ -34,13 +34,10 @@ test("a server crash loses nothing: running sandboxes are adopted, paused stay p
   const snap = await alive.createSnapshot();
   // Committed to the repository in the background: wait for it (the test removes the local copy).
   await untilCommitted(first, snap.snapshotId);
-  const counter = await alive.commands.run(
-    "bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.2; done'",
-    {
-      background: true,
-      timeoutMs: 0,
-    },
-  );
+  const counter = await alive.commands.run(counterLoop("/tmp/c"), {
+    background: true,
+    timeoutMs: 0,
+  });
   assert.ok(counter.pid > 0);
   // Taken just before the crash: its commit may not have finished; the restart finishes it.
   const late = await alive.createSnapshot();

@@ -18,3 +18,22 @@ export function untilListening(sbx: Sandbox, port: number, timeoutS = 30): Promi
   const hex = port.toString(16).toUpperCase().padStart(4, "0");
   return untilTrue(sbx, `grep -Eq ':${hex} [0-9A-F]+:0000 0A' /proc/net/tcp /proc/net/tcp6`, timeoutS);
 }
+
+/**
+ * A background command keeping a counter in one process's memory (from `start`), written to
+ * `file` five times a second (a temp file renamed over it: a read never sees it half-written).
+ * One python process, not a shell loop: `mv` and `sleep` in a bash loop are two fork+execs a
+ * tick, ~40 ms of CPU each in gVisor, and five sandboxes ticking that way took half of a
+ * 2-core host, slowing every other call in the test by 5-10x.
+ */
+export function counterLoop(file: string, start = 0): string {
+  return [
+    "python3 -c 'import os, time",
+    `i = ${start}`,
+    "while True:",
+    "    i += 1",
+    `    open("${file}.new", "w").write("%d\\n" % i)`,
+    `    os.replace("${file}.new", "${file}")`,
+    "    time.sleep(0.2)'",
+  ].join("\n");
+}
