@@ -23,94 +23,111 @@ async function everySandboxUsable(server: TestServer): Promise<string[]> {
   return items.map((i) => i.sandboxID);
 }
 
-for (const delayMs of [100, 400]) {
-  test(`SIGKILL ${delayMs} ms into a pause leaves the sandbox running or paused, and usable`, async () => {
-    const first = await startServer();
-    useE2b(first);
-    const s = await Sandbox.create();
-    await s.files.write("/home/user/mark", "marked\n");
-    void first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {}).catch(() => {});
-    await sleep(delayMs);
-    await first.crash();
-    const second = await first.restart();
-    try {
-      const ids = await everySandboxUsable(second);
-      assert.deepEqual(ids, [s.sandboxId]);
-      await Sandbox.kill(s.sandboxId);
-    } finally {
-      await second.stop();
-      cleanupDataDir(second);
-    }
-  });
-}
-
-test("SIGKILL right after a pause's answer: paused after the restart (its image written from the runtime), and usable", async () => {
-  const first = await startServer();
-  useE2b(first);
-  const s = await Sandbox.create();
-  await s.files.write("/home/user/mark", "marked\n");
-  await s.commands.run("sleep 4545", { background: true, timeoutMs: 0 });
-  // The pause answers once the sandbox is stopped in place; its image is still being written.
-  assert.equal((await first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {})).status, 204);
-  await first.crash();
-  const second = await first.restart();
-  try {
-    const info = await second.api("GET", `/sandboxes/${s.sandboxId}`);
-    assert.equal((info.body as { state: string }).state, "paused");
-    const r = await Sandbox.connect(s.sandboxId);
-    assert.equal((await r.commands.run("cat /home/user/mark")).stdout, "marked\n");
-    // Its memory too: the process from before the pause is there.
-    assert.notEqual((await r.commands.run("pgrep -f 'sleep 454[5]' || echo none")).stdout.trim(), "none");
-    await r.kill();
-  } finally {
-    await second.stop();
-    cleanupDataDir(second);
-  }
-});
-
-test("with sandbox.pause_waits_for_image, a pause answers once its image is on disk; SIGKILL then loses nothing", async () => {
-  const first = await startServer({ env: { AENV_PAUSE_WAITS_FOR_IMAGE: "1" } });
+/**
+ * `beforeCrash` on a fresh server, then SIGKILL, a restart on the same data and `afterRestart`.
+ * Whichever server is up at the end is stopped and its data removed, whatever failed.
+ */
+async function acrossACrash<T>(
+  env: Record<string, string>,
+  beforeCrash: (first: TestServer) => Promise<T>,
+  afterRestart: (second: TestServer, t: T) => Promise<void>,
+): Promise<void> {
+  const first = await startServer({ env });
   let second: TestServer | undefined;
   useE2b(first);
   try {
-    const s = await Sandbox.create();
-    await s.files.write("/home/user/mark", "marked\n");
-    await s.commands.run("sleep 4546", { background: true, timeoutMs: 0 });
-    assert.equal((await first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {})).status, 204);
-    // At the answer, before anything else runs: the image is whole (not written behind it).
-    const image = join(first.dataDir, "sandboxes", s.sandboxId, "image");
-    assert.ok(existsSync(join(image, "checkpoint.img")) && existsSync(join(image, "pages.img")), "image on disk");
-    assert.doesNotMatch(first.logs(), /stopped in place/);
+    const t = await beforeCrash(first);
     await first.crash();
     second = await first.restart();
-    assert.doesNotMatch(second.logs(), /image written after the restart/);
-    const r = await Sandbox.connect(s.sandboxId);
-    assert.equal((await r.commands.run("cat /home/user/mark")).stdout, "marked\n");
-    assert.notEqual((await r.commands.run("pgrep -f 'sleep 454[6]' || echo none")).stdout.trim(), "none");
-    await r.kill();
+    await afterRestart(second, t);
   } finally {
     await (second ?? first).stop();
     cleanupDataDir(second ?? first);
   }
-});
+}
 
-test("SIGKILL in the middle of a fork leaves the parent usable, no half-started children and no capture", async () => {
-  const first = await startServer();
-  useE2b(first);
-  const p = await Sandbox.create();
-  await p.files.write("/home/user/mark", "marked\n");
-  void first.api("POST", `/sandboxes/${p.sandboxId}/fork`, { count: 3 }).catch(() => {});
-  await sleep(1200);
-  await first.crash();
-  const second = await first.restart();
-  try {
-    const ids = await everySandboxUsable(second);
-    assert.ok(ids.includes(p.sandboxId));
-    const forks = join(second.dataDir, "forks");
-    assert.ok(!existsSync(forks) || readdirSync(forks).length === 0, "fork capture removed");
-    for (const id of ids) await Sandbox.kill(id);
-  } finally {
-    await second.stop();
-    cleanupDataDir(second);
-  }
-});
+for (const delayMs of [100, 400]) {
+  test(`SIGKILL ${delayMs} ms into a pause leaves the sandbox running or paused, and usable`, () =>
+    acrossACrash(
+      {},
+      async (first) => {
+        const s = await Sandbox.create();
+        await s.files.write("/home/user/mark", "marked\n");
+        void first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {}).catch(() => {});
+        await sleep(delayMs);
+        return s.sandboxId;
+      },
+      async (second, id) => {
+        assert.deepEqual(await everySandboxUsable(second), [id]);
+        await Sandbox.kill(id);
+      },
+    ));
+}
+
+/** A sandbox with a file and a process (`sleep <n>`) only its memory can bring back. */
+async function markedSandbox(n: number): Promise<Sandbox> {
+  const s = await Sandbox.create();
+  await s.files.write("/home/user/mark", "marked\n");
+  await s.commands.run(`sleep ${n}`, { background: true, timeoutMs: 0 });
+  return s;
+}
+
+/** After the restart: paused, and its files and processes are there once it is resumed. */
+async function pausedAndWhole(second: TestServer, id: string, n: number): Promise<void> {
+  const info = await second.api("GET", `/sandboxes/${id}`);
+  assert.equal((info.body as { state: string }).state, "paused");
+  const r = await Sandbox.connect(id);
+  assert.equal((await r.commands.run("cat /home/user/mark")).stdout, "marked\n");
+  const pattern = `sleep ${String(n).slice(0, -1)}[${String(n).slice(-1)}]`;
+  assert.notEqual((await r.commands.run(`pgrep -f '${pattern}' || echo none`)).stdout.trim(), "none");
+  await r.kill();
+}
+
+test("SIGKILL right after a pause's answer: paused after the restart (its image written from the runtime), and usable", () =>
+  acrossACrash(
+    {},
+    async (first) => {
+      const s = await markedSandbox(4545);
+      // The pause answers once the sandbox is stopped in place; its image is still being written.
+      assert.equal((await first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {})).status, 204);
+      return s.sandboxId;
+    },
+    (second, id) => pausedAndWhole(second, id, 4545),
+  ));
+
+test("with sandbox.pause_waits_for_image, a pause answers once its image is on disk; SIGKILL then loses nothing", () =>
+  acrossACrash(
+    { AENV_PAUSE_WAITS_FOR_IMAGE: "1" },
+    async (first) => {
+      const s = await markedSandbox(4546);
+      assert.equal((await first.api("POST", `/sandboxes/${s.sandboxId}/pause`, {})).status, 204);
+      // At the answer, before anything else runs: the image is whole (not written behind it).
+      const image = join(first.dataDir, "sandboxes", s.sandboxId, "image");
+      assert.ok(existsSync(join(image, "checkpoint.img")) && existsSync(join(image, "pages.img")), "image on disk");
+      assert.doesNotMatch(first.logs(), /stopped in place/);
+      return s.sandboxId;
+    },
+    async (second, id) => {
+      assert.doesNotMatch(second.logs(), /image written after the restart/);
+      await pausedAndWhole(second, id, 4546);
+    },
+  ));
+
+test("SIGKILL in the middle of a fork leaves the parent usable, no half-started children and no capture", () =>
+  acrossACrash(
+    {},
+    async (first) => {
+      const p = await Sandbox.create();
+      await p.files.write("/home/user/mark", "marked\n");
+      void first.api("POST", `/sandboxes/${p.sandboxId}/fork`, { count: 3 }).catch(() => {});
+      await sleep(1200);
+      return p.sandboxId;
+    },
+    async (second, parent) => {
+      const ids = await everySandboxUsable(second);
+      assert.ok(ids.includes(parent));
+      const forks = join(second.dataDir, "forks");
+      assert.ok(!existsSync(forks) || readdirSync(forks).length === 0, "fork capture removed");
+      for (const id of ids) await Sandbox.kill(id);
+    },
+  ));
