@@ -8,6 +8,12 @@
  * zeros and take no memory until written again): envd's socket read buffer, whose content
  * means nothing between reads, would otherwise be saved in every image once a large upload
  * had filled it.
+ *
+ * reduce() asks V8 to give back what it holds beyond its live objects (a low-memory
+ * notification: full GCs that compact, shrink the young generation to its minimum and
+ * release pooled pages), then trims. envd after a few calls: 16.3 -> 12.9 MiB anonymous
+ * memory, ~30 ms on the host; a plain full GC gives back nothing (its pages stay committed
+ * and are saved in every image).
  */
 #include <malloc.h>
 #include <node_api.h>
@@ -20,6 +26,31 @@ static napi_value trim(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value out;
   napi_get_boolean(env, malloc_trim(0) == 1, &out);
+  return out;
+}
+
+/*
+ * V8's Isolate::GetCurrent() and Isolate::LowMemoryNotification(), called by their exported
+ * (Itanium-mangled) names so this stays C and needs no V8 headers of a matching version: two
+ * public calls that have kept these signatures for a decade. Weak: a node without them loads
+ * this module all the same, and reduce() then only trims (and says so).
+ */
+extern void *_ZN2v87Isolate10GetCurrentEv(void) __attribute__((weak));
+extern void _ZN2v87Isolate21LowMemoryNotificationEv(void *isolate) __attribute__((weak));
+
+static napi_value reduce(napi_env env, napi_callback_info info) {
+  (void)info;
+  bool reduced = false;
+  if (_ZN2v87Isolate10GetCurrentEv && _ZN2v87Isolate21LowMemoryNotificationEv) {
+    void *isolate = _ZN2v87Isolate10GetCurrentEv();
+    if (isolate) {
+      _ZN2v87Isolate21LowMemoryNotificationEv(isolate);
+      reduced = true;
+    }
+  }
+  malloc_trim(0);
+  napi_value out;
+  napi_get_boolean(env, reduced, &out);
   return out;
 }
 
@@ -48,6 +79,7 @@ static bool export_fn(napi_env env, napi_value exports, const char *name, napi_c
 }
 
 NAPI_MODULE_INIT() {
-  if (!export_fn(env, exports, "trim", trim) || !export_fn(env, exports, "discard", discard)) return NULL;
+  if (!export_fn(env, exports, "trim", trim) || !export_fn(env, exports, "discard", discard) ||
+      !export_fn(env, exports, "reduce", reduce)) return NULL;
   return exports;
 }

@@ -1,5 +1,6 @@
 /** envd's listener: connections read in large chunks, HTTP behaviour unchanged. */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import http from "node:http";
@@ -135,7 +136,7 @@ describe("large-read listener on a Node without user-buffer reads", () => {
 
 const TRIM_MODULE = path.resolve(import.meta.dirname, "..", "dist", "aenv-trim.node");
 
-describe("aenv-trim.node discard", { skip: existsSync(TRIM_MODULE) ? false : "dist/aenv-trim.node not built" }, () => {
+describe("aenv-trim.node", { skip: existsSync(TRIM_MODULE) ? false : "dist/aenv-trim.node not built" }, () => {
   it("drops the whole pages inside a buffer (they read as zeros) and only those", () => {
     const m = { exports: {} as { discard?: (b: Buffer) => boolean } };
     process.dlopen(m, TRIM_MODULE);
@@ -151,5 +152,28 @@ describe("aenv-trim.node discard", { skip: existsSync(TRIM_MODULE) ? false : "di
       buf.length,
       "usable again after the drop",
     );
+  });
+
+  it("reduce() gives back what V8 holds beyond its live objects, which a full GC and a trim leave", () => {
+    // A child with --expose-gc: garbage made, collected and trimmed, then reduce().
+    const script = `
+      const fs = require("node:fs");
+      const m = { exports: {} };
+      process.dlopen(m, ${JSON.stringify(TRIM_MODULE)});
+      const anon = () => Number(/Anonymous:\\s+(\\d+)/.exec(fs.readFileSync("/proc/self/smaps_rollup", "utf8"))[1]);
+      let a = [];
+      for (let i = 0; i < 3e5; i++) a.push({ i, s: "x" + i });
+      a = null;
+      globalThis.gc();
+      m.exports.trim();
+      const before = anon();
+      const reduced = m.exports.reduce();
+      console.log(JSON.stringify({ reduced, before, after: anon() }));`;
+    const out = execFileSync(process.execPath, ["--expose-gc", "--max-semi-space-size=1", "-e", script], {
+      encoding: "utf8",
+    });
+    const r = JSON.parse(out) as { reduced: boolean; before: number; after: number };
+    assert.equal(r.reduced, true, "V8's low-memory notification was not reached");
+    assert.ok(r.before - r.after >= 1024, `anonymous memory ${r.before} -> ${r.after} KiB: under 1 MiB given back`);
   });
 });

@@ -1,8 +1,8 @@
-/** /quiesce, which the host calls right before a checkpoint: token, closed connections, the GC on request. */
+/** /quiesce, which the host calls right before a checkpoint: token, closed connections, the GC on request; /heap/reduce. */
 import assert from "node:assert/strict";
 import http from "node:http";
 import { after, before, describe, it } from "node:test";
-import { ENVD_QUIESCE_PATH } from "@aenv/protocol";
+import { ENVD_HEAP_REDUCE_PATH, ENVD_QUIESCE_PATH } from "@aenv/protocol";
 import { type Harness, needsRoot, startHarness, TOKEN } from "./helpers.js";
 
 function post(url: string, headers: Record<string, string> = {}): Promise<{ status: number; connection?: string }> {
@@ -59,5 +59,24 @@ describe("envd /quiesce", { skip: needsRoot }, () => {
     assert.equal(gcCalls, 0);
     assert.equal((await post(`${h.envdUrl}${ENVD_QUIESCE_PATH}?gc=1`, { "x-access-token": TOKEN })).status, 204);
     assert.equal(gcCalls, 1);
+  });
+
+  it("/heap/reduce (before a freeze): needs the token and POST, collects", async () => {
+    const url = `${h.envdUrl}${ENVD_HEAP_REDUCE_PATH}`;
+    assert.equal((await post(url)).status, 401);
+    gcCalls = 0;
+    // Without aenv-trim.node (envd in-process here) a reduce is a full GC.
+    const r = await post(url, { "x-access-token": TOKEN });
+    assert.equal(r.status, 204);
+    assert.equal(gcCalls, 1);
+    const get = await new Promise<number>((resolve, reject) => {
+      http
+        .get(url, { headers: { "x-access-token": TOKEN }, agent: false }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        })
+        .on("error", reject);
+    });
+    assert.equal(get, 405);
   });
 });

@@ -35,6 +35,14 @@ export interface EnvdMetrics {
 export const ENVD_QUIESCE_PATH = "/quiesce";
 
 /**
+ * POST /heap/reduce (no body, 204): envd gives back the memory its runtime holds beyond its
+ * live objects (V8's committed but unused pages, freed malloc heap). The host asks before it
+ * freezes an idle sandbox, so a frozen sandbox holds less; /quiesce?gc=1 does the same before
+ * an image that many sandboxes start from or that an idle sandbox is saved to.
+ */
+export const ENVD_HEAP_REDUCE_PATH = "/heap/reduce";
+
+/**
  * POST (no body): envd stops every other process in the sandbox, then answers 200 with the
  * sandbox's writable filesystem layer as a tar stream (what differs from the template tree
  * bound read-only at SANDBOX_LOWER_DIR; deletions as `.wh.` whiteouts). The processes go on

@@ -9,6 +9,7 @@ export type { EnvdInitBody, EnvdLayerStats, EnvdMetrics } from "./envd-http.js";
 export {
   ENVD_FS_LAYER_APPLY_PATH,
   ENVD_FS_LAYER_CAPTURE_PATH,
+  ENVD_HEAP_REDUCE_PATH,
   ENVD_QUIESCE_PATH,
   SANDBOX_LOWER_DIR,
 } from "./envd-http.js";

@@ -1,13 +1,18 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
-import { isIPv4 } from "node:net";
 import { availableParallelism, hostname, totalmem } from "node:os";
 import { join } from "node:path";
-import { parse as parseToml } from "smol-toml";
-import { normaliseCidr } from "./network/policy.js";
+import { type EgressConfig, egressConfig } from "./config/egress.js";
+import { readConfigFile, type Value } from "./config/file.js";
+import { ConfigError, parseBool, parseBytes, parseInt10, parseListen } from "./config/values.js";
 import { NodePaths } from "./node-paths.js";
 import { DEFAULT_HTTP_LIMITS, type HttpLimits } from "./util/http-limits.js";
 import { writePrivateFile } from "./util/private-file.js";
+
+// The parts live in config/ (one job each); these names stay importable from here.
+export type { EgressConfig } from "./config/egress.js";
+export { FILE_KEYS } from "./config/file.js";
+export { ConfigError, parseBytes, parseListen } from "./config/values.js";
 
 export interface S3Config {
   /** Absent: AWS itself. */
@@ -70,66 +75,6 @@ export interface VolumesConfig {
   backend: "dir" | "ext4";
   /** Most bytes of files one volume may hold (checked on content API uploads; ext4: the filesystem size). */
   maxSizeBytes: number;
-}
-
-export interface EgressConfig {
-  /** IPv4 networks no sandbox may reach, whatever its rules (normalised a.b.c.d/n). */
-  deniedRanges: string[];
-  /** Static answers the egress proxy uses before DNS (split horizon, tests): name → addresses. */
-  hosts: Record<string, string[]>;
-  /** Extra CA certificates (PEM file) the egress proxy trusts for upstream TLS it re-encrypts. */
-  upstreamCaFile?: string;
-  /** The egress proxy's own CA (key and certificate); nodes of a cluster should share one. */
-  caDir?: string;
-}
-
-/**
- * Link-local and cloud metadata, loopback, private (RFC 1918, CGNAT), this-network,
- * multicast and reserved ranges: closed to sandboxes unless the operator lists otherwise.
- */
-export const DEFAULT_DENIED_RANGES = [
-  "0.0.0.0/8",
-  "10.0.0.0/8",
-  "100.64.0.0/10",
-  "127.0.0.0/8",
-  "169.254.0.0/16",
-  "172.16.0.0/12",
-  "192.0.0.0/24",
-  "192.168.0.0/16",
-  "198.18.0.0/15",
-  "224.0.0.0/4",
-  "240.0.0.0/4",
-];
-
-function egressConfig(
-  denied: string | undefined,
-  hosts: string | undefined,
-  caFile: string | undefined,
-  caDir: string | undefined,
-): EgressConfig {
-  const deniedRanges =
-    denied === undefined
-      ? DEFAULT_DENIED_RANGES
-      : denied
-          .split(",")
-          .map((c) => c.trim())
-          .filter(Boolean)
-          .map((c) => {
-            const n = normaliseCidr(c);
-            if (!n) throw new ConfigError(`network denied ranges: '${c}' is not an IPv4 address or CIDR`);
-            return n;
-          });
-  const map: Record<string, string[]> = {};
-  for (const pair of (hosts ?? "")
-    .split(",")
-    .map((p) => p.trim())
-    .filter(Boolean)) {
-    const [name, ip] = pair.split("=").map((x) => x.trim());
-    if (!name || !ip || !isIPv4(ip)) throw new ConfigError(`network egress hosts: expected name=IPv4, got '${pair}'`);
-    const key = name.toLowerCase();
-    map[key] = [...(map[key] ?? []), ip];
-  }
-  return { deniedRanges, hosts: map, ...(caFile ? { upstreamCaFile: caFile } : {}), ...(caDir ? { caDir } : {}) };
 }
 
 export interface ServerConfig {
@@ -216,59 +161,6 @@ export interface CliArgs {
   config?: string;
 }
 
-/** Bad configuration; the message is one line meant to be printed as is. */
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "ConfigError";
-  }
-}
-
-export function parseListen(s: string): { host: string; port: number } {
-  const m = /^(.*):(\d+)$/.exec(s);
-  if (!m) throw new ConfigError(`--listen expects HOST:PORT, got "${s}"`);
-  const port = Number(m[2]);
-  if (port < 0 || port > 65535) throw new ConfigError(`bad port in --listen ${s}`);
-  return { host: (m[1] ?? "").replace(/^\[|\]$/g, "") || "0.0.0.0", port };
-}
-
-const UNITS: Record<string, number> = {
-  "": 1,
-  b: 1,
-  k: 1024,
-  kib: 1024,
-  m: 1024 ** 2,
-  mib: 1024 ** 2,
-  g: 1024 ** 3,
-  gib: 1024 ** 3,
-  t: 1024 ** 4,
-  tib: 1024 ** 4,
-  kb: 1e3,
-  mb: 1e6,
-  gb: 1e9,
-  tb: 1e12,
-};
-
-/** "10GiB", "500MB", "512M" (binary), "1073741824" → bytes. */
-export function parseBytes(v: string | number, what: string): number {
-  if (typeof v === "number" && Number.isInteger(v) && v >= 0) return v;
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(String(v));
-  const unit = UNITS[(m?.[2] ?? "").toLowerCase()];
-  if (!m || unit === undefined) throw new ConfigError(`${what}: expected a size like 10GiB or 500MB, got "${v}"`);
-  return Math.floor(Number(m[1]) * unit);
-}
-
-function parseBool(v: string, what: string): boolean {
-  if (/^(1|true|yes|on)$/i.test(v)) return true;
-  if (/^(0|false|no|off)$/i.test(v)) return false;
-  throw new ConfigError(`${what}: expected true or false, got "${v}"`);
-}
-
-function parseInt10(v: string, what: string): number {
-  if (!/^\d+$/.test(v.trim())) throw new ConfigError(`${what}: expected a whole number, got "${v}"`);
-  return Number(v);
-}
-
 /** The API key: AENV_API_KEY, else one generated on first start into DATA/secrets/api-key (0600). */
 export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   if (env.AENV_API_KEY) return env.AENV_API_KEY;
@@ -278,121 +170,6 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   const key = `aenv_${randomBytes(24).toString("hex")}`;
   writePrivateFile(file, `${key}\n`);
   return key;
-}
-
-type Kind = "string" | "int" | "number" | "bool" | "size";
-type Value = string | number | boolean;
-
-/** Every key the config file may hold (docs/configuration.md documents each). */
-export const FILE_KEYS: Readonly<Record<string, Kind>> = {
-  listen: "string",
-  data_dir: "string",
-  templates_dir: "string",
-  domain: "string",
-  log_level: "string",
-  "runtime.debug_log": "string",
-  "runtime.platform": "string",
-  "runtime.runsc": "string",
-  "runtime.stale_warm_image_secs": "int",
-  "network.slot_cidr": "string",
-  "network.net_prefix": "string",
-  "network.warm_slots": "int",
-  "network.denied_ranges": "string",
-  "network.egress_hosts": "string",
-  "network.egress_upstream_ca_file": "string",
-  "network.egress_ca_dir": "string",
-  "sandbox.default_timeout_secs": "int",
-  "sandbox.max_timeout_secs": "int",
-  "sandbox.max_sandboxes": "int",
-  "sandbox.dead_check_interval_secs": "int",
-  "sandbox.metrics_interval_secs": "int",
-  "sandbox.hibernate_after_secs": "int",
-  "sandbox.warm_pool_min": "int",
-  "sandbox.start_concurrency": "int",
-  "sandbox.warm_pool_max": "int",
-  "sandbox.hibernate_cpu_percent": "int",
-  "sandbox.hibernate_save_after_secs": "int",
-  "sandbox.pause_waits_for_image": "bool",
-  "sandbox.max_memory_mb": "int",
-  "sandbox.max_cpus": "int",
-  "sandbox.memory_overcommit": "number",
-  "sandbox.cpu_overcommit": "number",
-  "sandbox.enforce_disk_size": "bool",
-  "sandbox.max_disk_size_mb": "int",
-  "sandbox.paused_max_age_secs": "int",
-  "sandbox.paused_max_bytes": "size",
-  "api.body_limit_bytes": "size",
-  "api.headers_timeout_secs": "int",
-  "api.request_timeout_secs": "int",
-  "api.keep_alive_timeout_secs": "int",
-  "api.idle_timeout_secs": "int",
-  "api.max_connections": "int",
-  "proxy.tunnel_idle_timeout_secs": "int",
-  "repository.backend": "string",
-  "repository.path": "string",
-  "repository.compression_level": "int",
-  "repository.concurrency": "int",
-  "repository.s3.endpoint": "string",
-  "repository.s3.bucket": "string",
-  "repository.s3.region": "string",
-  "repository.s3.prefix": "string",
-  "repository.s3.force_path_style": "bool",
-  "repository.commit_templates": "bool",
-  "repository.pause_commit_delay_secs": "int",
-  "cluster.redis": "string",
-  "cluster.node_id": "string",
-  "cluster.advertise_url": "string",
-  "cache.dir": "string",
-  "cache.max_bytes": "size",
-  "cache.cache_on_commit": "bool",
-  "gc.interval_secs": "int",
-  "gc.grace_secs": "int",
-  "images.insecure_registries": "string",
-  "images.auth_file": "string",
-  "images.upload_limit_bytes": "size",
-  "images.allow_host_sources": "bool",
-  "images.fetch_timeout_secs": "int",
-  "images.max_manifest_bytes": "size",
-  "images.max_image_bytes": "size",
-  "images.build_timeout_secs": "int",
-  "volumes.max_size_bytes": "size",
-  "volumes.backend": "string",
-};
-
-/** Reads a TOML config file into flat dotted keys, refusing unknown keys and wrong types. */
-export function readConfigFile(path: string): Map<string, Value> {
-  let doc: Record<string, unknown>;
-  try {
-    doc = parseToml(readFileSync(path, "utf8")) as Record<string, unknown>;
-  } catch (err) {
-    const msg = (err as Error).message.split("\n")[0];
-    throw new ConfigError(`config file ${path}: ${msg}`);
-  }
-  const out = new Map<string, Value>();
-  const walk = (obj: Record<string, unknown>, prefix: string) => {
-    for (const [k, v] of Object.entries(obj)) {
-      const key = prefix + k;
-      if (v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof Date)) {
-        walk(v as Record<string, unknown>, `${key}.`);
-        continue;
-      }
-      const kind = FILE_KEYS[key];
-      if (!kind) throw new ConfigError(`config file ${path}: unknown key '${key}'`);
-      const ok =
-        (kind === "string" && typeof v === "string") ||
-        (kind === "int" && typeof v === "number" && Number.isInteger(v) && v >= 0) ||
-        (kind === "number" && typeof v === "number" && Number.isFinite(v) && v > 0) ||
-        (kind === "bool" && typeof v === "boolean") ||
-        (kind === "size" && (typeof v === "string" || (typeof v === "number" && Number.isInteger(v))));
-      if (!ok)
-        throw new ConfigError(
-          `config file ${path}: '${key}' must be ${kind === "int" ? "a whole number" : kind === "number" ? "a positive number" : `a ${kind}`}`,
-        );
-      out.set(key, kind === "size" ? parseBytes(v as string | number, `${key} in ${path}`) : (v as Value));
-    }
-  };
-  walk(doc, "");
-  return out;
 }
 
 /** Listener limits from env names and file keys (the gateway reads the same variables). */

@@ -20,6 +20,8 @@ export interface HibernationDeps {
    * and if stillIdle() then; NotIdleError when it must not be saved.
    */
   save: (id: string, stillIdle: () => boolean) => Promise<void>;
+  /** Best effort, right before a freeze: the sandbox gives back memory it holds but does not use. */
+  reduceMemory?: (l: Live) => Promise<void>;
   log: Logger;
 }
 
@@ -160,8 +162,12 @@ export class Hibernation {
   private freeze(l: Live, w: Watch): Promise<void> {
     return this.d.registry
       .enqueue(l, async () => {
-        const idle = Date.now() - w.lastActive >= this.d.idleS * 1000;
-        if (!idle || l.hibernated || l.rec.state !== "running" || !l.slot || this.busy(l.rec.id)) return;
+        const idle = () => Date.now() - w.lastActive >= this.d.idleS * 1000;
+        const keepAwake = () => !idle() || l.hibernated || l.rec.state !== "running" || !l.slot || this.busy(l.rec.id);
+        if (keepAwake()) return;
+        // While it still runs (traffic meanwhile is served as usual, then seen below).
+        await this.d.reduceMemory?.(l);
+        if (keepAwake()) return;
         // Marked first: traffic arriving while the freezer settles thaws it again.
         l.hibernated = true;
         try {

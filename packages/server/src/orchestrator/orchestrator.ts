@@ -107,6 +107,7 @@ export class Orchestrator {
       cpuPct: cfg.hibernateCpuPct,
       saveAfterS: cfg.hibernateSaveAfterS,
       save: (id, stillIdle) => this.pauses.pause(id, { idle: true, stillIdle }),
+      reduceMemory: (l) => runner.reduceMemory(l),
       log,
     });
     registry.setWaker((l) => this.hibernation.wake(l));

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync } from "node:fs";
-import { ENVD_QUIESCE_PATH, type EnvdInitBody } from "@aenv/protocol";
+import { ENVD_HEAP_REDUCE_PATH, ENVD_QUIESCE_PATH, type EnvdInitBody } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { compileEgress } from "../network/policy.js";
 import type { Slot, SlotPool } from "../network/slots.js";
@@ -244,7 +244,9 @@ export class SandboxRunner {
     // catches one of envd's sockets open restores an envd that spins or never accepts again
     // (runsc resets the connection mid-save, see holdEnvd); capture() keeps new ones out.
     const q = new URLSearchParams();
-    if (opts.shared) q.set("gc", "1");
+    // envd gives back what V8 holds beyond its live objects (~3 MiB, ~80 ms in gVisor) where
+    // the image is worth it: one many sandboxes restore, or an idle sandbox's saved memory.
+    if (opts.shared || opts.unlessExternalTcp) q.set("gc", "1");
     if (opts.unlessExternalTcp) q.set("unlessExternalTcp", "1");
     const query = q.toString();
     const path = query ? `${ENVD_QUIESCE_PATH}?${query}` : ENVD_QUIESCE_PATH;
@@ -260,6 +262,19 @@ export class SandboxRunner {
       );
     }
     if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
+  }
+
+  /**
+   * Best effort, before an idle sandbox is frozen: envd gives back the memory its runtime
+   * holds beyond its live objects, so the frozen sandbox keeps less (~3 MiB).
+   */
+  async reduceMemory(l: Live): Promise<void> {
+    if (!l.slot) return;
+    const r = await envdRequest(l.slot.slotIp, "POST", ENVD_HEAP_REDUCE_PATH, {
+      token: l.rec.envdToken,
+      timeoutMs: 2000,
+    }).catch(() => undefined);
+    if (r?.status !== 204) this.d.log.debug({ sandboxID: l.rec.id, status: r?.status }, "envd heap not reduced");
   }
 
   /**
