@@ -11,7 +11,8 @@ let server: TestServer;
 const V2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
 
 before(async () => {
-  server = await startServer({ env: { AENV_HIBERNATE_AFTER: "2" } });
+  // debug: the test reads the server's log for the heap reduce before a freeze.
+  server = await startServer({ env: { AENV_HIBERNATE_AFTER: "2", AENV_LOG_LEVEL: "debug" } });
   useE2b(server);
 });
 
@@ -50,6 +51,14 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
     );
     const cg = cgroupOf(s.sandboxId);
     await waitFor("hibernation", cg.frozen, 15_000);
+    // Right before the freeze envd gave back what its runtime held beyond its live objects.
+    const mine = server
+      .logs()
+      .split("\n")
+      .filter((l) => l.includes(s.sandboxId));
+    const reduced = mine.findIndex((l) => l.includes('"envd heap reduced"'));
+    const frozen = mine.findIndex((l) => l.includes('"sandbox hibernated"'));
+    assert.ok(reduced >= 0 && reduced < frozen, "envd's heap reduced before the sandbox was frozen");
     const before_ = cg.cpuNs();
     await sleep(1500);
     assert.equal(cg.cpuNs(), before_, "a frozen sandbox uses no CPU at all");

@@ -270,11 +270,13 @@ export class SandboxRunner {
    */
   async reduceMemory(l: Live): Promise<void> {
     if (!l.slot) return;
+    const t0 = Date.now();
     const r = await envdRequest(l.slot.slotIp, "POST", ENVD_HEAP_REDUCE_PATH, {
       token: l.rec.envdToken,
       timeoutMs: 2000,
     }).catch(() => undefined);
-    if (r?.status !== 204) this.d.log.debug({ sandboxID: l.rec.id, status: r?.status }, "envd heap not reduced");
+    if (r?.status === 204) this.d.log.debug({ sandboxID: l.rec.id, ms: Date.now() - t0 }, "envd heap reduced");
+    else this.d.log.debug({ sandboxID: l.rec.id, status: r?.status }, "envd heap not reduced");
   }
 
   /**
