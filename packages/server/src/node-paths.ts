@@ -33,6 +33,10 @@ export class NodePaths {
   get stateDb(): string {
     return join(this.dataDir, "state.db");
   }
+  /** Sandbox disks formatted ahead of starts (runtime/gvisor/overlay-disk.ts); emptied at start. */
+  get formattedDisks(): string {
+    return join(this.dataDir, "disks");
+  }
   /** runsc's --root. */
   get runtimeState(): string {
     return join(this.dataDir, "runsc");

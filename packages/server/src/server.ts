@@ -78,6 +78,7 @@ export async function startServer(
     stateDir: paths.runtimeState,
     platform: cfg.platform,
     enforceDiskSize: cfg.enforceDiskSize,
+    disksDir: paths.formattedDisks,
     debugLogDir: cfg.runscDebugLog,
     log: log.child({ component: "gvisor" }),
   });
@@ -291,6 +292,7 @@ export async function startServer(
       await app.fastify.close();
       await slots.close();
       await egress.close();
+      await driver.disks?.close();
       store.close();
     },
   };

@@ -11,7 +11,7 @@ import {
 } from "../driver.js";
 import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
-import { prepareOverlayDisk } from "./overlay-disk.js";
+import { formatOverlayDisk, OverlayDisks } from "./overlay-disk.js";
 import { Runsc } from "./runsc.js";
 
 export interface GvisorOptions {
@@ -21,6 +21,8 @@ export interface GvisorOptions {
   platform?: string;
   /** Bound each sandbox's writable layer by its diskSizeMB (overlay-disk.ts). */
   enforceDiskSize?: boolean;
+  /** Where disks are formatted ahead of starts (on the sandboxes' filesystem); unset: each start formats its own. */
+  disksDir?: string;
   /** runsc debug logs go here (see RunscConfig.debugLogDir). */
   debugLogDir?: string;
   log: Logger;
@@ -41,9 +43,12 @@ export class GvisorDriver implements RuntimeDriver {
   readonly quiesceBeforeCheckpoint = true;
   private runsc: Runsc;
   private readonly lastCpu = new Map<string, { t: number; ns: number }>();
+  /** Sandbox disks formatted ahead (with enforceDiskSize and disksDir). */
+  readonly disks?: OverlayDisks;
 
   constructor(private readonly opts: GvisorOptions) {
     if (opts.debugLogDir) mkdirSync(opts.debugLogDir, { recursive: true, mode: 0o700 });
+    if (opts.enforceDiskSize && opts.disksDir) this.disks = new OverlayDisks(opts.disksDir, opts.log);
     this.runsc = new Runsc({
       binary: opts.binary ?? "runsc",
       root: opts.stateDir,
@@ -112,8 +117,9 @@ export class GvisorDriver implements RuntimeDriver {
     if (l.writableRootfs || !l.diskSizeMB || !this.opts.enforceDiskSize) return { bundle, flags };
     const image = join(l.dir, "disk.img");
     const t0 = Date.now();
-    await prepareOverlayDisk(image, l.diskSizeMB);
-    this.opts.log.debug({ sandboxID: l.id, ms: Date.now() - t0, mb: l.diskSizeMB }, "sandbox disk formatted");
+    if (this.disks) await this.disks.take(image, l.diskSizeMB);
+    else await formatOverlayDisk(image, l.diskSizeMB);
+    this.opts.log.debug({ sandboxID: l.id, ms: Date.now() - t0, mb: l.diskSizeMB }, "sandbox disk ready");
     return { bundle, flags, disk: { image, dir: overlay } };
   }
 
