@@ -118,6 +118,30 @@ describe("pause and resume", () => {
     }
   });
 
+  test("a resume or a kill soon after a pause needs no image, and none is written", async () => {
+    // sandbox.pause_image_delay_ms (500 ms by default): the image of a pause answered early is
+    // written that long after the answer, so an agent's quick next turn finds it in memory.
+    const s = await Sandbox.create({ timeoutMs: 120_000 });
+    const id = s.sandboxId;
+    const written = () =>
+      srv()
+        .logs()
+        .split("\n")
+        .filter((l) => l.includes(id) && l.includes('"sandbox paused (image written)"')).length;
+    try {
+      await s.pause();
+      await s.connect();
+      await untilLogLine(srv(), [id, '"sandbox resumed"', '"inPlace":true']);
+      assert.equal((await s.commands.run("echo back")).stdout, "back\n");
+      await s.pause();
+      await Sandbox.kill(id);
+      await sleep(1500);
+      assert.equal(written(), 0, "an image was written for a pause that a resume or kill followed at once");
+    } finally {
+      await Sandbox.kill(id).catch(() => {});
+    }
+  });
+
   test("20 pause/resume cycles lose nothing", async () => {
     const s = await Sandbox.create({ timeoutMs: 300_000 });
     try {

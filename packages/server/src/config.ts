@@ -108,6 +108,8 @@ export interface ServerConfig {
   hibernateSaveAfterS: number;
   /** A client's memory pause answers once its image is durable, not once the sandbox is stopped. */
   pauseWaitsForImage: boolean;
+  /** A pause answered early writes its image this long after the answer (a resume or kill before needs none). */
+  pauseImageDelayMs: number;
   /** Seconds between metrics samples kept for getMetrics ranges; 0 keeps none. */
   metricsIntervalS: number;
   /** Warm images of other runtime builds unused this long are removed at start. */
@@ -334,6 +336,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     hibernateCpuPct: num("AENV_HIBERNATE_CPU_PERCENT", "sandbox.hibernate_cpu_percent", 15),
     hibernateSaveAfterS: num("AENV_HIBERNATE_SAVE_AFTER", "sandbox.hibernate_save_after_secs", 600),
     pauseWaitsForImage: bool("AENV_PAUSE_WAITS_FOR_IMAGE", "sandbox.pause_waits_for_image", false),
+    pauseImageDelayMs: num("AENV_PAUSE_IMAGE_DELAY_MS", "sandbox.pause_image_delay_ms", 500),
     metricsIntervalS: num("AENV_METRICS_INTERVAL", "sandbox.metrics_interval_secs", 10),
     staleWarmImageS: num("AENV_STALE_WARM_IMAGE_SECS", "runtime.stale_warm_image_secs", 86400),
     maxTimeoutS: num("AENV_MAX_TIMEOUT", "sandbox.max_timeout_secs", 24 * 3600),

@@ -36,6 +36,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.hibernate_cpu_percent": "int",
   "sandbox.hibernate_save_after_secs": "int",
   "sandbox.pause_waits_for_image": "bool",
+  "sandbox.pause_image_delay_ms": "int",
   "sandbox.max_memory_mb": "int",
   "sandbox.max_cpus": "int",
   "sandbox.memory_overcommit": "number",

@@ -37,6 +37,9 @@ export interface PauseResumeDeps {
  * boots the template afresh, has envd put the layer back, then runs the start command.
  */
 export class PauseResume {
+  /** Pauses answered early whose image write waits out its delay: each writes at once if called. */
+  private readonly delayed = new Map<string, () => void>();
+
   constructor(private readonly d: PauseResumeDeps) {}
 
   /**
@@ -117,9 +120,11 @@ export class PauseResume {
 
   /**
    * Pause, answered early: the sandbox's tasks stop in place (quiesced as for a checkpoint)
-   * and it is paused from then on; its image is written by the operation queued right behind
-   * (writeImage), so anything done to the sandbox afterwards (resume, fork, kill) waits for it.
-   * A resume that comes first finds the sandbox still in memory and lets it go on (no image).
+   * and it is paused from then on; its image is written by an operation queued
+   * `pauseImageDelayMs` later (writeImage), so anything done to the sandbox after that (resume,
+   * fork, kill) waits for it. A resume or kill that comes first finds the sandbox still in
+   * memory: it goes on (or ends) without an image; a fork writes the image itself (linkImage);
+   * a shutdown or drain writes the delayed ones at once (imagesWritten).
    */
   private async suspend(l: Live): Promise<void> {
     const t0 = Date.now();
@@ -136,9 +141,23 @@ export class PauseResume {
     this.d.store.put(rec);
     const suspendedMs = Date.now() - t0;
     this.d.log.info({ sandboxID: rec.id, kind: "memory", ms: suspendedMs }, "sandbox paused (stopped in place)");
-    void this.d.registry
-      .enqueue(l, () => this.writeImage(l, suspendedMs))
-      .catch((err) => this.d.log.error({ err, sandboxID: rec.id }, "pause image not written"));
+    // Written a moment later: a resume (an agent's next turn) or a kill that comes first
+    // needs no image, and waits for none (a checkpoint under way cannot be cut short).
+    const tag = rec.pauseTag;
+    const write = () => {
+      this.delayed.delete(rec.id);
+      void this.d.registry
+        .enqueue(l, () => (rec.pauseTag === tag ? this.writeImage(l, suspendedMs) : Promise.resolve()))
+        .catch((err) => this.d.log.error({ err, sandboxID: rec.id }, "pause image not written"));
+    };
+    const delayMs = this.d.cfg.pauseImageDelayMs;
+    if (delayMs <= 0) return write();
+    this.delayed.get(rec.id)?.();
+    const timer = setTimeout(write, delayMs);
+    this.delayed.set(rec.id, () => {
+      clearTimeout(timer);
+      write();
+    });
   }
 
   /**
@@ -313,6 +332,8 @@ export class PauseResume {
 
   /** Once every pause answered before its image was written has it (their queued operation). */
   async imagesWritten(): Promise<void> {
+    // Those still in their delay are written now.
+    for (const write of [...this.delayed.values()]) write();
     await Promise.all(
       this.d.registry
         .all()
