@@ -46,7 +46,7 @@ export class OverlayDisks {
   private chain: Promise<void> = Promise.resolve();
   private seq = 0;
   private closed = false;
-  /** Disks taken ready, disks formatted on a start's path: what the tests and the log read. */
+  /** Disks taken ready, disks formatted on a start's path (read by the tests). */
   readonly counts = { ahead: 0, inline: 0 };
 
   constructor(
