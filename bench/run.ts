@@ -5,8 +5,8 @@
  * bench/results/latest.{json,md}.
  *
  * Env: BENCH_N (create→first command samples, default 20), BENCH_RT_N (50), BENCH_RAW_RT_N (20),
- * BENCH_FILE_MIB (32), BENCH_FILE_REPS (3), BENCH_MEM_K (5), BENCH_TIMEOUT_S (whole run, 345),
- * BENCH_RAW_OVERLAY (memory | dir: raw runsc's rootfs overlay upper, default memory).
+ * BENCH_FILE_MIB (32), BENCH_FILE_REPS (3), BENCH_MEM_K (5), BENCH_MEM_SETTLE_MS (3000),
+ * BENCH_TIMEOUT_S (whole run, 345), BENCH_RAW_OVERLAY (memory | dir: raw runsc's rootfs overlay upper, default memory).
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -33,7 +33,7 @@ const RAW_RT_N = envInt("BENCH_RAW_RT_N", 20);
 const FILE_BYTES = envInt("BENCH_FILE_MIB", 32) * 2 ** 20;
 const FILE_REPS = envInt("BENCH_FILE_REPS", 3);
 const MEM_K = envInt("BENCH_MEM_K", 5);
-const MEM_SETTLE_MS = 3000;
+const MEM_SETTLE_MS = envInt("BENCH_MEM_SETTLE_MS", 3000);
 const RAW_OVERLAY = process.env.BENCH_RAW_OVERLAY === "dir" ? "dir" : "memory";
 const TIMEOUT_S = envInt("BENCH_TIMEOUT_S", 345);
 const WARMUP = 1;

@@ -20,7 +20,9 @@ need=()
 # (its tests start their own on a free port). systemd's systemd-analyze verifies the units in
 # deploy/systemd/ and kubectl renders the kustomize base in deploy/kubernetes/ (test/deploy.test.ts);
 # Debian's kubectl comes with kubernetes-client, skipped when a kubectl is already installed.
-for p in debootstrap nftables iproute2 util-linux ca-certificates openssl tmux procps gcc libc6-dev zstd \
+# tini (-s, a subreaper) reaps the sandboxes' processes at once where PID 1 is slow to: runsc's
+# delete waits until the killed sandbox process is reaped (1-2 s per removal behind a lazy init).
+for p in tini debootstrap nftables iproute2 util-linux ca-certificates openssl tmux procps gcc libc6-dev zstd \
   docker-registry skopeo busybox-static redis-server systemd; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done

@@ -19,4 +19,6 @@ bash scripts/install-deps.sh
 npm run build --silent
 bash scripts/build-base-template.sh "$data_dir/templates"
 echo "setup: starting aenv-server (API key in $data_dir/secrets/api-key unless AENV_API_KEY is set)"
-exec node packages/server/bin/aenv-server.js --data-dir "$data_dir" "$@"
+# tini as a subreaper reaps the sandboxes' processes at once (runsc's delete waits for that);
+# systemd and the OCI image's tini do the same for installed servers.
+exec tini -s -- node packages/server/bin/aenv-server.js --data-dir "$data_dir" "$@"

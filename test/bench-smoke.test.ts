@@ -15,6 +15,7 @@ const TINY = {
   BENCH_FILE_MIB: "1",
   BENCH_FILE_REPS: "1",
   BENCH_MEM_K: "1",
+  BENCH_MEM_SETTLE_MS: "500",
   BENCH_DIRTY_MB: "1",
   BENCH_FORKS: "1",
   BENCH_REPS: "1",
@@ -23,8 +24,9 @@ const TINY = {
   BENCH_INC_MB: "4",
   BENCH_BURST: "2",
   BENCH_CLUSTER_NODES: "2",
-  // rollouts.ts and density.ts: 12 s budgets, a 40-file task; one idle sandbox per pass, 1 s windows.
+  // rollouts.ts and density.ts: a 40-file task; one idle sandbox per pass, 1 s windows.
   BENCH_SMOKE: "1",
+  BENCH_ROLLOUT_BUDGET_S: "8",
 };
 
 test("every benchmark runs once with tiny settings, raw column included", async () => {

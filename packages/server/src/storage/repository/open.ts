@@ -3,7 +3,6 @@ import { BackendUnavailableError, type RepositoryBackend } from "./backend.js";
 import { ChunkCache } from "./chunk-cache.js";
 import { ChunkRepository, type RepositoryOptions } from "./chunk-repository.js";
 import { PosixFsBackend } from "./posix-fs-backend.js";
-import { S3Backend } from "./s3-backend.js";
 import { checkZstd } from "./zstd.js";
 
 /** The slice of a pino logger this needs. */
@@ -13,16 +12,23 @@ export interface RepoLogger {
   error(obj: object, msg: string): void;
 }
 
-export function createBackend(cfg: Pick<ServerConfig, "repository">): RepositoryBackend {
+/** The s3 backend's module (the AWS SDK, ~0.2 s to load) is loaded only where it is configured. */
+export async function createBackend(
+  cfg: Pick<ServerConfig, "repository">,
+  onS3Warning?: (backend: string, message: string) => void,
+): Promise<RepositoryBackend> {
   const r = cfg.repository;
   if (r.backend === "s3") {
-    return new S3Backend({
+    const { S3Backend } = await import("./s3-backend.js");
+    const backend = new S3Backend({
       bucket: r.s3.bucket,
       region: r.s3.region,
       endpoint: r.s3.endpoint,
       prefix: r.s3.prefix,
       forcePathStyle: r.s3.forcePathStyle,
     });
+    backend.onWarning = (message) => onS3Warning?.(backend.description, message);
+    return backend;
   }
   return new PosixFsBackend(r.path);
 }
@@ -43,12 +49,10 @@ export async function openRepository(
   } catch (err) {
     throw new BackendUnavailableError(`repository: ${(err as Error).message}`, { cause: err });
   }
-  const backend = createBackend(cfg);
+  const backend = await createBackend(cfg, (description, message) =>
+    log.warn({ backend: description }, `${message}: claims fall back to check-then-put`),
+  );
   await backend.check();
-  if (backend instanceof S3Backend) {
-    backend.onWarning = (message) =>
-      log.warn({ backend: backend.description }, `${message}: claims fall back to check-then-put`);
-  }
   const cache = new ChunkCache({ dir: r.cacheDir, maxBytes: r.cacheMaxBytes });
   await cache.init();
   log.info(

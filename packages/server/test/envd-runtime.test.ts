@@ -1,0 +1,45 @@
+/** The runtime folder mounted at /.aenv (runtime/envd-runtime.ts): content-addressed, its ID remembered. */
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { after, describe, it } from "node:test";
+import { prepareEnvdRuntime, runtimeContentId } from "../src/runtime/envd-runtime.js";
+
+describe("envd runtime folder", () => {
+  const root = mkdtempSync("/var/tmp/aenv-runtime-test-");
+  after(() => rmSync(root, { recursive: true, force: true }));
+
+  it("the content ID follows the bytes, not the times", () => {
+    const f = join(root, "input");
+    writeFileSync(f, "one");
+    const a = runtimeContentId([f]);
+    utimesSync(f, new Date(1_000_000), new Date(1_000_000));
+    assert.equal(runtimeContentId([f]), a);
+    writeFileSync(f, "two");
+    assert.notEqual(runtimeContentId([f]), a);
+  });
+
+  it("a start with unchanged inputs takes the remembered folder without reading them; a stale memo is ignored", () => {
+    const rt = join(root, "rt");
+    const dir = prepareEnvdRuntime(rt);
+    assert.ok(existsSync(join(dir, ".complete")) && existsSync(join(dir, "bin", "node")));
+    const memoFile = join(rt, ".ids.json");
+    const memo = JSON.parse(readFileSync(memoFile, "utf8")) as Record<string, string>;
+    const [key] = Object.keys(memo);
+    assert.ok(key);
+    assert.equal(memo[key], basename(dir));
+    // The memo is believed: pointed at another complete folder, the next start takes it (no hash).
+    const other = "0123456789abcdef";
+    mkdirSync(join(rt, other));
+    writeFileSync(join(rt, other, ".complete"), "");
+    writeFileSync(memoFile, JSON.stringify({ [key]: other }));
+    assert.equal(prepareEnvdRuntime(rt), join(rt, other));
+    // A memo for other inputs (or naming a folder that is not there) is not: the content decides.
+    writeFileSync(memoFile, JSON.stringify({ stale: other }));
+    assert.equal(prepareEnvdRuntime(rt), dir);
+    writeFileSync(memoFile, JSON.stringify({ [key]: "fedcba9876543210" }));
+    assert.equal(prepareEnvdRuntime(rt), dir);
+    writeFileSync(memoFile, "not json");
+    assert.equal(prepareEnvdRuntime(rt), dir);
+  });
+});
