@@ -24,9 +24,9 @@ const TINY = {
   BENCH_INC_MB: "4",
   BENCH_BURST: "2",
   BENCH_CLUSTER_NODES: "2",
-  // rollouts.ts and density.ts: a 40-file task; one idle sandbox per pass, 1 s windows.
+  // rollouts.ts and density.ts: 12 s budgets (a setup-per-rollout pass needs most of them), a
+  // 40-file task; one idle sandbox per pass, 1 s windows.
   BENCH_SMOKE: "1",
-  BENCH_ROLLOUT_BUDGET_S: "8",
 };
 
 test("every benchmark runs once with tiny settings, raw column included", async () => {

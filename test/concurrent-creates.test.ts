@@ -10,7 +10,7 @@ import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/
 
 let server: TestServer;
 const N = 100;
-const CAP = 30;
+const CAP = 16;
 
 before(async () => {
   // Idle ones hibernate quickly: 100 live sandboxes would otherwise hold both cores of a CI host.

@@ -58,7 +58,7 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
 
   // Commands start through init's vfork spawn service as in a sandbox, unless a test asks otherwise.
   const spawnHelper = opts.spawnHelper === undefined ? SPAWN_HELPER : opts.spawnHelper || undefined;
-  const { server: envd, listener, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
+  const { listener, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
   const envdPort = await listen(listener);
   const envdUrl = `http://127.0.0.1:${envdPort}`;
 
@@ -112,7 +112,10 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
     async close() {
       env.processes.close();
       env.watchers.closeAll();
-      envd.closeAllConnections();
+      // envd's HTTP server is fed by its own listener (large-reads.ts), so it never listens
+      // itself and closeAllConnections() knows no sockets: its kept-alive ones (75 s) would
+      // hold this test process open after the last test. envd's own list closes them.
+      env.closeConnections?.();
       api.closeAllConnections();
       await Promise.all([new Promise((r) => listener.close(r)), new Promise((r) => api.close(r))]);
       rmSync(root, { recursive: true, force: true });
