@@ -199,8 +199,19 @@ export class ProcessHandle {
         if (finished) return;
         const now = Date.now();
         const quiet = now - lastDataAt >= EXIT_FLUSH_MS || now - exitedAt >= EXIT_DRAIN_MAX_MS;
-        if (h.congestion === 0 && quiet) finish(code, signal);
-        else setTimeout(check, 100).unref();
+        if (h.congestion !== 0 || !quiet) {
+          setTimeout(check, 100).unref();
+          return;
+        }
+        // Timers run before the loop polls for I/O: output that arrived while envd was busy
+        // (a restored sandbox faulting its pages in, a loaded host) is only read in the poll
+        // phase after this one. Decided after it, so such output is sent, not dropped.
+        const seen = lastDataAt;
+        setImmediate(() => {
+          if (finished) return;
+          if (lastDataAt === seen && h.congestion === 0) finish(code, signal);
+          else setTimeout(check, 100).unref();
+        });
       };
       setTimeout(check, EXIT_FLUSH_MS).unref();
     });
