@@ -12,6 +12,7 @@ import {
 import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
 import { formatOverlayDisk, OverlayDisks } from "./overlay-disk.js";
+import { probeKey, rememberedPlatform, rememberPlatform } from "./probe-memo.js";
 import { Runsc } from "./runsc.js";
 
 export interface GvisorOptions {
@@ -76,6 +77,20 @@ export class GvisorDriver implements RuntimeDriver {
     mkdirSync(this.opts.stateDir, { recursive: true });
     const wanted = this.opts.platform ?? "auto";
     const candidates = wanted === "auto" ? ["systrap", "ptrace"] : [wanted];
+    const selected = (platform: string, remembered: boolean): RuntimeInfo => {
+      this.runsc = new Runsc({ ...this.runsc.cfg, platform });
+      this.opts.log.info({ platform, version, remembered }, "gVisor platform selected");
+      const v = m?.[1] ?? version;
+      return {
+        driver: this.name,
+        version: v,
+        platform,
+        checkpointKey: `${v.replace(/[^a-zA-Z0-9.]/g, "")}-${platform}`,
+      };
+    };
+    const key = probeKey(bin, `${version}\0${wanted}`);
+    const known = rememberedPlatform(key, candidates);
+    if (known) return selected(known, true);
     const errors: string[] = [];
     for (const platform of candidates) {
       const r = await exec(
@@ -84,15 +99,8 @@ export class GvisorDriver implements RuntimeDriver {
         { allowFail: true, timeoutMs: 30_000 },
       );
       if (r.code === 0) {
-        this.runsc = new Runsc({ ...this.runsc.cfg, platform });
-        this.opts.log.info({ platform, version }, "gVisor platform selected");
-        const v = m?.[1] ?? version;
-        return {
-          driver: this.name,
-          version: v,
-          platform,
-          checkpointKey: `${v.replace(/[^a-zA-Z0-9.]/g, "")}-${platform}`,
-        };
+        rememberPlatform(key, platform);
+        return selected(platform, false);
       }
       errors.push(`${platform}: ${r.stderr.trim().split("\n").pop()}`);
     }
