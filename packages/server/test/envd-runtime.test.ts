@@ -24,20 +24,20 @@ describe("envd runtime folder", () => {
     const dir = prepareEnvdRuntime(rt);
     assert.ok(existsSync(join(dir, ".complete")) && existsSync(join(dir, "bin", "node")));
     const memoFile = join(rt, ".ids.json");
-    const memo = JSON.parse(readFileSync(memoFile, "utf8")) as Record<string, string>;
-    const [key] = Object.keys(memo);
+    const memo = JSON.parse(readFileSync(memoFile, "utf8")) as { key: string; value: string };
+    const { key } = memo;
     assert.ok(key);
-    assert.equal(memo[key], basename(dir));
+    assert.equal(memo.value, basename(dir));
     // The memo is believed: pointed at another complete folder, the next start takes it (no hash).
     const other = "0123456789abcdef";
     mkdirSync(join(rt, other));
     writeFileSync(join(rt, other, ".complete"), "");
-    writeFileSync(memoFile, JSON.stringify({ [key]: other }));
+    writeFileSync(memoFile, JSON.stringify({ key, value: other }));
     assert.equal(prepareEnvdRuntime(rt), join(rt, other));
     // A memo for other inputs (or naming a folder that is not there) is not: the content decides.
-    writeFileSync(memoFile, JSON.stringify({ stale: other }));
+    writeFileSync(memoFile, JSON.stringify({ key: "stale", value: other }));
     assert.equal(prepareEnvdRuntime(rt), dir);
-    writeFileSync(memoFile, JSON.stringify({ [key]: "fedcba9876543210" }));
+    writeFileSync(memoFile, JSON.stringify({ key, value: "fedcba9876543210" }));
     assert.equal(prepareEnvdRuntime(rt), dir);
     writeFileSync(memoFile, "not json");
     assert.equal(prepareEnvdRuntime(rt), dir);

@@ -31,7 +31,7 @@ describe("runsc probe memo", () => {
     const key = probeKey(bin, "v1\0auto");
     writeFileSync(memo, "not json");
     assert.equal(rememberedPlatform(key, ["systrap"], memo), undefined);
-    writeFileSync(memo, JSON.stringify({ key, platform: ["systrap"] }));
+    writeFileSync(memo, JSON.stringify({ key, value: ["systrap"] }));
     assert.equal(rememberedPlatform(key, ["systrap"], memo), undefined);
   });
 });

@@ -6,18 +6,16 @@ import {
   existsSync,
   mkdirSync,
   openSync,
-  readFileSync,
   readSync,
   realpathSync,
-  renameSync,
   rmSync,
-  statSync,
   writeFileSync,
 } from "node:fs";
 import { basename, dirname, join, relative } from "node:path";
 import { envdArtifacts } from "@aenv/envd";
 import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
 import { publishTreeSync } from "../util/durable-write.js";
+import { fileIdentity, readMemo, writeMemo } from "../util/memo-file.js";
 
 /**
  * PID 1 of a sandbox: aenv-init, which starts envd (with the runtime folder's loader and
@@ -94,30 +92,12 @@ export function runtimeContentId(files: string[]): string {
   return h.digest("hex").slice(0, 16);
 }
 
-/**
- * The inputs as the filesystem describes them (device, inode, size, change and modification
- * times): any write to a file changes its ctime, so an unchanged key means unchanged bytes, as
- * make and git's index assume. Lets a restart skip reading ~100 MB.
- */
+/** The inputs' identities (memo-file.ts): lets a restart skip reading ~100 MB. */
 function statKey(files: string[]): string {
   const h = createHash("sha256");
   h.update(IDENTITY_PREFIX);
-  for (const f of files) {
-    const st = statSync(f, { bigint: true });
-    h.update(`${f}\0${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}\n`);
-  }
+  for (const f of files) h.update(`${f}\0${fileIdentity(f)}\n`);
   return h.digest("hex");
-}
-
-const MEMO = ".ids.json";
-
-function readMemo(root: string): Record<string, string> {
-  try {
-    const v = JSON.parse(readFileSync(join(root, MEMO), "utf8")) as unknown;
-    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, string>) : {};
-  } catch {
-    return {};
-  }
 }
 
 /**
@@ -130,17 +110,13 @@ function readMemo(root: string): Record<string, string> {
 export function prepareEnvdRuntime(root: string): string {
   const { node, libs, art, files } = runtimeInputs();
   const key = statKey(files);
-  const memo = readMemo(root);
-  const known = memo[key];
+  const memo = join(root, ".ids.json");
+  const known = readMemo(memo, key);
   if (known && /^[0-9a-f]{16}$/.test(known) && existsSync(join(root, known, ".complete"))) return join(root, known);
   const id = runtimeContentId(files);
   const dir = join(root, id);
   if (!existsSync(join(dir, ".complete"))) buildRuntimeDir(dir, node, libs, art);
-  // Only the latest key: a changed input makes the old ones useless.
-  mkdirSync(root, { recursive: true });
-  const tmp = join(root, `${MEMO}.tmp-${process.pid}`);
-  writeFileSync(tmp, JSON.stringify({ [key]: id }));
-  renameSync(tmp, join(root, MEMO));
+  writeMemo(memo, key, id);
   return dir;
 }
 

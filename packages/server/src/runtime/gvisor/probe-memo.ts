@@ -5,8 +5,9 @@
  * writable by root only).
  */
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
-import { delimiter, dirname, join } from "node:path";
+import { readFileSync, statSync } from "node:fs";
+import { delimiter, join } from "node:path";
+import { fileIdentity, readMemo, writeMemo } from "../../util/memo-file.js";
 
 export const PROBE_MEMO_FILE = "/run/aenv/runsc-probe.json";
 
@@ -23,15 +24,14 @@ function resolveBinary(bin: string): string | undefined {
   return undefined;
 }
 
-/** What the answer depends on: the binary (path, inode, size, times), what was asked, the boot. */
+/** What the answer depends on: the binary (path and identity), what was asked, the boot. */
 export function probeKey(bin: string, asked: string): string | undefined {
   try {
     const path = resolveBinary(bin);
     if (!path) return undefined;
-    const st = statSync(path, { bigint: true });
     const boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
     return createHash("sha256")
-      .update(`${path}\0${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}\0${asked}\0${boot}`)
+      .update(`${path}\0${fileIdentity(path)}\0${asked}\0${boot}`)
       .digest("hex");
   } catch {
     return undefined;
@@ -44,23 +44,10 @@ export function rememberedPlatform(
   allowed: string[],
   file = PROBE_MEMO_FILE,
 ): string | undefined {
-  if (!key) return undefined;
-  try {
-    const v = JSON.parse(readFileSync(file, "utf8")) as { key?: unknown; platform?: unknown };
-    return v.key === key && typeof v.platform === "string" && allowed.includes(v.platform) ? v.platform : undefined;
-  } catch {
-    return undefined;
-  }
+  const platform = key ? readMemo(file, key) : undefined;
+  return platform !== undefined && allowed.includes(platform) ? platform : undefined;
 }
 
 export function rememberPlatform(key: string | undefined, platform: string, file = PROBE_MEMO_FILE): void {
-  if (!key) return;
-  try {
-    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
-    const tmp = `${file}.tmp-${process.pid}`;
-    writeFileSync(tmp, JSON.stringify({ key, platform }), { mode: 0o600 });
-    renameSync(tmp, file);
-  } catch {
-    // Remembered or not, the probe's answer stands.
-  }
+  if (key) writeMemo(file, key, platform);
 }
