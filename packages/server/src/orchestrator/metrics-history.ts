@@ -18,9 +18,9 @@ const DISK_EVERY_MS = 60_000;
 
 /**
  * Metrics kept over a sandbox's life, so `getMetrics({start, end})` can answer for a range:
- * every running sandbox is sampled every `intervalS` (one `runsc events` each, ~10 ms of CPU;
- * sandboxes are sampled one after another, never all at once). Paused sandboxes are not
- * sampled; their history stays until they are gone.
+ * every running sandbox is sampled every `intervalS` (CPU and memory read from its cgroup,
+ * no process started; sandboxes one after another, never all at once). Paused sandboxes are
+ * not sampled; their history stays until they are gone.
  */
 export class MetricsHistory {
   private readonly samples = new Map<string, SandboxMetric[]>();

@@ -13,7 +13,7 @@ export async function sampleMetrics(
   opts: { disk: boolean } = { disk: true },
 ): Promise<SandboxMetric[]> {
   const rec = l.rec;
-  // A frozen sandbox cannot be asked (runsc events and envd would wait for it) and uses no CPU.
+  // A frozen sandbox cannot be asked (envd would wait for it) and uses no CPU.
   if (l.hibernated) {
     const at = Math.floor(Date.now() / 1000);
     const last = l.lastMetric ?? {
