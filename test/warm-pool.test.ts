@@ -42,6 +42,10 @@ test("creates are served from the pool with their own identity, env, metadata, t
     assert.notEqual(a.sandboxId, b.sandboxId);
     assert.equal((await a.commands.run("echo $WHO")).stdout, "a\n");
     assert.equal((await b.commands.run("echo $WHO")).stdout, "b\n");
+    // The pool ran one command in each before freezing it (its first calls then cost what later
+    // ones do): nothing of it is left running.
+    const ps = (await a.commands.run("ps -eo args")).stdout;
+    assert.ok(!ps.includes("-c true"), ps);
     const ia = await a.getInfo();
     assert.deepEqual(ia.metadata, { user: "a" });
     const left = new Date(ia.endAt).getTime() - Date.now();

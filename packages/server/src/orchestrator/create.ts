@@ -131,8 +131,10 @@ export class Creator {
     }
     try {
       await registry.wake(live);
-      await runner.applyNetwork(live);
-      await runner.initEnvd(live, plan.init, undefined);
+      // Independent (the policy is the host's, /init is envd's) and the sandbox is nobody's
+      // until both are done: side by side. Both settle before a failure removes it.
+      const steps = await Promise.allSettled([runner.applyNetwork(live), runner.initEnvd(live, plan.init, undefined)]);
+      for (const s of steps) if (s.status === "rejected") throw s.reason;
       rec.state = "running";
       rec.endAt = Date.now() + timeoutS * 1000;
       this.d.store.put(rec);

@@ -4,6 +4,8 @@ import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { Template } from "../templates/catalog.js";
 import type { WarmImages } from "../templates/warm-images.js";
+import { envdRequest } from "./envd-client.js";
+import { envdProcess } from "./envd-process.js";
 import { newSandboxId } from "./ids.js";
 import { newSandboxRecord } from "./records.js";
 import type { Live } from "./registry.js";
@@ -19,6 +21,17 @@ export interface WarmPoolDeps {
   /** Whether the node may start more (not closing, under capacity). */
   mayGrow: () => boolean;
   log: Logger;
+}
+
+/**
+ * A restored sandbox maps its memory back in as it touches it: its first calls into envd are
+ * slower than later ones. One login-shell command (what every `commands.run` starts) and an
+ * empty `/init` (it changes nothing) before the pooled sandbox freezes take that off the
+ * create that claims it and off its first command. Best effort: a failure shows at the claim.
+ */
+async function prime(ip: string): Promise<void> {
+  await envdProcess(ip, { cmd: "/bin/bash", args: ["-l", "-c", "true"], timeoutMs: 30_000 }).catch(() => undefined);
+  await envdRequest(ip, "POST", "/init", { body: {}, timeoutMs: 30_000 }).catch(() => undefined);
 }
 
 /** A sandbox restored from a template's warm image ahead of time, frozen until a create takes it. */
@@ -133,6 +146,7 @@ export class WarmPool {
     const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
     try {
       await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined);
+      if (live.slot) await prime(live.slot.slotIp);
       await this.d.driver.freeze?.(rec.runtimeId);
       live.hibernated = true;
       return { live, revision: key(tpl) };
