@@ -84,17 +84,15 @@ export class Lifetimes {
     const idle = (l: Live) => l.rec.state === "running" && !l.gate && !l.inflight && !l.opsPending;
     const running = this.d.registry.all().filter(idle);
     if (!running.length) return;
-    // Any operation that started or ended while the runtime listed (a pause and resume, a
-    // snapshot whose checkpoint the list caught) makes the list stale for that sandbox.
+    // Any operation that started or ended while the runtime was asked (a pause and resume, a
+    // snapshot whose checkpoint the answer caught) makes the answer stale for that sandbox.
     const seen = new Map(running.map((l) => [l, `${l.rec.runtimeId}/${l.opEpoch ?? 0}`]));
-    // runsc list can also wait on a restore in progress and leave containers out: a sandbox
-    // missing from it is asked about on its own before it is taken for dead.
     const unchanged = (l: Live) => `${l.rec.runtimeId}/${l.opEpoch ?? 0}` === seen.get(l) && idle(l);
+    // One by one (gVisor: its state file and /proc), not a runtime-wide list: that started a
+    // runsc process every interval and could leave out a sandbox whose restore was under way.
     const driver = this.d.runner.driver;
-    const alive = new Set(await driver.list({ runningOnly: true }));
     for (const l of running) {
-      if (!unchanged(l) || alive.has(l.rec.runtimeId)) continue;
-      if ((await driver.isRunning(l.rec.runtimeId)) || !unchanged(l)) continue;
+      if (!unchanged(l) || (await driver.isRunning(l.rec.runtimeId)) || !unchanged(l)) continue;
       this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
       this.d.kill(l.rec.id).catch(() => {});
     }
