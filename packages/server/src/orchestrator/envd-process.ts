@@ -73,3 +73,12 @@ export async function envdProcess(
   }
   throw new Error("envd closed the process stream before the process ended");
 }
+
+/**
+ * One login shell through envd, as every `commands.run` starts one; best effort. It leaves
+ * bash and its libraries in the sentry's page cache and envd's process path warm, so the
+ * next command costs what later ones do (a template's warm image, a pooled sandbox).
+ */
+export async function runLoginShellOnce(ip: string): Promise<void> {
+  await envdProcess(ip, { cmd: "/bin/bash", args: ["-l", "-c", "true"], timeoutMs: 30_000 }).catch(() => undefined);
+}

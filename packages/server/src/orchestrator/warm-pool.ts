@@ -5,7 +5,7 @@ import type { RuntimeDriver } from "../runtime/driver.js";
 import type { Template } from "../templates/catalog.js";
 import type { WarmImages } from "../templates/warm-images.js";
 import { envdRequest } from "./envd-client.js";
-import { envdProcess } from "./envd-process.js";
+import { runLoginShellOnce } from "./envd-process.js";
 import { newSandboxId } from "./ids.js";
 import { newSandboxRecord } from "./records.js";
 import type { Live } from "./registry.js";
@@ -25,12 +25,12 @@ export interface WarmPoolDeps {
 
 /**
  * A restored sandbox maps its memory back in as it touches it: its first calls into envd are
- * slower than later ones. One login-shell command (what every `commands.run` starts) and an
- * empty `/init` (it changes nothing) before the pooled sandbox freezes take that off the
- * create that claims it and off its first command. Best effort: a failure shows at the claim.
+ * slower than later ones. One login shell and an empty `/init` (it changes nothing) before the
+ * pooled sandbox freezes take that off the create that claims it and off its first command.
+ * Best effort: a failure shows at the claim.
  */
 async function prime(ip: string): Promise<void> {
-  await envdProcess(ip, { cmd: "/bin/bash", args: ["-l", "-c", "true"], timeoutMs: 30_000 }).catch(() => undefined);
+  await runLoginShellOnce(ip);
   await envdRequest(ip, "POST", "/init", { body: {}, timeoutMs: 30_000 }).catch(() => undefined);
 }
 

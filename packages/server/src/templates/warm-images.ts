@@ -3,7 +3,7 @@ import { dirname } from "node:path";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import { envdProcess } from "../orchestrator/envd-process.js";
+import { runLoginShellOnce } from "../orchestrator/envd-process.js";
 import { newSandboxId } from "../orchestrator/ids.js";
 import { newSandboxRecord } from "../orchestrator/records.js";
 import type { Live } from "../orchestrator/registry.js";
@@ -179,11 +179,7 @@ export class WarmImages {
       if (live.slot) await runStartCommand(live.slot.slotIp, tpl, undefined, onLog);
       // Run a login shell once so the image holds bash and its libraries in the sentry's
       // page cache: the first command after every restore is then as fast as later ones.
-      if (live.slot) {
-        await envdProcess(live.slot.slotIp, { cmd: "/bin/bash", args: ["-l", "-c", "true"], timeoutMs: 30_000 }).catch(
-          () => undefined,
-        );
-      }
+      if (live.slot) await runLoginShellOnce(live.slot.slotIp);
       const tmp = `${finalDir}.tmp-${process.pid}`;
       mkdirSync(dirname(finalDir), { recursive: true });
       await runner.capture(live, tmp, { shared: true, leaveRunning: false });
