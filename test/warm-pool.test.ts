@@ -62,6 +62,8 @@ test("creates are served from the pool with their own identity, env, metadata, t
     assert.notEqual(ra.stdout, rb.stdout);
     const listed = (await Sandbox.list().nextItems()).map((s) => s.sandboxId).sort();
     assert.deepEqual(listed, [a.sandboxId, b.sandboxId].sort());
+    // The pool refills behind the claims (a moment after them, not beside them).
+    await waitFor("the pool refilled", () => (server.logs().match(/warm pool sandbox ready/g) ?? []).length >= 4);
   } finally {
     await a.kill();
     await b.kill();
