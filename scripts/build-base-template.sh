@@ -8,7 +8,7 @@ set -euo pipefail
 dir=${1:?usage: build-base-template.sh TEMPLATES_DIR}
 t="$dir/base"
 # Bump when the tree changes; warm images are keyed by it.
-REVISION=2
+REVISION=3
 
 # Login shells (every SDK command is `bash -l -c`) fork `id` in /etc/profile: ~50 ms each
 # inside gVisor. bash knows the uid already.
@@ -21,11 +21,18 @@ if [ -f "$t/template.json" ]; then
   # Trees from before imports (rootfs/ beside template.json) are brought up to date in place.
   if [ -d "$t/rootfs" ] && [ "${have:-1}" -lt "$REVISION" ]; then
     tune "$t/rootfs"
+    [ -e "$t/rootfs/usr/bin/python" ] || ln -s python3 "$t/rootfs/usr/bin/python"
     sed -i "s/\"revision\":[0-9]*,//; s/^{/{\"revision\":$REVISION,/" "$t/template.json"
     echo "base template: updated to revision $REVISION"
   fi
-  echo "base template: cached at $t"
-  exit 0
+  # Revision 3 adds `python` (python-is-python3: E2B's base has it, and code run by agents and
+  # E2B's own SDK tests call it). An imported tree without it is built again as a new revision.
+  imported=$(sed -n 's/.*"rootfsDir": *"\([^"]*\)".*/\1/p' "$t/template.json")
+  if [ -z "$imported" ] || [ -e "$t/$imported/usr/bin/python" ]; then
+    echo "base template: cached at $t"
+    exit 0
+  fi
+  echo "base template: revision $REVISION adds python; building it again"
 fi
 mirror=$(sed -n 's/^URIs: //p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
 mirror=${mirror:-http://deb.debian.org/debian}
@@ -35,7 +42,7 @@ work=${AENV_BASE_BUILD_DIR:-$dir}
 tmp="$work/.base.tmp.$$"
 rm -rf "$work"/.base.tmp.* ; mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-pkgs=bash,coreutils,python3,git,curl,ca-certificates,procps,iproute2,less,sudo,xz-utils
+pkgs=bash,coreutils,python3,python-is-python3,git,curl,ca-certificates,procps,iproute2,less,sudo,xz-utils
 echo "base template: debootstrap bookworm ($pkgs) from $mirror — takes a few minutes"
 debootstrap --variant=minbase --include="$pkgs" bookworm "$tmp/rootfs" "$mirror" 2>&1 \
   | awk '/^I: (Retrieving|Validating|Extracting|Unpacking|Configuring|Installing)/{n++; if (n%25==0) {print "base template: " $0; fflush()}} /^[EW]:/{print; fflush()}'

@@ -143,7 +143,7 @@ if [ ! -f "$sysconf/config.toml" ]; then
   say "wrote $sysconf/config.toml"
 fi
 if [ ! -f "$sysconf/aenv.env" ]; then
-  key=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+  key=e2b_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
   (umask 077; sed "s#@API_KEY@#$key#" "$src/deploy/systemd/aenv.env" >"$sysconf/aenv.env")
   say "wrote $sysconf/aenv.env with a new API key"
 fi

@@ -130,7 +130,7 @@ describe("install.sh", () => {
       assert.ok(existsSync(join(s, f)), f);
     }
     assert.ok(!existsSync(join(s, "opt/aenv/app/node_modules/typescript")), "dev dependencies pruned");
-    assert.match(readFileSync(join(s, "etc/aenv/aenv.env"), "utf8"), /^AENV_API_KEY=[0-9a-f]{48}$/m);
+    assert.match(readFileSync(join(s, "etc/aenv/aenv.env"), "utf8"), /^AENV_API_KEY=e2b_[0-9a-f]{48}$/m);
     assert.equal(statSync(join(s, "etc/aenv/aenv.env")).mode & 0o777, 0o600, "the key file is root's only");
     assert.match(readFileSync(join(s, "units/aenv-gateway.service"), "utf8"), /^DynamicUser=yes$/m);
     assert.match(

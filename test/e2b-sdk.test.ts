@@ -297,33 +297,43 @@ describe("files", () => {
     );
   });
 
-  test("signed upload and download URLs work without the access token", async () => {
+  test("signed upload and download URLs work as the SDK gives them, without the access token", async () => {
+    // With E2B_SANDBOX_URL pointing here the URLs name no sandbox: the signature does.
     const up = await sbx.uploadUrl("/home/user/signed.txt", { useSignatureExpiration: 60 });
+    assert.equal(new URL(up).origin, server.url);
     const form = new FormData();
     form.append("file", new Blob(["signed!"]), "/home/user/signed.txt");
-    const u = new URL(up);
-    const upR = await fetch(`${server.url}${u.pathname}${u.search}`, {
-      method: "POST",
-      body: form,
-      headers: { "e2b-sandbox-id": sbx.sandboxId },
-    });
+    const upR = await fetch(up, { method: "POST", body: form });
     assert.equal(upR.status, 200);
-    const down = new URL(await sbx.downloadUrl("/home/user/signed.txt"));
-    const r = await fetch(`${server.url}${down.pathname}${down.search}`, {
-      headers: { "e2b-sandbox-id": sbx.sandboxId },
-    });
+    const r = await fetch(await sbx.downloadUrl("/home/user/signed.txt"));
     assert.equal(await r.text(), "signed!");
-    const bad = await fetch(`${server.url}/files?path=/etc/passwd&signature=v1_bogus`, {
+    // A `file` part without a filename (FormData.append("file", "text")) is the content too,
+    // byte for byte.
+    const text = new FormData();
+    text.append("file", "plain é");
+    const upT = await fetch(await sbx.uploadUrl("/home/user/text.txt"), { method: "POST", body: text });
+    assert.deepEqual(await upT.json(), [{ name: "text.txt", path: "/home/user/text.txt", type: "file" }]);
+    assert.equal(await sbx.files.read("/home/user/text.txt"), "plain é");
+    // The same signature with another path is no one's; a malformed one is refused at once.
+    const altered = new URL(await sbx.downloadUrl("/home/user/signed.txt"));
+    altered.searchParams.set("path", "/etc/passwd");
+    const alteredR = await fetch(altered);
+    assert.equal(alteredR.status, 401);
+    assert.match(((await alteredR.json()) as { message: string }).message, /no sandbox here signed this URL/);
+    const bad = await fetch(`${server.url}/files?path=/etc/passwd&signature=v1_bogus`);
+    assert.equal(bad.status, 401);
+    const badEnvd = await fetch(`${server.url}/files?path=/etc/passwd&signature=v1_bogus`, {
       headers: { "e2b-sandbox-id": sbx.sandboxId },
     });
-    assert.equal(bad.status, 401);
+    assert.equal(badEnvd.status, 401);
   });
 });
 
 describe("proxy", () => {
   test("getHost reaches a server inside the sandbox by Host header and by /proxy path", async () => {
     await sbx.commands.run("mkdir -p /tmp/www && echo hello-from-sandbox > /tmp/www/index.html");
-    await sbx.commands.run("cd /tmp/www && python3 -m http.server 8080", { background: true, timeoutMs: 0 });
+    // `python`, as E2B's base template has it (its own SDK tests call it so).
+    await sbx.commands.run("cd /tmp/www && python -m http.server 8080", { background: true, timeoutMs: 0 });
     const host = sbx.getHost(8080);
     assert.equal(host, `8080-${sbx.sandboxId}.${server.domain}`);
     let r = { status: 0, body: "" };
@@ -390,11 +400,14 @@ describe("proxy", () => {
     assert.equal(msg, "hello");
   });
 
-  test("envd requests for an unknown sandbox get 502", async () => {
-    const r = await fetch(`${server.url}/health`, {
-      headers: { "e2b-sandbox-id": "i11111111111111111111", "e2b-sandbox-port": "49983" },
-    });
+  test("traffic for an unknown sandbox gets 502 with E2B's body", async () => {
+    const id = "i11111111111111111111";
+    const r = await fetch(`${server.url}/health`, { headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "49983" } });
     assert.equal(r.status, 502);
+    assert.deepEqual(await r.json(), { code: 502, message: "The sandbox was not found", sandboxId: id });
+    const app = await getViaHost(server, `3000-${id}.${server.domain}`);
+    assert.equal(app.status, 502);
+    assert.equal((JSON.parse(app.body) as { sandboxId: string }).sandboxId, id);
   });
 
   test("a wrong envd access token is refused", async () => {

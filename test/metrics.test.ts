@@ -11,7 +11,7 @@ import { Sandbox } from "e2b";
 import { startRedis } from "./helpers/cluster.js";
 import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./helpers/server.js";
 
-const KEY = "test-key-0123456789";
+const KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
 const NET = {
   AENV_NET_PREFIX: process.env.AENV_TEST_METRICS_NET_PREFIX ?? "aeq",
   AENV_SLOT_CIDR: process.env.AENV_TEST_METRICS_SLOT_CIDR ?? "10.209.0.0/16",

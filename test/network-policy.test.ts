@@ -241,7 +241,7 @@ test("allowPublicTraffic: false asks every port but envd's for the traffic acces
 import http.server as h
 class H(h.BaseHTTPRequestHandler):
   def do_GET(s):
-    b=('host=%s token=%s' % (s.headers.get('Host'), s.headers.get('e2b-traffic-access-token'))).encode()
+    b=('host=%s token=%s names=%s' % (s.headers.get('Host'), s.headers.get('e2b-traffic-access-token'), ','.join(s.headers.keys()))).encode()
     s.send_response(200);s.send_header('content-length',str(len(b)));s.end_headers();s.wfile.write(b)
 h.HTTPServer(('0.0.0.0',8000),H).serve_forever()"`,
       { background: true, timeoutMs: 0 },
@@ -280,8 +280,12 @@ h.HTTPServer(('0.0.0.0',8000),H).serve_forever()"`,
       assert.equal(wrong.status, 403);
       const ok = await get(url, { ...headers, "e2b-traffic-access-token": s.trafficAccessToken as string });
       assert.equal(ok.status, 200);
-      // The token is the proxy's, not the sandbox's; the Host is masked.
-      assert.equal(ok.text, "host=masked.example:8000 token=None");
+      // The token is the proxy's, not the sandbox's; the Host is masked. Header names arrive
+      // as E2B's proxy sends them (`Host`, `X-Forwarded-For`), whatever case the client used.
+      const [head, names] = ok.text.split(" names=");
+      assert.equal(head, "host=masked.example:8000 token=None");
+      assert.ok(names?.split(",").includes("Host"), names);
+      assert.ok(names?.split(",").includes("X-Forwarded-For"), names);
     }
     // WebSocket upgrades are checked too.
     const up = sh(

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Redis } from "ioredis";
 import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./server.js";
 
-export const API_KEY = "test-key-0123456789";
+export const API_KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
 
 export interface Gateway {
   url: string;

@@ -108,7 +108,7 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
   const dataDir = opts.dataDir;
   seedRuntime(dataDir);
   const port = opts.port ?? (await freePort());
-  const apiKey = "test-key-0123456789";
+  const apiKey = "e2b_0123456789abcdef0123456789abcdef01234567";
   const domain = `sbx.localhost:${port}`;
   const proc = spawn(
     process.execPath,

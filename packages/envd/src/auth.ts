@@ -1,5 +1,6 @@
 /** Access-token and URL-signature checks. */
 import { createHash, timingSafeEqual } from "node:crypto";
+import { computeFileSignature, type FileOp } from "@aenv/protocol";
 
 /** Constant-time string equality (hashing equalises lengths). */
 export function safeEqual(a: string, b: string): boolean {
@@ -19,13 +20,7 @@ export function checkToken(token: string | undefined, header: string | null | un
   return { ok: true };
 }
 
-export type FileOp = "read" | "write";
-
-/** The signature the SDK computes (§5.3.4). */
-export function computeSignature(p: string, op: FileOp, user: string, token: string, exp?: string): string {
-  const raw = exp === undefined ? `${p}:${op}:${user}:${token}` : `${p}:${op}:${user}:${token}:${exp}`;
-  return `v1_${createHash("sha256").update(raw, "utf8").digest("base64").replace(/=+$/, "")}`;
-}
+export type { FileOp };
 
 /**
  * /files auth: no token → allow; X-Access-Token present → must match;
@@ -48,7 +43,7 @@ export function checkFilesAuth(
     if (!Number.isFinite(exp) || !/^\d+$/.test(expRaw)) return { ok: false, message: "invalid signature expiration" };
     if (exp * 1000 < nowMs) return { ok: false, message: "signature is already expired" };
   }
-  const expected = computeSignature(query.get("path") ?? "", op, query.get("username") ?? "", token, expRaw);
+  const expected = computeFileSignature(query.get("path") ?? "", op, query.get("username") ?? "", token, expRaw);
   if (!safeEqual(sig, expected)) return { ok: false, message: "invalid signature" };
   return { ok: true };
 }

@@ -1,9 +1,10 @@
 /** Pure helpers: mode strings, signatures, paths, argv, Basic auth, status strings. */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { computeFileSignature as computeSignature } from "@aenv/protocol";
 import { getSignature } from "e2b";
 import { parseArgs } from "../src/args.js";
-import { checkFilesAuth, computeSignature } from "../src/auth.js";
+import { checkFilesAuth } from "../src/auth.js";
 import { countExternal } from "../src/external-tcp.js";
 import { goModeString } from "../src/filesystem/entry.js";
 import { metadataFromHeaders } from "../src/filesystem/metadata.js";

@@ -13,5 +13,6 @@ export {
   ENVD_QUIESCE_PATH,
   SANDBOX_LOWER_DIR,
 } from "./envd-http.js";
+export { computeFileSignature, type FileOp } from "./file-signature.js";
 export type * from "./rest.js";
 // Request schemas (zod) are a separate entry, @aenv/protocol/rest: envd bundles this one.

@@ -163,13 +163,17 @@ export interface CliArgs {
   config?: string;
 }
 
+/** Keys the e2b SDK accepts as they are (releases since 2.27 check; E2B_VALIDATE_API_KEY=false skips it). */
+export const E2B_KEY_FORM = /^e2b_[0-9a-f]+$/;
+
 /** The API key: AENV_API_KEY, else one generated on first start into DATA/secrets/api-key (0600). */
 export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   if (env.AENV_API_KEY) return env.AENV_API_KEY;
   const dir = new NodePaths(dataDir).secrets;
   const file = join(dir, "api-key");
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
-  const key = `aenv_${randomBytes(24).toString("hex")}`;
+  // E2B's key form: some SDK releases refuse any other before sending a request.
+  const key = `e2b_${randomBytes(24).toString("hex")}`;
   writePrivateFile(file, `${key}\n`);
   return key;
 }

@@ -7,7 +7,7 @@ import pino, { type Logger } from "pino";
 import { type App, buildApp } from "./api/app.js";
 import { NodeAgent } from "./cluster/node-agent.js";
 import { describeNode } from "./cluster/node-info.js";
-import type { ServerConfig } from "./config.js";
+import { E2B_KEY_FORM, type ServerConfig } from "./config.js";
 import { EgressCa } from "./network/egress-ca.js";
 import { EgressProxy } from "./network/egress-proxy.js";
 import { HeaderRewriter } from "./network/egress-rewriter.js";
@@ -89,6 +89,11 @@ export async function startServer(
   const templates = new TemplateStore(cfg.templatesDir);
   if (!templates.get("base")) {
     log.warn({ templatesDir: cfg.templatesDir }, "default template 'base' missing: run scripts/build-base-template.sh");
+  }
+  if (!E2B_KEY_FORM.test(cfg.apiKey)) {
+    log.warn(
+      "the API key is not of E2B's form e2b_<hex>: e2b SDK releases that check it need E2B_VALIDATE_API_KEY=false",
+    );
   }
   const repository = await openRepository(cfg, log.child({ component: "repository" }));
   // Records hold envd tokens and env vars; SQLite gives its -wal/-shm files the db's mode.

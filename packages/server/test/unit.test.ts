@@ -1,11 +1,16 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, test } from "node:test";
+import { computeFileSignature } from "@aenv/protocol";
 import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "../src/api/list-filter.js";
-import { parseListen } from "../src/config.js";
+import { E2B_KEY_FORM, parseListen, resolveApiKey } from "../src/config.js";
 import { InvalidRequestError } from "../src/errors.js";
 import { parseCidr16, slotAddresses } from "../src/network/addresses.js";
 import { newSandboxId, SANDBOX_ID_RE } from "../src/orchestrator/ids.js";
+import { signedFilesTarget } from "../src/proxy/signed-files.js";
 import { resolveTarget, upstreamHeaders } from "../src/proxy/target.js";
 
 function req(url: string, headers: Record<string, string> = {}): IncomingMessage {
@@ -71,7 +76,30 @@ describe("proxy target resolution", () => {
       req("/", { "e2b-sandbox-id": "i", "e2b-sandbox-port": "1", connection: "keep-alive", "x-access-token": "t" }),
       false,
     );
-    assert.deepEqual(Object.keys(h).sort(), ["x-access-token", "x-forwarded-for"]);
+    // Names as E2B's proxy (Go) writes them.
+    assert.deepEqual(Object.keys(h).sort(), ["X-Access-Token", "X-Forwarded-For"]);
+  });
+  test("a signed /files URL names the sandbox whose token signed it", () => {
+    const get = (url: string, method = "GET") => ({ ...req(url), method }) as IncomingMessage;
+    const sig = computeFileSignature("/a.txt", "read", "user", "tok-b", "99");
+    const tokens: Record<string, string> = { ia: "tok-a", ib: "tok-b" };
+    const search = (m: (t: string) => boolean) => Object.keys(tokens).find((id) => m(tokens[id] as string));
+    const url = `/files?path=%2Fa.txt&username=user&signature=${encodeURIComponent(sig)}&signature_expiration=99`;
+    const hit = signedFilesTarget(get(url), search);
+    assert.ok(hit && "target" in hit);
+    assert.deepEqual(hit.target, { sandboxId: "ib", port: 49983, path: url, via: "signature" });
+    // The same signature for a write, or another path, is no one's; garbage is not hashed.
+    assert.ok("refusal" in (signedFilesTarget(get(url, "POST"), search) ?? {}));
+    assert.ok("refusal" in (signedFilesTarget(get(url.replace("a.txt", "b.txt")), search) ?? {}));
+    let hashed = 0;
+    const counting = (m: (t: string) => boolean) => {
+      hashed++;
+      return search(m);
+    };
+    assert.ok("refusal" in (signedFilesTarget(get("/files?path=x&signature=v1_x"), counting) ?? {}));
+    assert.equal(hashed, 0);
+    assert.equal(signedFilesTarget(get("/files?path=x"), search), undefined);
+    assert.equal(signedFilesTarget(get("/v2/sandboxes?signature=x"), search), undefined);
   });
 });
 
@@ -91,6 +119,17 @@ describe("misc", () => {
     });
     assert.equal(slotAddresses(base, 300).slotIp, "10.201.4.178");
     assert.throws(() => parseCidr16("10.0.0.0/8"));
+  });
+  test("a generated API key has E2B's form (SDK releases that check refuse others)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "aenv-key-"));
+    try {
+      const key = resolveApiKey(dir, {});
+      assert.match(key, E2B_KEY_FORM);
+      assert.equal(resolveApiKey(dir, {}), key, "kept across starts");
+      assert.equal(resolveApiKey(dir, { AENV_API_KEY: "mine" }), "mine");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
   test("--listen parsing", () => {
     assert.deepEqual(parseListen("0.0.0.0:8000"), { host: "0.0.0.0", port: 8000 });

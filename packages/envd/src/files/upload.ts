@@ -1,7 +1,7 @@
 /** POST /files — multipart/form-data (one or more `file` parts) or application/octet-stream. */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
 import { createGunzip, createInflate } from "node:zlib";
 import busboy from "busboy";
 import type { Env } from "../env.js";
@@ -11,6 +11,9 @@ import { resolvePath } from "../paths.js";
 import type { User } from "../users.js";
 import { writeFileAtomic } from "./atomic.js";
 import { authorizeFiles } from "./common.js";
+
+/** Largest `file` part accepted without a filename (such a part is buffered, not streamed). */
+const TEXT_PART_LIMIT = 8 << 20;
 
 interface Written {
   path: string;
@@ -22,6 +25,11 @@ interface Written {
 /** undici escapes `"`, CR and LF in multipart filenames. */
 function decodeFilename(name: string): string {
   return name.replace(/%22/g, '"').replace(/%0D/gi, "\r").replace(/%0A/gi, "\n");
+}
+
+function hasWideChar(s: string): boolean {
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 0xff) return true;
+  return false;
 }
 
 function decompressor(encoding: string | undefined) {
@@ -63,7 +71,14 @@ function uploadMultipart(
   return new Promise((resolve, reject) => {
     let bb: busboy.Busboy;
     try {
-      bb = busboy({ headers: req.headers, preservePath: true, limits: { fieldSize: 1 << 20 } });
+      // A `file` part without a filename (FormData.append("file", "text")) comes as a field:
+      // latin1 keeps its bytes as they were sent, and it is held in memory, hence its bound.
+      bb = busboy({
+        headers: req.headers,
+        preservePath: true,
+        defCharset: "latin1",
+        limits: { fieldSize: TEXT_PART_LIMIT },
+      });
     } catch (err) {
       reject(new HttpError(400, `invalid multipart request: ${(err as Error).message}`));
       return;
@@ -73,12 +88,12 @@ function uploadMultipart(
     const tasks: Promise<Written>[] = [];
     let failure: HttpError | undefined;
 
-    bb.on("file", (_field: string, stream: Readable, info: busboy.FileInfo) => {
+    const accept = (stream: Readable, filename: string | undefined): void => {
       if (failure) {
         stream.resume();
         return;
       }
-      const given = queryPath ?? (info.filename ? decodeFilename(info.filename) : "");
+      const given = queryPath ?? (filename ? decodeFilename(filename) : "");
       if (!given) {
         failure = new HttpError(400, "missing file path (part filename or query 'path')");
         stream.resume();
@@ -96,6 +111,20 @@ function uploadMultipart(
         failure ??= err instanceof HttpError ? err : new HttpError(500, String(err));
       });
       tasks.push(task);
+    };
+    bb.on("file", (_field: string, stream: Readable, info: busboy.FileInfo) => accept(stream, info.filename));
+    bb.on("field", (name: string, value: string, info: busboy.FieldInfo) => {
+      if (name !== "file" || failure) return;
+      if (info.valueTruncated) {
+        failure = new HttpError(
+          413,
+          `a 'file' part without a filename is limited to ${TEXT_PART_LIMIT} bytes; send it with a filename`,
+        );
+        return;
+      }
+      // Decoded as latin1 unless the part named a charset; a wider character means it did.
+      const bytes = Buffer.from(value, hasWideChar(value) ? "utf8" : "latin1");
+      accept(Readable.from([bytes]), undefined);
     });
     bb.on("error", (err: Error) => {
       failure ??= new HttpError(400, `invalid multipart body: ${err.message}`);

@@ -3,6 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type { Logger } from "pino";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
+import { signedFilesTarget } from "../proxy/signed-files.js";
 import { resolveTarget } from "../proxy/target.js";
 import type { SecretStore } from "../secrets/store.js";
 import type { VolumeCatalog } from "../storage/volumes/catalog.js";
@@ -74,7 +75,19 @@ export function buildApp(o: AppOptions): App {
     },
     serverFactory: (handler) => {
       const server = createLimitedServer(o.limits, (req: IncomingMessage, res: ServerResponse) => {
-        const target = resolveTarget(req);
+        let target = resolveTarget(req);
+        if (!target) {
+          const signed = signedFilesTarget(req, (m) => o.orch.sandboxByEnvdToken(m));
+          if (signed && "refusal" in signed) {
+            countRequest(res, "proxy");
+            req.resume();
+            res
+              .writeHead(401, { "content-type": "application/json" })
+              .end(JSON.stringify({ code: 401, message: signed.refusal }));
+            return;
+          }
+          target = signed?.target;
+        }
         countRequest(res, target ? "proxy" : "api");
         if (target) proxy.handle(req, res, target);
         else {

@@ -1,9 +1,17 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
+import { SANDBOX_NOT_FOUND } from "../proxy/target.js";
 import type { ClusterView } from "./cluster-view.js";
 import { call, forward, sendJson } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
+
+/** A traffic refusal as the proxy's error body (E2B's adds the sandbox's id to "not found"). */
+function failureBody(f: { status: number; message: string; sandboxId?: string }): Record<string, unknown> {
+  return f.sandboxId
+    ? { code: f.status, message: f.message, sandboxId: f.sandboxId }
+    : { code: f.status, message: f.message };
+}
 
 export interface Placement {
   templateId?: string;
@@ -150,12 +158,12 @@ export class SandboxCalls {
   async nodeForTraffic(
     id: string,
     unreachable?: string,
-  ): Promise<{ node: NodeInfo } | { status: number; message: string }> {
+  ): Promise<{ node: NodeInfo } | { status: number; message: string; sandboxId?: string }> {
     const owner = await this.view.owner(id);
     // A node that refused a connection is dead even if its heartbeat has not expired yet.
     const dead = owner.node && owner.node.nodeID === unreachable ? unreachable : owner.dead;
     if (owner.node && !dead) return { node: owner.node };
-    if (!dead) return { status: 502, message: `sandbox '${id}' not found or not running` };
+    if (!dead) return { status: 502, message: SANDBOX_NOT_FOUND, sandboxId: id };
     const ans = await this.resumeElsewhere(
       id,
       `/sandboxes/${encodeURIComponent(id)}/connect`,
@@ -173,15 +181,13 @@ export class SandboxCalls {
   /** Sends sandbox traffic to its node, moving the sandbox first if that node turns out dead. */
   async forwardTraffic(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
     const to = await this.nodeForTraffic(id);
-    if ("status" in to) return sendJson(res, to.status, { code: to.status, message: to.message });
+    if ("status" in to) return sendJson(res, to.status, failureBody(to));
     forward(req, res, to.node.url, {
       onConnectError: (err) => {
         this.log.warn({ err: err.message, node: to.node.nodeID, sandboxID: id }, "node refused traffic; moving");
         this.nodeForTraffic(id, to.node.nodeID).then(
           (again) =>
-            "status" in again
-              ? sendJson(res, again.status, { code: again.status, message: again.message })
-              : forward(req, res, again.node.url),
+            "status" in again ? sendJson(res, again.status, failureBody(again)) : forward(req, res, again.node.url),
           (e: Error) => sendJson(res, 502, { code: 502, message: `gateway error: ${e.message}` }),
         );
       },

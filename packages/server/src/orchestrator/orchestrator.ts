@@ -336,6 +336,14 @@ export class Orchestrator {
     };
   }
 
+  /** The sandbox whose envd token `matches` accepts (the signer of a /files URL), if any. */
+  sandboxByEnvdToken(matches: (token: string) => boolean): string | undefined {
+    for (const l of this.registry.all()) {
+      if (l.rec.state !== "killing" && matches(l.rec.envdToken)) return l.rec.id;
+    }
+    return undefined;
+  }
+
   /** The sandbox whose slot has this address, for the egress proxy. */
   egressSandbox(slotIp: string): EgressSandbox | undefined {
     for (const l of this.registry.all()) {

@@ -8,9 +8,9 @@ import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
 import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
-import { type ProxyTarget, targetProblem, type UpstreamOptions, upstreamHeaders } from "./target.js";
+import { type ProxyTarget, SANDBOX_NOT_FOUND, targetProblem, type UpstreamOptions, upstreamHeaders } from "./target.js";
 
-export type RouteResult = { ip: string } | { status: number; message: string };
+export type RouteResult = { ip: string } | { status: number; message: string; sandboxId?: string };
 
 export interface RouteLookup {
   /** The slot address to send to: waits out captures, auto-resumes when allowed; throws otherwise. */
@@ -40,19 +40,19 @@ export function accessProblem(req: IncomingMessage, t: ProxyTarget, a: SandboxAc
  * What a failed lookup answers. E2B's proxy says 502 for a sandbox it cannot reach (the SDK
  * reads it as "not found") and 410 for a paused one on an application port.
  */
-function lookupFailure(err: unknown, port: number): { status: number; message: string } {
+function lookupFailure(err: unknown, t: ProxyTarget): { status: number; message: string; sandboxId?: string } {
   const { code, message } = errorBody(err);
-  if (err instanceof PausedError) return { status: port === ENVD_PORT ? 502 : 410, message };
-  if (err instanceof NotFoundError) return { status: 502, message };
+  if (err instanceof PausedError) return { status: t.port === ENVD_PORT ? 502 : 410, message };
+  if (err instanceof NotFoundError) return { status: 502, message: SANDBOX_NOT_FOUND, sandboxId: t.sandboxId };
   return { status: code >= 500 || code === 409 ? 502 : code, message };
 }
 
-function sendError(res: ServerResponse, status: number, message: string): void {
+function sendError(res: ServerResponse, status: number, message: string, sandboxId?: string): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
-  const body = JSON.stringify({ code: status, message });
+  const body = JSON.stringify(sandboxId ? { code: status, message, sandboxId } : { code: status, message });
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
 }
@@ -99,7 +99,7 @@ export class SandboxProxy {
       if (denied) return { status: 403, message: denied };
       return await this.routes.route(t.sandboxId);
     } catch (err) {
-      return lookupFailure(err, t.port);
+      return lookupFailure(err, t);
     }
   }
 
@@ -123,7 +123,7 @@ export class SandboxProxy {
       const found = await this.lookup(req, t);
       if (!("ip" in found)) {
         req.resume();
-        sendError(res, found.status, found.message);
+        sendError(res, found.status, found.message, found.sandboxId);
         return;
       }
       this.forward(req, res, t, found.ip, true);

@@ -7,7 +7,7 @@ export interface ProxyTarget {
   /** Path and query to send upstream. */
   path: string;
   /** How the target was chosen, for logs and errors. */
-  via: "header" | "host" | "path";
+  via: "header" | "host" | "path" | "signature";
 }
 
 const ROUTING_HEADERS = [
@@ -23,6 +23,8 @@ const ROUTING_HEADERS = [
  * Authorization and cookies stay: aenv does not use them, a server in the sandbox may.
  */
 const PLATFORM_SECRETS = ["x-api-key"];
+/** E2B's proxy answer (502) for traffic to a sandbox it does not know or that is gone. */
+export const SANDBOX_NOT_FOUND = "The sandbox was not found";
 export const HOST_RE = /^(\d{1,12})-([a-z0-9]{1,60})\.(.+)$/;
 
 function header(req: IncomingMessage, name: string): string | undefined {
@@ -120,5 +122,15 @@ export function upstreamHeaders(
   if (opts.host) out.host = opts.host;
   const fwd = req.socket.remoteAddress;
   if (fwd) out["x-forwarded-for"] = fwd;
-  return out;
+  const canonical: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(out)) canonical[canonicalName(k)] = v;
+  return canonical;
+}
+
+/**
+ * `content-type` → `Content-Type`: E2B's proxy (Go) sends header names in this form and apps
+ * behind it read them so (Node has lowercased them on the way in).
+ */
+function canonicalName(k: string): string {
+  return k.replace(/(^|-)([a-z])/g, (_, dash: string, c: string) => dash + c.toUpperCase());
 }

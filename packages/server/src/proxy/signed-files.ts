@@ -1,0 +1,37 @@
+/**
+ * `/files?…&signature=…` with no sandbox named in it: what the SDK's `uploadUrl()` and
+ * `downloadUrl()` return when E2B_SANDBOX_URL points at this server. The signature is made with
+ * one sandbox's envd access token, so it names that sandbox: the one whose token reproduces it.
+ */
+import { timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import { computeFileSignature, ENVD_PORT, type FileOp } from "@aenv/protocol";
+import type { ProxyTarget } from "./target.js";
+
+/** Finds the sandbox whose envd token satisfies `matches`. */
+export type TokenSearch = (matches: (token: string) => boolean) => string | undefined;
+
+const SIGNATURE_RE = /^v1_[A-Za-z0-9+/]{43}$/;
+
+/** A proxy target for a signed `/files` URL; a refusal when no sandbox signed it; else undefined. */
+export function signedFilesTarget(
+  req: IncomingMessage,
+  search: TokenSearch,
+): { target: ProxyTarget } | { refusal: string } | undefined {
+  const url = req.url ?? "/";
+  const q = url.indexOf("?");
+  if (q < 0 || url.slice(0, q) !== "/files") return undefined;
+  const op: FileOp | undefined = req.method === "GET" ? "read" : req.method === "POST" ? "write" : undefined;
+  const query = new URLSearchParams(url.slice(q + 1));
+  const signature = query.get("signature");
+  if (!op || !signature) return undefined;
+  // Checked before any hashing: one request costs at most a hash per sandbox on this node.
+  if (!SIGNATURE_RE.test(signature)) return { refusal: "invalid signature" };
+  const want = Buffer.from(signature);
+  const path = query.get("path") ?? "";
+  const user = query.get("username") ?? "";
+  const exp = query.get("signature_expiration") ?? undefined;
+  const id = search((token) => timingSafeEqual(Buffer.from(computeFileSignature(path, op, user, token, exp)), want));
+  if (!id) return { refusal: "no sandbox here signed this URL (it is gone, or the URL was changed)" };
+  return { target: { sandboxId: id, port: ENVD_PORT, path: url, via: "signature" } };
+}
