@@ -1,5 +1,7 @@
 // fork ×16, and per-child errors when the node runs out of room.
 import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { RateLimitError, Sandbox } from "e2b";
 import { counterLoop } from "./helpers/sandbox.js";
@@ -14,6 +16,18 @@ async function forkInto(p: Sandbox, count: number, kids: Sandbox[]): Promise<voi
   }
 }
 
+/** The sandbox's cgroups that the freezer holds (v1 freezer.state, or v2 cgroup.freeze). */
+function frozenCgroups(id: string): string[] {
+  const v1 = "/sys/fs/cgroup/freezer/aenv";
+  const dir = existsSync(v1) ? v1 : "/sys/fs/cgroup/aenv";
+  return readdirSync(dir)
+    .filter((n) => n.startsWith(id))
+    .filter((n) => {
+      const state = dir === v1 ? join(dir, n, "freezer.state") : join(dir, n, "cgroup.freeze");
+      return !/^(THAWED|0)$/.test(readFileSync(state, "utf8").trim());
+    });
+}
+
 test("fork ×16: every child answers with the parent's state and its own identity", async () => {
   const server = await startServer();
   useE2b(server);
@@ -23,6 +37,11 @@ test("fork ×16: every child answers with the parent's state and its own identit
     await p.files.write("/home/user/seed.txt", "seed");
     await forkInto(p, 16, kids);
     assert.equal(kids.length, 16);
+    // Children that came up first were frozen while their siblings restored: all run again.
+    assert.deepEqual(
+      kids.flatMap((k) => frozenCgroups(k.sandboxId)),
+      [],
+    );
     const outs = await Promise.all(
       kids.map((k) => k.commands.run("cat /home/user/seed.txt; head -c 8 /dev/urandom | od -An -tx1")),
     );

@@ -31,6 +31,12 @@ export interface ForkDeps {
   pausedImage: (l: Live, dest: string) => Promise<void>;
 }
 
+/** Children frozen until their siblings are up, and how many have not finished starting. */
+interface Held {
+  frozen: Live[];
+  pending: number;
+}
+
 export interface ForkOutcome {
   children: ForkResult[];
   /**
@@ -68,13 +74,19 @@ export class Forker {
     });
     const ttlS = timeoutS ?? Math.max(1, Math.ceil(leftMs / 1000));
     const results: ForkResult[] = new Array(count);
+    const held: Held = { frozen: [], pending: count };
+    // Children up first are frozen until the last one is: an idle restored sentry still spins
+    // (systrap), taking the CPU its siblings' restores need (fork x16 here, until every child
+    // answered, median of 5-7 runs: 16.2 -> 13.7 s; x4 3.8-4.2 -> 3.4-3.9 s).
+    const holding = count > 1 ? held : undefined;
     let next = 0;
     const worker = async () => {
       for (let i = next++; i < count; i = next++) {
-        results[i] = await this.child(parent, captureDir, ttlS).then(
+        results[i] = await this.child(parent, captureDir, ttlS, holding).then(
           (sandbox) => ({ sandbox }),
           (err: unknown) => ({ error: err instanceof Error ? err : new Error(String(err)) }),
         );
+        held.pending--;
       }
     };
     let spillSnapshot: SnapshotRecord | undefined;
@@ -85,11 +97,24 @@ export class Forker {
       }
     } finally {
       rmSync(captureDir, { recursive: true, force: true });
+      await Promise.all(held.frozen.map((c) => registry.wake(c).catch(() => {})));
     }
     return { children: results, ...(spillSnapshot ? { spillSnapshot } : {}) };
   }
 
-  private async child(parent: SandboxRecord, imageDir: string, ttlS: number): Promise<SandboxRecord> {
+  /** Frozen as hibernation does (any traffic or operation thaws it) until its siblings are up. */
+  private async hold(live: Live, held: Held): Promise<void> {
+    const driver = this.d.runner.driver;
+    // The last one up is not held: nothing is left to wait for.
+    if (!driver.freeze || held.pending <= 1) return;
+    live.hibernated = true;
+    held.frozen.push(live);
+    await driver.freeze(live.rec.runtimeId).catch(() => {
+      live.hibernated = false;
+    });
+  }
+
+  private async child(parent: SandboxRecord, imageDir: string, ttlS: number, hold?: Held): Promise<SandboxRecord> {
     const { registry, runner } = this.d;
     registry.assertOpen();
     // The sizing is the parent's: fail before building a record if it cannot fit.
@@ -126,6 +151,7 @@ export class Forker {
       rec.state = "running";
       rec.endAt = Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000;
       this.d.store.put(rec);
+      if (hold) await this.hold(live, hold);
       return rec;
     } catch (err) {
       await runner.remove(live, true);
