@@ -72,6 +72,9 @@ export class SandboxRunner {
   private readonly cleanups = new Map<string, Promise<void>>();
 
   private readonly starts: Semaphore;
+  /** Starts callers wait for, in flight, and when the last one ended (quietFor). */
+  private foreground = 0;
+  private foregroundEndedAt = 0;
 
   constructor(private readonly d: RunnerDeps) {
     this.starts = new Semaphore(Math.max(1, d.startConcurrency));
@@ -111,11 +114,28 @@ export class SandboxRunner {
     };
   }
 
+  /** No start for a caller (create, resume, fork child, build) in flight, nor in the last `ms`. */
+  quietFor(ms: number): boolean {
+    return this.foreground === 0 && Date.now() - this.foregroundEndedAt >= ms;
+  }
+
   /**
    * Gets a sandbox running in a fresh slot, booted or restored, and waits for envd. With an
    * init body, envd is (re)initialised: new token, env, user (the old token authorises it).
+   * `background`: nobody waits for it (the warm pool's restores), see quietFor.
    */
-  async bring(live: Live, from: StartFrom, init: EnvdInit | undefined): Promise<void> {
+  async bring(live: Live, from: StartFrom, init: EnvdInit | undefined, background = false): Promise<void> {
+    if (background) return this.bringNow(live, from, init);
+    this.foreground++;
+    try {
+      await this.bringNow(live, from, init);
+    } finally {
+      this.foreground--;
+      this.foregroundEndedAt = Date.now();
+    }
+  }
+
+  private async bringNow(live: Live, from: StartFrom, init: EnvdInit | undefined): Promise<void> {
     const { rec } = live;
     // Each start is a new runtime sandbox: the previous one may still be being removed.
     rec.runtimeId = runtimeIdFor(rec.id);

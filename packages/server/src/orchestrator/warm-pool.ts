@@ -42,7 +42,8 @@ export interface Pooled {
 
 /** Creates of a template in this window decide how many wait for it. */
 const RATE_WINDOW_MS = 60_000;
-/** After a claim, the pool refills this much later (see take). */
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms).unref());
+/** After a claim, or a caller's start, the pool refills this much later (see take, refill). */
 const REFILL_DELAY_MS = 1000;
 /** A template nobody created from for this long keeps no pool. */
 const POOL_IDLE_MS = 10 * 60_000;
@@ -125,6 +126,10 @@ export class WarmPool {
     pool.filling = (async () => {
       try {
         while (!this.closed && pool.ready.length < this.target(k) && this.d.mayGrow()) {
+          // Background work: a restore (~0.4 s of a core) beside a create, resume or fork on 2
+          // cores slows them, and the first calls their clients make right after.
+          while (!this.closed && !this.d.runner.quietFor(REFILL_DELAY_MS)) await sleep(100);
+          if (this.closed) break;
           const p = await this.restoreOne(pool.tpl);
           if (!p) break;
           if (this.closed) {
@@ -158,7 +163,7 @@ export class WarmPool {
     });
     const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
     try {
-      await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined);
+      await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
       if (live.slot) await prime(live.slot.slotIp);
       await this.d.driver.freeze?.(rec.runtimeId);
       live.hibernated = true;
