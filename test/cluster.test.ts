@@ -82,6 +82,8 @@ describe("a cluster of nodes behind two gateways", () => {
         assert.equal((await c.commands.run("echo hi-$((6*7))")).stdout, "hi-42\n");
         await c.files.write("/tmp/x.txt", s.sandboxId);
         assert.equal(await c.files.read("/tmp/x.txt"), s.sandboxId);
+        // A signed URL names no sandbox: the gateway finds the node whose sandbox signed it.
+        assert.equal(await (await fetch(await c.downloadUrl("/tmp/x.txt"))).text(), s.sandboxId);
       }
       const page1 = await gw(g2(), "GET", "/v2/sandboxes?metadata=run%3Dspread&limit=3");
       assert.equal((page1.body as unknown[]).length, 3);

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
+import { z } from "zod";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy } from "../proxy/proxy.js";
 import { signedFilesTarget } from "../proxy/signed-files.js";
@@ -51,6 +52,8 @@ export interface App {
  * /proxy path) are dispatched to the proxy before Fastify sees them; everything else is
  * the control-plane API.
  */
+const SignerQuery = z.object({ url: z.string().max(8192), method: z.enum(["GET", "POST"]) });
+
 export function buildApp(o: AppOptions): App {
   const proxy = new SandboxProxy(
     { route: (id) => o.orch.route(id), access: (id) => o.orch.access(id) },
@@ -127,6 +130,13 @@ export function buildApp(o: AppOptions): App {
   );
   const nodes = o.nodes;
   if (nodes) fastify.get("/nodes", async () => nodes());
+  // A gateway asks each node which of its sandboxes signed a /files URL (proxy/signed-files.ts).
+  fastify.post("/cluster/files-signer", async (req, reply) => {
+    const b = SignerQuery.parse(req.body ?? {});
+    const found = signedFilesTarget(b, (m) => o.orch.sandboxByEnvdToken(m));
+    if (found && "target" in found) return { sandboxId: found.target.sandboxId };
+    return reply.status(404).send({ code: 404, message: found ? found.refusal : "not a signed /files URL" });
+  });
   void fastify.register(sandboxRoutes, { orch: o.orch, builder: o.builder, ctx: { domain: o.domain } });
   void fastify.register(templateRoutes, {
     templates: o.templates,

@@ -5,6 +5,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
+import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
 import { CONTENT_TYPE, countRequest, countUpgrade, registerGateway, scrape } from "../telemetry/prometheus.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
@@ -69,6 +70,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       if (problem) return sendJson(res, 400, { code: 400, message: problem });
       return calls.forwardTraffic(req, res, target.sandboxId);
     }
+    if (isSignedFiles(req)) return calls.forwardSignedFiles(req, res);
     const m = SANDBOX_PATH.exec(req.url ?? "");
     if (m) {
       if (!keyOk(req, o.apiKey)) return unauthorized(res);
@@ -92,9 +94,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     },
     serverFactory: (handler) => {
       const server = createLimitedServer(o.limits, (req, res) => {
-        const target = resolveTarget(req);
-        countRequest(res, target ? "proxy" : "api");
-        if (!target) requestDeadline(o.limits, req, res);
+        // Signed /files URLs are sandbox traffic too (an upload may take longer than an API call).
+        const traffic = !!resolveTarget(req) || isSignedFiles(req);
+        countRequest(res, traffic ? "proxy" : "api");
+        if (!traffic) requestDeadline(o.limits, req, res);
         dispatch(req, res, () => handler(req, res)).catch((err) => {
           log.error({ err, url: req.url }, "gateway request failed");
           sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });

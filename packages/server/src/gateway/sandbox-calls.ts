@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
+import { NO_SIGNER } from "../proxy/signed-files.js";
 import { SANDBOX_NOT_FOUND } from "../proxy/target.js";
 import type { ClusterView } from "./cluster-view.js";
 import { call, forward, sendJson } from "./forward.js";
@@ -176,6 +177,30 @@ export class SandboxCalls {
     const why = parseJson<{ message?: string }>(ans.body)?.message ?? `status ${ans.status}`;
     // 410 for a paused sandbox without autoResume, as a node's own proxy answers.
     return { status: ans.status === 409 ? 410 : 502, message: `sandbox '${id}' is not running: ${why}` };
+  }
+
+  /**
+   * A signed /files URL that names no sandbox (the SDK's uploadUrl/downloadUrl): each node is
+   * asked whether one of its sandboxes signed it; that node serves it (it finds the sandbox).
+   */
+  async forwardSignedFiles(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const ask = Buffer.from(JSON.stringify({ url: req.url, method: req.method }));
+    const headers = { "x-api-key": this.apiKey, "content-type": "application/json" };
+    const nodes = await this.view.nodes();
+    const answers = await Promise.all(
+      nodes.map((n) =>
+        call(n.url, "POST", "/cluster/files-signer", headers, ask, 10_000).then(
+          (a) => (a.status === 200 ? n : undefined),
+          () => undefined,
+        ),
+      ),
+    );
+    const node = answers.find((n) => n !== undefined);
+    if (!node) {
+      req.resume();
+      return sendJson(res, 401, { code: 401, message: NO_SIGNER });
+    }
+    forward(req, res, node.url);
   }
 
   /** Sends sandbox traffic to its node, moving the sandbox first if that node turns out dead. */

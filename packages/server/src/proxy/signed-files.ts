@@ -4,7 +4,6 @@
  * one sandbox's envd access token, so it names that sandbox: the one whose token reproduces it.
  */
 import { timingSafeEqual } from "node:crypto";
-import type { IncomingMessage } from "node:http";
 import { computeFileSignature, ENVD_PORT, type FileOp } from "@aenv/protocol";
 import type { ProxyTarget } from "./target.js";
 
@@ -13,9 +12,24 @@ export type TokenSearch = (matches: (token: string) => boolean) => string | unde
 
 const SIGNATURE_RE = /^v1_[A-Za-z0-9+/]{43}$/;
 
+export const NO_SIGNER = "no sandbox here signed this URL (it is gone, or the URL was changed)";
+
+/** The request as far as signing goes (an IncomingMessage will do). */
+export interface SignedRequest {
+  url?: string;
+  method?: string;
+}
+
+/** Whether this is a signed `/files` request that names no sandbox (cheap: no hashing). */
+export function isSignedFiles(req: SignedRequest): boolean {
+  const url = req.url ?? "/";
+  const q = url.indexOf("?");
+  return q > 0 && url.slice(0, q) === "/files" && new URLSearchParams(url.slice(q + 1)).has("signature");
+}
+
 /** A proxy target for a signed `/files` URL; a refusal when no sandbox signed it; else undefined. */
 export function signedFilesTarget(
-  req: IncomingMessage,
+  req: SignedRequest,
   search: TokenSearch,
 ): { target: ProxyTarget } | { refusal: string } | undefined {
   const url = req.url ?? "/";
@@ -32,6 +46,6 @@ export function signedFilesTarget(
   const user = query.get("username") ?? "";
   const exp = query.get("signature_expiration") ?? undefined;
   const id = search((token) => timingSafeEqual(Buffer.from(computeFileSignature(path, op, user, token, exp)), want));
-  if (!id) return { refusal: "no sandbox here signed this URL (it is gone, or the URL was changed)" };
+  if (!id) return { refusal: NO_SIGNER };
   return { target: { sandboxId: id, port: ENVD_PORT, path: url, via: "signature" } };
 }
