@@ -332,6 +332,10 @@ describe("a cluster of nodes behind two gateways", () => {
       assert.equal(await raw(`/sandboxes/${"i".repeat(5000)}`, key), 404);
       assert.equal(await raw("/sandboxes/..%2F..", key), 404);
       assert.equal(await raw("/sandboxes/%zz/pause", key, "POST", "{}"), 400);
+      // Signed file URLs nobody signed: refused, a malformed one without asking the nodes.
+      assert.equal(await raw("/files?path=/etc/passwd&signature=v1_bogus", {}), 401);
+      assert.equal(await raw(`/files?path=/etc/passwd&signature=v1_${"A".repeat(43)}`, {}), 401);
+      assert.equal(await raw(`/files?path=/x&signature=v1_${"A".repeat(43)}`, {}, "POST", "x"), 401);
       assert.equal((await fetch(`${g}/health`)).status, 204);
       assert.equal((await s.commands.run("echo fine")).stdout, "fine\n");
     } finally {

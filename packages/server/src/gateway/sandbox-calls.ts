@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
-import { NO_SIGNER } from "../proxy/signed-files.js";
+import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
 import { SANDBOX_NOT_FOUND } from "../proxy/target.js";
 import type { ClusterView } from "./cluster-view.js";
 import { call, forward, sendJson } from "./forward.js";
@@ -184,6 +184,11 @@ export class SandboxCalls {
    * asked whether one of its sandboxes signed it; that node serves it (it finds the sandbox).
    */
   async forwardSignedFiles(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Garbage costs no call to any node.
+    if (!wellFormedSignature(req)) {
+      req.resume();
+      return sendJson(res, 401, { code: 401, message: "invalid signature" });
+    }
     const ask = Buffer.from(JSON.stringify({ url: req.url, method: req.method }));
     const headers = { "x-api-key": this.apiKey, "content-type": "application/json" };
     const nodes = await this.view.nodes();

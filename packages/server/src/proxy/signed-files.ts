@@ -20,6 +20,13 @@ export interface SignedRequest {
   method?: string;
 }
 
+/** Whether the request's signature has the SDK's form (v1_ + 43 base64 characters). */
+export function wellFormedSignature(req: SignedRequest): boolean {
+  const url = req.url ?? "/";
+  const q = url.indexOf("?");
+  return q > 0 && SIGNATURE_RE.test(new URLSearchParams(url.slice(q + 1)).get("signature") ?? "");
+}
+
 /** Whether this is a signed `/files` request that names no sandbox (cheap: no hashing). */
 export function isSignedFiles(req: SignedRequest): boolean {
   const url = req.url ?? "/";
