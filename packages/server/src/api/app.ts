@@ -3,7 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
-import { SandboxProxy } from "../proxy/proxy.js";
+import { SandboxProxy, sendError } from "../proxy/proxy.js";
 import { signedFilesTarget } from "../proxy/signed-files.js";
 import { resolveTarget } from "../proxy/target.js";
 import type { SecretStore } from "../secrets/store.js";
@@ -84,9 +84,7 @@ export function buildApp(o: AppOptions): App {
           if (signed && "refusal" in signed) {
             countRequest(res, "proxy");
             req.resume();
-            res
-              .writeHead(401, { "content-type": "application/json" })
-              .end(JSON.stringify({ code: 401, message: signed.refusal }));
+            sendError(res, 401, signed.refusal);
             return;
           }
           target = signed?.target;

@@ -2,17 +2,14 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
-import { SANDBOX_NOT_FOUND } from "../proxy/target.js";
+import { SANDBOX_NOT_FOUND, trafficErrorBody } from "../proxy/target.js";
 import type { ClusterView } from "./cluster-view.js";
 import { call, forward, sendJson } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
 
-/** A traffic refusal as the proxy's error body (E2B's adds the sandbox's id to "not found"). */
-function failureBody(f: { status: number; message: string; sandboxId?: string }): Record<string, unknown> {
-  return f.sandboxId
-    ? { code: f.status, message: f.message, sandboxId: f.sandboxId }
-    : { code: f.status, message: f.message };
-}
+/** A traffic refusal, as a node's proxy words it. */
+const failureBody = (f: { status: number; message: string; sandboxId?: string }) =>
+  trafficErrorBody(f.status, f.message, f.sandboxId);
 
 export interface Placement {
   templateId?: string;

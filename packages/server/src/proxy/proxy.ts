@@ -8,7 +8,14 @@ import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
 import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
-import { type ProxyTarget, SANDBOX_NOT_FOUND, targetProblem, type UpstreamOptions, upstreamHeaders } from "./target.js";
+import {
+  type ProxyTarget,
+  SANDBOX_NOT_FOUND,
+  targetProblem,
+  trafficErrorBody,
+  type UpstreamOptions,
+  upstreamHeaders,
+} from "./target.js";
 
 export type RouteResult = { ip: string } | { status: number; message: string; sandboxId?: string };
 
@@ -47,12 +54,13 @@ function lookupFailure(err: unknown, t: ProxyTarget): { status: number; message:
   return { status: code >= 500 || code === 409 ? 502 : code, message };
 }
 
-function sendError(res: ServerResponse, status: number, message: string, sandboxId?: string): void {
+/** A JSON error answer, unless the response has begun (then the connection is cut). */
+export function sendError(res: ServerResponse, status: number, message: string, sandboxId?: string): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
-  const body = JSON.stringify(sandboxId ? { code: status, message, sandboxId } : { code: status, message });
+  const body = JSON.stringify(trafficErrorBody(status, message, sandboxId));
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
 }

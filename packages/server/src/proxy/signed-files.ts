@@ -20,18 +20,21 @@ export interface SignedRequest {
   method?: string;
 }
 
-/** Whether the request's signature has the SDK's form (v1_ + 43 base64 characters). */
-export function wellFormedSignature(req: SignedRequest): boolean {
+/** The query of a `/files` request, or undefined for any other path. */
+function filesQuery(req: SignedRequest): URLSearchParams | undefined {
   const url = req.url ?? "/";
   const q = url.indexOf("?");
-  return q > 0 && SIGNATURE_RE.test(new URLSearchParams(url.slice(q + 1)).get("signature") ?? "");
+  return q > 0 && url.slice(0, q) === "/files" ? new URLSearchParams(url.slice(q + 1)) : undefined;
 }
 
 /** Whether this is a signed `/files` request that names no sandbox (cheap: no hashing). */
 export function isSignedFiles(req: SignedRequest): boolean {
-  const url = req.url ?? "/";
-  const q = url.indexOf("?");
-  return q > 0 && url.slice(0, q) === "/files" && new URLSearchParams(url.slice(q + 1)).has("signature");
+  return filesQuery(req)?.has("signature") ?? false;
+}
+
+/** Whether that request's signature has the SDK's form (v1_ + 43 base64 characters). */
+export function wellFormedSignature(req: SignedRequest): boolean {
+  return SIGNATURE_RE.test(filesQuery(req)?.get("signature") ?? "");
 }
 
 /** A proxy target for a signed `/files` URL; a refusal when no sandbox signed it; else undefined. */
@@ -39,13 +42,10 @@ export function signedFilesTarget(
   req: SignedRequest,
   search: TokenSearch,
 ): { target: ProxyTarget } | { refusal: string } | undefined {
-  const url = req.url ?? "/";
-  const q = url.indexOf("?");
-  if (q < 0 || url.slice(0, q) !== "/files") return undefined;
+  const query = filesQuery(req);
   const op: FileOp | undefined = req.method === "GET" ? "read" : req.method === "POST" ? "write" : undefined;
-  const query = new URLSearchParams(url.slice(q + 1));
-  const signature = query.get("signature");
-  if (!op || !signature) return undefined;
+  const signature = query?.get("signature");
+  if (!query || !op || !signature) return undefined;
   // Checked before any hashing: one request costs at most a hash per sandbox on this node.
   if (!SIGNATURE_RE.test(signature)) return { refusal: "invalid signature" };
   const want = Buffer.from(signature);
@@ -54,5 +54,5 @@ export function signedFilesTarget(
   const exp = query.get("signature_expiration") ?? undefined;
   const id = search((token) => timingSafeEqual(Buffer.from(computeFileSignature(path, op, user, token, exp)), want));
   if (!id) return { refusal: NO_SIGNER };
-  return { target: { sandboxId: id, port: ENVD_PORT, path: url, via: "signature" } };
+  return { target: { sandboxId: id, port: ENVD_PORT, path: req.url ?? "/", via: "signature" } };
 }

@@ -25,6 +25,11 @@ const ROUTING_HEADERS = [
 const PLATFORM_SECRETS = ["x-api-key"];
 /** E2B's proxy answer (502) for traffic to a sandbox it does not know or that is gone. */
 export const SANDBOX_NOT_FOUND = "The sandbox was not found";
+
+/** A traffic error's body, E2B's shape: "not found" also names the sandbox. */
+export function trafficErrorBody(status: number, message: string, sandboxId?: string): Record<string, unknown> {
+  return sandboxId ? { code: status, message, sandboxId } : { code: status, message };
+}
 export const HOST_RE = /^(\d{1,12})-([a-z0-9]{1,60})\.(.+)$/;
 
 function header(req: IncomingMessage, name: string): string | undefined {
