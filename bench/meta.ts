@@ -43,7 +43,8 @@ export function hostMeta(settings: Record<string, number | string>): BenchMeta {
     memTotalMiB: meminfoMiB("MemTotal"),
     kernel: release(),
     loadAvgStart: load(),
-    settings,
+    // Which envd the sandboxes ran (AENV_ENVD reaches the server through the environment).
+    settings: { envd: process.env.AENV_ENVD || "node", ...settings },
   };
 }
 

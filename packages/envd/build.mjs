@@ -65,3 +65,24 @@ if (nodeInclude) {
   rmSync(trimOut, { force: true });
   console.warn("node_api.h not found: envd is built without aenv-trim.node (no malloc_trim at quiesce)");
 }
+
+// The native envd (Go, static, standard library only): what sandboxes run with
+// `runtime.envd = native`. Built where Go is installed (scripts/install-deps.sh installs it).
+const nativeOut = path.join(dist, "envd-native");
+let goFound = true;
+try {
+  execFileSync("go", ["version"], { stdio: "ignore" });
+} catch {
+  goFound = false;
+}
+if (goFound) {
+  execFileSync("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", nativeOut, "."], {
+    cwd: path.join(here, "native"),
+    stdio: "inherit",
+    env: { ...process.env, CGO_ENABLED: "0", GOPROXY: "off", GOFLAGS: "-mod=mod" },
+  });
+  console.log(`built ${path.relative(process.cwd(), nativeOut)}`);
+} else {
+  rmSync(nativeOut, { force: true });
+  console.warn("go not found: the native envd is not built (runtime.envd = native unavailable)");
+}

@@ -19,6 +19,8 @@ export interface EnvdArtifacts {
   sudo: string;
   /** Static xattr reader/writer for file metadata (dist/aenv-xattr). */
   xattr: string;
+  /** The native (Go) envd (dist/envd-native); undefined where it was not built (no Go). */
+  native?: string;
   /** envd's malloc_trim module (dist/aenv-trim.node); undefined where node's headers were missing. */
   trim?: string;
 }
@@ -44,12 +46,14 @@ export function envdArtifacts(): EnvdArtifacts {
   const root = packageRoot();
   const require = createRequire(path.join(root, "package.json"));
   const trim = path.join(root, "dist", "aenv-trim.node");
+  const native = path.join(root, "dist", "envd-native");
   return {
     bundle: path.join(root, "dist", "envd.js"),
     init: path.join(root, "dist", "aenv-init"),
     sudo: path.join(root, "dist", "aenv-sudo"),
     xattr: path.join(root, "dist", "aenv-xattr"),
     trim: existsSync(trim) ? trim : undefined,
+    native: existsSync(native) ? native : undefined,
     nodePtyDir: path.dirname(require.resolve("node-pty/package.json")),
   };
 }

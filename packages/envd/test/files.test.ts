@@ -15,7 +15,7 @@ import {
   InvalidArgumentError,
   type Sandbox,
 } from "e2b";
-import { type Harness, needsRoot, sleep, startHarness, TOKEN, until } from "./helpers.js";
+import { type Harness, needsRoot, sleep, startHarness, TOKEN, testsNative, until } from "./helpers.js";
 
 describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () => {
   let h: Harness;
@@ -210,11 +210,12 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       );
     });
 
-    it("polling watchers (binary Connect codec)", async () => {
+    // The native envd speaks the JSON codec only (what the SDK and the server send).
+    it(`polling watchers (${testsNative ? "JSON" : "binary"} Connect codec)`, async () => {
       const transport = createConnectTransport({
         baseUrl: h.envdUrl,
         httpVersion: "1.1",
-        useBinaryFormat: true,
+        useBinaryFormat: !testsNative,
         interceptors: [
           (next) => (req) => {
             req.header.set("x-access-token", TOKEN);

@@ -74,6 +74,8 @@ describe("filesystem layers", () => {
     const long = `${"long-name-".repeat(15)}ü ñ.txt`;
     writeFileSync(join(root, "a", long), "long");
     symlinkSync("../t/inner.txt", join(root, "a/link"));
+    // A short name whose target needs a pax record: the entry keeps its name.
+    symlinkSync(`../${"deep-dir/".repeat(14)}target`, join(root, "a/far"));
     writeFileSync(join(root, "a/h1"), "hard");
     linkSync(join(root, "a/h1"), join(root, "a/h2"));
     writeFileSync(join(root, "a/suid"), "x");

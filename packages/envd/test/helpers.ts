@@ -1,4 +1,6 @@
 /** Test harness: envd in-process on a random loopback port, a fake control plane, an SDK sandbox. */
+
+import { spawn } from "node:child_process";
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type net from "node:net";
@@ -12,6 +14,36 @@ export const TOKEN = "test-token-123";
 
 /** The built init (`npm run build`), run as `aenv-init --spawner`: commands start as in a sandbox. */
 export const SPAWN_HELPER = path.resolve(import.meta.dirname, "..", "dist", "aenv-init");
+
+/** The native envd (Go, `npm run build`): `AENV_TEST_ENVD=native` runs the tests against it. */
+export const NATIVE_ENVD = path.resolve(import.meta.dirname, "..", "dist", "envd-native");
+export const testsNative = process.env.AENV_TEST_ENVD === "native";
+
+/** Starts the native envd on a free loopback port; resolves with its port and a stop function. */
+async function startNative(etc: string): Promise<{ port: number; stop: () => Promise<void> }> {
+  const child = spawn(NATIVE_ENVD, ["--host", "127.0.0.1", "--port", "0", "--etc", etc], {
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  const port = await new Promise<number>((resolve, reject) => {
+    let seen = "";
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`envd-native exited with ${code}: ${seen}`)));
+    child.stderr.on("data", (d: Buffer) => {
+      if (seen.length < 65536) seen += d.toString();
+      const m = /listening on [^\s]*:(\d+)/.exec(seen);
+      if (m?.[1]) resolve(Number(m[1]));
+    });
+  });
+  child.stderr.on("data", (d: Buffer) => process.stderr.write(d));
+  return {
+    port,
+    stop: async () => {
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
 
 /** These tests chown files and switch users: they need root. */
 export const needsRoot: false | string = process.getuid?.() === 0 ? false : "envd tests need root";
@@ -58,8 +90,25 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
 
   // Commands start through init's vfork spawn service as in a sandbox, unless a test asks otherwise.
   const spawnHelper = opts.spawnHelper === undefined ? SPAWN_HELPER : opts.spawnHelper || undefined;
-  const { listener, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
-  const envdPort = await listen(listener);
+  let stopEnvd: () => Promise<void>;
+  let envdPort: number;
+  if (testsNative) {
+    const n = await startNative(etc);
+    envdPort = n.port;
+    stopEnvd = n.stop;
+  } else {
+    const { listener, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
+    envdPort = await listen(listener);
+    stopEnvd = async () => {
+      env.processes.close();
+      env.watchers.closeAll();
+      // envd's HTTP server is fed by its own listener (large-reads.ts), so it never listens
+      // itself and closeAllConnections() knows no sockets: its kept-alive ones (75 s) would
+      // hold this test process open after the last test. envd's own list closes them.
+      env.closeConnections?.();
+      await new Promise((r) => listener.close(r));
+    };
+  }
   const envdUrl = `http://127.0.0.1:${envdPort}`;
 
   // POST /init as the host would
@@ -110,14 +159,8 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
       return sbx;
     },
     async close() {
-      env.processes.close();
-      env.watchers.closeAll();
-      // envd's HTTP server is fed by its own listener (large-reads.ts), so it never listens
-      // itself and closeAllConnections() knows no sockets: its kept-alive ones (75 s) would
-      // hold this test process open after the last test. envd's own list closes them.
-      env.closeConnections?.();
       api.closeAllConnections();
-      await Promise.all([new Promise((r) => listener.close(r)), new Promise((r) => api.close(r))]);
+      await Promise.all([stopEnvd(), new Promise((r) => api.close(r))]);
       rmSync(root, { recursive: true, force: true });
     },
   };

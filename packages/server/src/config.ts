@@ -77,6 +77,12 @@ export interface VolumesConfig {
   maxSizeBytes: number;
 }
 
+function envdKind(v: string | undefined): "node" | "native" {
+  if (v === undefined || v === "" || v === "node") return "node";
+  if (v === "native") return "native";
+  throw new ConfigError(`runtime.envd (AENV_ENVD) must be "node" or "native", got "${v}"`);
+}
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -91,6 +97,8 @@ export interface ServerConfig {
   runscBinary: string;
   /** runsc's debug logs (a folder), for diagnosing the runtime; unset: none. */
   runscDebugLog?: string;
+  /** The daemon inside every sandbox: the Node envd (default) or the native (Go) one. */
+  envd: "node" | "native";
   logLevel: string;
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
@@ -328,6 +336,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     platform: str("AENV_RUNSC_PLATFORM", "runtime.platform") ?? "auto",
     runscBinary: str("AENV_RUNSC", "runtime.runsc") ?? "runsc",
     runscDebugLog: str("AENV_RUNSC_DEBUG_LOG", "runtime.debug_log"),
+    envd: envdKind(str("AENV_ENVD", "runtime.envd")),
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),

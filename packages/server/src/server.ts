@@ -112,7 +112,7 @@ export async function startServer(
   const secrets = new SecretStore(paths.secrets);
   const egressCa = await EgressCa.open(cfg.egress.caDir ?? join(cfg.dataDir, "egress-ca"));
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
-  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
+  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, cfg.envd);
   const runtime = await probing;
   const sync = cfg.repository.commitTemplates
     ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })

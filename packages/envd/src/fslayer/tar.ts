@@ -67,12 +67,15 @@ const isShortAscii = (s: string, max: number) => s.length < max && /^[\x20-\x7e]
 export function encodeHeader(h: LayerHeader): Buffer {
   const name = h.type === "dir" ? `${h.path}/` : h.path;
   const pax: string[] = [];
-  if (!isShortAscii(name, 100)) pax.push(paxRecord("path", name));
+  const nameInPax = !isShortAscii(name, 100);
+  if (nameInPax) pax.push(paxRecord("path", name));
   if (!isShortAscii(h.linkname, 100)) pax.push(paxRecord("linkpath", h.linkname));
   if (!fitsOctal(h.size, 12)) pax.push(paxRecord("size", String(h.size)));
   if (!fitsOctal(h.uid, 8)) pax.push(paxRecord("uid", String(h.uid)));
   if (!fitsOctal(h.gid, 8)) pax.push(paxRecord("gid", String(h.gid)));
-  const main = rawHeader(pax.length ? "" : name, TYPEFLAG[h.type], h);
+  // The name stays in the ustar header unless it is the value the pax record carries: a long
+  // link target or a big size alone must not leave the entry nameless (readers drop those).
+  const main = rawHeader(nameInPax ? "" : name, TYPEFLAG[h.type], h);
   if (!pax.length) return main;
   const data = Buffer.from(pax.join(""), "utf8");
   const paxHead = rawHeader("PaxHeader", "x", {

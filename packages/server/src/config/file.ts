@@ -17,6 +17,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "runtime.platform": "string",
   "runtime.runsc": "string",
   "runtime.stale_warm_image_secs": "int",
+  "runtime.envd": "string",
   "network.slot_cidr": "string",
   "network.net_prefix": "string",
   "network.warm_slots": "int",

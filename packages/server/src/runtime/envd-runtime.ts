@@ -6,6 +6,7 @@ import {
   existsSync,
   mkdirSync,
   openSync,
+  readFileSync,
   readSync,
   realpathSync,
   rmSync,
@@ -39,6 +40,16 @@ export const ENVD_ARGS = [
   "49983",
 ];
 
+/**
+ * PID 1 with the native (Go, static) envd: no node, no libraries. ~1.6 MiB of pause image for
+ * an idle sandbox instead of ~13 (see docs/benchmarks.md).
+ */
+export const NATIVE_ENVD_ARGS = ["/.aenv/bin/aenv-init", "/.aenv/bin/envd", "--port", "49983"];
+
+export type EnvdKind = "node" | "native";
+
+const argsOf = (kind: EnvdKind): string[] => (kind === "native" ? NATIVE_ENVD_ARGS : ENVD_ARGS);
+
 /** Shared libraries the host's node binary loads, from ldd (the loader included). */
 function nodeLibraries(node: string): string[] {
   const out = execFileSync("ldd", [node], { encoding: "utf8" });
@@ -50,18 +61,30 @@ function nodeLibraries(node: string): string[] {
   return libs;
 }
 
-/** What goes into the runtime folder: the host's node, its libraries, envd and its tools. */
-function runtimeInputs(): { node: string; libs: string[]; art: ReturnType<typeof envdArtifacts>; files: string[] } {
+/** What goes into the runtime folder: envd (node, its libraries and the bundle, or the native binary) and its tools. */
+function runtimeInputs(kind: EnvdKind): {
+  node: string;
+  libs: string[];
+  art: ReturnType<typeof envdArtifacts>;
+  files: string[];
+} {
+  const art = envdArtifacts();
+  const tools = [art.init, art.sudo, art.xattr];
+  if (kind === "native") {
+    if (!art.native) {
+      throw new Error(
+        "runtime.envd is native but the native envd is not built (packages/envd/dist/envd-native: needs Go, see scripts/install-deps.sh)",
+      );
+    }
+    return { node: "", libs: [], art, files: [art.native, ...tools] };
+  }
   const node = realpathSync(process.execPath);
   const libs = nodeLibraries(node);
-  const art = envdArtifacts();
   const files = [
     node,
     ...libs,
     art.bundle,
-    art.init,
-    art.sudo,
-    art.xattr,
+    ...tools,
     ...(art.trim ? [art.trim] : []),
     join(art.nodePtyDir, "build/Release/pty.node"),
   ];
@@ -69,16 +92,16 @@ function runtimeInputs(): { node: string; libs: string[]; art: ReturnType<typeof
 }
 
 /** Part of what a restore needs identical besides the files: mounts and envd's arguments. */
-const IDENTITY_PREFIX = `mounts:${SANDBOX_LOWER_DIR}args:${JSON.stringify(ENVD_ARGS)}`;
+const identityPrefix = (kind: EnvdKind): string => `mounts:${SANDBOX_LOWER_DIR}args:${JSON.stringify(argsOf(kind))}`;
 
 /**
  * The folder's content ID: a hash of every input's path and bytes (~100 MB, most of it node:
  * ~0.8 s here). Nodes of a cluster that run the same builds get the same ID, so they restore
  * each other's images.
  */
-export function runtimeContentId(files: string[]): string {
+export function runtimeContentId(files: string[], kind: EnvdKind = "node"): string {
   const h = createHash("sha256");
-  h.update(IDENTITY_PREFIX);
+  h.update(identityPrefix(kind));
   const buf = Buffer.allocUnsafe(1 << 20);
   for (const f of files) {
     h.update(f);
@@ -93,9 +116,9 @@ export function runtimeContentId(files: string[]): string {
 }
 
 /** The inputs' identities (memo-file.ts): lets a restart skip reading ~100 MB. */
-function statKey(files: string[]): string {
+function statKey(files: string[], kind: EnvdKind): string {
   const h = createHash("sha256");
-  h.update(IDENTITY_PREFIX);
+  h.update(identityPrefix(kind));
   for (const f of files) h.update(`${f}\0${fileIdentity(f)}\n`);
   return h.digest("hex");
 }
@@ -107,23 +130,67 @@ function statKey(files: string[]): string {
  * (restored images expect identical files). The content ID is remembered by the inputs'
  * stat key (`.ids.json`), so a start with unchanged inputs reads none of them.
  */
-export function prepareEnvdRuntime(root: string): string {
-  const { node, libs, art, files } = runtimeInputs();
-  const key = statKey(files);
-  const memo = join(root, ".ids.json");
+export function prepareEnvdRuntime(root: string, kind: EnvdKind = "node"): string {
+  const { node, libs, art, files } = runtimeInputs(kind);
+  const key = statKey(files, kind);
+  // One memo per kind: a host switching between them re-reads neither.
+  const memo = join(root, kind === "native" ? ".ids-native.json" : ".ids.json");
   const known = readMemo(memo, key);
   if (known && /^[0-9a-f]{16}$/.test(known) && existsSync(join(root, known, ".complete"))) return join(root, known);
-  const id = runtimeContentId(files);
+  const id = runtimeContentId(files, kind);
   const dir = join(root, id);
-  if (!existsSync(join(dir, ".complete"))) buildRuntimeDir(dir, node, libs, art);
+  if (!existsSync(join(dir, ".complete"))) buildRuntimeDir(dir, kind, node, libs, art);
   writeMemo(memo, key, id);
   return dir;
 }
 
-function buildRuntimeDir(dir: string, node: string, libs: string[], art: ReturnType<typeof envdArtifacts>): void {
+const ARGS_FILE = "args.json";
+const argsMemo = new Map<string, string[]>();
+
+/**
+ * What PID 1 of a sandbox on this runtime folder runs (the folder records it). Folders built
+ * before it did are Node ones.
+ */
+export function envdArgs(runtimeDir: string): string[] {
+  let args = argsMemo.get(runtimeDir);
+  if (!args) {
+    try {
+      const parsed: unknown = JSON.parse(readFileSync(join(runtimeDir, ARGS_FILE), "utf8"));
+      args = Array.isArray(parsed) && parsed.every((a) => typeof a === "string") ? parsed : ENVD_ARGS;
+    } catch {
+      args = ENVD_ARGS;
+    }
+    argsMemo.set(runtimeDir, args);
+  }
+  return args;
+}
+
+function buildRuntimeDir(
+  dir: string,
+  kind: EnvdKind,
+  node: string,
+  libs: string[],
+  art: ReturnType<typeof envdArtifacts>,
+): void {
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(join(tmp, "bin"), { recursive: true });
+  writeFileSync(join(tmp, ARGS_FILE), JSON.stringify(argsOf(kind)));
+  if (kind === "native") {
+    mkdirSync(join(tmp, relative("/.aenv", SANDBOX_LOWER_DIR)), { recursive: true });
+    for (const [src, name] of [
+      [art.native as string, "envd"],
+      [art.init, "aenv-init"],
+      [art.sudo, "aenv-sudo"],
+      [art.xattr, "aenv-xattr"],
+    ] as const) {
+      cpSync(src, join(tmp, "bin", name));
+    }
+    writeFileSync(join(tmp, ".complete"), "");
+    rmSync(dir, { recursive: true, force: true });
+    publishTreeSync(tmp, dir);
+    return;
+  }
   mkdirSync(join(tmp, "lib"), { recursive: true });
   mkdirSync(join(tmp, "envd", "node_modules"), { recursive: true });
   // Mount point of the template tree (read-only here, so it must exist beforehand).

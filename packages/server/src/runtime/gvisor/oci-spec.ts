@@ -1,7 +1,7 @@
 import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
 import { DEFAULT_PATH } from "../../templates/catalog.js";
 import type { SandboxLaunch } from "../driver.js";
-import { ENVD_ARGS } from "../envd-runtime.js";
+import { envdArgs } from "../envd-runtime.js";
 
 /** Capabilities of a sandbox's root (gVisor is the boundary; this is Docker's default set + ptrace). */
 export const CAPS = [
@@ -54,7 +54,7 @@ export function ociSpec(l: SandboxLaunch): Record<string, unknown> {
     process: {
       terminal: false,
       user: { uid: 0, gid: 0 },
-      args: ENVD_ARGS,
+      args: envdArgs(l.runtimeDir),
       env: [`PATH=${DEFAULT_PATH}`, "HOME=/root"],
       cwd: "/",
       capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS, inheritable: CAPS, ambient: [] },

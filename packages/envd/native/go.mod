@@ -1,0 +1,3 @@
+module aenv/envd
+
+go 1.19

@@ -1,0 +1,64 @@
+// envd (native): the daemon inside every aenv sandbox, in Go, speaking the same wire format as
+// the Node envd (packages/envd/src) so the e2b SDK and aenv's server need no change. It exists
+// for density: a Node envd costs every sandbox ~13 MiB of image and memory; this one ~1-2 MiB.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+)
+
+var debugLog = os.Getenv("ENVD_DEBUG") == "1"
+
+func numCPU() int { return runtime.NumCPU() }
+
+func main() {
+	port := flag.Int("port", 49983, "TCP port")
+	host := flag.String("host", "0.0.0.0", "address to listen on")
+	token := flag.String("access-token", "", "access token (default: none until POST /init)")
+	etc := flag.String("etc", "/etc", "directory holding passwd and group")
+	flag.Parse()
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	log.SetPrefix("envd: ")
+	// aenv-init's spawn socket is for the Node envd; it must not reach commands.
+	os.Unsetenv("AENV_SPAWN_SOCKET")
+	if *port < 0 || *port > 65535 {
+		fmt.Fprintln(os.Stderr, "invalid --port")
+		os.Exit(2)
+	}
+
+	env := &Env{
+		State:     newState(),
+		Users:     newUserDb(*etc),
+		Processes: newProcessManager(),
+		Watchers:  newWatcherRegistry(),
+		conns:     &connSet{m: map[net.Conn]struct{}{}},
+	}
+	env.State.token = *token
+	if inSandbox() {
+		startSudoServer(env)
+		installSudoLinks()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if err != nil {
+		log.Fatalf("listen: %v", err)
+	}
+	srv := newHTTPServer(env, *port)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sigs
+		os.Exit(0)
+	}()
+	log.Printf("listening on %s", ln.Addr())
+	if err := srv.Serve(ln); err != nil {
+		log.Printf("serve: %v", err)
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"syscall"
+)
+
+// HTTPError is a plain route's failure: status and the `{code, message}` body E2B uses.
+type HTTPError struct {
+	Status  int
+	Message string
+}
+
+func (e *HTTPError) Error() string { return e.Message }
+
+func httpErr(status int, msg string) *HTTPError { return &HTTPError{status, msg} }
+
+func sendJSON(w http.ResponseWriter, status int, body interface{}) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		status, b = 500, []byte(`{"code":500,"message":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func sendError(w http.ResponseWriter, status int, msg string) {
+	sendJSON(w, status, map[string]interface{}{"code": status, "message": msg})
+}
+
+// readBody reads a whole (small) request body, bounded.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, httpErr(400, "reading the request body: "+err.Error())
+	}
+	if int64(len(b)) > limit {
+		return nil, httpErr(413, "request body too large")
+	}
+	return b, nil
+}
+
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}
+
+// statusForErrno maps a file operation's errno onto an HTTP status.
+func statusForErrno(err error) int {
+	switch errnoOf(err) {
+	case syscall.ENOENT:
+		return 404
+	case syscall.EISDIR, syscall.ENOTDIR, syscall.ENAMETOOLONG, syscall.EINVAL, syscall.ELOOP:
+		return 400
+	case syscall.EACCES, syscall.EPERM, syscall.EROFS:
+		return 403
+	case syscall.ENOSPC, syscall.EDQUOT:
+		return 507
+	}
+	return 500
+}
+
+// fsRPCError maps a filesystem error on p onto a Connect error.
+func fsRPCError(err error, p string) error {
+	if _, ok := err.(*RPCError); ok {
+		return err
+	}
+	msg := err.Error()
+	switch errnoOf(err) {
+	case syscall.ENOENT:
+		return rpcErr(CodeNotFound, "path '%s' does not exist", p)
+	case syscall.ENOTDIR:
+		return rpcErr(CodeInvalidArgument, "path '%s' is not a directory: %s", p, msg)
+	case syscall.EISDIR:
+		return rpcErr(CodeInvalidArgument, "path '%s' is a directory", p)
+	case syscall.EEXIST:
+		return rpcErr(CodeAlreadyExists, "path '%s' already exists", p)
+	case syscall.EACCES, syscall.EPERM, syscall.EROFS:
+		return rpcErr(CodePermissionDenied, "permission denied for '%s': %s", p, msg)
+	case syscall.ENOSPC, syscall.EDQUOT:
+		return rpcErr(CodeResourceExhausted, "not enough disk space: %s", msg)
+	case syscall.ENAMETOOLONG, syscall.EINVAL, syscall.ELOOP:
+		return rpcErr(CodeInvalidArgument, "invalid path '%s': %s", p, msg)
+	}
+	return rpcErr(CodeInternal, "error on '%s': %s", p, msg)
+}

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The host's own routes (see @aenv/protocol's envd-http.ts).
+const (
+	quiescePath    = "/quiesce"
+	heapReducePath = "/heap/reduce"
+	fsLayerCapture = "/fs-layer/capture"
+	fsLayerApply   = "/fs-layer/apply"
+)
+
+type ctxKey int
+
+const connKey ctxKey = 0
+
+func newHTTPServer(env *Env, port int) *http.Server {
+	rt := newRPCRoutes()
+	registerProcessService(rt, env)
+	registerFilesystemService(rt, env)
+	auth := func(r *http.Request) *RPCError {
+		if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
+			return rpcErr(CodeUnauthenticated, "%s", msg)
+		}
+		return nil
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				log.Printf("panic in %s %s: %v\n%s", r.Method, r.URL.Path, p, debug.Stack())
+				sendError(w, 500, "internal error")
+			}
+			if debugLog {
+				log.Printf("%s %s %s", r.Method, r.URL.Path, time.Since(started))
+			}
+		}()
+		if rt.serve(w, r, auth) {
+			return
+		}
+		if err := route(env, port, w, r); err != nil {
+			status, msg := 500, err.Error()
+			if he, ok := err.(*HTTPError); ok {
+				status = he.Status
+			}
+			if status >= 500 {
+				log.Printf("%s %s failed: %v", r.Method, r.URL.Path, err)
+			}
+			sendError(w, status, msg)
+		}
+	})
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 76 * time.Second,
+		IdleTimeout:       75 * time.Second, // outlive the proxy's idle sockets
+		MaxHeaderBytes:    64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey, c)
+		},
+		ConnState: func(c net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				env.conns.add(c)
+			case http.StateClosed, http.StateHijacked:
+				env.conns.remove(c)
+			}
+		},
+		ErrorLog: log.New(os.Stderr, "envd http: ", 0),
+	}
+}
+
+func requireToken(env *Env, r *http.Request) error {
+	if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
+		return httpErr(401, msg)
+	}
+	return nil
+}
+
+func methodIs(r *http.Request, methods ...string) error {
+	for _, m := range methods {
+		if r.Method == m {
+			return nil
+		}
+	}
+	return httpErr(405, "method not allowed")
+}
+
+func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
+	switch r.URL.Path {
+	case "/health":
+		if err := methodIs(r, "GET", "HEAD"); err != nil {
+			return err
+		}
+		w.WriteHeader(204)
+		return nil
+	case "/init":
+		if err := methodIs(r, "POST"); err != nil {
+			return err
+		}
+		return handleInit(env, w, r)
+	case "/envs":
+		if err := methodIs(r, "GET"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		sendJSON(w, 200, env.State.EnvVars())
+		return nil
+	case "/metrics":
+		if err := methodIs(r, "GET"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		sendJSON(w, 200, collectMetrics())
+		return nil
+	case quiescePath:
+		if err := methodIs(r, "POST"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		return handleQuiesce(env, port, w, r)
+	case heapReducePath:
+		if err := methodIs(r, "POST"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		debug.FreeOSMemory()
+		w.WriteHeader(204)
+		return nil
+	case fsLayerCapture, fsLayerApply:
+		return handleFsLayer(env, w, r)
+	case "/files":
+		switch r.Method {
+		case "GET":
+			return handleDownload(env, w, r)
+		case "POST":
+			return handleUpload(env, w, r)
+		}
+		return httpErr(405, "method not allowed")
+	}
+	return httpErr(404, "not found")
+}
+
+func handleInit(env *Env, w http.ResponseWriter, r *http.Request) error {
+	if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
+		return httpErr(401, msg)
+	}
+	raw, err := readBody(r, 1<<20)
+	if err != nil {
+		return err
+	}
+	var body initBody
+	if len(strings.TrimSpace(string(raw))) > 0 {
+		if raw[0] != '{' && strings.TrimSpace(string(raw))[0] != '{' {
+			return httpErr(400, "body must be a JSON object")
+		}
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return httpErr(400, "invalid JSON body: "+err.Error())
+		}
+	}
+	if body.DefaultUser != nil && *body.DefaultUser != "" && env.Users.Lookup(*body.DefaultUser) == nil {
+		log.Printf("init: default user %q does not exist (yet)", *body.DefaultUser)
+	}
+	env.State.applyInit(&body)
+	// A sandbox restored from an image taken before its template had them gets them now.
+	if inSandbox() {
+		installSudoLinks()
+	}
+	w.WriteHeader(204)
+	return nil
+}
+
+// handleQuiesce is called by the host right before a checkpoint: runsc resets TCP
+// connections open while it saves, so envd closes every other connection first and this one
+// right after its answer, fd and all, before the host sees its end.
+func handleQuiesce(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
+	if r.URL.Query().Get("unlessExternalTcp") == "1" {
+		n, err := externalTCPConnections(port)
+		if err != nil || n != 0 {
+			why := "TCP connections could not be listed"
+			if err == nil {
+				why = strconv.Itoa(n) + " TCP connection(s) to outside the sandbox"
+			}
+			w.Header().Set("Connection", "close")
+			sendError(w, 409, "not idle: "+why)
+			return nil
+		}
+	}
+	self, _ := r.Context().Value(connKey).(net.Conn)
+	env.conns.closeAllBut(self)
+	debug.FreeOSMemory()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(204)
+		return nil
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return err
+	}
+	// Go's own Connection: close half-closes and keeps the fd ~0.5 s: written and closed here.
+	buf.WriteString("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+	buf.Flush()
+	conn.Close()
+	return nil
+}
+
+// externalTCPConnections counts established connections to outside the sandbox (not
+// loopback, not envd's own port): runsc would reset them in a checkpoint.
+func externalTCPConnections(ownPort int) (int, error) {
+	n := 0
+	for i, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		fh, err := os.Open(f)
+		if err != nil {
+			if i == 0 {
+				return 0, err
+			}
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		first := true
+		for sc.Scan() {
+			if first {
+				first = false
+				continue
+			}
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 4 || fs[3] != "01" {
+				continue
+			}
+			if hexPort(fs[1]) == ownPort || hexLoopback(fs[2]) {
+				continue
+			}
+			n++
+		}
+		fh.Close()
+	}
+	return n, nil
+}
+
+func hexPort(a string) int {
+	i := strings.IndexByte(a, ':')
+	if i < 0 {
+		return -1
+	}
+	p, err := strconv.ParseInt(a[i+1:], 16, 32)
+	if err != nil {
+		return -1
+	}
+	return int(p)
+}
+
+func hexLoopback(a string) bool {
+	ip := a
+	if i := strings.IndexByte(a, ':'); i >= 0 {
+		ip = a[:i]
+	}
+	switch len(ip) {
+	case 8:
+		return strings.HasSuffix(ip, "7F")
+	case 32:
+		return ip == "00000000000000000000000001000000" ||
+			(strings.HasPrefix(ip, "0000000000000000FFFF0000") && strings.HasSuffix(ip, "7F"))
+	}
+	return false
+}
+
+type metrics struct {
+	Ts          int64   `json:"ts"`
+	CPUCount    int     `json:"cpu_count"`
+	CPUUsedPct  float64 `json:"cpu_used_pct"`
+	MemTotal    uint64  `json:"mem_total"`
+	MemUsed     uint64  `json:"mem_used"`
+	MemCache    uint64  `json:"mem_cache"`
+	MemTotalMiB uint64  `json:"mem_total_mib"`
+	MemUsedMiB  uint64  `json:"mem_used_mib"`
+	DiskUsed    uint64  `json:"disk_used"`
+	DiskTotal   uint64  `json:"disk_total"`
+}
+
+var lastCPU struct{ idle, total uint64 }
+
+func readCPU() (idle, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "cpu ") {
+			continue
+		}
+		f := strings.Fields(line)[1:]
+		for i := 0; i < len(f) && i < 8; i++ {
+			v, _ := strconv.ParseUint(f[i], 10, 64)
+			total += v
+			if i == 3 || i == 4 {
+				idle += v
+			}
+		}
+		return idle, total, true
+	}
+	return 0, 0, false
+}
+
+func collectMetrics() metrics {
+	m := metrics{Ts: time.Now().Unix(), CPUCount: numCPU()}
+	pi, pt := lastCPU.idle, lastCPU.total
+	if pt == 0 {
+		pi, pt, _ = readCPU()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ci, ct, ok := readCPU(); ok {
+		lastCPU.idle, lastCPU.total = ci, ct
+		if ct > pt {
+			busy := float64(ct-pt) - float64(ci-pi)
+			pct := busy / float64(ct-pt) * 100
+			if pct < 0 {
+				pct = 0
+			} else if pct > 100 {
+				pct = 100
+			}
+			m.CPUUsedPct = float64(int(pct*100+0.5)) / 100
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		kb := map[string]uint64{}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseUint(f[1], 10, 64)
+				kb[strings.TrimSuffix(f[0], ":")] = v * 1024
+			}
+		}
+		avail, ok := kb["MemAvailable"]
+		if !ok {
+			avail = kb["MemFree"]
+		}
+		m.MemTotal = kb["MemTotal"]
+		if m.MemTotal > avail {
+			m.MemUsed = m.MemTotal - avail
+		}
+		m.MemCache = kb["Cached"] + kb["Buffers"]
+		m.MemTotalMiB, m.MemUsedMiB = m.MemTotal>>20, m.MemUsed>>20
+	}
+	var st syscall.Statfs_t
+	if syscall.Statfs("/", &st) == nil {
+		m.DiskTotal = st.Blocks * uint64(st.Bsize)
+		m.DiskUsed = (st.Blocks - st.Bfree) * uint64(st.Bsize)
+	}
+	return m
+}
