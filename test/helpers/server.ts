@@ -75,22 +75,28 @@ const RUNTIME_CACHE = "/var/tmp/aenv-testcache-runtime";
 
 function seedRuntime(dataDir: string): void {
   const dest = join(dataDir, "runtime");
-  if (existsSync(dest) || !existsSync(join(RUNTIME_CACHE, ".ids.json"))) return;
+  if (existsSync(dest) || memos(RUNTIME_CACHE).trim() === "") return;
   // Seeding is an optimisation: a failure leaves the server to build its own.
   spawnSync("cp", ["-al", RUNTIME_CACHE, dest]);
 }
 
+/** The folder's memos of built runtimes (one per envd kind), "" when it has none. */
+function memos(dir: string): string {
+  return [".ids.json", ".ids-native.json"]
+    .map((f) => {
+      try {
+        return readFileSync(join(dir, f), "utf8");
+      } catch {
+        return "";
+      }
+    })
+    .join("\n");
+}
+
 function keepRuntime(dataDir: string): void {
   const src = join(dataDir, "runtime");
-  const memo = (dir: string) => {
-    try {
-      return readFileSync(join(dir, ".ids.json"), "utf8");
-    } catch {
-      return undefined;
-    }
-  };
-  const m = memo(src);
-  if (m === undefined || m === memo(RUNTIME_CACHE)) return;
+  const m = memos(src);
+  if (m.trim() === "" || m === memos(RUNTIME_CACHE)) return;
   const tmp = `${RUNTIME_CACHE}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
   if (spawnSync("cp", ["-al", src, tmp]).status !== 0) {
     rmSync(tmp, { recursive: true, force: true });

@@ -73,7 +73,7 @@ function runtimeInputs(kind: EnvdKind): {
   if (kind === "native") {
     if (!art.native) {
       throw new Error(
-        "runtime.envd is native but the native envd is not built (packages/envd/dist/envd-native: needs Go, see scripts/install-deps.sh)",
+        "runtime.envd is native (the default) but the native envd is not built (packages/envd/dist/envd-native needs Go: scripts/install-deps.sh, then npm run build), or set runtime.envd = node",
       );
     }
     return { node: "", libs: [], art, files: [art.native, ...tools] };
@@ -99,7 +99,7 @@ const identityPrefix = (kind: EnvdKind): string => `mounts:${SANDBOX_LOWER_DIR}a
  * ~0.8 s here). Nodes of a cluster that run the same builds get the same ID, so they restore
  * each other's images.
  */
-export function runtimeContentId(files: string[], kind: EnvdKind = "node"): string {
+export function runtimeContentId(files: string[], kind: EnvdKind): string {
   const h = createHash("sha256");
   h.update(identityPrefix(kind));
   const buf = Buffer.allocUnsafe(1 << 20);
@@ -130,7 +130,7 @@ function statKey(files: string[], kind: EnvdKind): string {
  * (restored images expect identical files). The content ID is remembered by the inputs'
  * stat key (`.ids.json`), so a start with unchanged inputs reads none of them.
  */
-export function prepareEnvdRuntime(root: string, kind: EnvdKind = "node"): string {
+export function prepareEnvdRuntime(root: string, kind: EnvdKind): string {
   const { node, libs, art, files } = runtimeInputs(kind);
   const key = statKey(files, kind);
   // One memo per kind: a host switching between them re-reads neither.
