@@ -37,6 +37,11 @@ for (const kind of ["native", "node"] as const) {
         assert.equal(r.stdout, "hi user /home/user\n");
         assert.equal(r.stderr, "err\n");
         assert.equal((await s.commands.run("id -u", { user: "root" })).stdout.trim(), "0");
+        // The Node envd starts commands through init's vfork + exec service (a fork of node
+        // costs twice that in gVisor); the native one starts them itself.
+        const parent = (await s.commands.run("echo $PPID; cat /proc/$PPID/cmdline | tr '\\0' ' '")).stdout;
+        if (kind === "node") assert.match(parent, /^1\n.*aenv-init/);
+        else assert.match(parent, /^\d+\n\/\.aenv\/bin\/envd /);
         await s.files.write("notes/a.txt", "native é");
         assert.equal(await s.files.read("/home/user/notes/a.txt"), "native é");
         const list = await s.files.list("/home/user/notes");

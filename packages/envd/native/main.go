@@ -46,7 +46,13 @@ func main() {
 		startSudoServer(env)
 		installSudoLinks()
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	// An IPv4 host listens on IPv4 only, as the Node envd does (Go's "tcp" on 0.0.0.0 would be
+	// a dual-stack IPv6 socket, whose connections show in /proc/net/tcp6 instead).
+	network := "tcp"
+	if ip := net.ParseIP(*host); ip != nil && ip.To4() != nil {
+		network = "tcp4"
+	}
+	ln, err := net.Listen(network, net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		log.Fatalf("listen: %v", err)
 	}

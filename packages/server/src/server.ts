@@ -113,6 +113,11 @@ export async function startServer(
   const egressCa = await EgressCa.open(cfg.egress.caDir ?? join(cfg.dataDir, "egress-ca"));
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, cfg.envd);
+  let nodeRuntimeDir: string | undefined = cfg.envd === "node" ? runtimeDir : undefined;
+  const buildRuntimeDir = () => {
+    nodeRuntimeDir ??= prepareEnvdRuntime(paths.envdRuntimeRoot, "node");
+    return nodeRuntimeDir;
+  };
   const runtime = await probing;
   const sync = cfg.repository.commitTemplates
     ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
@@ -128,6 +133,7 @@ export async function startServer(
     slots,
     log: log.child({ component: "orchestrator" }),
     runtimeDir,
+    buildRuntimeDir,
     resolvConf: resolv.file,
     repository,
     volumes,

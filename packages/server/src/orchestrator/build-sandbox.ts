@@ -12,11 +12,17 @@ export interface BuildSandbox {
 }
 
 /**
- * A throwaway sandbox whose writes go straight to `rootfs`, for template build steps. envd
- * runs as usual; the caller runs the steps and must call close().
+ * A throwaway sandbox whose writes go straight to `rootfs`, for template build steps. It runs
+ * the Node envd, whose node the steps use; the caller runs the steps and must call close().
  */
 export async function startBuildSandbox(
-  d: { cfg: ServerConfig; paths: NodePaths; registry: SandboxRegistry; runner: SandboxRunner; runtimeDir: string },
+  d: {
+    cfg: ServerConfig;
+    paths: NodePaths;
+    registry: SandboxRegistry;
+    runner: SandboxRunner;
+    buildRuntimeDir: () => string;
+  },
   opts: { rootfs: string; cpuCount: number; memoryMB: number; mounts: Record<string, string> },
 ): Promise<BuildSandbox> {
   d.registry.assertOpen();
@@ -27,7 +33,7 @@ export async function startBuildSandbox(
     templateId: "build",
     alias: "build",
     rootfs: opts.rootfs,
-    runtimeDir: d.runtimeDir,
+    runtimeDir: d.buildRuntimeDir(),
     req: { templateID: "build" },
     sizing: { cpuCount: opts.cpuCount, memoryMB: opts.memoryMB, diskSizeMB: 0 },
   });

@@ -46,6 +46,11 @@ export interface OrchestratorDeps {
   log: Logger;
   /** The /.aenv folder new sandboxes get (envd and its runtime). */
   runtimeDir: string;
+  /**
+   * The /.aenv folder of template build sandboxes: the Node one, whose node runs the build
+   * steps' COPY and account changes (templates/in-sandbox.ts). Made on the first build.
+   */
+  buildRuntimeDir: () => string;
   resolvConf: string;
   egressCa?: { certPem: string; fingerprint: string };
   /** Checkpoints restore only on a runtime with this key (driver build, platform, /.aenv). */
