@@ -40,8 +40,12 @@ for (const kind of ["native", "node"] as const) {
         // The Node envd starts commands through init's vfork + exec service (a fork of node
         // costs twice that in gVisor); the native one starts them itself.
         const parent = (await s.commands.run("echo $PPID; cat /proc/$PPID/cmdline | tr '\\0' ' '")).stdout;
-        if (kind === "node") assert.match(parent, /^1\n.*aenv-init/);
-        else assert.match(parent, /^\d+\n\/\.aenv\/bin\/envd /);
+        if (kind === "node") {
+          assert.match(parent, /^1\n.*aenv-init/);
+          // The service's socket is root's alone: the default user cannot reach it.
+          const ls = await s.commands.run("ls /dev/shm/.aenv-spawn-* 2>&1 || true");
+          assert.match(ls.stdout, /Permission denied/);
+        } else assert.match(parent, /^\d+\n\/\.aenv\/bin\/envd /);
         await s.files.write("notes/a.txt", "native é");
         assert.equal(await s.files.read("/home/user/notes/a.txt"), "native é");
         const list = await s.files.list("/home/user/notes");

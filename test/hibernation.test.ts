@@ -58,7 +58,10 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
       .filter((l) => l.includes(s.sandboxId));
     const reduced = mine.findIndex((l) => l.includes('"envd heap reduced"'));
     const frozen = mine.findIndex((l) => l.includes('"sandbox hibernated"'));
-    assert.ok(reduced >= 0 && reduced < frozen, "envd's heap reduced before the sandbox was frozen");
+    assert.ok(
+      reduced >= 0 && reduced < frozen,
+      `envd's heap reduced before the sandbox was frozen; its log:\n${mine.filter((l) => /heap|hibernat|pool/.test(l)).join("\n")}`,
+    );
     const before_ = cg.cpuNs();
     await sleep(1500);
     assert.equal(cg.cpuNs(), before_, "a frozen sandbox uses no CPU at all");
