@@ -54,7 +54,8 @@ const HIBERNATE_STEPS = (process.env.BENCH_DENSITY_HIBERNATE_STEPS ?? (SMOKE ? "
   .filter((n) => Number.isInteger(n) && n > 0)
   .sort((a, b) => a - b);
 /** The third aenv pass also saves frozen sandboxes to disk after this many idle seconds (0 skips it). */
-const SAVE_S = envNum("BENCH_DENSITY_SAVE_S", SMOKE ? 0 : 20, true);
+// envNum takes 0 for "unset": an explicit 0 must skip the pass, as documented.
+const SAVE_S = process.env.BENCH_DENSITY_SAVE_S === "0" ? 0 : envNum("BENCH_DENSITY_SAVE_S", SMOKE ? 0 : 20, true);
 const SAVED_STEPS = (process.env.BENCH_DENSITY_SAVED_STEPS ?? "10,40,100")
   .split(",")
   .map(Number)
