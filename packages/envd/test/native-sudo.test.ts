@@ -37,13 +37,15 @@ NR=$FIX/newroot
 mkdir -p $NR
 mount -t tmpfs tmpfs $NR
 for l in bin sbin lib lib32 lib64; do if [ -L /$l ]; then ln -s "$(readlink /$l)" $NR/$l; fi; done
-for d in usr etc dev sys tmp var home root work opt; do
-  if [ -d /$d ] && [ ! -L /$d ]; then mkdir $NR/$d; mount --rbind /$d $NR/$d; fi
+for d in usr etc dev sys tmp var home root $BIND_TOPS; do
+  if [ -d /$d ] && [ ! -L /$d ] && [ ! -e $NR/$d ]; then mkdir $NR/$d; mount --rbind /$d $NR/$d; fi
 done
 mkdir $NR/proc $NR/run
 mount -t proc proc $NR/proc
 mount -t tmpfs tmpfs $NR/run
 mount -t tmpfs tmpfs $NR/usr/local/bin
+# node itself may live there (a node installed by hand): keep it visible
+case $NODE_BIN in /usr/local/bin/*) touch $NR$NODE_BIN; mount --bind $NODE_BIN $NR$NODE_BIN ;; esac
 mkdir -p $NR/.aenv/bin
 cp $CLIENT $NR/.aenv/bin/aenv-sudo
 # envd in the package's directory (for tsx), a child of this PID 1 (sh execs it)
@@ -52,7 +54,7 @@ ENVD=$!
 trap 'kill $ENVD 2>/dev/null; wait $ENVD 2>/dev/null' EXIT
 i=0
 until [ -S $NR/run/aenv/sudo.sock ]; do
-  i=$((i + 1)); if [ $i -gt 600 ]; then echo "FAILED envd did not serve sudo"; cat $FIX/envd.log; exit 1; fi
+  i=$((i + 1)); if [ $i -gt 600 ]; then echo "FAILED envd did not serve sudo: $(tr '\n' ' ' <$FIX/envd.log)"; exit 1; fi
   sleep 0.05
 done
 echo READY
@@ -76,6 +78,14 @@ while read -r who cmd in; do
   echo "RESULT $code $out $err"
 done
 `;
+
+/**
+ * The top-level directories the chroot must also show: the checkout's (CI clones anywhere, not
+ * only under /work), node's and the fixture's.
+ */
+function topDirs(...paths: string[]): Set<string> {
+  return new Set(paths.map((p) => path.resolve(p).split(path.sep)[1] ?? "").filter((d) => /^[\w.-]+$/.test(d)));
+}
 
 interface Result {
   code: number;
@@ -175,7 +185,14 @@ describe(`sudo and su through ${testsNative ? "the native" : "the Node"} envd's 
     child = spawn(
       "unshare",
       ["--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "sh", script, fix, CLIENT, ...envd],
-      { env: { ...process.env, PKG_DIR: PKG } },
+      {
+        env: {
+          ...process.env,
+          PKG_DIR: PKG,
+          NODE_BIN: process.execPath,
+          BIND_TOPS: [...topDirs(PKG, process.execPath, fix)].join(" "),
+        },
+      },
     );
     child.stderr.on("data", (d: Buffer) => process.stderr.write(d));
     sb = new Sandboxed(child);
