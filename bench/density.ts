@@ -25,11 +25,12 @@
  * (one step of 1, 1 s windows).
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
+import { hostTicks, procTicks } from "./cpu.js";
 import { type BenchMeta, benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { listProcs, memAvailableKiB, sandboxesPss, sandboxPids } from "./procmem.js";
@@ -77,30 +78,6 @@ const CLK_TCK = (() => {
     return 100;
   }
 })();
-
-/** Busy and total jiffies of the whole host (iowait counts as idle). */
-function hostTicks(): { busy: number; total: number } {
-  const line = readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "";
-  // cpu user nice system idle iowait irq softirq steal (guest time is already inside user)
-  const v = line.trim().split(/\s+/).slice(1, 9).map(Number);
-  const total = v.reduce((a, b) => a + b, 0);
-  return { busy: total - (v[3] ?? 0) - (v[4] ?? 0), total };
-}
-
-/** utime + stime of a process (and of its reaped children with `children`), in jiffies. */
-function procTicks(pid: number, children = false): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat
-      .slice(stat.lastIndexOf(")") + 2)
-      .split(" ")
-      .map(Number);
-    // f[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
-    return (f[11] ?? 0) + (f[12] ?? 0) + (children ? (f[13] ?? 0) + (f[14] ?? 0) : 0);
-  } catch {
-    return undefined;
-  }
-}
 
 function pidsOf(ids: readonly string[]): number[] {
   const procs = listProcs();

@@ -54,6 +54,9 @@ export interface Results {
   commandRoundTrip?: { aenv?: Summary; raw?: Summary };
   fileWrite?: { bytes: number; aenv?: Throughput; raw?: Throughput };
   fileRead?: { bytes: number; aenv?: Throughput; raw?: Throughput };
+  /** The same transfers through the proxy with node:http, not the SDK's fetch (the server's path alone). */
+  fileWriteHttp?: Throughput;
+  fileReadHttp?: Throughput;
   idleMemory?: { aenv?: IdleMemory; raw?: IdleMemory };
   errors: string[];
 }
@@ -101,6 +104,10 @@ export function rows(r: Results): Row[] {
   const rd = r.fileRead;
   out.push([`file read ${mib} MiB, mean of ${reps} (MB/s)`, rd?.aenv?.mean, rd?.raw?.mean, 1]);
   out.push(["file read, min (MB/s)", rd?.aenv?.min, rd?.raw?.min, 1]);
+  if (r.fileWriteHttp || r.fileReadHttp) {
+    out.push(["  file write, node:http client, not the SDK, mean (MB/s)", r.fileWriteHttp?.mean, w?.raw?.mean, 1]);
+    out.push(["  file read, node:http client, not the SDK, mean (MB/s)", r.fileReadHttp?.mean, rd?.raw?.mean, 1]);
+  }
   const m = r.idleMemory;
   out.push([
     `idle memory, PSS per sandbox (MiB, K=${m?.aenv?.k ?? m?.raw?.k ?? "–"})`,

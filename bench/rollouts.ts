@@ -37,6 +37,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
+import { type CpuMark, type CpuSplit, cpuMark, cpuSince } from "./cpu.js";
 import { type BenchMeta, benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS } from "./paths.js";
 import { metaLines } from "./report.js";
@@ -94,6 +95,11 @@ interface StrategyResult {
   perRolloutMs: Summary;
   distinctResults: number;
   resultsDiverge: boolean;
+  /**
+   * Where the CPU went (bench/cpu.ts): setupPerRollout over its whole budget, forkFromPrepared
+   * from its first fork on (the parent's one setup excluded), with the rollouts finished then.
+   */
+  cpu?: CpuSplit & { rollouts: number };
   errors: string[];
 }
 
@@ -183,6 +189,9 @@ function finish<T extends StrategyResult>(
   } as T;
 }
 
+/** aenv-server's PID, for the CPU split. */
+let serverPid: number | undefined;
+
 /** Everything alive, so the deadline (or a failure) can kill it. */
 const live = new Set<Sandbox>();
 const killQuietly = async (s: Sandbox) => {
@@ -191,6 +200,7 @@ const killQuietly = async (s: Sandbox) => {
 };
 
 async function setupPerRollout(): Promise<SetupPerRollout> {
+  const cpu0 = cpuMark(serverPid);
   const t0 = performance.now();
   const deadline = t0 + BUDGET_S * 1000;
   const done: Rollout[] = [];
@@ -245,6 +255,7 @@ async function setupPerRollout(): Promise<SetupPerRollout> {
     cut,
     errors,
   );
+  res.cpu = { ...cpuSince(cpu0, cpuMark(serverPid)), rollouts: done.length };
   const per = mean(done.map((r) => r.totalMs));
   res.steadyStateRolloutsPerHour = done.length ? (CONCURRENCY * 3_600_000) / per : 0;
   return res;
@@ -269,6 +280,7 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
   const inflight = new Set<Promise<void>>();
   let setupS = 0;
   let parentPauseMs = 0;
+  let cpu0: CpuMark | undefined;
   let ref = { sha256: "", files: 0 };
   const timer = setTimeout(() => {
     expired = true;
@@ -280,6 +292,7 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
     ref = await treeHash(parent);
     log(`parent tree ${ref.sha256.slice(0, 16)}… (${ref.files} files)`);
     if (PAUSE_PARENT) [, parentPauseMs] = await timed(() => parent.pause());
+    cpu0 = cpuMark(serverPid);
 
     const child = async (s: Sandbox, forkStart: number) => {
       const my = ++seed;
@@ -362,7 +375,8 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
     if (!expired) cut = 0;
     await killQuietly(parent);
   }
-  return finish<ForkFromPrepared>(
+  const forkPhase = cpu0 && cpuSince(cpu0, cpuMark(serverPid));
+  const res = finish<ForkFromPrepared>(
     {
       forksLive: FORKS,
       parentPaused: PAUSE_PARENT,
@@ -381,6 +395,9 @@ async function forkFromPrepared(): Promise<ForkFromPrepared> {
     cut,
     errors,
   );
+  // Every rollout of this strategy ran in a child, after the mark.
+  if (forkPhase) res.cpu = { ...forkPhase, rollouts: done.length };
+  return res;
 }
 
 interface Report {
@@ -395,6 +412,12 @@ interface Report {
 }
 
 const f = (v: number | undefined, d = 0) => (v === undefined || Number.isNaN(v) ? "–" : v.toFixed(d));
+
+function cpuPer(r: StrategyResult | undefined, k: keyof CpuSplit): string {
+  return r?.cpu?.rollouts ? f(r.cpu[k] / r.cpu.rollouts, 2) : "–";
+}
+const cpuPair = (r: StrategyResult | undefined) => `${cpuPer(r, "serverS")} / ${cpuPer(r, "serverCommandsS")}`;
+const cpuRest = (r: StrategyResult | undefined) => `${cpuPer(r, "clientS")} / ${cpuPer(r, "sandboxesS")}`;
 
 function markdown(r: Report): string {
   const a = r.setupPerRollout;
@@ -425,6 +448,9 @@ function markdown(r: Report): string {
     row("tree hash, p50 (ms)", f(a?.hashMs.p50), f(b?.hashMs.p50)),
     row("rollout commands + result read, p50 (ms)", f(a?.rolloutMs.p50), f(b?.rolloutMs.p50)),
     row("per rollout, create/fork → result, p50 (ms)", f(a?.perRolloutMs.p50), f(b?.perRolloutMs.p50)),
+    row("CPU per rollout: host in all (s; fork: after the parent's setup)", cpuPer(a, "hostS"), cpuPer(b, "hostS")),
+    row("  aenv-server / its commands (runsc CLI, ip, nft)", cpuPair(a), cpuPair(b)),
+    row("  SDK client (this process) / sandboxes and the rest", cpuRest(a), cpuRest(b)),
     row(
       "distinct results / rollouts",
       a ? `${a.distinctResults} / ${a.rollouts}` : "–",
@@ -478,6 +504,7 @@ async function main(): Promise<number> {
       },
     });
     useE2b(server);
+    serverPid = server.proc.pid;
     const details = (await server.api("GET", "/health/details")).body as { runtime?: { platform?: string } };
     report.meta.platform = details.runtime?.platform ?? "unknown";
     // Creates are restores of the template's warm image once it exists.

@@ -149,12 +149,21 @@ export class Snapshots {
     const final = this.d.paths.snapshot(snapId);
     mkdirSync(this.d.paths.snapshots, { recursive: true });
     const rec = this.record(src, snapId, name, final, this.d.runner.driver.checkpointBytes(captureDir));
-    await commitDirAsync(captureDir, final);
-    this.writePending(rec);
-    this.byId.set(snapId, rec);
-    await this.d.repository
+    // The announcement goes out while the image is made durable: nobody has the ID before
+    // this returns, and one left by a crash meanwhile only expires (announcements.ts).
+    const announced = this.d.repository
       .announce(snapId, rec.names)
       .catch((err) => this.d.log.warn({ err, snapshotID: snapId }, "snapshot commit not announced"));
+    try {
+      await commitDirAsync(captureDir, final);
+      this.writePending(rec);
+    } catch (err) {
+      await announced;
+      await this.d.repository.withdraw(snapId).catch(() => undefined);
+      throw err;
+    }
+    await announced;
+    this.byId.set(snapId, rec);
     this.commit(rec);
     return rec;
   }
