@@ -4,9 +4,17 @@
  * e2b SDK client), and the rest (sandboxes: runsc's sentries and gofers, and anything else).
  * From /proc, in seconds.
  */
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 
-const TICK_S = 0.01; // USER_HZ is 100 on Linux
+/** Jiffies per second, the unit of /proc/stat and /proc/PID/stat. */
+export const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
 
 export interface CpuMark {
   at: number;
@@ -38,8 +46,8 @@ export function hostTicks(): { busy: number; total: number } {
   return { busy: total - (v[3] ?? 0) - (v[4] ?? 0), total };
 }
 
-/** utime + stime of a process (and of its reaped children with `children`), in jiffies. */
-export function procTicks(pid: number, children = false): number | undefined {
+/** utime + stime of a process, and cutime + cstime (its reaped children), in jiffies. */
+function statTicks(pid: number): { own: number; reaped: number } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const f = stat
@@ -47,21 +55,26 @@ export function procTicks(pid: number, children = false): number | undefined {
       .split(" ")
       .map(Number);
     // f[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
-    return (f[11] ?? 0) + (f[12] ?? 0) + (children ? (f[13] ?? 0) + (f[14] ?? 0) : 0);
+    return { own: (f[11] ?? 0) + (f[12] ?? 0), reaped: (f[13] ?? 0) + (f[14] ?? 0) };
   } catch {
     return undefined;
   }
 }
 
+/** utime + stime of a process (and of its reaped children with `children`), in jiffies. */
+export function procTicks(pid: number, children = false): number | undefined {
+  const t = statTicks(pid);
+  return t && t.own + (children ? t.reaped : 0);
+}
+
 export function cpuMark(serverPid: number | undefined): CpuMark {
-  const own = (serverPid && procTicks(serverPid)) || 0;
-  const all = (serverPid && procTicks(serverPid, true)) || 0;
+  const s = (serverPid && statTicks(serverPid)) || { own: 0, reaped: 0 };
   const c = process.cpuUsage();
   return {
     at: performance.now(),
-    hostBusy: hostTicks().busy * TICK_S,
-    server: own * TICK_S,
-    serverChildren: (all - own) * TICK_S,
+    hostBusy: hostTicks().busy / CLK_TCK,
+    server: s.own / CLK_TCK,
+    serverChildren: s.reaped / CLK_TCK,
     client: (c.user + c.system) / 1e6,
   };
 }

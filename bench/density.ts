@@ -24,13 +24,12 @@
  * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16); BENCH_SMOKE=1 makes the defaults tiny
  * (one step of 1, 1 s windows).
  */
-import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
-import { hostTicks, procTicks } from "./cpu.js";
+import { CLK_TCK, hostTicks, procTicks } from "./cpu.js";
 import { type BenchMeta, benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { listProcs, memAvailableKiB, sandboxesPss, sandboxPids } from "./procmem.js";
@@ -70,14 +69,6 @@ const NCPU = cpus().length;
 
 const log = benchLog("density");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-const CLK_TCK = (() => {
-  try {
-    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
-  } catch {
-    return 100;
-  }
-})();
 
 function pidsOf(ids: readonly string[]): number[] {
   const procs = listProcs();

@@ -6,6 +6,9 @@
  */
 import { randomBytes } from "node:crypto";
 import { request } from "node:http";
+import { ENVD_PORT } from "@aenv/protocol";
+import type { Sandbox } from "e2b";
+import { mbps, timeMs } from "./stats.js";
 
 export interface ProxyFilesTarget {
   /** The server's URL (E2B_SANDBOX_URL). */
@@ -13,8 +16,6 @@ export interface ProxyFilesTarget {
   sandboxId: string;
   envdAccessToken: string;
 }
-
-const ENVD_PORT = 49983;
 
 function call(t: ProxyFilesTarget, method: string, path: string, body?: Buffer[], type?: string): Promise<Buffer> {
   const u = new URL(t.url);
@@ -47,7 +48,7 @@ function call(t: ProxyFilesTarget, method: string, path: string, body?: Buffer[]
 const query = (path: string) => `/files?${new URLSearchParams({ path, username: "user" })}`;
 
 /** Writes `data` to `path` as one multipart part, as the SDK's files.write does. */
-export async function writeViaProxy(t: ProxyFilesTarget, path: string, data: Buffer): Promise<void> {
+async function writeViaProxy(t: ProxyFilesTarget, path: string, data: Buffer): Promise<void> {
   const boundary = `aenvbench${randomBytes(8).toString("hex")}`;
   const head = Buffer.from(
     `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${path}"\r\n` +
@@ -57,6 +58,32 @@ export async function writeViaProxy(t: ProxyFilesTarget, path: string, data: Buf
   await call(t, "POST", query(path), [head, data, tail], `multipart/form-data; boundary=${boundary}`);
 }
 
-export function readViaProxy(t: ProxyFilesTarget, path: string): Promise<Buffer> {
+function readViaProxy(t: ProxyFilesTarget, path: string): Promise<Buffer> {
   return call(t, "GET", query(path));
+}
+
+/**
+ * `reps` writes and reads of a fresh payload each through the proxy of the e2b SDK's server
+ * (E2B_SANDBOX_URL), in MB/s; every read is checked against what was written.
+ */
+export async function transfersViaProxy(
+  sbx: Sandbox,
+  reps: number,
+  payload: () => Buffer,
+): Promise<{ writeMBps: number[]; readMBps: number[] }> {
+  const token = (sbx as unknown as { envdAccessToken?: string }).envdAccessToken;
+  if (!token) throw new Error("the SDK's sandbox has no envdAccessToken");
+  const target = { url: process.env.E2B_SANDBOX_URL ?? "", sandboxId: sbx.sandboxId, envdAccessToken: token };
+  const writeMBps: number[] = [];
+  const readMBps: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const buf = payload();
+    const path = `/tmp/bench-http-${i}.bin`;
+    writeMBps.push(mbps(buf.length, (await timeMs(() => writeViaProxy(target, path, buf))).ms));
+    const { ms, value } = await timeMs(() => readViaProxy(target, path));
+    readMBps.push(mbps(buf.length, ms));
+    if (!buf.equals(value)) throw new Error(`aenv (node:http): read back ${value.byteLength} bytes that differ`);
+    await sbx.commands.run(`rm -f ${path}`);
+  }
+  return { writeMBps, readMBps };
 }

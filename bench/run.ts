@@ -18,7 +18,7 @@ import { Sandbox } from "e2b";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "../test/helpers/server.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { memAvailableKiB, sandboxesPss } from "./procmem.js";
-import { readViaProxy, writeViaProxy } from "./proxy-files.js";
+import { transfersViaProxy } from "./proxy-files.js";
 import { RawRunsc } from "./raw-runsc.js";
 import { type IdleMemory, markdown, type Results, type Throughput, writeResults } from "./report.js";
 import { mbps, mean, summarize, timeMs } from "./stats.js";
@@ -195,23 +195,12 @@ async function aenvWarm(res: Results): Promise<void> {
     res.fileRead = { bytes: FILE_BYTES, ...res.fileRead, aenv: throughput(rd) };
 
     // The same transfers with node:http instead of the SDK's fetch: the server's path alone.
-    const token = (sbx as unknown as { envdAccessToken?: string }).envdAccessToken;
-    if (!token) throw new Error("the SDK's sandbox has no envdAccessToken");
-    const target = { url: process.env.E2B_SANDBOX_URL ?? "", sandboxId: sbx.sandboxId, envdAccessToken: token };
-    const hw: number[] = [];
-    const hr: number[] = [];
-    for (let i = 0; i < FILE_REPS; i++) {
+    const http = await transfersViaProxy(sbx, FILE_REPS, () => {
       guard();
-      const buf = payload();
-      const path = `/tmp/bench-http-${i}.bin`;
-      hw.push(mbps(FILE_BYTES, (await timeMs(() => writeViaProxy(target, path, buf))).ms));
-      const { ms, value } = await timeMs(() => readViaProxy(target, path));
-      hr.push(mbps(FILE_BYTES, ms));
-      if (!buf.equals(value)) throw new Error(`aenv (node:http): read back ${value.byteLength} bytes that differ`);
-      await sbx.commands.run(`rm -f ${path}`);
-    }
-    res.fileWriteHttp = throughput(hw);
-    res.fileReadHttp = throughput(hr);
+      return payload();
+    });
+    res.fileWriteHttp = throughput(http.writeMBps);
+    res.fileReadHttp = throughput(http.readMBps);
   } finally {
     await sbx.kill();
     liveSandboxes.delete(sbx);
