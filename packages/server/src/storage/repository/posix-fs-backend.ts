@@ -1,11 +1,10 @@
 import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
 import { constants } from "node:fs";
-import { link, lstat, mkdir, open, readdir, rename, unlink, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { link, mkdir, open, rename, unlink } from "node:fs/promises";
+import { join } from "node:path";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
-import { fsyncDir } from "../../util/fsync.js";
+import { BeneathError, type Dir, openBeneath, withDir, writeStream } from "../../util/beneath.js";
 import {
   assertKey,
   BackendError,
@@ -16,124 +15,148 @@ import {
 } from "./backend.js";
 
 /** A new temp file: never an existing name, never through a link planted under that name. */
-const WRITE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+const WRITE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
 
-const isNotFound = (err: unknown) => (err as NodeJS.ErrnoException)?.code === "ENOENT";
+const isNotFound = (err: unknown) =>
+  (err as NodeJS.ErrnoException)?.code === "ENOENT" || (err instanceof BeneathError && err.kind === "not-found");
+
+/** Test seam: `resolved` runs once a key's folder is open, the moment a racing writer would swap it. */
+export interface PosixFsSeams {
+  resolved?: (key: string) => Promise<void> | void;
+}
+
+const tempName = () => `.tmp-${randomBytes(6).toString("hex")}`;
 
 /**
  * posix_fs backend: each key is a file under root. Writes go to a dot-prefixed temp file in the
  * same folder, are fsynced, renamed into place and the folder fsynced, so a crash or a reader
  * on another node (shared filesystem) never sees a partial object; listings skip dot files.
  *
- * Whoever can write the folder may plant symlinks in it: no link under root is ever followed
- * (folders on a key's way are lstat'ed, files opened O_NOFOLLOW), so the backend never reads,
- * writes or deletes outside root. The root itself is the operator's and may be a link.
+ * Whoever can write the folder may plant symlinks in it and swap folders while we work: every
+ * operation goes through descriptors of folders opened beneath root (util/beneath.ts), so no
+ * link under root is followed and nothing outside it is read, written or deleted. The root
+ * itself is the operator's and may be a link.
  */
 export class PosixFsBackend implements RepositoryBackend {
   readonly description: string;
 
-  constructor(readonly root: string) {
+  constructor(
+    readonly root: string,
+    private readonly seams: PosixFsSeams = {},
+  ) {
     this.description = `posix_fs ${root}`;
   }
 
-  private path(key: string): string {
+  /** Runs `fn` in the open folder of `key` with its file name; BackendErrors name the key. */
+  private async inFolder<T>(
+    key: string,
+    what: string,
+    fn: (dir: Dir, name: string) => Promise<T>,
+    create = false,
+  ): Promise<T> {
     assertKey(key);
-    return join(this.root, key);
-  }
-
-  /**
-   * The path of `key` once every folder between root and it is known to be a real folder
-   * (missing ones are fine: mkdir creates real ones). Throws BackendError on a link.
-   */
-  private async safePath(key: string): Promise<string> {
-    const final = this.path(key);
-    const parts = key.split("/").slice(0, -1);
-    let cur = this.root;
-    for (const part of parts) {
-      cur = join(cur, part);
-      const st = await lstat(cur).catch((err: NodeJS.ErrnoException) => {
-        if (isNotFound(err)) return undefined;
-        throw err;
-      });
-      if (!st) break;
-      if (!st.isDirectory()) {
-        throw new BackendError(
-          `${this.description}: ${cur} is a ${st.isSymbolicLink() ? "symlink" : "file"}, not a folder; refusing ${key}`,
-        );
+    const parts = key.split("/");
+    const name = parts.pop() as string;
+    try {
+      return await withDir(
+        this.root,
+        parts,
+        async (dir) => {
+          await this.seams.resolved?.(key);
+          return fn(dir, name);
+        },
+        create ? { createMode: 0o700 } : {},
+      );
+    } catch (err) {
+      if (err instanceof BackendError) throw err;
+      if (err instanceof BeneathError && err.kind !== "not-found") {
+        throw new BackendError(`${this.description}: refusing ${key}: ${err.message}`, { cause: err });
       }
+      throw new BackendError(`${this.description}: ${what} ${key} failed: ${describeError(err)}`, { cause: err });
     }
-    return final;
   }
 
   async put(key: string, body: Uint8Array | Readable): Promise<void> {
-    const final = this.path(key);
-    const dir = dirname(final);
-    const tmp = join(dir, `.tmp-${randomBytes(6).toString("hex")}`);
-    try {
-      await this.safePath(key);
-      await mkdir(dir, { recursive: true, mode: 0o700 });
-      await this.safePath(key); // a link swapped in while mkdir ran
-      const fh = await open(tmp, WRITE_NEW, 0o600);
-      try {
-        if (body instanceof Uint8Array) await fh.writeFile(body);
-        else await pipeline(body, fh.createWriteStream({ autoClose: false }));
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, final);
-      await fsyncDir(dir);
-    } catch (err) {
-      await unlink(tmp).catch(() => {});
-      throw new BackendError(`${this.description}: writing ${key} failed: ${describeError(err)}`, { cause: err });
-    }
+    await this.inFolder(
+      key,
+      "writing",
+      async (dir, name) => {
+        const tmp = tempName();
+        try {
+          const fh = await dir.openFile(tmp, WRITE_NEW, 0o600);
+          try {
+            if (body instanceof Uint8Array) await fh.writeFile(body);
+            else await writeStream(fh, body);
+            await fh.sync();
+          } finally {
+            await fh.close();
+          }
+          await rename(dir.at(tmp), dir.at(name));
+          await dir.sync();
+        } catch (err) {
+          await unlink(dir.at(tmp)).catch(() => {});
+          throw err;
+        }
+      },
+      true,
+    );
   }
 
   async putIfAbsent(key: string, body: Uint8Array): Promise<boolean> {
-    const final = this.path(key);
-    const dir = dirname(final);
-    const tmp = join(dir, `.tmp-${randomBytes(6).toString("hex")}`);
-    try {
-      await this.safePath(key);
-      await mkdir(dir, { recursive: true, mode: 0o700 });
-      await this.safePath(key);
-      await writeFile(tmp, body, { mode: 0o600, flush: true, flag: WRITE_NEW });
-      // link() fails when the name exists, even on NFS: the whole body or nothing, once.
-      await link(tmp, final);
-      await fsyncDir(dir);
-      return true;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "EEXIST" && !(err instanceof BackendError)) return false;
-      throw new BackendError(`${this.description}: creating ${key} failed: ${describeError(err)}`, { cause: err });
-    } finally {
-      await unlink(tmp).catch(() => {});
-    }
+    return this.inFolder(
+      key,
+      "creating",
+      async (dir, name) => {
+        const tmp = tempName();
+        try {
+          const fh = await dir.openFile(tmp, WRITE_NEW, 0o600);
+          try {
+            await fh.writeFile(body);
+            await fh.sync();
+          } finally {
+            await fh.close();
+          }
+          // link() fails when the name exists, even on NFS: the whole body or nothing, once.
+          await link(dir.at(tmp), dir.at(name));
+          await dir.sync();
+          return true;
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
+          throw err;
+        } finally {
+          await unlink(dir.at(tmp)).catch(() => {});
+        }
+      },
+      true,
+    );
   }
 
   async get(key: string): Promise<Buffer | undefined> {
     try {
-      // O_NOFOLLOW: a planted link to a host file fails (ELOOP) instead of being read.
-      const fh = await open(await this.safePath(key), constants.O_RDONLY | constants.O_NOFOLLOW);
-      try {
-        return await fh.readFile();
-      } finally {
-        await fh.close();
-      }
+      return await this.inFolder(key, "reading", async (dir, name) => {
+        // O_NOFOLLOW: a planted link to a host file fails (ELOOP) instead of being read.
+        const fh = await dir.openFile(name, constants.O_RDONLY);
+        try {
+          return await fh.readFile();
+        } finally {
+          await fh.close();
+        }
+      });
     } catch (err) {
-      if (isNotFound(err)) return undefined;
-      if (err instanceof BackendError) throw err;
-      throw new BackendError(`${this.description}: reading ${key} failed: ${describeError(err)}`, { cause: err });
+      if (isNotFound((err as Error).cause)) return undefined;
+      throw err;
     }
   }
 
   async head(key: string): Promise<ObjectInfo | undefined> {
     try {
-      const st = await lstat(await this.safePath(key));
-      return st.isFile() ? { key, size: st.size, modified: st.mtime } : undefined;
+      return await this.inFolder(key, "stat", async (dir, name) => {
+        const st = await dir.lstat(name);
+        return st?.isFile() ? { key, size: st.size, modified: st.mtime } : undefined;
+      });
     } catch (err) {
-      if (isNotFound(err)) return undefined;
-      if (err instanceof BackendError) throw err;
-      throw new BackendError(`${this.description}: stat ${key} failed: ${describeError(err)}`, { cause: err });
+      if (isNotFound((err as Error).cause)) return undefined;
+      throw err;
     }
   }
 
@@ -141,16 +164,28 @@ export class PosixFsBackend implements RepositoryBackend {
     // Walk only the folder the prefix lies in, then filter by the full prefix.
     const slash = prefix.lastIndexOf("/");
     const base = slash >= 0 ? prefix.slice(0, slash) : "";
-    if (base) await this.safePath(`${base}/x`);
-    yield* this.walk(base, prefix);
-  }
-
-  private async *walk(rel: string, prefix: string): AsyncIterable<ObjectInfo> {
-    let entries: Dirent[];
+    if (base) assertKey(base);
+    let dir: Dir;
     try {
-      entries = await readdir(join(this.root, rel), { withFileTypes: true });
+      dir = await openBeneath(this.root, base ? base.split("/") : []);
     } catch (err) {
       if (isNotFound(err)) return;
+      throw new BackendError(`${this.description}: listing ${base || "/"} failed: ${describeError(err)}`, {
+        cause: err,
+      });
+    }
+    try {
+      yield* this.walk(dir, base, prefix);
+    } finally {
+      await dir.close();
+    }
+  }
+
+  private async *walk(dir: Dir, rel: string, prefix: string): AsyncIterable<ObjectInfo> {
+    let entries: Dirent[];
+    try {
+      entries = await dir.entries();
+    } catch (err) {
       throw new BackendError(`${this.description}: listing ${rel || "/"} failed: ${describeError(err)}`, {
         cause: err,
       });
@@ -160,21 +195,29 @@ export class PosixFsBackend implements RepositoryBackend {
       const key = rel ? `${rel}/${e.name}` : e.name;
       // Dirents are not followed: a symlink is neither a directory nor a file here.
       if (e.isDirectory()) {
-        if (prefix.startsWith(`${key}/`) || key.startsWith(prefix)) yield* this.walk(key, prefix);
+        if (!(prefix.startsWith(`${key}/`) || key.startsWith(prefix))) continue;
+        const sub = await dir.sub(e.name).catch(() => undefined);
+        if (!sub) continue; // swapped for a link or gone since the listing
+        try {
+          yield* this.walk(sub, key, prefix);
+        } finally {
+          await sub.close();
+        }
       } else if (e.isFile() && key.startsWith(prefix)) {
-        const info = await this.head(key);
-        if (info) yield info;
+        const st = await dir.lstat(e.name).catch(() => undefined);
+        if (st?.isFile()) yield { key, size: st.size, modified: st.mtime };
       }
     }
   }
 
   async delete(key: string): Promise<void> {
     try {
-      await unlink(await this.safePath(key));
+      await this.inFolder(key, "deleting", async (dir, name) => {
+        await unlink(dir.at(name));
+      });
     } catch (err) {
-      if (isNotFound(err)) return;
-      if (err instanceof BackendError) throw err;
-      throw new BackendError(`${this.description}: deleting ${key} failed: ${describeError(err)}`, { cause: err });
+      if (isNotFound((err as Error).cause)) return;
+      throw err;
     }
   }
 

@@ -1,15 +1,20 @@
 import { randomBytes } from "node:crypto";
-import { constants, createReadStream, createWriteStream, type ReadStream, type Stats } from "node:fs";
-import { chmod, chown, lstat, mkdir, open, readdir, readlink, realpath, rm } from "node:fs/promises";
-import { join, posix } from "node:path";
+import { constants, type Stats } from "node:fs";
+import { readlink, rename } from "node:fs/promises";
 import type { Readable } from "node:stream";
-import { Transform } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import type { VolumeEntryStat } from "@aenv/protocol";
 import { ConflictError, InvalidRequestError, NotFoundError, TooLargeError } from "../../errors.js";
-import { renameDurable } from "../../util/durable-write.js";
+import { BeneathError, type Dir, withDir, writeStream } from "../../util/beneath.js";
 import type { VolumeBackend } from "./backend.js";
-import { fdTarget, hostPath, isWithin, parseVolumePath, type VolumePath } from "./safe-path.js";
+import { parseVolumePath, type VolumePath } from "./safe-path.js";
+
+/**
+ * Test seams: `resolved` runs once a request's folder is open and before anything is done in
+ * it, the moment a racing sandbox would swap a component for a link.
+ */
+export interface ContentSeams {
+  resolved?: (rel: string) => Promise<void> | void;
+}
 
 export interface Ownership {
   uid?: number;
@@ -19,6 +24,7 @@ export interface Ownership {
 
 const FILE_MODE = 0o644;
 const DIR_MODE = 0o755;
+const WRITE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
 
 function typeOf(st: Stats): VolumeEntryStat["type"] {
   if (st.isSymbolicLink()) return "symlink";
@@ -27,12 +33,25 @@ function typeOf(st: Stats): VolumeEntryStat["type"] {
   return "unknown";
 }
 
-async function statEntry(host: string, rel: string): Promise<VolumeEntryStat> {
-  const st = await lstat(host).catch(() => undefined);
-  if (!st) throw new NotFoundError(`path ${rel} not found`);
+/** BeneathError → the API's typed errors; anything else goes up as it is. */
+function apiError(err: unknown): unknown {
+  if (!(err instanceof BeneathError)) return err;
+  switch (err.kind) {
+    case "not-found":
+      return new NotFoundError(err.message);
+    case "not-directory":
+      return new ConflictError(err.message);
+    default:
+      return new InvalidRequestError(err.message);
+  }
+}
+
+async function entryOf(dir: Dir, name: string): Promise<VolumeEntryStat | undefined> {
+  const st = await dir.lstat(name);
+  if (!st) return undefined;
   const e: VolumeEntryStat = {
-    name: rel === "/" ? "" : posix.basename(rel),
-    path: rel,
+    name,
+    path: dir.relOf(name),
     type: typeOf(st),
     size: st.size,
     mode: st.mode & 0o7777,
@@ -42,19 +61,41 @@ async function statEntry(host: string, rel: string): Promise<VolumeEntryStat> {
     mtime: st.mtime.toISOString(),
     ctime: st.ctime.toISOString(),
   };
-  if (st.isSymbolicLink()) e.target = await readlink(host).catch(() => "");
+  if (st.isSymbolicLink()) e.target = await readlink(dir.at(name)).catch(() => "");
   return e;
 }
 
-async function applyOwnership(host: string, o: Ownership, defaultMode: number): Promise<void> {
-  await chmod(host, o.mode ?? defaultMode);
-  if (o.uid !== undefined || o.gid !== undefined) await chown(host, o.uid ?? -1, o.gid ?? -1);
+async function mustEntry(dir: Dir, name: string): Promise<VolumeEntryStat> {
+  const e = await entryOf(dir, name);
+  if (!e) throw new NotFoundError(`path ${dir.relOf(name)} not found`);
+  return e;
 }
+
+async function rootEntry(dir: Dir): Promise<VolumeEntryStat> {
+  const st = await dir.stat();
+  return {
+    name: "",
+    path: "/",
+    type: "directory",
+    size: st.size,
+    mode: st.mode & 0o7777,
+    uid: st.uid,
+    gid: st.gid,
+    atime: st.atime.toISOString(),
+    mtime: st.mtime.toISOString(),
+    ctime: st.ctime.toISOString(),
+  };
+}
+
+const leaf = (vp: VolumePath) => vp.parts[vp.parts.length - 1] as string;
 
 /**
  * The volume content API over one backend: list, stat, make folders, read, write, change
- * metadata, remove. Every path goes through safe-path.ts; writes through the API are held to
- * the per-volume size limit (one upload at a time per volume, so the check is exact).
+ * metadata, remove. A sandbox that mounts the volume can change it at any moment, so every
+ * operation works through descriptors of folders opened beneath the volume root
+ * (util/beneath.ts): no link is followed and nothing is checked by name and then used.
+ * Writes through the API are held to the per-volume size limit (one upload at a time per
+ * volume, so the check is exact).
  */
 export class VolumeContent {
   private readonly writeLocks = new Map<string, Promise<unknown>>();
@@ -62,112 +103,128 @@ export class VolumeContent {
   constructor(
     private readonly backend: VolumeBackend,
     private readonly maxBytes: number,
+    private readonly seams: ContentSeams = {},
   ) {}
 
-  private root(id: string): string {
-    return this.backend.root(id);
+  /** Runs `fn` in the open folder `parts`; BeneathErrors become API errors. */
+  private async inDir<T>(
+    id: string,
+    parts: readonly string[],
+    rel: string,
+    fn: (dir: Dir) => Promise<T>,
+    createMode?: number,
+  ): Promise<T> {
+    try {
+      return await withDir(
+        this.backend.root(id),
+        parts,
+        async (dir) => {
+          await this.seams.resolved?.(rel);
+          return fn(dir);
+        },
+        { createMode },
+      );
+    } catch (err) {
+      throw apiError(err);
+    }
+  }
+
+  /** Runs `fn` in vp's parent folder, with vp's last component. */
+  private inParent<T>(id: string, vp: VolumePath, fn: (dir: Dir, name: string) => Promise<T>, createMode?: number) {
+    return this.inDir(id, vp.parts.slice(0, -1), vp.rel, (dir) => fn(dir, leaf(vp)), createMode);
   }
 
   async stat(id: string, raw: string): Promise<VolumeEntryStat> {
     const vp = parseVolumePath(raw);
-    const { path } = await hostPath(this.root(id), vp);
-    return statEntry(path, vp.rel);
+    if (vp.parts.length === 0) return this.inDir(id, [], "/", rootEntry);
+    return this.inParent(id, vp, mustEntry);
   }
 
   async list(id: string, raw: string, depth = 1): Promise<VolumeEntryStat[]> {
     const vp = parseVolumePath(raw);
-    const { path } = await hostPath(this.root(id), vp);
-    const st = await lstat(path).catch(() => undefined);
-    if (!st?.isDirectory()) throw new NotFoundError(`directory ${vp.rel} not found`);
     const out: VolumeEntryStat[] = [];
-    const walk = async (host: string, rel: string, left: number) => {
-      for (const name of (await readdir(host)).sort()) {
-        const childRel = rel === "/" ? `/${name}` : `${rel}/${name}`;
-        const e = await statEntry(join(host, name), childRel).catch(() => undefined);
+    const walk = async (dir: Dir, left: number): Promise<void> => {
+      for (const name of (await dir.entries()).map((e) => e.name).sort()) {
+        const e = await entryOf(dir, name).catch(() => undefined);
         if (!e) continue;
         out.push(e);
-        // Links are listed, never descended into.
-        if (e.type === "directory" && left > 1) await walk(join(host, name), childRel, left - 1);
+        // Links are listed, never descended into (sub() refuses them even if swapped in now).
+        if (e.type !== "directory" || left <= 1) continue;
+        const sub = await dir.sub(name).catch(() => undefined);
+        if (!sub) continue;
+        try {
+          await walk(sub, left - 1);
+        } finally {
+          await sub.close();
+        }
       }
     };
-    await walk(path, vp.rel, Math.max(1, depth));
+    try {
+      await this.inDir(id, vp.parts, vp.rel, (dir) => walk(dir, Math.max(1, depth)));
+    } catch (err) {
+      if (err instanceof NotFoundError || err instanceof ConflictError || err instanceof InvalidRequestError)
+        throw new NotFoundError(`directory ${vp.rel} not found`);
+      throw err;
+    }
     return out;
   }
 
   async makeDir(id: string, raw: string, o: Ownership & { force?: boolean }): Promise<VolumeEntryStat> {
     const vp = parseVolumePath(raw);
     if (vp.parts.length === 0) {
-      if (o.force) return statEntry(await hostPath(this.root(id), vp).then((h) => h.path), "/");
+      if (o.force) return this.stat(id, "/");
       throw new ConflictError("path / already exists");
     }
-    if (o.force) await this.makeParents(id, vp);
-    const { path } = await hostPath(this.root(id), vp);
-    const st = await lstat(path).catch(() => undefined);
-    if (st) {
-      if (o.force && st.isDirectory()) return statEntry(path, vp.rel);
-      throw new ConflictError(`path ${vp.rel} already exists`);
-    }
-    await mkdir(path);
-    await applyOwnership(path, o, DIR_MODE);
-    return statEntry(path, vp.rel);
-  }
-
-  /** mkdir -p of vp's parents, one checked component at a time. */
-  private async makeParents(id: string, vp: VolumePath): Promise<void> {
-    for (let i = 1; i < vp.parts.length; i++) {
-      const sub = parseVolumePath(`/${vp.parts.slice(0, i).join("/")}`);
-      const { path } = await hostPath(this.root(id), sub);
-      const st = await lstat(path).catch(() => undefined);
-      if (!st) {
-        await mkdir(path).catch((err: NodeJS.ErrnoException) => {
-          if (err.code !== "EEXIST") throw err;
-        });
-        await chmod(path, DIR_MODE);
-      } else if (st.isSymbolicLink()) {
-        throw new InvalidRequestError(`path ${sub.rel} is a symlink; links are not followed`);
-      } else if (!st.isDirectory()) {
-        throw new ConflictError(`${sub.rel} is not a directory`);
-      }
-    }
+    return this.inParent(
+      id,
+      vp,
+      async (dir, name) => {
+        const st = await dir.lstat(name);
+        if (st) {
+          if (o.force && st.isDirectory()) return mustEntry(dir, name);
+          throw new ConflictError(`path ${vp.rel} already exists`);
+        }
+        const sub = await dir.subOrCreate(name, o.mode ?? DIR_MODE);
+        try {
+          if (o.uid !== undefined || o.gid !== undefined) await sub.chown(o.uid ?? -1, o.gid ?? -1);
+        } finally {
+          await sub.close();
+        }
+        return mustEntry(dir, name);
+      },
+      o.force ? DIR_MODE : undefined,
+    );
   }
 
   async setMetadata(id: string, raw: string, o: Ownership): Promise<VolumeEntryStat> {
     const vp = parseVolumePath(raw);
-    const { path } = await hostPath(this.root(id), vp);
-    const st = await lstat(path).catch(() => undefined);
-    if (!st) throw new NotFoundError(`path ${vp.rel} not found`);
-    if (st.isSymbolicLink()) throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
-    if (o.mode !== undefined) await chmod(path, o.mode);
-    if (o.uid !== undefined || o.gid !== undefined) await chown(path, o.uid ?? -1, o.gid ?? -1);
-    return statEntry(path, vp.rel);
+    if (vp.parts.length === 0) {
+      return this.inDir(id, [], "/", async (dir) => {
+        if (o.mode !== undefined) await dir.chmod(o.mode);
+        if (o.uid !== undefined || o.gid !== undefined) await dir.chown(o.uid ?? -1, o.gid ?? -1);
+        return rootEntry(dir);
+      });
+    }
+    return this.inParent(id, vp, async (dir, name) => {
+      await dir.setOwnership(name, o);
+      return mustEntry(dir, name);
+    });
   }
 
-  /** A file's content as a stream (opened without following a link, checked to be inside). */
-  async read(id: string, raw: string): Promise<{ stream: ReadStream; size: number }> {
+  /** A file's content as a stream (a regular file of the volume, opened without following a link). */
+  async read(id: string, raw: string): Promise<{ stream: Readable; size: number }> {
     const vp = parseVolumePath(raw);
-    const { path } = await hostPath(this.root(id), vp);
-    // Only regular files are opened: a FIFO a sandbox planted would block the open (and
-    // O_NONBLOCK covers one swapped in after this check).
-    const pre = await lstat(path).catch(() => undefined);
-    if (pre && !pre.isFile() && !pre.isSymbolicLink())
-      throw new NotFoundError(`file ${vp.rel} not found (not a regular file)`);
-    const flags = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
-    const fh = await open(path, flags).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === "ENOENT") throw new NotFoundError(`path ${vp.rel} not found`);
-      if (err.code === "ELOOP") throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
-      throw err;
+    if (vp.parts.length === 0) throw new NotFoundError("file / not found (not a regular file)");
+    return this.inParent(id, vp, async (dir, name) => {
+      const fh = await dir.openFile(name, constants.O_RDONLY).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === "ENOENT") throw new NotFoundError(`path ${vp.rel} not found`);
+        if (err.code === "ELOOP") throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
+        if (err instanceof BeneathError) throw new NotFoundError(`file ${vp.rel} not found (not a regular file)`);
+        throw err;
+      });
+      const size = (await fh.stat()).size;
+      return { stream: fh.createReadStream({ autoClose: true }), size };
     });
-    try {
-      const st = await fh.stat();
-      if (!st.isFile()) throw new NotFoundError(`file ${vp.rel} not found (not a regular file)`);
-      if (!isWithin(await realpath(this.root(id)), await fdTarget(fh.fd))) {
-        throw new InvalidRequestError(`path ${vp.rel} leaves the volume`);
-      }
-      return { stream: createReadStream("", { fd: fh, autoClose: true }), size: st.size };
-    } catch (err) {
-      await fh.close();
-      throw err;
-    }
   }
 
   /**
@@ -202,45 +259,51 @@ export class VolumeContent {
   ): Promise<VolumeEntryStat> {
     const vp = parseVolumePath(raw);
     if (vp.parts.length === 0) throw new InvalidRequestError("cannot write to the volume root");
-    const { path, parent } = await hostPath(this.root(id), vp);
-    const existing = await lstat(path).catch(() => undefined);
-    if (existing?.isDirectory()) throw new ConflictError(`path ${vp.rel} is a directory`);
-    if (existing?.isSymbolicLink())
-      throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
-    if (existing && !o.force) throw new ConflictError(`path ${vp.rel} already exists (pass force to overwrite)`);
-    const room = (await this.backend.free(id)) + (existing?.size ?? 0);
-    if (o.declaredLength !== undefined && o.declaredLength > room) {
-      throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes: ${o.declaredLength} bytes do not fit`);
-    }
-    const tmp = join(parent, `.aenv-upload-${randomBytes(6).toString("hex")}`);
-    let written = 0;
-    const limit = new Transform({
-      transform: (chunk: Buffer, _enc, cb) => {
-        written += chunk.length;
-        if (written > room) cb(new TooLargeError(`volume size limit of ${this.maxBytes} bytes reached`));
-        else cb(null, chunk);
-      },
-    });
-    try {
-      await pipeline(body, limit, createWriteStream(tmp, { flags: "wx", mode: FILE_MODE }));
-      await applyOwnership(tmp, o, FILE_MODE);
-      await renameDurable(tmp, path);
-    } catch (err) {
-      await rm(tmp, { force: true });
-      if ((err as NodeJS.ErrnoException).code === "ENOSPC") {
-        throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes reached (the volume is full)`);
+    return this.inParent(id, vp, async (dir, name) => {
+      // What is there now decides the answer; the rename below replaces whatever the name
+      // holds by then (a link itself, never its target), inside this folder.
+      const existing = await dir.lstat(name);
+      if (existing?.isDirectory()) throw new ConflictError(`path ${vp.rel} is a directory`);
+      if (existing?.isSymbolicLink())
+        throw new InvalidRequestError(`path ${vp.rel} is a symlink; links are not followed`);
+      if (existing && !o.force) throw new ConflictError(`path ${vp.rel} already exists (pass force to overwrite)`);
+      const room = (await this.backend.free(id)) + (existing?.size ?? 0);
+      if (o.declaredLength !== undefined && o.declaredLength > room) {
+        throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes: ${o.declaredLength} bytes do not fit`);
       }
-      throw err;
-    }
-    return statEntry(path, vp.rel);
+      const tmp = `.aenv-upload-${randomBytes(6).toString("hex")}`;
+      const fh = await dir.openFile(tmp, WRITE_NEW, FILE_MODE);
+      try {
+        await writeStream(fh, body, (total) => {
+          if (total > room) throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes reached`);
+        });
+        // Through the descriptor: the temp name may be a link by now, the file is not.
+        await fh.chmod(o.mode ?? FILE_MODE);
+        if (o.uid !== undefined || o.gid !== undefined) await fh.chown(o.uid ?? -1, o.gid ?? -1);
+        await fh.sync();
+        await fh.close();
+        await rename(dir.at(tmp), dir.at(name));
+        await dir.sync();
+      } catch (err) {
+        await fh.close().catch(() => {});
+        await dir.removeTree(tmp).catch(() => {});
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === "EISDIR" || code === "ENOTEMPTY") throw new ConflictError(`path ${vp.rel} is a directory`);
+        if (code === "ENOSPC") {
+          throw new TooLargeError(`volume size limit of ${this.maxBytes} bytes reached (the volume is full)`);
+        }
+        throw err;
+      }
+      return mustEntry(dir, name);
+    });
   }
 
   async remove(id: string, raw: string): Promise<void> {
     const vp = parseVolumePath(raw);
     if (vp.parts.length === 0) throw new InvalidRequestError("cannot remove the volume root");
-    const { path } = await hostPath(this.root(id), vp);
-    if (!(await lstat(path).catch(() => undefined))) throw new NotFoundError(`path ${vp.rel} not found`);
-    // rm never follows links: a link is removed, not its target.
-    await rm(path, { recursive: true, force: true });
+    await this.inParent(id, vp, async (dir, name) => {
+      if (!(await dir.lstat(name))) throw new NotFoundError(`path ${vp.rel} not found`);
+      await dir.removeTree(name);
+    });
   }
 }
