@@ -5,6 +5,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { Template } from "../templates/catalog.js";
 import type { WarmImages } from "../templates/warm-images.js";
+import { envdTokenOf } from "./envd-credentials.js";
 import { newSandboxId, newToken } from "./ids.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -90,7 +91,7 @@ export class Creator {
       }
       // A cold boot has to start what a warm image already runs.
       if (from.kind === "boot" && tpl?.startCmd && live.slot) {
-        await runStartCommand(live.slot.slotIp, tpl, rec.envdToken);
+        await runStartCommand(live.slot.slotIp, tpl, envdTokenOf(rec));
       }
       rec.state = "running";
       rec.endAt = Date.now() + timeoutS * 1000;

@@ -4,6 +4,7 @@ import type { ServerConfig } from "../config.js";
 import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import { envdTokenOf } from "./envd-credentials.js";
 import { newSandboxId } from "./ids.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -147,7 +148,11 @@ export class Forker {
     const live: Live = { rec, op: Promise.resolve() };
     registry.addAdmitted(live);
     try {
-      await runner.bring(live, { kind: "image", imageDir, oldToken: parent.envdToken }, { accessToken: rec.envdToken });
+      await runner.bring(
+        live,
+        { kind: "image", imageDir, oldToken: envdTokenOf(parent) },
+        { accessToken: rec.envdToken },
+      );
       rec.state = "running";
       rec.endAt = Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000;
       this.d.store.put(rec);

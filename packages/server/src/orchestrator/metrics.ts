@@ -1,6 +1,7 @@
 import type { EnvdMetrics, SandboxMetric as MetricSample } from "@aenv/protocol";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import { envdRequest } from "./envd-client.js";
+import { envdTokenOf } from "./envd-credentials.js";
 import type { Live } from "./registry.js";
 
 /** A sample as the orchestrator takes it; the API adds the ISO `timestamp`. */
@@ -33,7 +34,7 @@ export async function sampleMetrics(
   let diskTotal = rec.diskSizeMB * 1024 * 1024;
   if (opts.disk && l.slot && rec.state === "running") {
     try {
-      const r = await envdRequest(l.slot.slotIp, "GET", "/metrics", { token: rec.envdToken, timeoutMs: 2000 });
+      const r = await envdRequest(l.slot.slotIp, "GET", "/metrics", { token: envdTokenOf(rec), timeoutMs: 2000 });
       if (r.status === 200) {
         const m = JSON.parse(r.body) as Partial<EnvdMetrics>;
         diskUsed = m.disk_used ?? 0;

@@ -15,6 +15,7 @@ import type { Template, TemplateStore } from "../templates/catalog.js";
 import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { bootSettings, Creator } from "./create.js";
+import { envdTokenOf } from "./envd-credentials.js";
 import { Forker, type ForkOutcome, type ForkResult } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
@@ -338,6 +339,7 @@ export class Orchestrator {
     return {
       ...(rec.trafficToken ? { trafficToken: rec.trafficToken } : {}),
       ...(rec.network?.maskRequestHost ? { maskRequestHost: rec.network.maskRequestHost } : {}),
+      envdTokens: { client: rec.envdToken, envd: envdTokenOf(rec) },
     };
   }
 

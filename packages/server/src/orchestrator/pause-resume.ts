@@ -8,6 +8,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { BootSettings, PauseKind, SandboxRecord, StateStore } from "../state/store.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
+import { envdTokenOf } from "./envd-credentials.js";
 import { applyLayer, captureLayer, layerBytes } from "./fs-layer.js";
 import type { PauseCommits } from "./pause-commits.js";
 import { isCompletePause, maxLayerBytes, pauseDir } from "./pause-kinds.js";
@@ -92,8 +93,8 @@ export class PauseResume {
           // requests in flight are cut (as before a checkpoint), not half taken into the layer.
           l.gate = gate;
           if (!l.slot) throw new ConflictError(`sandbox '${id}' is not running`);
-          await runner.quiesce(l, l.rec.envdToken);
-          bytes = await captureLayer(l.slot.slotIp, l.rec.envdToken, final, maxLayerBytes(l.rec));
+          await runner.quiesce(l, envdTokenOf(l.rec));
+          bytes = await captureLayer(l.slot.slotIp, envdTokenOf(l.rec), final, maxLayerBytes(l.rec));
         }
         l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
         await runner.stopRuntime(l);
@@ -246,8 +247,14 @@ export class PauseResume {
         // Held from here: parallel resumes of other sandboxes see this one's share at once.
         registry.admit(l);
         try {
-          if (kind === "memory") await runner.bring(l, { kind: "image", imageDir: image }, undefined);
-          else await this.bootWithLayer(l, image);
+          if (kind === "memory") {
+            await runner.bring(l, { kind: "image", imageDir: image }, undefined);
+            // Paused before envd held host tokens: its image holds the client's token, which
+            // the proxy no longer forwards; exchanged for the host token now.
+            if (l.rec.envdCredential !== "host") {
+              await runner.initEnvd(l, { accessToken: l.rec.envdToken }, l.rec.envdToken);
+            }
+          } else await this.bootWithLayer(l, image);
         } catch (err) {
           registry.release(l);
           await runner.stopRuntime(l);
@@ -307,9 +314,9 @@ export class PauseResume {
       },
     );
     if (!l.slot) throw new Error("sandbox lost its network slot while booting");
-    const stats = await applyLayer(l.slot.slotIp, rec.envdToken, layer);
+    const stats = await applyLayer(l.slot.slotIp, envdTokenOf(rec), layer);
     this.d.log.info({ sandboxID: rec.id, ...stats, layerBytes: layerBytes(layer) }, "filesystem layer applied");
-    if (boot?.startCmd) await runStartCommand(l.slot.slotIp, boot, rec.envdToken);
+    if (boot?.startCmd) await runStartCommand(l.slot.slotIp, boot, envdTokenOf(rec));
   }
 
   /**

@@ -10,6 +10,7 @@ import type { StateStore } from "../state/store.js";
 import { Semaphore } from "../util/concurrency.js";
 import { trustEgressCa } from "./egress-trust.js";
 import { envdRequest, holdEnvd, waitForEnvd } from "./envd-client.js";
+import { envdHostToken, envdTokenOf } from "./envd-credentials.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 
 /** Where a sandbox's memory and processes come from when it starts. */
@@ -173,11 +174,20 @@ export class SandboxRunner {
   /** envd's /init: the sandbox's token, env and user (oldToken authorises a re-init). */
   async initEnvd(live: Live, init: EnvdInit, oldToken: string | undefined): Promise<void> {
     if (!live.slot) throw new Error("sandbox has no network slot");
-    const body: EnvdInitBody = { ...init, timestamp: new Date().toISOString() };
+    // The client's token never enters the sandbox: envd is given the host token derived from it.
+    const body: EnvdInitBody = {
+      ...init,
+      ...(init.accessToken !== undefined ? { accessToken: envdHostToken(init.accessToken) } : {}),
+      timestamp: new Date().toISOString(),
+    };
     // envd already answered its health check: a slow /init is a starved host (a burst of
     // restores on few cores: 5 s was exceeded in CI), not a dead envd, so it gets longer.
     const r = await envdRequest(live.slot.slotIp, "POST", "/init", { body, token: oldToken, timeoutMs: 30_000 });
     if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
+    if (init.accessToken !== undefined) {
+      live.rec.envdCredential = "host";
+      if (!live.ephemeral) this.d.store.put(live.rec);
+    }
     await this.ensureEgressTrust(live);
   }
 
@@ -190,7 +200,7 @@ export class SandboxRunner {
     const ca = this.d.egressCa;
     if (!ca || !live.slot || Object.keys(rec.network?.rules ?? {}).length === 0) return;
     if (rec.egressCa === ca.fingerprint) return;
-    await trustEgressCa(live.slot.slotIp, rec.envdToken, ca.certPem);
+    await trustEgressCa(live.slot.slotIp, envdTokenOf(rec), ca.certPem);
     rec.egressCa = ca.fingerprint;
     if (!live.ephemeral) this.d.store.put(rec);
   }
@@ -292,7 +302,7 @@ export class SandboxRunner {
     if (!l.slot) return;
     const t0 = Date.now();
     const r = await envdRequest(l.slot.slotIp, "POST", ENVD_HEAP_REDUCE_PATH, {
-      token: l.rec.envdToken,
+      token: envdTokenOf(l.rec),
       timeoutMs: 2000,
     }).catch(() => undefined);
     if (r?.status === 204) this.d.log.debug({ sandboxID: l.rec.id, ms: Date.now() - t0 }, "envd heap reduced");
@@ -311,7 +321,7 @@ export class SandboxRunner {
     l.gate = new Promise<void>((res) => (open = res));
     const release = l.slot ? await holdEnvd(l.slot.slotIp) : () => {};
     try {
-      await this.quiesce(l, l.rec.envdToken);
+      await this.quiesce(l, envdTokenOf(l.rec));
       await suspend.call(this.d.driver, l.rec.runtimeId);
       l.suspended = { release };
     } catch (err) {
@@ -351,7 +361,7 @@ export class SandboxRunner {
     const release = l.slot ? await holdEnvd(l.slot.slotIp) : () => {};
     try {
       const t0 = Date.now();
-      await this.quiesce(l, l.rec.envdToken, opts);
+      await this.quiesce(l, envdTokenOf(l.rec), opts);
       const t1 = Date.now();
       await this.checkpointInto(l.rec.runtimeId, imageDir, opts.leaveRunning ?? true);
       this.d.log.debug({ sandboxID: l.rec.id, quiesceMs: t1 - t0, checkpointMs: Date.now() - t1 }, "captured");

@@ -9,6 +9,7 @@ import type { Manifest, SnapshotRepository } from "../storage/repository/reposit
 import { UntrustedManifestError } from "../storage/repository/trust.js";
 import { writeFileDurableSync } from "../util/durable-write.js";
 import { commitDir, commitDirAsync } from "../util/fsync.js";
+import { envdTokenOf } from "./envd-credentials.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 
@@ -243,7 +244,7 @@ export class Snapshots {
       rootfs: src.rootfs,
       runtimeDir: src.runtimeDir,
       imageDir,
-      envdToken: src.envdToken,
+      envdToken: envdTokenOf(src),
       envVars: src.envVars,
       ...(src.network ? { network: src.network } : {}),
       allowInternet: src.allowInternet,

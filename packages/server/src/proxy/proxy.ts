@@ -8,6 +8,7 @@ import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
 import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
+import { type EnvdTokens, envdAuth } from "./envd-auth.js";
 import {
   type ProxyTarget,
   SANDBOX_NOT_FOUND,
@@ -17,7 +18,10 @@ import {
   upstreamHeaders,
 } from "./target.js";
 
-export type RouteResult = { ip: string } | { status: number; message: string; sandboxId?: string };
+/** Where to send a request, with the credential for it (undefined: the client's headers as they are). */
+export type RouteResult =
+  | { ip: string; accessToken?: string | null }
+  | { status: number; message: string; sandboxId?: string };
 
 export interface RouteLookup {
   /** The slot address to send to: waits out captures, auto-resumes when allowed; throws otherwise. */
@@ -30,7 +34,11 @@ export interface SandboxAccess {
   /** Set with allowPublicTraffic: false; required on every port but envd's. */
   trafficToken?: string;
   maskRequestHost?: string;
+  /** Its envd tokens: what clients present, what envd holds. */
+  envdTokens?: EnvdTokens;
 }
+
+type Routed = Extract<RouteResult, { ip: string }>;
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -103,9 +111,17 @@ export class SandboxProxy {
       const problem = targetProblem(t);
       if (problem) throw new InvalidRequestError(problem);
       // Before routing: an unauthenticated request must not even resume a private sandbox.
-      const denied = accessProblem(req, t, this.routes.access(t.sandboxId));
+      const known = this.routes.access(t.sandboxId);
+      const denied = accessProblem(req, t, known);
       if (denied) return { status: 403, message: denied };
-      return await this.routes.route(t.sandboxId);
+      let auth = known?.envdTokens ? envdAuth(req, t, known.envdTokens) : undefined;
+      if (auth && "status" in auth) return auth;
+      const { ip } = await this.routes.route(t.sandboxId);
+      // A sandbox this node learnt of while routing (resumed from the repository) is checked now.
+      const tokens = auth ? undefined : this.routes.access(t.sandboxId)?.envdTokens;
+      if (tokens) auth = envdAuth(req, t, tokens);
+      if (auth && "status" in auth) return auth;
+      return auth ? { ip, accessToken: auth.accessToken } : { ip };
     } catch (err) {
       return lookupFailure(err, t);
     }
@@ -134,7 +150,7 @@ export class SandboxProxy {
         sendError(res, found.status, found.message, found.sandboxId);
         return;
       }
-      this.forward(req, res, t, found.ip, true);
+      this.forward(req, res, t, found, true);
     } catch (err) {
       this.log.error({ err, sandboxID: t.sandboxId, port: t.port }, "proxy request failed");
       req.resume();
@@ -146,13 +162,14 @@ export class SandboxProxy {
     }
   }
 
-  private forward(req: IncomingMessage, res: ServerResponse, t: ProxyTarget, ip: string, mayRetry: boolean): void {
+  private forward(req: IncomingMessage, res: ServerResponse, t: ProxyTarget, to: Routed, mayRetry: boolean): void {
+    const { ip } = to;
     const up = request({
       host: ip,
       port: t.port,
       method: req.method,
       path: t.path,
-      headers: upstreamHeaders(req, false, this.upstreamOptions(t)),
+      headers: upstreamHeaders(req, false, this.upstreamOptions(t, to)),
       agent: this.agentFor(t.sandboxId, ip),
     });
     this.track(t.sandboxId, up);
@@ -190,7 +207,7 @@ export class SandboxProxy {
       const bodiless = req.method === "GET" || req.method === "HEAD" || req.headers["content-length"] === "0";
       if (mayRetry && up.reusedSocket && err.code === "ECONNRESET" && bodiless) {
         retried = true;
-        this.forward(req, res, t, ip, false);
+        this.forward(req, res, t, to, false);
         return;
       }
       const msg =
@@ -220,7 +237,7 @@ export class SandboxProxy {
         endWithError(socket, found.status, found.message);
         return;
       }
-      this.upgrade(req, socket, head, t, found.ip);
+      this.upgrade(req, socket, head, t, found);
     } catch (err) {
       this.log.error({ err, sandboxID: t.sandboxId, port: t.port }, "proxy upgrade failed");
       endWithError(socket, 502, `proxy error: ${(err as Error).message}`);
@@ -228,13 +245,13 @@ export class SandboxProxy {
     }
   }
 
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget, ip: string): void {
-    const upstream: Socket = netConnect({ host: ip, port: t.port });
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget, to: Routed): void {
+    const upstream: Socket = netConnect({ host: to.ip, port: t.port });
     this.track(t.sandboxId, upstream);
     let connected = false;
     upstream.on("connect", () => {
       connected = true;
-      const headers = upstreamHeaders(req, true, this.upstreamOptions(t));
+      const headers = upstreamHeaders(req, true, this.upstreamOptions(t, to));
       let head_ = `${req.method} ${t.path} HTTP/1.1\r\n`;
       for (const [k, v] of Object.entries(headers)) {
         for (const one of Array.isArray(v) ? v : [v]) head_ += `${k}: ${one}\r\n`;
@@ -269,10 +286,11 @@ export class SandboxProxy {
     upstream.on("close", close);
   }
 
-  private upstreamOptions(t: ProxyTarget): UpstreamOptions {
+  private upstreamOptions(t: ProxyTarget, to: Routed): UpstreamOptions {
     const mask = this.routes.access(t.sandboxId)?.maskRequestHost;
     return {
       isPlatformCredential: this.isPlatformCredential,
+      ...(to.accessToken !== undefined ? { accessToken: to.accessToken } : {}),
       // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's literal placeholder
       ...(mask ? { host: mask.replaceAll("${PORT}", String(t.port)) } : {}),
     };

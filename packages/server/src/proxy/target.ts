@@ -106,6 +106,8 @@ export interface UpstreamOptions {
   host?: string;
   /** Whether an Authorization value is the platform's own credential (never forwarded). */
   isPlatformCredential?: (authorization: string) => boolean;
+  /** X-Access-Token to send instead of the client's (proxy/envd-auth.ts); null: none. */
+  accessToken?: string | null;
 }
 
 /** Request headers to send upstream: routing, hop-by-hop and platform credentials removed. */
@@ -125,6 +127,8 @@ export function upstreamHeaders(
   }
   if (req.headers["transfer-encoding"] && !keepUpgrade) out["transfer-encoding"] = "chunked";
   if (opts.host) out.host = opts.host;
+  if (opts.accessToken !== undefined) delete out["x-access-token"];
+  if (opts.accessToken) out["x-access-token"] = opts.accessToken;
   const fwd = req.socket.remoteAddress;
   if (fwd) out["x-forwarded-for"] = fwd;
   const canonical: Record<string, string | string[]> = {};

@@ -28,7 +28,10 @@ export interface SandboxRecord {
   templateId: string;
   alias: string;
   clientId: string;
+  /** The client's envd access token (never inside the sandbox: orchestrator/envd-credentials.ts). */
   envdToken: string;
+  /** "host": envd holds the host token derived from envdToken; absent: it holds envdToken itself. */
+  envdCredential?: "host";
   startedAt: number;
   endAt: number;
   state: SandboxState;
@@ -100,7 +103,7 @@ export interface SnapshotRecord {
   rootfs: string;
   runtimeDir: string;
   imageDir: string;
-  /** envd token inside the image: needed to re-init sandboxes started from it. */
+  /** The token envd inside the image holds (envdTokenOf its source): authorises re-initialising starts from it. */
   envdToken: string;
   envVars: Record<string, string>;
   /** The source's network settings: the default of sandboxes started from it. */

@@ -1,0 +1,76 @@
+/**
+ * The proxy's side of envd authentication. Clients hold a sandbox's client token (E2B's
+ * `envdAccessToken`); envd inside holds only a host token derived from it
+ * (orchestrator/envd-credentials.ts). The proxy checks what a client presents — the
+ * `X-Access-Token` header, or a `/files` URL signed with the client token — and sends envd
+ * the host token instead, so the client token never enters a sandbox's memory, where a fork
+ * child or a snapshot start could read it.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import { computeFileSignature, ENVD_PORT, type FileOp } from "@aenv/protocol";
+import type { ProxyTarget } from "./target.js";
+
+/** A sandbox's two tokens, as the proxy needs them. */
+export interface EnvdTokens {
+  /** What clients must present. */
+  client: string;
+  /** What envd holds (the host token, or the client token for a sandbox initialised before host tokens). */
+  envd: string;
+}
+
+/**
+ * What to send upstream in X-Access-Token: a value, or null for none (the client's header
+ * removed); or a 401 with envd's own wording.
+ */
+export type EnvdAuthResult = { accessToken: string | null } | { status: 401; message: string };
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+const same = (a: string, b: string) => timingSafeEqual(digest(a), digest(b));
+
+function firstHeader(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Why a signed `/files` URL is refused (envd's messages), or undefined when it holds. */
+function signatureProblem(req: IncomingMessage, t: ProxyTarget, clientToken: string): string | undefined | null {
+  const q = t.path.indexOf("?");
+  if (q < 0 || t.path.slice(0, q) !== "/files") return null;
+  const query = new URLSearchParams(t.path.slice(q + 1));
+  const signature = query.get("signature");
+  if (!signature) return null;
+  const op: FileOp | undefined = req.method === "GET" ? "read" : req.method === "POST" ? "write" : undefined;
+  if (!op) return "invalid signature";
+  let exp: string | undefined;
+  if (query.has("signature_expiration")) {
+    exp = query.get("signature_expiration") ?? "";
+    if (!/^\d{1,15}$/.test(exp)) return "invalid signature expiration";
+    if (Number(exp) * 1000 < Date.now()) return "signature is already expired";
+  }
+  const want = computeFileSignature(query.get("path") ?? "", op, query.get("username") ?? "", clientToken, exp);
+  return same(signature, want) ? undefined : "invalid signature";
+}
+
+/**
+ * The credential to send a sandbox port. On envd's port a client token or signature must
+ * hold (a request with neither goes on without one: envd answers /health, refuses the rest).
+ * On other ports a client token the client sent is removed, never passed to the app.
+ */
+export function envdAuth(req: IncomingMessage, t: ProxyTarget, tokens: EnvdTokens): EnvdAuthResult {
+  const presented = firstHeader(req, "x-access-token");
+  if (t.port !== ENVD_PORT) {
+    return presented !== undefined && same(presented, tokens.client)
+      ? { accessToken: null }
+      : { accessToken: presented ?? null };
+  }
+  if (presented !== undefined && presented !== "") {
+    return same(presented, tokens.client)
+      ? { accessToken: tokens.envd }
+      : { status: 401, message: "unauthorized access, invalid access token" };
+  }
+  const problem = signatureProblem(req, t, tokens.client);
+  if (problem === null) return { accessToken: null };
+  if (problem) return { status: 401, message: problem };
+  return { accessToken: tokens.envd };
+}
