@@ -4,7 +4,7 @@
 // creates at TEST-NET-3 addresses; nothing leaves the machine.
 import assert from "node:assert/strict";
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -64,7 +64,17 @@ before(async () => {
       stdio: "ignore",
     },
   );
+  // A secret stored before values were checked (a newline in it), as an upgraded server finds it.
+  const dataDir = mkdtempSync("/var/tmp/aenv-test-");
+  mkdirSync(join(dataDir, "secrets"), { mode: 0o700 });
+  const seeded = { id: "sec_seeded", name: "seeded-nl", value: "a\r\nx-injected: 1", version: 1, metadata: {} };
+  writeFileSync(
+    join(dataDir, "secrets", "secrets.json"),
+    JSON.stringify([{ ...seeded, allowedHosts: ["allowed.test"], createdAt: 1, updatedAt: 1 }]),
+    { mode: 0o600 },
+  );
   server = await startServer({
+    dataDir,
     env: {
       AENV_EGRESS_HOSTS: [
         `allowed.test=${WEB_A}`,
@@ -305,7 +315,12 @@ h.HTTPServer(('0.0.0.0',8000),H).serve_forever()"`,
 });
 
 test("rules inject headers, secrets filled in, into HTTPS and HTTP requests; the sandbox never holds the value", async () => {
-  await Secret.create("web-token", "s3cr3t-value");
+  const made = await server.api("POST", "/secrets", {
+    name: "web-token",
+    value: "s3cr3t-value",
+    allowedHosts: ["allowed.test"],
+  });
+  assert.equal(made.status, 201);
   const rules = {
     "allowed.test": [{ transform: { headers: { Authorization: `Bearer ${Secret.fill("web-token")}` } } }],
   };
@@ -341,5 +356,64 @@ test("rules inject headers, secrets filled in, into HTTPS and HTTP requests; the
   } finally {
     await s.kill();
     await Secret.destroy("web-token").catch(() => false);
+  }
+});
+
+const bearer = (name: string) => [{ transform: { headers: { Authorization: `Bearer ${Secret.fill(name)}` } } }];
+
+test("secrets go only to the hosts they are bound to, and only as valid header values", async () => {
+  // Values that are no header value are refused when set: 400 in the E2B shape.
+  const nl = await server.api("POST", "/secrets", { name: "nl", value: "a\r\nx-evil: 1", allowedHosts: ["x.test"] });
+  assert.equal(nl.status, 400);
+  assert.match(JSON.stringify(nl.body), /"code":400.*printable ASCII/);
+  const made = await server.api("POST", "/secrets", {
+    name: "bound",
+    value: "bound-value",
+    allowedHosts: ["allowed.test"],
+  });
+  assert.equal(made.status, 201);
+  assert.deepEqual((made.body as { allowedHosts: string[] }).allowedHosts, ["allowed.test"]);
+  assert.equal((await server.api("POST", "/secrets/bound", { value: "x\ny" })).status, 400);
+  // A rule that would send it to another host is refused when set, and so is any use of a
+  // secret with no binding (made through E2B's SDK, which cannot send one).
+  await Secret.create("sdk-made", "sdk-value");
+  for (const rules of [
+    { "other.test": bearer("bound") },
+    { "*.test": bearer("bound") },
+    { "allowed.test": bearer("sdk-made") },
+  ]) {
+    const r = await server.api("POST", "/sandboxes", { templateID: "base", network: { rules } });
+    assert.equal(r.status, 400, JSON.stringify(rules));
+  }
+  // Rules naming secrets not made yet pass, and are checked when used.
+  const rules = { "other.test": bearer("late"), "allowed.test": bearer("seeded-nl") };
+  const s = await Sandbox.create({
+    network: { denyOut: ["0.0.0.0/0"], allowOut: ["allowed.test", "other.test"], rules },
+  });
+  try {
+    const upd = await server.api("PUT", `/sandboxes/${s.sandboxId}/network`, {
+      rules: { "other.test": bearer("bound") },
+    });
+    assert.equal(upd.status, 400);
+    await server.api("POST", "/secrets", { name: "late", value: "late-value", allowedHosts: ["allowed.test"] });
+    const late = await s.commands.run(
+      `curl -s -w ' %{http_code}' -m 5 --resolve other.test:443:${WEB_B} https://other.test/auth`,
+    );
+    assert.match(late.stdout, / 403$/);
+    assert.ok(!late.stdout.includes("late-value"));
+    // A stored value with a newline: a clean refusal, plain and on a WebSocket handshake.
+    const bad = await s.commands.run(
+      `curl -s -o /dev/null -w '%{http_code}' -m 5 --resolve allowed.test:443:${WEB_A} https://allowed.test/auth`,
+    );
+    assert.equal(bad.stdout, "502");
+    const ws = await s.commands.run(
+      `curl -s -o /dev/null -w '%{http_code}' -m 5 -H 'Connection: Upgrade' -H 'Upgrade: websocket' --resolve allowed.test:80:${WEB_A} http://allowed.test/auth`,
+    );
+    assert.equal(ws.stdout, "502");
+    assert.equal((await server.api("GET", "/secrets/late")).status, 200);
+    assert.doesNotMatch(server.logs(), /BUG: uncaught/);
+  } finally {
+    await s.kill();
+    for (const n of ["bound", "sdk-made", "late"]) await Secret.destroy(n).catch(() => false);
   }
 });

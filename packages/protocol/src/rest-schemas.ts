@@ -145,7 +145,7 @@ export const VolumeMetadataBody = z.looseObject({
   mode: z.number().int().min(0).max(0o7777).optional(),
 });
 
-// ---- secrets (/secrets): values are write-only
+// ---- secrets (/secrets): values are write-only, and sent only to the hosts they are bound to
 
 const SecretMetadata = z
   .record(z.string().min(1).max(128), z.string().max(1024))
@@ -158,14 +158,35 @@ export const SecretName = z
   .max(128)
   .regex(/^[^{}\p{Cc}\s/]+$/u, "no '{', '}', '/', spaces or control characters")
   .refine((n) => !n.toLowerCase().startsWith("sec_"), "the sec_ prefix is reserved for secret IDs");
+/**
+ * What a secret value may hold. It is sent as (part of) an HTTP header value, so it is printable
+ * ASCII, spaces and tabs: a CR or LF would end the header (or split it on a raw WebSocket
+ * handshake), and non-ASCII bytes are read differently by different servers.
+ */
+export const SECRET_VALUE_CHARS = /^[\t\x20-\x7e]+$/;
+export const SecretValue = z
+  .string()
+  .min(1)
+  .max(65_536)
+  .regex(SECRET_VALUE_CHARS, "a secret value is sent in an HTTP header: printable ASCII, spaces and tabs only");
+/**
+ * The hosts a secret may be sent to (aenv's own field: E2B's API has none): domain names and
+ * `*.domain` wildcards, as network rule keys are written. A network rule that names the
+ * secret must be for one of them, and the egress proxy fills the secret in only for them. A
+ * secret without any is never sent anywhere.
+ */
+export const SecretAllowedHosts = z.array(z.string().min(1).max(255)).min(1).max(100);
 export const NewSecret = z.looseObject({
   name: SecretName,
-  value: z.string().min(1).max(65_536),
+  value: SecretValue,
   metadata: SecretMetadata.optional(),
+  allowedHosts: SecretAllowedHosts.optional(),
 });
+/** allowedHosts can change only with a new value: a binding never redirects a value already set. */
 export const SecretUpdate = z.looseObject({
-  value: z.string().min(1).max(65_536),
+  value: SecretValue,
   metadata: SecretMetadata.optional(),
+  allowedHosts: SecretAllowedHosts.optional(),
 });
 export const SecretIdParams = z.object({ secretID: z.string().min(1).max(160) });
 export const SecretListQuery = z.object({

@@ -157,6 +157,8 @@ export interface SecretInfo {
   name: string;
   currentVersion: number;
   metadata: Record<string, string>;
+  /** The hosts the secret may be sent to (aenv's addition); empty: it is sent nowhere. */
+  allowedHosts: string[];
   createdAt: string;
   updatedAt: string;
 }

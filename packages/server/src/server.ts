@@ -153,7 +153,7 @@ export async function startServer(
     hosts: cfg.egress.hosts,
     rewriter: new HeaderRewriter({
       ca: egressCa,
-      secret: (name) => secrets.valueOf(name),
+      secret: (name, host) => secrets.use(name, host),
       log: log.child({ component: "egress" }),
       ...(cfg.egress.upstreamCaFile ? { extraUpstreamCa: readFileSync(cfg.egress.upstreamCaFile, "utf8") } : {}),
     }),

@@ -135,7 +135,12 @@ export function buildApp(o: AppOptions): App {
     if (found && "target" in found) return { sandboxId: found.target.sandboxId };
     return reply.status(404).send({ code: 404, message: found ? found.refusal : "not a signed /files URL" });
   });
-  void fastify.register(sandboxRoutes, { orch: o.orch, builder: o.builder, ctx: { domain: o.domain } });
+  void fastify.register(sandboxRoutes, {
+    orch: o.orch,
+    builder: o.builder,
+    ctx: { domain: o.domain },
+    secretBinding: (name) => o.secrets.bindingOf(name),
+  });
   void fastify.register(templateRoutes, {
     templates: o.templates,
     builder: o.builder,

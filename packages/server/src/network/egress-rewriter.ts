@@ -12,10 +12,16 @@ import { createSecureContext, rootCertificates, TLSSocket, connect as tlsConnect
 import type { Logger } from "pino";
 import type { EgressCa } from "./egress-ca.js";
 import type { EgressRewriter, EgressSandbox } from "./egress-proxy.js";
-import { rulesFor } from "./policy.js";
+import { HEADER_VALUE, rulesFor } from "./policy.js";
 
-/** Looks a secret's value up by name (the API's `${e2b.secrets.NAME}` placeholders). */
-export type SecretValue = (name: string) => string | undefined;
+/**
+ * A secret's value for a request to `host` (the API's `${e2b.secrets.NAME}` placeholders), or
+ * why it may not be sent there.
+ */
+export type SecretValue = (
+  name: string,
+  host: string,
+) => { value: string } | { refused: "missing" | "unbound" | "host" | "invalid"; message: string };
 
 interface Conn {
   host: string;
@@ -36,7 +42,15 @@ const HOP_BY_HOP = new Set([
 ]);
 const SECRET = /\$\{e2b\.secrets\.([A-Za-z0-9_.-]{1,128})\}/g;
 
-class RuleError extends Error {}
+/** A request the rules cannot be applied to: answered with `status`, never sent on. */
+class RuleError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 /**
  * Applies a sandbox's per-domain transform rules: terminates its HTTP(S) connection (TLS with a
@@ -95,16 +109,27 @@ export class HeaderRewriter implements EgressRewriter {
     );
   }
 
-  /** The headers the matching rules add, secrets filled in. Throws RuleError for unknown ones. */
+  /**
+   * The headers the matching rules add, secrets filled in. Throws RuleError for a secret that
+   * is missing, not bound to this host (403: the rules were set before the secret was made or
+   * bound), or not a valid header value, and for any header node:http would refuse to send.
+   */
   private injected(conn: Conn): Array<[string, string]> {
     const out: Array<[string, string]> = [];
     for (const rule of rulesFor(conn.sandbox.spec?.rules, conn.host) ?? []) {
       for (const [k, v] of Object.entries(rule.transform?.headers ?? {})) {
         const value = v.replace(SECRET, (_m, name: string) => {
-          const s = this.o.secret(name);
-          if (s === undefined) throw new RuleError(`secret '${name}' named by a network rule does not exist`);
-          return s;
+          const s = this.o.secret(name, conn.host);
+          if ("value" in s) return s.value;
+          this.o.log.warn(
+            { sandboxID: conn.sandbox.id, host: conn.host, secret: name, why: s.refused },
+            "egress secret refused",
+          );
+          throw new RuleError(s.refused === "host" || s.refused === "unbound" ? 403 : 502, s.message);
         });
+        if (!HEADER_VALUE.test(value) || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k)) {
+          throw new RuleError(502, `the network rule's header '${k}' is not a valid header`);
+        }
         out.push([k.toLowerCase(), value]);
       }
     }
@@ -133,7 +158,8 @@ export class HeaderRewriter implements EgressRewriter {
     try {
       inject = this.injected(conn);
     } catch (err) {
-      return fail(502, (err as Error).message);
+      if (!(err instanceof RuleError)) throw err;
+      return fail(err.status, err.message);
     }
     const headers: OutgoingHttpHeaders = {};
     for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) headers[k] = v;
@@ -141,7 +167,21 @@ export class HeaderRewriter implements EgressRewriter {
     return headers;
   }
 
+  /** A handler's own failure ends its request; it never escapes as an uncaught exception. */
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    try {
+      this.forward(req, res);
+    } catch (err) {
+      this.o.log.warn({ err: (err as Error).message }, "egress request refused");
+      if (res.headersSent) res.destroy();
+      else {
+        res.writeHead(502, { "content-type": "text/plain", connection: "close" });
+        res.end("egress proxy: request refused\n");
+      }
+    }
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse): void {
     const conn = this.conns.get(req.socket);
     if (!conn) {
       res.destroy();
@@ -187,8 +227,21 @@ export class HeaderRewriter implements EgressRewriter {
     req.pipe(up);
   }
 
-  /** WebSocket and other upgrades: headers injected into the handshake, then bytes both ways. */
   private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    try {
+      this.upgrade(req, socket, head);
+    } catch (err) {
+      this.o.log.warn({ err: (err as Error).message }, "egress upgrade refused");
+      socket.end("HTTP/1.1 502 Refused\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    }
+  }
+
+  /**
+   * WebSocket and other upgrades: headers injected into the handshake, then bytes both ways.
+   * The handshake is written by hand, so every line of it is checked here (the client's
+   * headers were parsed by node:http; the injected ones by `injected`).
+   */
+  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     const conn = this.conns.get(socket);
     if (!conn) {
       socket.destroy();
@@ -196,17 +249,23 @@ export class HeaderRewriter implements EgressRewriter {
     }
     const headers = this.upstreamHeaders(req, conn, socket);
     if (!headers) return;
+    const lines = [`${req.method} ${req.url} HTTP/1.1`, "connection: Upgrade", `upgrade: ${req.headers.upgrade}`];
+    for (const [k, v] of Object.entries(headers)) {
+      for (const one of Array.isArray(v) ? v : [v]) lines.push(`${k}: ${one}`);
+    }
+    if (!lines.every((l) => HEADER_VALUE.test(l))) {
+      socket.end("HTTP/1.1 502 Refused\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
+    const text = `${lines.join("\r\n")}\r\n`;
     const port = conn.tls ? 443 : 80;
     const host = conn.addresses[0] as string;
     const up = conn.tls
       ? tlsConnect({ host, port, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) })
       : netConnect({ host, port });
     up.once(conn.tls ? "secureConnect" : "connect", () => {
-      let text = `${req.method} ${req.url} HTTP/1.1\r\nconnection: Upgrade\r\nupgrade: ${req.headers.upgrade}\r\n`;
-      for (const [k, v] of Object.entries(headers)) {
-        for (const one of Array.isArray(v) ? v : [v]) text += `${k}: ${one}\r\n`;
-      }
-      up.write(`${text}\r\n`);
+      // latin1, as node:http writes header values: one byte per character, never a line break.
+      up.write(`${text}\r\n`, "latin1");
       if (head.length) up.write(head);
       up.pipe(socket);
       socket.pipe(up);

@@ -35,6 +35,8 @@ export interface EgressPolicy {
 export const ALL_TRAFFIC = "0.0.0.0/0";
 const MAX_ENTRIES = 1000;
 const DOMAIN_LABEL = /^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$/;
+/** What node:http sends as a header value (RFC 9110 field-value): anything else would throw there. */
+export const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 export type Destination = { kind: "cidr"; cidr: string } | { kind: "ipv6" } | { kind: "domain"; pattern: string };
 
@@ -146,7 +148,7 @@ export function validateNetworkSpec(raw: {
       const list = raw.rules[k] ?? [];
       for (const r of list) {
         for (const [h, v] of Object.entries(r.transform?.headers ?? {})) {
-          if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$/.test(h) || /[\r\n\0]/.test(v) || v.length > 16_384) {
+          if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$/.test(h) || !HEADER_VALUE.test(v) || v.length > 16_384) {
             throw new InvalidRequestError(`network.rules['${k}']: header '${h.slice(0, 80)}' is not a valid header`);
           }
           if (v.includes("${e2b.identity.")) {

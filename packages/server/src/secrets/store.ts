@@ -2,8 +2,10 @@ import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { SecretInfo } from "@aenv/protocol";
-import { ConflictError, NotFoundError } from "../errors.js";
+import { SECRET_VALUE_CHARS } from "@aenv/protocol/rest";
+import { ConflictError, InvalidRequestError, NotFoundError } from "../errors.js";
 import { writePrivateFile } from "../util/private-file.js";
+import { hostAllowed, normaliseAllowedHosts } from "./binding.js";
 
 interface SecretRecord {
   id: string;
@@ -12,15 +14,24 @@ interface SecretRecord {
   value: string;
   version: number;
   metadata: Record<string, string>;
+  /**
+   * The hosts the value may be sent to. Secrets stored before bindings existed have none and
+   * are sent nowhere until they get a new value with a binding.
+   */
+  allowedHosts?: string[];
   createdAt: number;
   updatedAt: number;
 }
 
+/** What the egress proxy gets for a placeholder: the value, or why it may not have it. */
+export type SecretUse = { value: string } | { refused: "missing" | "unbound" | "host" | "invalid"; message: string };
+
 /**
  * Project secrets in one file only root can read (DATA/secrets/secrets.json, 0600 in a 0700
  * folder), rewritten atomically on every change. Values never leave this class: every answer
- * is `info()`, which has no value field; `valueOf` serves only the egress proxy, which fills
- * `${e2b.secrets.NAME}` placeholders of network rules into outbound requests.
+ * is `info()`, which has no value field; `use` serves only the egress proxy, which fills
+ * `${e2b.secrets.NAME}` placeholders of network rules into outbound requests, and only for a
+ * host the secret is bound to.
  */
 export class SecretStore {
   private readonly byId = new Map<string, SecretRecord>();
@@ -46,9 +57,31 @@ export class SecretStore {
     return undefined;
   }
 
-  /** A secret's current value by name, for the egress proxy only. */
-  valueOf(name: string): string | undefined {
-    return this.find(name)?.value;
+  /**
+   * A secret's current value for a request to `host`, for the egress proxy only. Checked again
+   * here, whatever the rules said when they were set: a rule may name a secret made later, and
+   * a value stored before values were validated may not be a valid header value.
+   */
+  use(name: string, host: string): SecretUse {
+    const rec = this.find(name);
+    if (!rec) return { refused: "missing", message: `secret '${name}' named by a network rule does not exist` };
+    const allowed = rec.allowedHosts ?? [];
+    if (allowed.length === 0) {
+      return { refused: "unbound", message: `secret '${rec.name}' is not bound to any host (allowedHosts)` };
+    }
+    if (!hostAllowed(allowed, host)) {
+      return { refused: "host", message: `secret '${rec.name}' may not be sent to ${host}` };
+    }
+    if (!SECRET_VALUE_CHARS.test(rec.value)) {
+      return { refused: "invalid", message: `secret '${rec.name}' is not a valid header value; give it a new value` };
+    }
+    return { value: rec.value };
+  }
+
+  /** A secret's name and binding (no value), for checking network rules when they are set. */
+  bindingOf(ref: string): { name: string; allowedHosts: string[] } | undefined {
+    const rec = this.find(ref);
+    return rec ? { name: rec.name, allowedHosts: [...(rec.allowedHosts ?? [])] } : undefined;
   }
 
   private mustFind(ref: string): SecretRecord {
@@ -57,8 +90,10 @@ export class SecretStore {
     return rec;
   }
 
-  create(name: string, value: string, metadata: Record<string, string> = {}): SecretInfo {
+  create(name: string, value: string, metadata: Record<string, string> = {}, allowedHosts?: string[]): SecretInfo {
+    checkValue(value);
     const canonical = name.toLowerCase();
+    const hosts = allowedHosts ? normaliseAllowedHosts(allowedHosts) : undefined;
     if (this.find(canonical)) throw new ConflictError(`secret '${canonical}' already exists`);
     const now = Date.now();
     const rec: SecretRecord = {
@@ -67,6 +102,7 @@ export class SecretStore {
       value,
       version: 1,
       metadata,
+      ...(hosts ? { allowedHosts: hosts } : {}),
       createdAt: now,
       updatedAt: now,
     };
@@ -75,11 +111,15 @@ export class SecretStore {
     return info(rec);
   }
 
-  update(ref: string, value: string, metadata?: Record<string, string>): SecretInfo {
+  /** A new binding comes only with a new value, so no binding ever redirects the old one. */
+  update(ref: string, value: string, metadata?: Record<string, string>, allowedHosts?: string[]): SecretInfo {
+    checkValue(value);
+    const hosts = allowedHosts ? normaliseAllowedHosts(allowedHosts) : undefined;
     const rec = this.mustFind(ref);
     rec.value = value;
     rec.version += 1;
     if (metadata) rec.metadata = metadata;
+    if (hosts) rec.allowedHosts = hosts;
     rec.updatedAt = Date.now();
     this.save();
     return info(rec);
@@ -100,6 +140,13 @@ export class SecretStore {
   }
 }
 
+/** The API checks values too (@aenv/protocol); this keeps every other caller to the same rule. */
+function checkValue(value: string): void {
+  if (value.length === 0 || value.length > 65_536 || !SECRET_VALUE_CHARS.test(value)) {
+    throw new InvalidRequestError("a secret value is sent in an HTTP header: printable ASCII, spaces and tabs only");
+  }
+}
+
 /** The only shape a secret leaves the store in: metadata, no value. */
 function info(rec: SecretRecord): SecretInfo {
   return {
@@ -107,6 +154,7 @@ function info(rec: SecretRecord): SecretInfo {
     name: rec.name,
     currentVersion: rec.version,
     metadata: { ...rec.metadata },
+    allowedHosts: [...(rec.allowedHosts ?? [])],
     createdAt: new Date(rec.createdAt).toISOString(),
     updatedAt: new Date(rec.updatedAt).toISOString(),
   };

@@ -18,8 +18,9 @@ import {
 } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
-import { validateNetworkSpec } from "../../network/policy.js";
+import { type NetworkSpec, validateNetworkSpec } from "../../network/policy.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
+import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
 import { errorBody } from "../http-errors.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
@@ -36,6 +37,8 @@ export interface SandboxRoutesOptions {
   orch: Orchestrator;
   builder: TemplateBuilder;
   ctx: SerializeContext;
+  /** A secret's binding, to refuse rules that would send it to a host it is not bound to. */
+  secretBinding: BindingOf;
 }
 
 const body = (b: unknown) => (b === undefined || b === null ? {} : b);
@@ -55,14 +58,21 @@ function refuseMemorylessResume(orch: Orchestrator, id: string, memory: boolean 
   }
 }
 
+/** A client's network settings, checked and normalised, secrets' bindings included. */
+function networkSpec(raw: Parameters<typeof validateNetworkSpec>[0], bindingOf: BindingOf): NetworkSpec {
+  const spec = validateNetworkSpec(raw);
+  checkRuleBindings(spec.rules, bindingOf);
+  return spec;
+}
+
 /** The E2B body fields every create shares, as the orchestrator takes them. */
-function sandboxOptions(b: SandboxOptions) {
+function sandboxOptions(b: SandboxOptions, bindingOf: BindingOf) {
   return {
     timeoutS: b.timeout,
     metadata: b.metadata,
     envVars: b.envVars,
     allowInternetAccess: b.allow_internet_access ?? b.allowInternetAccess,
-    ...(b.network ? { network: validateNetworkSpec(b.network) } : {}),
+    ...(b.network ? { network: networkSpec(b.network, bindingOf) } : {}),
     autoPause: b.autoPause,
     autoResume: b.autoResume?.enabled,
   };
@@ -76,7 +86,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const rec = await orch.create({
       templateID: b.templateID,
       autoPauseMemory: b.autoPauseMemory,
-      ...sandboxOptions(b),
+      ...sandboxOptions(b, opts.secretBinding),
       ...(b.volumeMounts ? { volumeMounts: b.volumeMounts } : {}),
     });
     return sandboxCreated(rec, ctx);
@@ -94,7 +104,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       cpuCount: b.cpuCount,
       memoryMB: b.memoryMB,
       diskSizeMB: b.diskSizeMB,
-      ...sandboxOptions(b),
+      ...sandboxOptions(b, opts.secretBinding),
     });
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
@@ -220,7 +230,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.put("/sandboxes/:sandboxID/network", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = NetworkUpdate.parse(body(req.body));
-    await orch.updateNetwork(sandboxID, validateNetworkSpec(b), b.allow_internet_access);
+    await orch.updateNetwork(sandboxID, networkSpec(b, opts.secretBinding), b.allow_internet_access);
     return reply.status(204).send();
   });
 

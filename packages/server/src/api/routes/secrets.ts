@@ -3,13 +3,13 @@ import type { FastifyInstance } from "fastify";
 import type { SecretStore } from "../../secrets/store.js";
 import { paginate } from "../list-filter.js";
 
-/** /secrets: create, list, get, update, delete. No answer ever carries a value. */
+/** /secrets: create, list, get, update, delete. No answer ever carries a value; bindings are shown. */
 export async function secretRoutes(app: FastifyInstance, o: { secrets: SecretStore }): Promise<void> {
   const { secrets } = o;
 
   app.post("/secrets", async (req, reply) => {
     const b = NewSecret.parse(req.body ?? {});
-    return reply.status(201).send(secrets.create(b.name, b.value, b.metadata));
+    return reply.status(201).send(secrets.create(b.name, b.value, b.metadata, b.allowedHosts));
   });
 
   app.get("/secrets", async (req, reply) => {
@@ -22,7 +22,7 @@ export async function secretRoutes(app: FastifyInstance, o: { secrets: SecretSto
   app.post("/secrets/:secretID", async (req) => {
     const { secretID } = SecretIdParams.parse(req.params);
     const b = SecretUpdate.parse(req.body ?? {});
-    return secrets.update(secretID, b.value, b.metadata);
+    return secrets.update(secretID, b.value, b.metadata, b.allowedHosts);
   });
 
   app.delete("/secrets/:secretID", async (req, reply) => {
