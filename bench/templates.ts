@@ -52,7 +52,13 @@ async function main(): Promise<void> {
   const server = await startServer({
     templatesDir,
     // Warm start here means a restore of the template's warm image, not a pooled sandbox.
-    env: { AENV_NET_PREFIX: "aeb", AENV_SLOT_CIDR: "10.203.0.0/16", AENV_WARM_POOL_MAX: "0" },
+    // The registry is on loopback (AENV_ALLOW_PRIVATE_REGISTRIES, an operator's setting).
+    env: {
+      AENV_NET_PREFIX: "aeb",
+      AENV_SLOT_CIDR: "10.203.0.0/16",
+      AENV_WARM_POOL_MAX: "0",
+      AENV_ALLOW_PRIVATE_REGISTRIES: "1",
+    },
   });
   useE2b(server);
   const rows: Array<{ case: string; ms: number[]; mean: number }> = [];

@@ -46,7 +46,8 @@ before(async () => {
   mkdirSync(templatesDir);
   mkdirSync(join(TEMPLATES_DIR, ".warm"), { recursive: true });
   symlinkSync(join(TEMPLATES_DIR, ".warm"), join(templatesDir, ".warm"));
-  server = await startServer({ templatesDir });
+  // The registry is on loopback, which only an operator's setting lets pulls reach.
+  server = await startServer({ templatesDir, env: { AENV_ALLOW_PRIVATE_REGISTRIES: "1" } });
   useE2b(server);
 });
 

@@ -47,7 +47,13 @@ before(async () => {
   tinyImage(`${repo}-img`);
   await push(`${repo}-img`, "1", registry.host, "tiny");
   // Pause images are committed at once here (by default after a minute paused).
-  const env = { AENV_REPOSITORY_PATH: repo, AENV_GC_INTERVAL: "0", AENV_PAUSE_COMMIT_DELAY: "0" };
+  // The registry is on loopback: AENV_ALLOW_PRIVATE_REGISTRIES, an operator's setting.
+  const env = {
+    AENV_REPOSITORY_PATH: repo,
+    AENV_GC_INTERVAL: "0",
+    AENV_PAUSE_COMMIT_DELAY: "0",
+    AENV_ALLOW_PRIVATE_REGISTRIES: "1",
+  };
   // Each server its own catalog (sharing the base tree and warm images): B only learns of
   // what A builds through the repository.
   const catalog = (name: string) => {

@@ -60,6 +60,12 @@ export interface ImagesConfig {
    * Off by default: those read any file the server can. Operator commands always may.
    */
   allowHostSources: boolean;
+  /**
+   * API callers' image pulls may reach loopback, private and link-local registries (and follow
+   * redirects and token realms there). Off by default: a pull is a request from the server.
+   * Metadata addresses are never reached. Operator commands always may.
+   */
+  allowPrivateRegistries: boolean;
   /** A registry silent this long (no headers, no bytes) is given up on. */
   fetchTimeoutMs: number;
   /** Largest manifest/index/config accepted from a registry or archive. */
@@ -384,6 +390,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       authFile: str("AENV_REGISTRY_AUTH_FILE", "images.auth_file") || undefined,
       uploadLimitBytes: size("AENV_UPLOAD_LIMIT", "images.upload_limit_bytes", 4 * 1024 ** 3),
       allowHostSources: bool("AENV_ALLOW_HOST_IMAGE_SOURCES", "images.allow_host_sources", false),
+      allowPrivateRegistries: bool("AENV_ALLOW_PRIVATE_REGISTRIES", "images.allow_private_registries", false),
       fetchTimeoutMs: Math.max(1, int("AENV_REGISTRY_TIMEOUT", "images.fetch_timeout_secs", 60)) * 1000,
       maxManifestBytes: size("AENV_REGISTRY_MAX_MANIFEST", "images.max_manifest_bytes", 4 * 1024 ** 2),
       maxImageBytes: size("AENV_REGISTRY_MAX_IMAGE", "images.max_image_bytes", 32 * 1024 ** 3),

@@ -191,6 +191,7 @@ export async function startServer(
       new ImageStore({
         dir: paths.imageBlobs,
         insecureRegistries: cfg.images.insecureRegistries,
+        allowPrivateRegistries: cfg.images.allowPrivateRegistries,
         fetchTimeoutMs: cfg.images.fetchTimeoutMs,
         maxManifestBytes: cfg.images.maxManifestBytes,
         maxImageBytes: cfg.images.maxImageBytes,

@@ -90,8 +90,14 @@ const corrupt = layout.image({
 });
 layout.tag(corrupt, "corrupt");
 
+// The registry is on loopback: an operator's setting (images.allow_private_registries).
 const store = (name: string, extra: Partial<ConstructorParameters<typeof ImageStore>[0]> = {}) =>
-  new ImageStore({ dir: join(root, "stores", name), authFile: join(root, "no-auth.json"), ...extra });
+  new ImageStore({
+    dir: join(root, "stores", name),
+    authFile: join(root, "no-auth.json"),
+    allowPrivateRegistries: true,
+    ...extra,
+  });
 
 before(async () => {
   registry = await startRegistry();
@@ -183,7 +189,7 @@ describe("pull from a registry", () => {
   test("a second store on the same dir downloads nothing: every layer cached", async () => {
     const proxy = await startProxy(registry.host);
     try {
-      const again = new ImageStore({ dir: join(root, "stores", "shared"), authFile: join(root, "no-auth.json") });
+      const again = store("shared");
       const seen: Progress[] = [];
       const img = await again.pull(`${proxy.host}/test/multi:multi`, (p) => seen.push(p));
       assert.deepEqual(img.transfer, { blobsFetched: 0, bytesFetched: 0, layersCached: 3 });
@@ -304,7 +310,9 @@ describe("registry auth", () => {
         JSON.stringify({ auths: { [proxy.host]: { auth: Buffer.from("alice:s3cret").toString("base64") } } }),
       );
       process.env.REGISTRY_AUTH_FILE = authFile;
-      const img = await new ImageStore({ dir: join(root, "stores", "env") }).pull(`${proxy.host}/test/multi:multi`);
+      const img = await new ImageStore({ dir: join(root, "stores", "env"), allowPrivateRegistries: true }).pull(
+        `${proxy.host}/test/multi:multi`,
+      );
       assert.equal(img.digest, multi.digest);
     } finally {
       if (saved === undefined) delete process.env.REGISTRY_AUTH_FILE;

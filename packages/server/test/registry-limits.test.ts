@@ -74,6 +74,8 @@ const store = (name: string) =>
   new ImageStore({
     dir: join(root, name),
     authFile: join(root, "no-auth.json"),
+    // The fake registry is on loopback: an operator's setting.
+    allowPrivateRegistries: true,
     fetchTimeoutMs: 700,
     maxManifestBytes: 1024 * 1024,
     maxImageBytes: 1024 ** 3,

@@ -45,7 +45,8 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
   let t: Template;
   try {
     t = await importTemplate({
-      images: new ImageStore({ dir: join(dir, ".images") }),
+      // The operator names the image here, so a registry on this host or network is theirs to use.
+      images: new ImageStore({ dir: join(dir, ".images"), allowPrivateRegistries: true }),
       templates: new TemplateStore(dir),
       ref: positionals[0] as string,
       name: values.name,

@@ -76,6 +76,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.auth_file": "string",
   "images.upload_limit_bytes": "size",
   "images.allow_host_sources": "bool",
+  "images.allow_private_registries": "bool",
   "images.fetch_timeout_secs": "int",
   "images.max_manifest_bytes": "size",
   "images.max_image_bytes": "size",

@@ -2,7 +2,9 @@
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import type { Response } from "undici";
 import { ImagePullError } from "./errors.js";
+import type { RegistryNet } from "./registry-net.js";
 
 export interface Credentials {
   username: string;
@@ -91,6 +93,8 @@ export class RegistryAuth {
     private readonly host: string,
     private readonly credentials: Credentials | undefined,
     private readonly defaultScope: string,
+    /** The realm is the registry's to name: it is reached under the same rules as the registry. */
+    private readonly net: RegistryNet,
   ) {}
 
   authorization(): string | undefined {
@@ -114,15 +118,21 @@ export class RegistryAuth {
     }
     const realm = ch.params.realm;
     if (!realm) throw new ImagePullError("unauthorized", `Bearer challenge without realm from ${this.host}`);
-    const url = new URL(realm);
+    let url: URL;
+    try {
+      url = new URL(realm);
+    } catch {
+      throw new ImagePullError("unauthorized", `Bearer challenge from ${this.host} with a bad realm`);
+    }
     if (ch.params.service) url.searchParams.set("service", ch.params.service);
     url.searchParams.set("scope", ch.params.scope ?? this.defaultScope);
     const headers: Record<string, string> = { accept: "application/json" };
     if (this.credentials) headers.authorization = basicHeader(this.credentials);
     let res: Response;
     try {
-      res = await fetch(url, { headers, signal: AbortSignal.timeout(30_000) });
+      res = await this.net.fetch(url, { headers, signal: AbortSignal.timeout(30_000) });
     } catch (e) {
+      if (e instanceof ImagePullError) throw e;
       throw new ImagePullError("network", `token request to ${url.origin} failed: ${(e as Error).message}`, {
         cause: e,
       });

@@ -5,6 +5,7 @@ export type ImageErrorCode =
   | "unauthorized"
   | "registry"
   | "network"
+  | "forbidden-address"
   | "unsupported"
   | "no-platform"
   | "digest-mismatch"

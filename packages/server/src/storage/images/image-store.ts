@@ -24,6 +24,7 @@ import {
 import { type ProgressCallback, ProgressTracker } from "./progress.js";
 import { formatSource, parseSource } from "./reference.js";
 import { DEFAULT_MAX_MANIFEST_BYTES, RegistryClient } from "./registry-client.js";
+import { RegistryNet } from "./registry-net.js";
 import { readTar } from "./tar.js";
 import { RootfsWriter, type UnpackStats } from "./unpack.js";
 
@@ -34,6 +35,13 @@ export interface ImageStoreOptions {
   authFile?: string;
   /** Registries (`host` or `host:port`) spoken to over plain HTTP; loopback ones always are. */
   insecureRegistries?: string[];
+  /**
+   * Registries, redirects and token realms may be at loopback, private or link-local addresses
+   * (never metadata ones). Off by default: image references come from API callers.
+   */
+  allowPrivateRegistries?: boolean;
+  /** Where pulls may connect, for tests that swap name resolution; overrides allowPrivateRegistries. */
+  net?: RegistryNet;
   /** Platform to pick from multi-arch indexes; default linux + the host architecture. */
   platform?: Platform;
   log?: (msg: string) => void;
@@ -99,9 +107,12 @@ export class ImageStore {
   readonly blobs: BlobStore;
   private readonly platform: Platform;
   private readonly log: (msg: string) => void;
+  /** One per store: its connections are pooled across pulls. */
+  private readonly net: RegistryNet;
 
   constructor(private readonly opts: ImageStoreOptions) {
     this.blobs = new BlobStore(opts.dir);
+    this.net = opts.net ?? new RegistryNet({ allowPrivate: opts.allowPrivateRegistries ?? false });
     this.platform = opts.platform ?? hostPlatform();
     this.log = opts.log ?? (() => {});
   }
@@ -115,6 +126,7 @@ export class ImageStore {
         const client = new RegistryClient(spec.ref, {
           ...(creds ? { credentials: creds } : {}),
           insecureRegistries: this.opts.insecureRegistries ?? [],
+          net: this.net,
           ...(this.opts.fetchTimeoutMs ? { timeoutMs: this.opts.fetchTimeoutMs } : {}),
           ...(this.opts.maxManifestBytes ? { maxManifestBytes: this.opts.maxManifestBytes } : {}),
         });

@@ -1,10 +1,12 @@
 /** OCI Distribution / Docker Registry HTTP API v2: manifests and blobs of one repository. */
 import { Readable, Transform } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
+import type { Response } from "undici";
 import { type Credentials, RegistryAuth } from "./auth.js";
 import { ImagePullError } from "./errors.js";
 import { MANIFEST_ACCEPT } from "./manifest.js";
 import { formatReference, type ImageReference } from "./reference.js";
+import { RegistryNet } from "./registry-net.js";
 
 export interface RegistryClientOptions {
   credentials?: Credentials;
@@ -19,6 +21,8 @@ export interface RegistryClientOptions {
   timeoutMs?: number;
   /** Largest manifest or index accepted (default 4 MiB); a registry sending more is refused. */
   maxManifestBytes?: number;
+  /** Where requests may go (default: public addresses only; see registry-net.ts). */
+  net?: RegistryNet;
 }
 
 export const DEFAULT_FETCH_TIMEOUT_MS = 60_000;
@@ -48,13 +52,15 @@ async function registryError(res: Response): Promise<string> {
 export class RegistryClient {
   private readonly base: string;
   private readonly auth: RegistryAuth;
+  private readonly net: RegistryNet;
 
   constructor(
     readonly ref: ImageReference,
     private readonly opts: RegistryClientOptions = {},
   ) {
     this.base = `${registryScheme(ref.apiHost, opts.insecureRegistries)}://${ref.apiHost}/v2/${ref.repository}`;
-    this.auth = new RegistryAuth(ref.apiHost, opts.credentials, `repository:${ref.repository}:pull`);
+    this.net = opts.net ?? new RegistryNet();
+    this.auth = new RegistryAuth(ref.apiHost, opts.credentials, `repository:${ref.repository}:pull`, this.net);
   }
 
   private get timeoutMs(): number {
@@ -84,10 +90,12 @@ export class RegistryClient {
       const abort = new AbortController();
       const timer = setTimeout(() => abort.abort(this.stalled(`${kind} response`)), this.timeoutMs);
       try {
-        // Redirects (blob storage on another host) are followed; fetch drops Authorization cross-origin.
-        res = await fetch(url, { headers, redirect: "follow", signal: abort.signal });
+        // Redirects (blob storage on another host) are followed, each hop checked; Authorization
+        // is dropped cross-origin.
+        res = await this.net.fetch(url, { headers, signal: abort.signal });
       } catch (e) {
         if (abort.signal.aborted) throw abort.signal.reason as ImagePullError;
+        if (e instanceof ImagePullError) throw e;
         const cause = (e as { cause?: { message?: string } }).cause?.message;
         throw new ImagePullError(
           "network",
