@@ -132,16 +132,22 @@ describe("a cluster of nodes behind two gateways", () => {
     await back.kill();
   });
 
-  test("traffic to an autoResume sandbox whose node died resumes it on another node; without autoResume, 410", async () => {
-    // Both made on node-a directly (its heartbeat publishes their routes), so one crash takes both.
+  test("traffic to an autoResume sandbox whose node died resumes it on another node; without autoResume, 410; a private one only with its traffic token", async () => {
+    // All made on node-a directly (its heartbeat publishes their routes), so one crash takes them.
     const direct = via((nodes.get("node-a") as TestServer).url);
-    const on = await Sandbox.create({ ...direct, lifecycle: { onTimeout: "pause", autoResume: true } } as never);
+    const lifecycle = { onTimeout: "pause", autoResume: true };
+    const on = await Sandbox.create({ ...direct, lifecycle } as never);
     const off = await Sandbox.create(direct);
+    const priv = await Sandbox.create({ ...direct, lifecycle, network: { allowPublicTraffic: false } } as never);
+    const trafficToken = (priv as unknown as { trafficAccessToken?: string }).trafficAccessToken;
+    assert.ok(trafficToken, "a private sandbox has a traffic token");
     await on.commands.run("echo auto > /home/user/a.txt");
     await on.pause();
     await off.pause();
+    await priv.pause();
     await untilCommitted(on.sandboxId);
     await untilCommitted(off.sandboxId);
+    await untilCommitted(priv.sandboxId);
     for (let i = 0; i < 50 && (await ownerOf(off.sandboxId)) !== "node-a"; i++)
       await new Promise((r) => setTimeout(r, 100));
     assert.equal(await ownerOf(on.sandboxId), "node-a");
@@ -157,8 +163,22 @@ describe("a cluster of nodes behind two gateways", () => {
     assert.match(await r2.text(), /paused/);
     const back = await Sandbox.connect(off.sandboxId, via(g2()));
     assert.equal((await back.commands.run("echo up")).stdout, "up\n");
+    // Unauthenticated traffic to a private sandbox's port is refused before anything moves it.
+    const denied = await fetch(`${g1()}/proxy/${priv.sandboxId}/8000/`);
+    assert.equal(denied.status, 403, `without its traffic token: ${await denied.text()}`);
+    const wrong = await fetch(`${g1()}/proxy/${priv.sandboxId}/8000/`, {
+      headers: { "e2b-traffic-access-token": "not-the-token" },
+    });
+    assert.equal(wrong.status, 403);
+    assert.notEqual(await ownerOf(priv.sandboxId), "node-b", "refused traffic did not move the sandbox");
+    // With it, the sandbox resumes elsewhere (nothing listens on the port: 502 from its node).
+    const allowed = await fetch(`${g2()}/proxy/${priv.sandboxId}/8000/`, {
+      headers: { "e2b-traffic-access-token": trafficToken as string },
+    });
+    assert.notEqual(allowed.status, 403, await allowed.text());
+    assert.equal(await ownerOf(priv.sandboxId), "node-b");
     nodes.set("node-a", await (nodes.get("node-a") as TestServer).restart());
-    await Promise.all([c.kill(), back.kill()]);
+    await Promise.all([c.kill(), back.kill(), Sandbox.kill(priv.sandboxId, via(g1()))]);
   });
 
   test("a fork larger than its node: the rest start on another node from the same capture", async (t) => {

@@ -13,6 +13,8 @@ export abstract class AenvError extends Error {
 export class InvalidRequestError extends AenvError {}
 /** No or wrong credentials (API key, signed link). */
 export class UnauthorizedError extends AenvError {}
+/** Credentials were presented but do not allow this (a private sandbox's traffic token). */
+export class ForbiddenError extends AenvError {}
 /** The sandbox, snapshot, template or build does not exist (here or in the repository). */
 export class NotFoundError extends AenvError {}
 /** It exists, but its state does not allow this now (paused, being built, name taken). */

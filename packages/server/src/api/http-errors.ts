@@ -3,6 +3,7 @@ import {
   AtCapacityError,
   ChildFailedError,
   ConflictError,
+  ForbiddenError,
   InvalidRequestError,
   NotFoundError,
   PausedError,
@@ -17,6 +18,7 @@ import {
 const STATUS = new Map<abstract new (...args: never[]) => AenvError, number>([
   [InvalidRequestError, 400],
   [UnauthorizedError, 401],
+  [ForbiddenError, 403],
   [NotFoundError, 404],
   [ConflictError, 409],
   [PausedError, 409],

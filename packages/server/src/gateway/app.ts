@@ -13,7 +13,7 @@ import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
 import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
-import { SandboxCalls } from "./sandbox-calls.js";
+import { SandboxCalls, trafficOf } from "./sandbox-calls.js";
 
 export interface GatewayOptions {
   redis: Redis;
@@ -68,7 +68,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       // Sandbox traffic: envd checks its own token. A bad port is refused here as on a node.
       const problem = targetProblem(target);
       if (problem) return sendJson(res, 400, { code: 400, message: problem });
-      return calls.forwardTraffic(req, res, target.sandboxId);
+      return calls.forwardTraffic(req, res, target.sandboxId, target.port);
     }
     if (isSignedFiles(req)) return calls.forwardSignedFiles(req, res);
     const m = SANDBOX_PATH.exec(req.url ?? "");
@@ -111,7 +111,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
         countUpgrade();
         const problem = targetProblem(target);
         if (problem) return fail(400, problem);
-        calls.nodeForTraffic(target.sandboxId).then(
+        calls.nodeForTraffic(target.sandboxId, trafficOf(req, target.port)).then(
           (to) =>
             "status" in to ? fail(to.status, to.message) : forwardUpgrade(req, socket, head, to.node.url, o.limits),
           (err: Error) => fail(502, `gateway error: ${err.message}`),

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { AUTO_RESUME_HEADER, TRAFFIC_PORT_HEADER, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
@@ -6,6 +7,18 @@ import { SANDBOX_NOT_FOUND, trafficErrorBody } from "../proxy/target.js";
 import type { ClusterView } from "./cluster-view.js";
 import { call, forward, sendJson } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
+
+/** Sandbox traffic as far as a resume for it goes: its port and the traffic token it carried. */
+export interface Traffic {
+  port: number;
+  token?: string;
+}
+
+export function trafficOf(req: IncomingMessage, port: number): Traffic {
+  const got = req.headers[TRAFFIC_TOKEN_HEADER];
+  const token = Array.isArray(got) ? got[0] : got;
+  return token !== undefined ? { port, token } : { port };
+}
 
 /** A traffic refusal, as a node's proxy words it. */
 const failureBody = (f: { status: number; message: string; sandboxId?: string }) =>
@@ -155,6 +168,7 @@ export class SandboxCalls {
    */
   async nodeForTraffic(
     id: string,
+    traffic: Traffic,
     unreachable?: string,
   ): Promise<{ node: NodeInfo } | { status: number; message: string; sandboxId?: string }> {
     const owner = await this.view.owner(id);
@@ -165,13 +179,21 @@ export class SandboxCalls {
     const ans = await this.resumeElsewhere(
       id,
       `/sandboxes/${encodeURIComponent(id)}/connect`,
-      { "x-api-key": this.apiKey, "content-type": "application/json", "x-aenv-auto-resume": "1" },
+      {
+        "x-api-key": this.apiKey,
+        "content-type": "application/json",
+        [AUTO_RESUME_HEADER]: "1",
+        // The node checks the traffic's own credentials before it resumes anything.
+        [TRAFFIC_PORT_HEADER]: String(traffic.port),
+        ...(traffic.token !== undefined ? { [TRAFFIC_TOKEN_HEADER]: traffic.token } : {}),
+      },
       Buffer.from("{}"),
       dead,
     );
     const moved = ans.status < 300 ? await this.view.owner(id) : undefined;
     if (moved?.node && moved.node.nodeID !== dead) return { node: moved.node };
     const why = parseJson<{ message?: string }>(ans.body)?.message ?? `status ${ans.status}`;
+    if (ans.status === 403) return { status: 403, message: why };
     // 410 for a paused sandbox without autoResume, as a node's own proxy answers.
     return { status: ans.status === 409 ? 410 : 502, message: `sandbox '${id}' is not running: ${why}` };
   }
@@ -206,13 +228,14 @@ export class SandboxCalls {
   }
 
   /** Sends sandbox traffic to its node, moving the sandbox first if that node turns out dead. */
-  async forwardTraffic(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
-    const to = await this.nodeForTraffic(id);
+  async forwardTraffic(req: IncomingMessage, res: ServerResponse, id: string, port: number): Promise<void> {
+    const traffic = trafficOf(req, port);
+    const to = await this.nodeForTraffic(id, traffic);
     if ("status" in to) return sendJson(res, to.status, failureBody(to));
     forward(req, res, to.node.url, {
       onConnectError: (err) => {
         this.log.warn({ err: err.message, node: to.node.nodeID, sandboxID: id }, "node refused traffic; moving");
-        this.nodeForTraffic(id, to.node.nodeID).then(
+        this.nodeForTraffic(id, traffic, to.node.nodeID).then(
           (again) =>
             "status" in again ? sendJson(res, again.status, failureBody(again)) : forward(req, res, again.node.url),
           (e: Error) => sendJson(res, 502, { code: 502, message: `gateway error: ${e.message}` }),

@@ -22,7 +22,7 @@ import { Lifetimes } from "./lifetimes.js";
 import type { SandboxMetric } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
 import { PauseCommits } from "./pause-commits.js";
-import { autoResumable, pausedError } from "./pause-kinds.js";
+import { autoResumable, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
 import { PauseResume } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
@@ -277,7 +277,7 @@ export class Orchestrator {
   resume(
     id: string,
     timeoutS: number | undefined,
-    opts: { auto?: boolean } = {},
+    opts: ResumeOptions = {},
   ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
     return timed(
       "resume",
@@ -286,12 +286,13 @@ export class Orchestrator {
     );
   }
 
-  private async resumeOrExtend(id: string, timeoutS: number | undefined, opts: { auto?: boolean }) {
+  private async resumeOrExtend(id: string, timeoutS: number | undefined, opts: ResumeOptions) {
     if (this.d.cfg.cluster && !this.registry.has(id)) {
       this.registry.assertOpen();
       await this.pauseCommits.adopt(id, this.d.runtimeDir, opts);
     }
     const l = this.registry.get(id);
+    if (l) refuseTraffic(l.rec, opts);
     if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
     return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t));
   }

@@ -6,7 +6,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, StateStore } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
-import { autoResumable, pauseDir, pausedError } from "./pause-kinds.js";
+import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 import { materializeImage } from "./snapshots.js";
 
@@ -147,7 +147,7 @@ export class PauseCommits {
    * A sandbox paused on another node (gone, or drained) is taken over from its pause manifest:
    * its record comes with it, its image is rebuilt from the repository when it resumes.
    */
-  async adopt(id: string, runtimeDir: string, opts: { auto?: boolean } = {}): Promise<boolean> {
+  async adopt(id: string, runtimeDir: string, opts: ResumeOptions = {}): Promise<boolean> {
     const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
     const meta =
       m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
@@ -157,6 +157,8 @@ export class PauseCommits {
       this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs }, "paused sandbox names no template tree here");
       throw new StartFailedError(`sandbox '${id}' needs the template tree ${meta.sandbox.rootfs}, not on this node`);
     }
+    // Before it is taken over: traffic that may not reach it must not move it here either.
+    refuseTraffic(meta.sandbox, opts);
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
     // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
     if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {

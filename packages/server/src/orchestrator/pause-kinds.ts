@@ -1,5 +1,6 @@
-import { PausedError } from "../errors.js";
+import { ForbiddenError, PausedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
+import { trafficTokenProblem } from "../proxy/traffic-token.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { PauseKind, SandboxRecord } from "../state/store.js";
 import { isCompleteLayer } from "./fs-layer.js";
@@ -39,4 +40,19 @@ export function pausedError(rec: Pick<SandboxRecord, "id" | "pauseKind">): Pause
       ? `sandbox '${rec.id}' is paused (filesystem only); resume it with connect`
       : `sandbox '${rec.id}' is paused; resume it (connect) or create it with autoResume`,
   );
+}
+
+/** How a resume was asked for: by a client (nothing set), or for traffic a gateway passed on. */
+export interface ResumeOptions {
+  /** Only if the sandbox resumes on traffic (autoResume, or saved by hibernation). */
+  auto?: boolean;
+  /** The traffic's port and the traffic token it carried: checked before anything is resumed. */
+  traffic?: { port: number; token?: string };
+}
+
+/** Throws a ForbiddenError when the traffic behind an auto-resume may not reach the sandbox. */
+export function refuseTraffic(rec: Pick<SandboxRecord, "id" | "trafficToken">, opts: ResumeOptions): void {
+  if (!opts.traffic) return;
+  const problem = trafficTokenProblem(rec.id, opts.traffic.port, opts.traffic.token, rec.trafficToken);
+  if (problem) throw new ForbiddenError(problem);
 }

@@ -1,8 +1,7 @@
-import { createHash, timingSafeEqual } from "node:crypto";
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { ENVD_PORT } from "@aenv/protocol";
+import { ENVD_PORT, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { errorBody } from "../api/http-errors.js";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
@@ -17,6 +16,7 @@ import {
   type UpstreamOptions,
   upstreamHeaders,
 } from "./target.js";
+import { trafficTokenProblem } from "./traffic-token.js";
 
 /** Where to send a request, with the credential for it (undefined: the client's headers as they are). */
 export type RouteResult =
@@ -40,15 +40,10 @@ export interface SandboxAccess {
 
 type Routed = Extract<RouteResult, { ip: string }>;
 
-const digest = (s: string) => createHash("sha256").update(s).digest();
-
 /** Why a request may not reach this port of the sandbox (403), or undefined. */
 export function accessProblem(req: IncomingMessage, t: ProxyTarget, a: SandboxAccess | undefined): string | undefined {
-  if (!a?.trafficToken || t.port === ENVD_PORT) return undefined;
-  const got = req.headers["e2b-traffic-access-token"];
-  const one = Array.isArray(got) ? got[0] : got;
-  if (one && timingSafeEqual(digest(one), digest(a.trafficToken))) return undefined;
-  return `sandbox '${t.sandboxId}' is private: send its traffic access token in e2b-traffic-access-token`;
+  const got = req.headers[TRAFFIC_TOKEN_HEADER];
+  return trafficTokenProblem(t.sandboxId, t.port, Array.isArray(got) ? got[0] : got, a?.trafficToken);
 }
 
 /**

@@ -1,4 +1,10 @@
-import type { ForkResult, SandboxMetric } from "@aenv/protocol";
+import {
+  AUTO_RESUME_HEADER,
+  type ForkResult,
+  type SandboxMetric,
+  TRAFFIC_PORT_HEADER,
+  TRAFFIC_TOKEN_HEADER,
+} from "@aenv/protocol";
 import {
   ColdSandbox,
   ConnectBody,
@@ -20,6 +26,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
 import { type NetworkSpec, validateNetworkSpec } from "../../network/policy.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
+import type { ResumeOptions } from "../../orchestrator/pause-kinds.js";
 import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
 import { errorBody } from "../http-errors.js";
@@ -160,14 +167,22 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     return reply.status(204).send();
   });
 
+  /** The traffic behind a gateway's auto-resume, whose credentials the sandbox must accept. */
+  const trafficOf = (req: FastifyRequest): Pick<ResumeOptions, "traffic"> => {
+    const port = Number(req.headers[TRAFFIC_PORT_HEADER]);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) return {};
+    const token = req.headers[TRAFFIC_TOKEN_HEADER];
+    return { traffic: { port, ...(typeof token === "string" ? { token } : {}) } };
+  };
+
   // connect: resume if paused (201), else extend the TTL (200). resume: the older SDKs' form.
   const connect = async (req: FastifyRequest, reply: FastifyReply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
     refuseMemorylessResume(orch, sandboxID, b.memory);
     // A cluster gateway moving a sandbox because traffic reached it: only if autoResume allows.
-    const auto = req.headers["x-aenv-auto-resume"] === "1";
-    const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto });
+    const auto = req.headers[AUTO_RESUME_HEADER] === "1";
+    const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto, ...trafficOf(req) });
     return reply.status(resumed ? 201 : 200).send(sandboxCreated(rec, ctx));
   };
   app.post("/sandboxes/:sandboxID/connect", connect);
