@@ -18,11 +18,13 @@ import { ChunkCache } from "../packages/server/src/storage/repository/chunk-cach
 import { ChunkRepository } from "../packages/server/src/storage/repository/chunk-repository.js";
 import { PosixFsBackend } from "../packages/server/src/storage/repository/posix-fs-backend.js";
 import { S3Backend } from "../packages/server/src/storage/repository/s3-backend.js";
+import { RepositoryKey } from "../packages/server/src/storage/repository/signing.js";
 import { startS3 } from "../packages/server/test/helpers/s3.js";
 import { RESULTS } from "./paths.js";
 
 const MB = 1e6;
 const MiB = 1024 * 1024;
+const testKey = new RepositoryKey("bench repository key 0123456789abcdef");
 const SIZE_MB = Number(process.env.BENCH_REPO_MB ?? 200);
 const INC_MB = Number(process.env.BENCH_INC_MB ?? 500);
 
@@ -69,14 +71,14 @@ async function benchBackend(name: string, make: () => RepositoryBackend): Promis
   const bytes = data.length;
   const mbps = (s: number) => bytes / MB / s;
 
-  const writer = new ChunkRepository(make(), { cache: cache(`${name}-w`), cacheOnCommit: false });
+  const writer = new ChunkRepository(make(), testKey, { cache: cache(`${name}-w`), cacheOnCommit: false });
   const [tc, c] = await time(() => writer.commit("bench-a", src, {}));
   add(name, `commit ${SIZE_MB} MB (new chunks)`, mbps(tc), "MB/s");
   add(name, "  uploaded (compressed) / total", c.stats.uploadedBytes / c.stats.bytes, "ratio");
   const [tr] = await time(() => writer.commit("bench-a2", src, {}));
   add(name, `commit ${SIZE_MB} MB again (all chunks present)`, mbps(tr), "MB/s");
 
-  const reader = new ChunkRepository(make(), { cache: cache(`${name}-r`) });
+  const reader = new ChunkRepository(make(), testKey, { cache: cache(`${name}-r`) });
   const [cold] = await time(() => reader.materialize("bench-a", join(work, `out-${name}-cold`)));
   add(name, "materialize, cold cache", mbps(cold), "MB/s");
   const fetched = reader.metrics().bytesFetched;
@@ -91,7 +93,7 @@ async function benchBackend(name: string, make: () => RepositoryBackend): Promis
   // Incremental: a large folder, then 1 MB changed in the middle.
   const big = makeData(Math.round((INC_MB * MB) / MiB));
   const incSrc = folder(`inc-${name}`, big);
-  const inc = new ChunkRepository(make(), { cacheOnCommit: false });
+  const inc = new ChunkRepository(make(), testKey, { cacheOnCommit: false });
   const [t1, first] = await time(() => inc.commit("bench-inc-1", incSrc, {}));
   add(name, `commit ${INC_MB} MB, first`, first.stats.uploadedBytes / MB, "MB uploaded");
   add(name, `  commit ${INC_MB} MB, first`, t1, "s");

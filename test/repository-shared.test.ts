@@ -20,6 +20,7 @@ import { promisify } from "node:util";
 import { Sandbox, Template } from "e2b";
 import { push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
 import { tinyImage } from "./helpers/images.js";
+import { readEntry } from "./helpers/repository.js";
 import {
   cleanupDataDir,
   getViaHost,
@@ -87,7 +88,7 @@ after(async () => {
 });
 
 function manifest(id: string): { files: Array<{ chunks: Array<{ sha256: string }> }> } {
-  return JSON.parse(readFileSync(join(repo, "manifests", `${id}.json`), "utf8"));
+  return readEntry(repo, `manifests/${id}.json`);
 }
 
 describe("a repository shared by two servers", () => {

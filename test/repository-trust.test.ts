@@ -1,7 +1,9 @@
-// Whoever can write the snapshot repository is not trusted with the host: manifests planted in a
-// posix_fs repository (ids that are not their key, template folders with "..", a rootfs outside
-// the template trees, symlinked folders) are refused and logged, nothing outside the repository
-// is read, written or deleted, and the server keeps answering E2B-shaped errors.
+// Whoever can write the snapshot repository is not trusted with the host: entries planted in a
+// posix_fs repository without the repository key (a copy of a real snapshot renamed to take a
+// template's name) are refused and logged; signed ones are still checked (ids that are not
+// their key, template folders with "..", a rootfs outside the template trees, symlinked
+// folders, a snapshot named like a template); nothing outside the repository is read, written
+// or deleted, and the server keeps answering E2B-shaped errors.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -18,6 +20,7 @@ import {
 } from "node:fs";
 import { join, relative } from "node:path";
 import { after, before, test } from "node:test";
+import { plant, readEntry } from "./helpers/repository.js";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer } from "./helpers/server.js";
 
 let repo: string;
@@ -34,9 +37,9 @@ function storeFile(name: string, data: Buffer, chunkDir?: string) {
   return { name, size: data.length, chunks: [{ sha256: sha, size: data.length }] };
 }
 
-function writeManifest(key: string, m: Record<string, unknown>): void {
-  mkdirSync(join(repo, "manifests"), { recursive: true });
-  writeFileSync(join(repo, "manifests", `${key}.json`), JSON.stringify(m));
+/** Signed with the servers' key: what is refused here is refused for what it says. */
+function writeManifest(key: string, m: Record<string, unknown>, opts: { unsigned?: boolean } = {}): void {
+  plant(repo, "manifest", `manifests/${key}.json`, m, opts);
 }
 
 const manifest = (id: string, files: unknown[], meta: Record<string, unknown>) => ({
@@ -128,13 +131,9 @@ before(async () => {
 
   // 5. A manifest that is itself a symlink to a host file, and an announcement whose id climbs.
   const secret = manifest("snap_secret", [], snapshotMeta("snap_secret", "secret", { imageKey: "other-runtime" }));
-  writeFileSync(join(victim, "secret.json"), JSON.stringify(secret));
-  symlinkSync(join(victim, "secret.json"), join(repo, "manifests", "snap_secret.json"));
-  mkdirSync(join(repo, "pending"));
-  writeFileSync(
-    join(repo, "pending", "snap_p.json"),
-    JSON.stringify({ id: "../../etc", names: ["pending-evil"], at: Date.now() }),
-  );
+  plant(victim, "manifest", "manifests/snap_secret.json", secret);
+  symlinkSync(join(victim, "manifests", "snap_secret.json"), join(repo, "manifests", "snap_secret.json"));
+  plant(repo, "announcement", "pending/snap_p.json", { id: "../../etc", names: ["pending-evil"], at: Date.now() });
 
   server = await startServer({
     templatesDir: catalog,
@@ -159,7 +158,7 @@ const untouched = () => {
   for (const d of ["tree", "snapdir", "chunks-ab"]) {
     assert.equal(readFileSync(join(victim, d, "keep"), "utf8"), "precious", `${d}/keep was touched`);
   }
-  assert.ok(existsSync(join(victim, "secret.json")));
+  assert.ok(existsSync(join(victim, "manifests", "snap_secret.json")));
   assert.ok(!existsSync(join(catalog, "eviltpl")), "a refused template left a folder in the catalog");
 };
 
@@ -208,6 +207,89 @@ test("symlinks in a posix_fs repository are not followed: no read, no delete out
   const list = (await server.api("GET", "/snapshots")).body as Array<{ snapshotID: string }>;
   assert.ok(!list.some((s) => s.snapshotID === "snap_secret"), JSON.stringify(list));
   untouched();
+});
+
+type Manifest = { id: string; meta: Record<string, unknown> };
+
+/** A real snapshot of base, committed: what a repository writer copies and edits. */
+async function committedSnapshot(): Promise<Manifest> {
+  const c = await server.api("POST", "/sandboxes", { templateID: "base" });
+  assert.equal(c.status, 201, JSON.stringify(c.body));
+  const sbx = (c.body as { sandboxID: string }).sandboxID;
+  const snap = await server.api("POST", `/sandboxes/${sbx}/snapshots`, {});
+  assert.equal(snap.status, 201, JSON.stringify(snap.body));
+  await server.api("DELETE", `/sandboxes/${sbx}`);
+  const id = (snap.body as { snapshotID: string }).snapshotID;
+  const file = join(repo, "manifests", `${id}.json`);
+  for (let i = 0; i < 300 && !existsSync(file); i++) await new Promise((r) => setTimeout(r, 100));
+  return readEntry<Manifest>(repo, `manifests/${id}.json`);
+}
+
+/** The same snapshot under another ID, claiming the name "base" and its own envVars. */
+function hijacker(real: Manifest, id: string): Manifest {
+  return {
+    ...real,
+    id,
+    meta: { ...real.meta, id, names: [id, "base"], envVars: { HIJACKED: "yes" } },
+  };
+}
+
+async function startsBase(what: string): Promise<void> {
+  const r = await server.api("POST", "/sandboxes", { templateID: "base" });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  const b = r.body as { sandboxID: string; templateID: string };
+  await server.api("DELETE", `/sandboxes/${b.sandboxID}`);
+  assert.doesNotMatch(b.templateID, /^snap_/, `${what}: "base" started the snapshot ${b.templateID}`);
+}
+
+test("a manifest written without the repository key is refused: it cannot take the name of a template", async () => {
+  const real = await committedSnapshot();
+  writeManifest("snap_hijack", hijacker(real, "snap_hijack"), { unsigned: true });
+  // The one lookup that used to adopt it, then a plain create of the template.
+  const r = await server.api("POST", "/sandboxes", { templateID: "snap_hijack" });
+  if (r.status === 201) await server.api("DELETE", `/sandboxes/${(r.body as { sandboxID: string }).sandboxID}`);
+  assert.equal(r.status, 404, JSON.stringify(r.body));
+  await startsBase("unsigned");
+  assert.match(server.logs(), /snap_hijack.*rejected: not signed/);
+  // Signed with a key other than the cluster's: the same.
+  plant(repo, "manifest", "manifests/snap_otherkey.json", hijacker(real, "snap_otherkey"), {
+    key: "some-other-cluster-key-0123456789abcdef",
+  });
+  assert.equal((await server.api("POST", "/sandboxes", { templateID: "snap_otherkey" })).status, 404);
+  assert.match(server.logs(), /snap_otherkey.*rejected: signature does not match/);
+});
+
+test("a template's name is never a snapshot's: a signed snapshot named like one loses, and none can be taken", async () => {
+  const real = await committedSnapshot();
+  writeManifest("snap_named_base", hijacker(real, "snap_named_base"));
+  const r = await server.api("POST", "/sandboxes", { templateID: "snap_named_base" });
+  assert.equal(r.status, 201, "a signed snapshot is usable by its ID");
+  await server.api("DELETE", `/sandboxes/${(r.body as { sandboxID: string }).sandboxID}`);
+  await startsBase("signed, adopted");
+  // DELETE /templates/base is about the template, not a snapshot calling itself that.
+  const c = await server.api("POST", "/sandboxes", { templateID: "base" });
+  const sbx = (c.body as { sandboxID: string }).sandboxID;
+  const taken = await server.api("POST", `/sandboxes/${sbx}/snapshots`, { name: "base" });
+  await server.api("DELETE", `/sandboxes/${sbx}`);
+  assert.equal(taken.status, 409, JSON.stringify(taken.body));
+  assertE2bError(taken, "snapshot named base");
+});
+
+test("signed manifests are validated like a create body: bad envVars, network or mounts are refused", async () => {
+  const real = await committedSnapshot();
+  const cases: Array<[string, Record<string, unknown>]> = [
+    ["snap_badnet", { network: { denyOut: ["example.com"] } }],
+    ["snap_badname", { names: ["../x"] }],
+    ["snap_badmount", { volumeMounts: [{ name: "v", path: "/mnt", volumeId: "../../etc" }] }],
+    ["snap_badenv", { envVars: { A: 1 } }],
+  ];
+  for (const [id, extra] of cases) {
+    writeManifest(id, { ...real, id, meta: { ...real.meta, id, names: [id], ...extra } });
+    const r = await server.api("POST", "/sandboxes", { templateID: id });
+    if (r.status === 201) await server.api("DELETE", `/sandboxes/${(r.body as { sandboxID: string }).sandboxID}`);
+    assert.equal(r.status, 404, `${id}: ${JSON.stringify(r.body)}`);
+    assert.match(server.logs(), new RegExp(`${id}.*rejected: snapshot malformed`));
+  }
 });
 
 test("the server keeps serving", async () => {

@@ -5,6 +5,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
+import { TEST_REPOSITORY_KEY } from "./repository.js";
 import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./server.js";
 
 export const API_KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
@@ -81,6 +82,8 @@ export class TestCluster {
         AENV_CLUSTER: this.redisUrl,
         AENV_NODE_ID: id,
         AENV_REPOSITORY_PATH: this.repo,
+        // Every node signs and checks the shared repository's entries with the same key.
+        AENV_REPOSITORY_KEY: TEST_REPOSITORY_KEY,
         AENV_GC_INTERVAL: "0",
         ...net,
         ...extraEnv,

@@ -4,6 +4,7 @@ import { request as httpRequest } from "node:http";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
+import { TEST_REPOSITORY_KEY } from "./repository.js";
 
 export const ROOT = resolve(import.meta.dirname, "..", "..");
 export const TEMPLATES_DIR = process.env.AENV_TEST_TEMPLATES_DIR ?? "/var/lib/aenv/templates";
@@ -133,6 +134,8 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
       env: {
         ...process.env,
         AENV_API_KEY: apiKey,
+        // One key for every test server: those sharing a repository must agree on it.
+        AENV_REPOSITORY_KEY: TEST_REPOSITORY_KEY,
         // AENV_TEST_NET_PREFIX / AENV_TEST_SLOT_CIDR: run a test file beside another one on this host.
         AENV_NET_PREFIX: process.env.AENV_TEST_NET_PREFIX ?? "aet",
         AENV_SLOT_CIDR: process.env.AENV_TEST_SLOT_CIDR ?? "10.202.0.0/16",

@@ -46,6 +46,8 @@ export interface RepositoryConfig {
   commitTemplates: boolean;
   /** A paused sandbox is committed once it has stayed paused this long (0: at once). */
   pauseCommitDelayS: number;
+  /** Secret every node sharing the repository signs and checks its entries with (signing.ts). */
+  key: string;
 }
 
 export interface ImagesConfig {
@@ -194,6 +196,33 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   return key;
 }
 
+/** Shorter secrets are refused: the repository key is all that stands between its writers and the hosts. */
+const MIN_REPOSITORY_KEY = 32;
+
+/**
+ * The repository key: AENV_REPOSITORY_KEY, else one generated on first start into
+ * DATA/secrets/repository-key (0600). Nodes sharing a repository need the same one.
+ */
+export function resolveRepositoryKey(dataDir: string, env: NodeJS.ProcessEnv): string {
+  const given = env.AENV_REPOSITORY_KEY?.trim();
+  if (given !== undefined && given !== "") {
+    if (given.length < MIN_REPOSITORY_KEY) {
+      throw new ConfigError(`AENV_REPOSITORY_KEY must be at least ${MIN_REPOSITORY_KEY} characters`);
+    }
+    return given;
+  }
+  const file = join(new NodePaths(dataDir).secrets, "repository-key");
+  if (existsSync(file)) {
+    const key = readFileSync(file, "utf8").trim();
+    if (key.length < MIN_REPOSITORY_KEY)
+      throw new ConfigError(`${file} must hold at least ${MIN_REPOSITORY_KEY} characters`);
+    return key;
+  }
+  const key = randomBytes(32).toString("hex");
+  writePrivateFile(file, `${key}\n`);
+  return key;
+}
+
 /** Listener limits from env names and file keys (the gateway reads the same variables). */
 function readHttpLimits(int: (envName: string, key: string, d: number) => number): HttpLimits {
   const d = DEFAULT_HTTP_LIMITS;
@@ -312,6 +341,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     gcGraceS: int("AENV_GC_GRACE", "gc.grace_secs", 900),
     commitTemplates: bool("AENV_COMMIT_TEMPLATES", "repository.commit_templates", true),
     pauseCommitDelayS: int("AENV_PAUSE_COMMIT_DELAY", "repository.pause_commit_delay_secs", 60),
+    key: resolveRepositoryKey(dataDir, env),
   };
   const redisUrl = args.cluster ?? str("AENV_CLUSTER", "cluster.redis");
   let cluster: ClusterConfig | undefined;

@@ -38,10 +38,13 @@ import {
   SnapshotNotFoundError,
 } from "../src/storage/repository/repository.js";
 import { S3Backend } from "../src/storage/repository/s3-backend.js";
+import { RepositoryKey } from "../src/storage/repository/signing.js";
 import { compress } from "../src/storage/repository/zstd.js";
 import { startS3, type TestS3 } from "./helpers/s3.js";
 
 const MiB = 1024 * 1024;
+/** Stands in for the cluster key (AENV_REPOSITORY_KEY). */
+const testKey = new RepositoryKey("test repository key 0123456789abcdef");
 const root = mkdtempSync("/var/tmp/aenv-repo-test-");
 after(() => rmSync(root, { recursive: true, force: true }));
 
@@ -225,7 +228,7 @@ for (const kind of kinds) {
     });
 
     test("commit + materialize rebuild files byte for byte; stats; meta; empty files", async () => {
-      const repo = new ChunkRepository(kind.make(), { cache: newCache() });
+      const repo = new ChunkRepository(kind.make(), testKey, { cache: newCache() });
       const big = seeded(9 * MiB, 1);
       const bigRefs = refsOf(big); // several content-defined chunks, all different
       assert.ok(bigRefs.length >= 3 && distinctChunks(big) === bigRefs.length, `${bigRefs.length} chunks`);
@@ -264,7 +267,7 @@ for (const kind of kinds) {
 
     test("identical content is stored once (dedup across snapshots and within one)", async () => {
       const b = kind.make();
-      const repo = new ChunkRepository(b, { cache: newCache() });
+      const repo = new ChunkRepository(b, testKey, { cache: newCache() });
       const block = seeded(4 * MiB, 2);
       const twice = Buffer.concat([block, block]);
       // Cut points follow content: the second copy of the block re-synchronises with the first
@@ -288,7 +291,7 @@ for (const kind of kinds) {
     });
 
     test("incremental: 50 MB folder, 1 MB changed in place or inserted mid-file → only the chunks around it uploaded", async () => {
-      const repo = new ChunkRepository(kind.make(), { cache: newCache() });
+      const repo = new ChunkRepository(kind.make(), testKey, { cache: newCache() });
       const data = seeded(50 * MiB, 3);
       const first = await repo.commit("sbx-inc", folder({ "pages.img": data }), {});
       const stored = new Set(digestsOf(data));
@@ -330,12 +333,12 @@ for (const kind of kinds) {
 
     test("cold cache fetches every chunk, warm cache fetches nothing", async () => {
       const b = new SpyBackend(kind.make());
-      const writer = new ChunkRepository(b, { cache: newCache(), cacheOnCommit: false });
+      const writer = new ChunkRepository(b, testKey, { cache: newCache(), cacheOnCommit: false });
       const data = seeded(10 * MiB, 6);
       const n = distinctChunks(data);
       assert.ok(n >= 3, `${n} chunks`);
       await writer.commit("snap_cw", folder({ f: data }), {});
-      const reader = new ChunkRepository(b, { cache: newCache() });
+      const reader = new ChunkRepository(b, testKey, { cache: newCache() });
       b.chunkGets = 0;
       await reader.materialize("snap_cw", join(fresh("out"), "cold"));
       assert.equal(b.chunkGets, n);
@@ -348,7 +351,7 @@ for (const kind of kinds) {
       assert.equal(reader.metrics().hits, n);
       assert.deepEqual(readFileSync(join(out, "f")), data);
       // a commit with cacheOnCommit leaves the cache warm for a local restore
-      const local = new ChunkRepository(b, { cache: newCache() });
+      const local = new ChunkRepository(b, testKey, { cache: newCache() });
       await local.commit("snap_cw2", folder({ f: randomBytes(5 * MiB) }), {});
       b.chunkGets = 0;
       await local.materialize("snap_cw2", join(fresh("out"), "local"));
@@ -357,7 +360,7 @@ for (const kind of kinds) {
 
     test("a corrupted chunk fails the materialize naming snapshot and chunk; no destination left", async () => {
       const b = kind.make();
-      const repo = new ChunkRepository(b, { cache: newCache() });
+      const repo = new ChunkRepository(b, testKey, { cache: newCache() });
       const data = randomBytes(6 * MiB);
       const { manifest } = await repo.commit("snap_bad", folder({ f: data }), {});
       const sha = manifest.files[0]?.chunks[1]?.sha256 as string;
@@ -366,7 +369,7 @@ for (const kind of kinds) {
       const mid = flipped.length >> 1; // inside the compressed payload
       flipped[mid] = (flipped[mid] as number) ^ 0xff;
       await b.put(chunkKey(sha), flipped);
-      const reader = new ChunkRepository(b, { cache: newCache() });
+      const reader = new ChunkRepository(b, testKey, { cache: newCache() });
       const outParent = fresh("out");
       const out = join(outParent, "bad");
       const err = await reader.materialize("snap_bad", out).then(
@@ -385,7 +388,7 @@ for (const kind of kinds) {
 
     test("a missing chunk fails with MissingChunkError naming snapshot and chunk", async () => {
       const b = kind.make();
-      const repo = new ChunkRepository(b, { cache: newCache(), cacheOnCommit: false });
+      const repo = new ChunkRepository(b, testKey, { cache: newCache(), cacheOnCommit: false });
       const { manifest } = await repo.commit("snap_gone", folder({ f: randomBytes(5 * MiB) }), {});
       const sha = manifest.files[0]?.chunks[0]?.sha256 as string;
       await b.delete(chunkKey(sha));
@@ -401,7 +404,7 @@ for (const kind of kinds) {
 
     test("delete removes the manifest and only the chunks nobody else references", async () => {
       const b = kind.make();
-      const repo = new ChunkRepository(b, { cache: newCache() });
+      const repo = new ChunkRepository(b, testKey, { cache: newCache() });
       const shared = seeded(4 * MiB, 7);
       const own = seeded(MiB, 8);
       await repo.commit("snap_keep", folder({ a: shared }), {});
@@ -418,7 +421,7 @@ for (const kind of kinds) {
     });
 
     test("ids that could escape the layout are refused", async () => {
-      const repo = new ChunkRepository(kind.make());
+      const repo = new ChunkRepository(kind.make(), testKey);
       await assert.rejects(repo.commit("../evil", folder({ x: Buffer.from("x") }), {}));
       await assert.rejects(repo.commit(".hidden", folder({ x: Buffer.from("x") }), {}));
       assert.equal(await repo.get("a/b"), undefined);
@@ -426,8 +429,8 @@ for (const kind of kinds) {
 
     test("two nodes committing the same chunks at once: both manifests valid, each chunk stored once", async () => {
       const b = kind.make();
-      const nodeA = new ChunkRepository(b, { cache: newCache() });
-      const nodeB = new ChunkRepository(b, { cache: newCache() });
+      const nodeA = new ChunkRepository(b, testKey, { cache: newCache() });
+      const nodeB = new ChunkRepository(b, testKey, { cache: newCache() });
       const data = seeded(16 * MiB, 9);
       const n = digestsOf(data).length;
       assert.equal(distinctChunks(data), n);
@@ -438,7 +441,7 @@ for (const kind of kinds) {
       assert.equal(ra.stats.chunks, n);
       assert.equal(rb.stats.chunks, n);
       assert.deepEqual(await keys(b, CHUNKS), digestsOf(data).map(chunkKey).sort());
-      const fresh1 = new ChunkRepository(b, { cache: newCache() });
+      const fresh1 = new ChunkRepository(b, testKey, { cache: newCache() });
       for (const id of ["snap_node_a", "snap_node_b"]) {
         const out = join(fresh("out"), id);
         await fresh1.materialize(id, out);
@@ -458,7 +461,7 @@ for (const kind of kinds) {
         });
         return { p, open };
       };
-      const seed = new ChunkRepository(b, { gcOnDelete: false });
+      const seed = new ChunkRepository(b, testKey, { gcOnDelete: false });
       await seed.commit("snap_old", folder({ f: data }), {});
 
       // (1) The GC read the leases before the commit wrote its lease: the commit must see the
@@ -477,7 +480,7 @@ for (const kind of kinds) {
             waitingForGc: () => commitWaiting.open(),
           },
         };
-        const repo = new ChunkRepository(b, hooksOpts);
+        const repo = new ChunkRepository(b, testKey, hooksOpts);
         await b.delete(`${MANIFESTS}snap_old.json`); // snap_old's chunks are now garbage
         const gc = repo.gc();
         await gcReachedLeases.p;
@@ -489,7 +492,7 @@ for (const kind of kinds) {
         const { stats } = await commit;
         assert.equal(stats.uploadedChunks, n, "the commit re-uploads what the GC deleted");
         const out = join(fresh("out"), "new");
-        await new ChunkRepository(b).materialize("snap_new", out);
+        await new ChunkRepository(b, testKey).materialize("snap_new", out);
         assert.deepEqual(readFileSync(join(out, "f")), data);
       }
 
@@ -498,7 +501,7 @@ for (const kind of kinds) {
       {
         const commitChecked = gate();
         const commitPaused = gate();
-        const repo = new ChunkRepository(b, {
+        const repo = new ChunkRepository(b, testKey, {
           hooks: {
             afterExistenceCheck: async (_id, missing) => {
               assert.equal(missing.length, 0);
@@ -510,16 +513,16 @@ for (const kind of kinds) {
         const commit = repo.commit("snap_newer", folder({ f: data }), {});
         await commitChecked.p;
         await b.delete(`${MANIFESTS}snap_new.json`); // the only manifest referencing the chunks
-        const res = await runGc(new ChunkRepository(b));
+        const res = await runGc(new ChunkRepository(b, testKey));
         assert.equal(res.chunksDeleted, 0);
         assert.equal(res.chunksLive, n);
         assert.equal(res.leasesLive, 1);
         commitPaused.open();
         const { stats } = await commit;
         assert.equal(stats.uploadedChunks, 0);
-        await new ChunkRepository(b).materialize("snap_newer", join(fresh("out"), "newer"));
+        await new ChunkRepository(b, testKey).materialize("snap_newer", join(fresh("out"), "newer"));
         // Once committed, its manifest keeps them; the lease is gone.
-        const again = await runGc(new ChunkRepository(b));
+        const again = await runGc(new ChunkRepository(b, testKey));
         assert.equal(again.chunksDeleted, 0);
         assert.equal(again.leasesLive, 0);
       }
@@ -527,7 +530,7 @@ for (const kind of kinds) {
 
     test("GC: grace period, dry run, expired leases", async () => {
       const b = kind.make();
-      const repo = new ChunkRepository(b, { gcOnDelete: false });
+      const repo = new ChunkRepository(b, testKey, { gcOnDelete: false });
       const data = seeded(MiB, 11); // one or a few chunks: count them
       const n = distinctChunks(data);
       await repo.commit("snap_g", folder({ f: data }), {});
@@ -553,7 +556,7 @@ for (const kind of kinds) {
 describe("node-local chunk cache", () => {
   test("LRU eviction within the byte bound; pinned chunks are never evicted", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
-    const writer = new ChunkRepository(b, { cacheOnCommit: false });
+    const writer = new ChunkRepository(b, testKey, { cacheOnCommit: false });
     // Three snapshots of several chunks each, all different.
     const a = seeded(4 * MiB, 12);
     const c = seeded(3 * MiB, 13);
@@ -565,7 +568,7 @@ describe("node-local chunk cache", () => {
     await writer.commit("snap_c", folder({ f: c }), {});
     await writer.commit("snap_d", folder({ f: d }), {});
     const cache = newCache(a.length + d.length); // room for a and c, or a and d, not all three
-    const repo = new ChunkRepository(b, { cache });
+    const repo = new ChunkRepository(b, testKey, { cache });
     assert.equal(await repo.pin("snap_a"), true);
     await repo.materialize("snap_a", join(fresh("o"), "a"));
     await repo.materialize("snap_c", join(fresh("o"), "c"));
@@ -617,8 +620,8 @@ describe("node-local chunk cache", () => {
     const data = seeded(12 * MiB, 15);
     const n = distinctChunks(data);
     assert.ok(n >= 3, `${n} chunks`);
-    await new ChunkRepository(b, { cacheOnCommit: false }).commit("snap_co", folder({ f: data }), {});
-    const repo = new ChunkRepository(b, { cache: newCache() });
+    await new ChunkRepository(b, testKey, { cacheOnCommit: false }).commit("snap_co", folder({ f: data }), {});
+    const repo = new ChunkRepository(b, testKey, { cache: newCache() });
     b.chunkGets = 0;
     await Promise.all(Array.from({ length: 5 }, (_, i) => repo.materialize("snap_co", join(fresh("o"), `c${i}`))));
     assert.equal(b.chunkGets, n);
@@ -628,9 +631,9 @@ describe("node-local chunk cache", () => {
 
   test("fresh listings: a burst shares one listing, and nothing committed before the call is missed", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
-    const repo = new ChunkRepository(b, { cache: newCache() });
+    const repo = new ChunkRepository(b, testKey, { cache: newCache() });
     // Another process (a second server, import-template) writes through its own instance.
-    const other = new ChunkRepository(b, { cache: newCache() });
+    const other = new ChunkRepository(b, testKey, { cache: newCache() });
     await repo.commit("snap_l1", folder({ f: randomBytes(1000) }), {});
     b.lists = 0; // a commit lists leases and GC locks
     const [x, y] = await Promise.all([repo.listFresh(), repo.listFresh()]);
@@ -669,8 +672,8 @@ describe("node-local chunk cache", () => {
 
   test("announced commits: listed until withdrawn, old ones ignored; waitFor sees the manifest when it lands", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
-    const repo = new ChunkRepository(b, { cache: newCache() });
-    const other = new ChunkRepository(b, { cache: newCache() });
+    const repo = new ChunkRepository(b, testKey, { cache: newCache() });
+    const other = new ChunkRepository(b, testKey, { cache: newCache() });
     await repo.announce("snap_p1", ["named"]);
     assert.deepEqual(
       (await other.announced()).map((a) => [a.id, a.names]),
@@ -689,7 +692,7 @@ describe("node-local chunk cache", () => {
   test("a corrupted cache file is detected, dropped and fetched again; index survives a restart", async () => {
     const b = new SpyBackend(new PosixFsBackend(fresh("repo")));
     const dir = fresh("cache");
-    const repo = new ChunkRepository(b, { cache: new ChunkCache({ dir, maxBytes: 100 * MiB }) });
+    const repo = new ChunkRepository(b, testKey, { cache: new ChunkCache({ dir, maxBytes: 100 * MiB }) });
     const data = randomBytes(5 * MiB);
     const { manifest } = await repo.commit("snap_cc", folder({ f: data }), {});
     const sha = manifest.files[0]?.chunks[0]?.sha256 as string;
@@ -704,7 +707,7 @@ describe("node-local chunk cache", () => {
     assert.equal(repo.metrics().corrupt, 1);
     assert.equal(b.chunkGets, 1);
     // a new process finds the cache as it was
-    const again = new ChunkRepository(b, { cache: new ChunkCache({ dir, maxBytes: 100 * MiB }) });
+    const again = new ChunkRepository(b, testKey, { cache: new ChunkCache({ dir, maxBytes: 100 * MiB }) });
     b.chunkGets = 0;
     await again.materialize("snap_cc", join(fresh("o"), "cc2"));
     assert.equal(b.chunkGets, 0);
@@ -714,7 +717,7 @@ describe("node-local chunk cache", () => {
 describe("faults and start-up checks", () => {
   test("s3 stopped mid-upload: the commit fails clearly, nothing is visible, the retry succeeds", async () => {
     const b = new SpyBackend(new S3Backend(s3.backendOptions(`t${++seq}/fault`)));
-    const repo = new ChunkRepository(b, { cache: newCache(), concurrency: 2 });
+    const repo = new ChunkRepository(b, testKey, { cache: newCache(), concurrency: 2 });
     const data = seeded(40 * MiB, 16);
     const n = distinctChunks(data);
     assert.ok(n >= 10, `${n} chunks`);
@@ -746,7 +749,7 @@ describe("faults and start-up checks", () => {
     );
     assert.equal(stats.reused, n - stats.uploadedChunks);
     const out = join(fresh("o"), "fault");
-    await new ChunkRepository(b).materialize("sbx-fault", out);
+    await new ChunkRepository(b, testKey).materialize("sbx-fault", out);
     assert.deepEqual(readFileSync(join(out, "pages.img")), data);
   });
 
@@ -812,7 +815,7 @@ describe("content-defined chunking (cdc.ts)", () => {
     assert.ok(new Set(sizes(pieces)).size > pieces.length / 2);
     // the repository stores exactly these chunks, each under the key of its digest
     const b = new PosixFsBackend(fresh("repo"));
-    const { manifest } = await new ChunkRepository(b).commit("snap_sz", folder({ f: data }), {});
+    const { manifest } = await new ChunkRepository(b, testKey).commit("snap_sz", folder({ f: data }), {});
     assert.deepEqual(manifest.files[0]?.chunks, refsOf(data));
     assert.deepEqual(await keys(b, CHUNKS), [...new Set(pieces.map(sha256))].map(chunkKey).sort());
   });
@@ -849,7 +852,7 @@ describe("content-defined chunking (cdc.ts)", () => {
     assert.ok(zp.slice(0, -1).every((p) => p.length > CDC_MIN));
     assert.ok(new Set(zp.map(sha256)).size <= 2, "a run of zeros repeats one chunk");
     const b = new PosixFsBackend(fresh("repo"));
-    const repo = new ChunkRepository(b);
+    const repo = new ChunkRepository(b, testKey);
     const { stats } = await repo.commit("snap_zero", folder({ z: zeros }), {});
     assert.ok(stats.uploadedChunks <= 2, `${stats.uploadedChunks}`);
     assert.ok(stats.uploadedBytes < 64 * 1024, `${stats.uploadedBytes}`);

@@ -117,7 +117,15 @@ export class Orchestrator {
       log,
     });
     registry.setWaker((l) => this.hibernation.wake(l));
-    this.snapshots = new Snapshots({ paths, registry, runner, repository, checkpointKey, log });
+    this.snapshots = new Snapshots({
+      paths,
+      registry,
+      runner,
+      repository,
+      checkpointKey,
+      isTemplateName: (name) => d.templates.get(name) !== undefined,
+      log,
+    });
     this.warmImages = new WarmImages({
       cfg,
       paths,

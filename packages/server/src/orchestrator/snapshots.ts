@@ -22,6 +22,8 @@ export interface SnapshotsDeps {
   runner: SandboxRunner;
   repository: SnapshotRepository;
   checkpointKey: string;
+  /** Whether a template (by ID, name or alias) answers to this name here: no snapshot may take it. */
+  isTemplateName: (name: string) => boolean;
   log: Logger;
 }
 
@@ -122,6 +124,9 @@ export class Snapshots {
   async take(id: string, name: string | undefined): Promise<SnapshotRecord> {
     const l = this.d.registry.mustGet(id);
     if (name !== undefined && this.findLocal(name)) throw new ConflictError(`a snapshot named '${name}' exists`);
+    if (name !== undefined && this.d.isTemplateName(name)) {
+      throw new ConflictError(`'${name}' is a template's name; a snapshot cannot take it`);
+    }
     return this.d.registry.enqueue(l, async () => {
       if (l.rec.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
       const tmp = this.d.paths.snapshot(`.capture-${randomBytes(8).toString("hex")}`);

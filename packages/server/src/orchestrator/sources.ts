@@ -26,8 +26,9 @@ export class Sources {
 
   async resolve(ref: string): Promise<SandboxSource> {
     const localTpl = this.d.templates.get(ref);
-    // A template of this name here wins over a snapshot of the same name elsewhere.
-    const snap = await this.d.snapshots.find(ref, { remote: !localTpl });
+    // A template's name or alias is never a snapshot's: whatever a snapshot calls itself
+    // (a manifest from elsewhere included), a template of that name here wins.
+    const snap = localTpl ? undefined : await this.d.snapshots.find(ref);
     if (snap) {
       // The rootfs comes from the repository: only a template tree here is ever mounted.
       if (!this.d.isTemplateTree(snap.rootfs)) {

@@ -150,9 +150,8 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   app.delete("/templates/:templateID", async (req, reply) => {
     const { templateID } = TemplateIdParams.parse(req.params);
     // A snapshot here, or one another server sharing the repository committed.
-    const snapshot =
-      o.orch.snapshots.findLocal(templateID) ??
-      (o.templates.get(templateID) ? undefined : await o.orch.snapshots.find(templateID));
+    // A template's name is never a snapshot's (see Sources.resolve): the template goes.
+    const snapshot = o.templates.get(templateID) ? undefined : await o.orch.snapshots.find(templateID);
     if (snapshot) await o.orch.snapshots.delete(snapshot.id);
     else o.builder.delete(templateID);
     return reply.status(204).send();

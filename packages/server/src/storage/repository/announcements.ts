@@ -6,12 +6,19 @@
 import type { RepositoryBackend } from "./backend.js";
 import { assertId, isId, PENDING } from "./layout.js";
 import type { Announcement, Manifest } from "./repository.js";
+import type { RepositoryKey } from "./signing.js";
 import { UntrustedManifestError } from "./trust.js";
 
-export async function announce(backend: RepositoryBackend, id: string, names: string[]): Promise<void> {
+export async function announce(
+  backend: RepositoryBackend,
+  key: RepositoryKey,
+  id: string,
+  names: string[],
+): Promise<void> {
   assertId(id);
   const a: Announcement = { id, names, at: Date.now() };
-  await backend.put(`${PENDING}${id}.json`, Buffer.from(JSON.stringify(a)));
+  const k = `${PENDING}${id}.json`;
+  await backend.put(k, key.seal("announcement", k, a));
 }
 
 export async function withdraw(backend: RepositoryBackend, id: string): Promise<void> {
@@ -22,6 +29,7 @@ export async function withdraw(backend: RepositoryBackend, id: string): Promise<
 /** Announcements newer than `maxAgeMs` (an older one is a commit that never ended). */
 export async function announced(
   backend: RepositoryBackend,
+  key: RepositoryKey,
   maxAgeMs = 30 * 60_000,
   onUntrusted: (err: UntrustedManifestError) => void = () => {},
 ): Promise<Announcement[]> {
@@ -29,8 +37,9 @@ export async function announced(
   for await (const o of backend.list(PENDING)) {
     if (Date.now() - o.modified.getTime() > maxAgeMs) continue;
     const raw = await backend.get(o.key).catch(() => undefined);
+    if (!raw) continue;
     try {
-      const a = raw && (JSON.parse(raw.toString()) as Partial<Announcement>);
+      const a = key.open("announcement", o.key, raw) as Partial<Announcement> | null;
       if (!a) continue;
       // Its id is looked up as a manifest next: only a valid id, the one it is stored under.
       if (!isId(a.id) || o.key !== `${PENDING}${a.id}.json` || !Array.isArray(a.names)) {
@@ -38,8 +47,9 @@ export async function announced(
         continue;
       }
       out.push({ id: a.id, names: a.names.filter((n): n is string => typeof n === "string"), at: a.at ?? 0 });
-    } catch {
-      // a marker being written: the next look reads it
+    } catch (err) {
+      // Written whole (atomic puts): unreadable or unsigned means not written by a node.
+      if (err instanceof UntrustedManifestError) onUntrusted(err);
     }
   }
   return out;

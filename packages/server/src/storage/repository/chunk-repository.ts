@@ -26,6 +26,7 @@ import {
   SnapshotNotFoundError,
   type SnapshotRepository,
 } from "./repository.js";
+import type { RepositoryKey } from "./signing.js";
 import { checkManifest, UntrustedManifestError } from "./trust.js";
 import { compressMany, decompressMany, MAX_BATCH } from "./zstd.js";
 
@@ -118,6 +119,8 @@ export class ChunkRepository implements SnapshotRepository {
 
   constructor(
     readonly backend: RepositoryBackend,
+    /** Seals what this node writes and checks what it reads (signing.ts). */
+    private readonly key: RepositoryKey,
     opts: RepositoryOptions = {},
   ) {
     this.cache = opts.cache ?? new ChunkCache({ dir: "", maxBytes: 0 });
@@ -239,7 +242,8 @@ export class ChunkRepository implements SnapshotRepository {
         meta: { ...meta },
       };
       // The manifest is what makes the snapshot exist; it goes last.
-      await this.backend.put(manifestKey(id), Buffer.from(JSON.stringify(manifest)));
+      const key = manifestKey(id);
+      await this.backend.put(key, this.key.seal("manifest", key, manifest));
       stats.durationMs = Date.now() - t0;
       return { manifest, stats };
     } finally {
@@ -268,29 +272,24 @@ export class ChunkRepository implements SnapshotRepository {
     }
     const raw = await this.backend.get(key);
     if (!raw) return undefined;
-    let parsed: unknown;
     try {
-      parsed = JSON.parse(raw.toString("utf8"));
-    } catch {
-      throw this.untrusted(new UntrustedManifestError(id, `not valid JSON (in ${this.backend.description})`));
-    }
-    try {
-      return checkManifest(id, parsed);
+      // Unsigned or signed with another key: treated like garbage, never as a snapshot.
+      return checkManifest(id, this.key.open("manifest", key, raw));
     } catch (err) {
       throw err instanceof UntrustedManifestError ? this.untrusted(err) : err;
     }
   }
 
   announce(id: string, names: string[]): Promise<void> {
-    return announce(this.backend, id, names);
+    return announce(this.backend, this.key, id, names);
   }
 
   claim(name: string, holder: string): Promise<boolean> {
-    return claim(this.backend, name, holder);
+    return claim(this.backend, this.key, name, holder);
   }
 
   async claimHolder(name: string): Promise<string | undefined> {
-    return (await claimOf(this.backend, name))?.holder;
+    return (await claimOf(this.backend, this.key, name))?.holder;
   }
 
   withdraw(id: string): Promise<void> {
@@ -298,7 +297,7 @@ export class ChunkRepository implements SnapshotRepository {
   }
 
   announced(maxAgeMs?: number): Promise<Announcement[]> {
-    return announced(this.backend, maxAgeMs, (e) => this.untrusted(e));
+    return announced(this.backend, this.key, maxAgeMs, (e) => this.untrusted(e));
   }
 
   waitFor(id: string, timeoutMs: number): Promise<Manifest | undefined> {

@@ -6,6 +6,7 @@
  */
 import type { RepositoryBackend } from "./backend.js";
 import { assertId, CLAIMS } from "./layout.js";
+import type { RepositoryKey } from "./signing.js";
 
 export interface Claim {
   holder: string;
@@ -13,23 +14,34 @@ export interface Claim {
 }
 
 /** True when this caller made the claim (or already held it: a retried resume on one node). */
-export async function claim(backend: RepositoryBackend, name: string, holder: string): Promise<boolean> {
+export async function claim(
+  backend: RepositoryBackend,
+  key: RepositoryKey,
+  name: string,
+  holder: string,
+): Promise<boolean> {
   assertId(name);
-  const body = Buffer.from(JSON.stringify({ holder, at: Date.now() } satisfies Claim));
-  if (await backend.putIfAbsent(`${CLAIMS}${name}.json`, body)) return true;
-  return (await claimOf(backend, name))?.holder === holder;
+  const k = `${CLAIMS}${name}.json`;
+  if (await backend.putIfAbsent(k, key.seal("claim", k, { holder, at: Date.now() } satisfies Claim))) return true;
+  return (await claimOf(backend, key, name))?.holder === holder;
 }
 
 /** Who claimed `name`, if anyone. */
-export async function claimOf(backend: RepositoryBackend, name: string): Promise<Claim | undefined> {
+export async function claimOf(
+  backend: RepositoryBackend,
+  key: RepositoryKey,
+  name: string,
+): Promise<Claim | undefined> {
   assertId(name);
-  const raw = await backend.get(`${CLAIMS}${name}.json`);
+  const k = `${CLAIMS}${name}.json`;
+  const raw = await backend.get(k);
   if (!raw) return undefined;
   try {
-    const c = JSON.parse(raw.toString()) as Partial<Claim>;
+    const c = key.open("claim", k, raw) as Partial<Claim>;
     return { holder: typeof c.holder === "string" ? c.holder : "", at: typeof c.at === "number" ? c.at : 0 };
   } catch {
-    // written whole (link / conditional put), so unreadable means someone else wrote it
+    // Written whole (link / conditional put): unreadable or unsigned means someone without the
+    // key wrote it. It still blocks (nobody resumes that pause) but never says "you hold it".
     return { holder: "", at: 0 };
   }
 }

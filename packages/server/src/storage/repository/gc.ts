@@ -11,6 +11,7 @@ import type { ObjectInfo, RepositoryBackend } from "./backend.js";
 import { CHUNKS, chunkKey, digestOfChunkKey, idOfManifestKey, MANIFESTS } from "./layout.js";
 import { expiredGcLocks, GcLock, readLeases } from "./leases.js";
 import type { Manifest } from "./repository.js";
+import { unverifiedBody } from "./signing.js";
 
 export interface GcOptions {
   /** Chunks written less than this long ago are kept even when unreferenced (default 0). */
@@ -115,7 +116,9 @@ export async function collectGarbage(
       if (!raw) continue; // deleted meanwhile
       let m: Manifest;
       try {
-        m = JSON.parse(raw.toString("utf8")) as Manifest;
+        // Signature not checked: an entry a node refuses still keeps its chunks (say, one
+        // written before signing, until it is signed again).
+        m = unverifiedBody(raw) as Manifest;
         for (const f of m.files) for (const c of f.chunks) live.add(c.sha256);
       } catch (err) {
         throw new GcError(`manifest ${o.key} is unreadable; nothing deleted`, { cause: err });

@@ -5,6 +5,9 @@
  * readers of it.
  */
 
+import { NetworkConfig, NewSandbox, SnapshotBody, VolumeMountBody } from "@aenv/protocol/rest";
+import { z } from "zod";
+import { validateNetworkSpec } from "../../network/policy.js";
 import { SANDBOX_ID_RE } from "../../orchestrator/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../../state/store.js";
 import type { TemplateData } from "../../templates/catalog.js";
@@ -32,21 +35,73 @@ export const pauseClaimName = (rec: { id: string; pauseTag?: string }) => `${rec
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 const isStr = (v: unknown): v is string => typeof v === "string";
-const isStrMap = (v: unknown) => v === undefined || (isObject(v) && Object.values(v).every(isStr));
 
-/**
- * Volume mounts a manifest carries: each volume ID becomes a host folder name, each path a
- * mount point; anything else in them is refused. (Guards below are the repository's word,
- * checked: see trust.ts. Host paths in them are checked against this node's folders by the
- * callers, which know them.)
- */
-function mountsOk(v: unknown): boolean {
-  if (v === undefined) return true;
-  return (
-    Array.isArray(v) &&
-    v.every((m) => isObject(m) && isStr(m.name) && isStr(m.path) && m.path.startsWith("/") && isId(m.volumeId))
-  );
-}
+/** Snapshot IDs as Snapshots.publish makes them (`snap_` + hex); also a local folder name. */
+const SNAPSHOT_ID_RE = /^snap_[A-Za-z0-9_-]{1,64}$/;
+
+// What a manifest says about a sandbox is checked like a create body says it: the API's own
+// schemas (and its network checks), so nothing reaches a sandbox from the repository that a
+// client could not have sent. Host paths (rootfs, runtimeDir) are checked by the callers,
+// which know this node's folders.
+const envVars = NewSandbox.shape.envVars.unwrap();
+const metadata = NewSandbox.shape.metadata.unwrap();
+/** Each volume ID becomes a host folder name, each path a mount point. */
+const volumeMounts = z
+  .array(VolumeMountBody.extend({ volumeId: z.string().refine(isId, "not a plain ID") }))
+  .max(16)
+  .refine((ms) => ms.every((m) => m.path.startsWith("/")), "a mount path is not absolute");
+/** The stored form is what validateNetworkSpec made of a create body; checked again, the same way. */
+const network = NetworkConfig.transform((n, ctx) => {
+  try {
+    return validateNetworkSpec(n);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+    return z.NEVER;
+  }
+});
+const count = z.number().int().nonnegative();
+const boot = z.object({
+  env: envVars,
+  user: z.string().max(256).optional(),
+  workdir: z.string().max(4096).optional(),
+  startCmd: z.string().max(16_384).optional(),
+  readyCmd: z.string().max(16_384).optional(),
+});
+
+const SnapshotMetaSchema = z.object({
+  id: z.string().regex(SNAPSHOT_ID_RE),
+  names: z.array(SnapshotBody.shape.name.unwrap()).min(1).max(16),
+  sandboxId: z.string().regex(SANDBOX_ID_RE),
+  templateId: z.string().refine(isId, "not a plain ID"),
+  alias: z.string().max(256),
+  rootfs: z.string().max(4096),
+  runtimeDir: z.string().max(4096),
+  envdToken: z.string().max(256),
+  envVars,
+  network: network.optional(),
+  allowInternet: z.boolean().optional(),
+  volumeMounts: volumeMounts.optional(),
+  boot: boot.optional(),
+  cpuCount: count,
+  memoryMB: count,
+  diskSizeMB: count,
+  sizeBytes: count,
+  createdAt: count,
+  imageKey: z.string().max(512).optional(),
+});
+
+/** The fields of a paused sandbox's record a resume acts on; the rest is bookkeeping. */
+const PausedSandboxSchema = z.looseObject({
+  // Its ID names the local sandbox folder; its pause tag names a repository claim.
+  id: z.string().regex(SANDBOX_ID_RE),
+  pauseTag: z.string().refine(isId, "not a plain ID").optional(),
+  rootfs: z.string().max(4096),
+  envVars,
+  metadata,
+  network: network.optional(),
+  volumeMounts: volumeMounts.optional(),
+  boot: boot.optional(),
+});
 
 /** Told why a manifest of the right kind was refused (the caller logs it). */
 export type RejectReport = (err: UntrustedManifestError) => void;
@@ -56,35 +111,31 @@ function refuse(m: Manifest, why: string, report: RejectReport | undefined): und
   return undefined;
 }
 
+const issues = (e: z.ZodError) =>
+  e.issues
+    .slice(0, 3)
+    .map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`)
+    .join("; ");
+
 export function snapshotMetaOf(m: Manifest, report?: RejectReport): SnapshotMeta | undefined {
   const meta = m.meta;
   // Snapshots committed before kinds existed carry none: known by their shape, once.
   const kindOk = meta.kind === "snapshot" || meta.kind === undefined;
-  if (!kindOk || meta.id !== m.id || !Array.isArray(meta.names)) return undefined;
-  if (!meta.names.every(isStr) || !isStr(meta.rootfs) || !isStr(meta.runtimeDir) || !isStr(meta.envdToken)) {
-    return refuse(m, "snapshot names, rootfs, runtimeDir or envdToken malformed", report);
-  }
-  if (!isStr(meta.templateId) || !isStrMap(meta.envVars) || !mountsOk(meta.volumeMounts)) {
-    return refuse(m, "snapshot templateId, envVars or volumeMounts malformed", report);
-  }
-  return { ...(meta as Omit<SnapshotMeta, "kind">), kind: "snapshot" };
+  if (!kindOk || !Array.isArray(meta.names)) return undefined;
+  if (meta.id !== m.id) return refuse(m, "snapshot id is not the manifest's", report);
+  const r = SnapshotMetaSchema.safeParse(meta);
+  if (!r.success) return refuse(m, `snapshot malformed (${issues(r.error)})`, report);
+  return { ...r.data, kind: "snapshot" };
 }
 
 export function pauseMetaOf(m: Manifest, report?: RejectReport): PauseMeta | undefined {
   const meta = m.meta;
   if (meta.kind !== "pause") return undefined;
-  const sbx = meta.sandbox;
-  // Its ID names the local sandbox folder; its pause tag names a repository claim.
-  if (!isObject(sbx) || !isStr(sbx.id) || !SANDBOX_ID_RE.test(sbx.id) || m.id !== pauseManifestId(sbx.id)) {
-    return refuse(m, "paused sandbox ID malformed or not the manifest's", report);
-  }
-  if (!isStr(sbx.rootfs) || (sbx.pauseTag !== undefined && !isId(sbx.pauseTag)) || !mountsOk(sbx.volumeMounts)) {
-    return refuse(m, "paused sandbox rootfs, pauseTag or volumeMounts malformed", report);
-  }
-  if (!isStrMap(sbx.envVars) || !isStrMap(sbx.metadata) || !isStr(meta.imageKey)) {
-    return refuse(m, "paused sandbox envVars, metadata or imageKey malformed", report);
-  }
-  return meta as unknown as PauseMeta;
+  const r = PausedSandboxSchema.safeParse(meta.sandbox);
+  if (!r.success) return refuse(m, `paused sandbox malformed (${issues(r.error)})`, report);
+  if (m.id !== pauseManifestId(r.data.id)) return refuse(m, "paused sandbox ID is not the manifest's", report);
+  if (typeof meta.imageKey !== "string") return refuse(m, "paused sandbox imageKey malformed", report);
+  return { kind: "pause", sandbox: r.data as unknown as SandboxRecord, imageKey: meta.imageKey };
 }
 
 export function templateMetaOf(m: Manifest, report?: RejectReport): TemplateMeta | undefined {

@@ -3,6 +3,7 @@ import { BackendUnavailableError, type RepositoryBackend } from "./backend.js";
 import { ChunkCache } from "./chunk-cache.js";
 import { ChunkRepository, type RepositoryOptions } from "./chunk-repository.js";
 import { PosixFsBackend } from "./posix-fs-backend.js";
+import { RepositoryKey } from "./signing.js";
 import { checkZstd } from "./zstd.js";
 
 /** The slice of a pino logger this needs. */
@@ -64,7 +65,7 @@ export async function openRepository(
     },
     "snapshot repository ready",
   );
-  return new ChunkRepository(backend, {
+  return new ChunkRepository(backend, new RepositoryKey(r.key), {
     cache,
     compressionLevel: r.compressionLevel,
     concurrency: r.concurrency,
