@@ -41,6 +41,16 @@ test("wrong types → 400", async () => {
   assertE2bError(await server.api("POST", "/sandboxes/ixxxxxxxxxxxxxxxxxxxx/timeout", { timeout: -1 }), 400);
 });
 
+test("a disk size over the default ceiling (the data dir's filesystem) → 400 before any pull", async () => {
+  // A petabyte disk; the image need not exist, the size is refused first.
+  const r = await server.api("POST", "/sandboxes-cold", { image: "127.0.0.1:1/none:latest", diskSizeMB: 2 ** 30 });
+  assertE2bError(r, 400);
+  assert.match(
+    (r.body as { message: string }).message,
+    /diskSizeMB 1073741824 is over this server's ceiling of \d+ MB/,
+  );
+});
+
 test("unknown template → 404", async () => {
   assertE2bError(await server.api("POST", "/v2/sandboxes", { templateID: "no-such-template" }), 404);
 });

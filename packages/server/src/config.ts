@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statfsSync } from "node:fs";
 import { availableParallelism, hostname, totalmem } from "node:os";
 import { join } from "node:path";
 import { type EgressConfig, egressConfig } from "./config/egress.js";
@@ -194,6 +194,21 @@ export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
   const key = `e2b_${randomBytes(24).toString("hex")}`;
   writePrivateFile(file, `${key}\n`);
   return key;
+}
+
+/**
+ * Default disk ceiling: the size of the filesystem holding the data dir (every sandbox's
+ * writable layer lives there, so no larger disk could ever be filled), in whole GiB; 64 GiB
+ * when it cannot be read.
+ */
+export function dataFsSizeMB(dataDir: string): number {
+  try {
+    const st = statfsSync(dataDir);
+    const mb = Math.floor((st.blocks * st.bsize) / 2 ** 20);
+    return Math.max(1024, mb - (mb % 1024));
+  } catch {
+    return 64 * 1024;
+  }
 }
 
 /** Shorter secrets are refused: the repository key is all that stands between its writers and the hosts. */
@@ -408,7 +423,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       Math.floor(availableParallelism() * factor("AENV_CPU_OVERCOMMIT", "sandbox.cpu_overcommit", 128)),
     ),
     enforceDiskSize: bool("AENV_ENFORCE_DISK_SIZE", "sandbox.enforce_disk_size", true),
-    maxDiskSizeMB: int("AENV_MAX_DISK_SIZE_MB", "sandbox.max_disk_size_mb", 0),
+    maxDiskSizeMB: int("AENV_MAX_DISK_SIZE_MB", "sandbox.max_disk_size_mb", dataFsSizeMB(dataDir)),
     pausedMaxAgeS: int("AENV_PAUSED_MAX_AGE", "sandbox.paused_max_age_secs", 0),
     pausedMaxBytes: size("AENV_PAUSED_MAX_BYTES", "sandbox.paused_max_bytes", 0),
     repository,

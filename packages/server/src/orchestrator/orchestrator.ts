@@ -1,7 +1,7 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { ConflictError, NotFoundError } from "../errors.js";
+import { ConflictError, InvalidRequestError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import { compileEgress, type NetworkSpec } from "../network/policy.js";
 import type { SlotPool } from "../network/slots.js";
@@ -231,7 +231,18 @@ export class Orchestrator {
     return this.warmImages.prepareAll();
   }
 
+  /** A requested disk size over this node's ceiling is refused (400), never silently cut. */
+  checkDiskSize(mb: number | undefined): void {
+    const max = this.d.cfg.maxDiskSizeMB;
+    if (mb !== undefined && max > 0 && mb > max) {
+      throw new InvalidRequestError(
+        `diskSizeMB ${mb} is over this server's ceiling of ${max} MB (sandbox.max_disk_size_mb)`,
+      );
+    }
+  }
+
   create(req: CreateRequest): Promise<SandboxRecord> {
+    this.checkDiskSize(req.diskSizeMB);
     return timed("create", () => this.creator.create(req));
   }
 

@@ -104,6 +104,8 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   // Cold start: boot a sandbox straight from an image (pulled and unpacked on first use).
   app.post("/sandboxes-cold", async (req, reply) => {
     const b = ColdSandbox.parse(body(req.body));
+    // Before the pull: a refused size costs no download.
+    orch.checkDiskSize(b.diskSizeMB);
     const tpl = await opts.builder.importImage(b.image);
     const rec = await orch.create({
       templateID: tpl.id,
