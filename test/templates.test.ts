@@ -1,6 +1,7 @@
 // Template builds through the e2b SDK's Template builder: steps run in a sandbox of the base
 // tree, the start command is running in the warm image, failures name their step.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -121,6 +122,31 @@ describe("template builds (e2b Template SDK)", () => {
     assert.equal((await fetch(forged, { method: "PUT", body: "x" })).status, 401);
     assert.equal((await server.api("DELETE", "/templates/tpl-bad-steps")).status, 204);
     assert.equal((await server.api("GET", "/templates/tpl-bad-steps")).status, 404);
+  });
+
+  test("a build context uploaded for one template is never used by another's build", async () => {
+    const mk = async (name: string) =>
+      (await server.api("POST", "/v3/templates", { name })).body as { templateID: string; buildID: string };
+    const [attacker, victim] = [await mk("tpl-ctx-attacker"), await mk("tpl-ctx-victim")];
+    // The hash is the client's word: the attacker uploads its own tarball under the hash the
+    // victim's context will have.
+    const hash = "c0ffee".repeat(10);
+    const link = (await server.api("GET", `/templates/${attacker.templateID}/files/${hash}`)).body as { url: string };
+    const tar = execFileSync("tar", ["-cf", "-", "-T", "/dev/null"]);
+    assert.equal((await fetch(link.url, { method: "PUT", body: tar })).status, 200);
+    const mine = (await server.api("GET", `/templates/${attacker.templateID}/files/${hash}`)).body;
+    assert.deepEqual(mine, { present: true });
+    const theirs = (await server.api("GET", `/templates/${victim.templateID}/files/${hash}`)).body as {
+      present: boolean;
+    };
+    assert.equal(theirs.present, false, "the victim is told to upload its own context");
+    const start = await server.api("POST", `/v2/templates/${victim.templateID}/builds/${victim.buildID}`, {
+      fromTemplate: "base",
+      steps: [{ type: "COPY", args: ["a", "/a"], filesHash: hash }],
+    });
+    assert.equal(start.status, 400, JSON.stringify(start.body));
+    assert.match((start.body as { message: string }).message, /not uploaded/);
+    for (const n of ["tpl-ctx-attacker", "tpl-ctx-victim"]) await server.api("DELETE", `/templates/${n}`);
   });
 
   test("tags: assigned, listed, started by name:tag, removed", async () => {

@@ -183,7 +183,7 @@ export class TemplateBuilder {
     const bad = validateSteps(spec.steps);
     if (bad) throw badRequest(bad);
     for (const [i, s] of spec.steps.entries()) {
-      if (s.filesHash && !this.d.files.has(s.filesHash)) {
+      if (s.filesHash && !this.d.files.has(t.id, s.filesHash)) {
         throw badRequest(`step ${i + 1} (${s.type}): files ${s.filesHash} were not uploaded`);
       }
     }
@@ -347,7 +347,7 @@ export class TemplateBuilder {
         user = ctx.userSet ?? "root";
         workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
       } else {
-        await this.stage(spec.steps, staging);
+        await this.stage(t.id, spec.steps, staging);
         sandbox = await this.d.orch.buildSandbox({
           rootfs: tmpRoot,
           cpuCount: t.cpuCount,
@@ -443,7 +443,7 @@ export class TemplateBuilder {
   }
 
   /** Unpacks each COPY step's uploaded context where the build sandbox sees it. */
-  private async stage(steps: BuildStep[], staging: string): Promise<void> {
+  private async stage(templateId: string, steps: BuildStep[], staging: string): Promise<void> {
     rmSync(staging, { recursive: true, force: true });
     mkdirSync(staging, { recursive: true });
     for (const [i, s] of steps.entries()) {
@@ -452,7 +452,7 @@ export class TemplateBuilder {
       mkdirSync(dir);
       // GNU tar refuses `..` members and strips leading '/'; the tree is ours alone, and the
       // copy into the rootfs happens inside the sandbox.
-      const r = await exec("tar", ["-xf", this.d.files.path(s.filesHash), "-C", dir, "--no-same-owner"], {
+      const r = await exec("tar", ["-xf", this.d.files.path(templateId, s.filesHash), "-C", dir, "--no-same-owner"], {
         allowFail: true,
         timeoutMs: 10 * 60_000,
       });

@@ -116,7 +116,8 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
       o.files.verify(templateID, hash, q.exp, q.sig);
       const len = req.headers["content-length"] ? Number(req.headers["content-length"]) : undefined;
       const stream = (req.body as Readable | undefined) ?? req.raw;
-      await o.files.store(hash, stream, len);
+      // Under the template the signed link names: no other template's build ever reads it.
+      await o.files.store(templateID, hash, stream, len);
       return reply.status(200).send();
     });
   });
