@@ -149,8 +149,9 @@ if [ ! -f "$sysconf/config.toml" ]; then
 fi
 if [ ! -f "$sysconf/aenv.env" ]; then
   key=e2b_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
-  (umask 077; sed "s#@API_KEY@#$key#" "$src/deploy/systemd/aenv.env" >"$sysconf/aenv.env")
-  say "wrote $sysconf/aenv.env with a new API key"
+  repokey=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  (umask 077; sed "s#@API_KEY@#$key#; s#@REPOSITORY_KEY@#$repokey#" "$src/deploy/systemd/aenv.env" >"$sysconf/aenv.env")
+  say "wrote $sysconf/aenv.env with a new API key and repository key (copy both to every cluster node)"
 fi
 
 created=""

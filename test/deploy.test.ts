@@ -131,6 +131,7 @@ describe("install.sh", () => {
     }
     assert.ok(!existsSync(join(s, "opt/aenv/app/node_modules/typescript")), "dev dependencies pruned");
     assert.match(readFileSync(join(s, "etc/aenv/aenv.env"), "utf8"), /^AENV_API_KEY=e2b_[0-9a-f]{48}$/m);
+    assert.match(readFileSync(join(s, "etc/aenv/aenv.env"), "utf8"), /^AENV_REPOSITORY_KEY=[0-9a-f]{64}$/m);
     assert.equal(statSync(join(s, "etc/aenv/aenv.env")).mode & 0o777, 0o600, "the key file is root's only");
     assert.match(readFileSync(join(s, "units/aenv-gateway.service"), "utf8"), /^DynamicUser=yes$/m);
     assert.match(
@@ -186,6 +187,7 @@ describe("kubernetes", { skip: !has("kubectl") && "no kubectl" }, () => {
         securityContext: { privileged: boolean };
         lifecycle: { preStop: { exec: { command: string[] } } };
         ports: Array<{ containerPort: number }>;
+        env: Array<{ name: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }>;
       }>;
     };
     const ds = parse(read("deploy/kubernetes/node.yaml")) as {
@@ -197,6 +199,10 @@ describe("kubernetes", { skip: !has("kubectl") && "no kubectl" }, () => {
     assert.equal(pod.hostNetwork, true);
     assert.equal(c.securityContext.privileged, true);
     assert.deepEqual(c.lifecycle.preStop.exec.command, ["/opt/aenv/bin/entrypoint", "drain"]);
+    // Every node gets the same repository key, from the Secret.
+    const repoKey = c.env.find((e) => e.name === "AENV_REPOSITORY_KEY")?.valueFrom?.secretKeyRef;
+    assert.deepEqual(repoKey, { name: "aenv-api-key", key: "AENV_REPOSITORY_KEY" });
+    assert.match(read("deploy/kubernetes/secret.yaml"), /^ {2}AENV_REPOSITORY_KEY: REPLACE-ME$/m);
     assert.ok(pod.terminationGracePeriodSeconds >= 600);
     assert.equal(pod.volumes.find((v) => v.name === "data")?.hostPath?.path, "/var/lib/aenv");
     assert.ok(pod.volumes.find((v) => v.name === "repository")?.persistentVolumeClaim);
@@ -227,6 +233,7 @@ describe("compose and image", () => {
       volumes?: string[];
       ports?: string[];
       stop_grace_period?: string;
+      environment?: Record<string, string>;
     };
     const c = parse(read("deploy/compose/compose.yaml"), { merge: true }) as {
       services: Record<string, Svc>;
@@ -239,6 +246,8 @@ describe("compose and image", () => {
       assert.ok(s.volumes?.includes("repository:/repository"), n);
       assert.ok(s.command.includes("--cluster") && s.command.includes(n), n);
       assert.equal(s.stop_grace_period, "10m");
+      // Every node signs and checks the shared repository with the same key.
+      assert.equal(s.environment?.AENV_REPOSITORY_KEY, "${AENV_REPOSITORY_KEY:?set AENV_REPOSITORY_KEY}", n);
     }
     assert.deepEqual(c.services.gateway?.ports, ["${AENV_GATEWAY_PORT:-8080}:8080"]);
     assert.ok("repository" in c.volumes);

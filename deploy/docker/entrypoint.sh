@@ -17,6 +17,9 @@ placeholder_key() {
   case ${AENV_API_KEY:-} in
     REPLACE-ME*) echo "entrypoint: AENV_API_KEY is still the placeholder; set a real key (docs/deployment.md)" >&2; exit 2 ;;
   esac
+  case ${AENV_REPOSITORY_KEY:-} in
+    REPLACE-ME*) echo "entrypoint: AENV_REPOSITORY_KEY is still the placeholder; set a real key (docs/deployment.md)" >&2; exit 2 ;;
+  esac
 }
 case $cmd in
   drain)
