@@ -20,7 +20,7 @@ import { promisify } from "node:util";
 import { Sandbox, Template } from "e2b";
 import { push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
 import { tinyImage } from "./helpers/images.js";
-import { readEntry } from "./helpers/repository.js";
+import { readEntry, TEST_REPOSITORY_KEY } from "./helpers/repository.js";
 import {
   cleanupDataDir,
   getViaHost,
@@ -255,7 +255,7 @@ describe("a repository shared by two servers", () => {
         "imported",
         `oci:${repo}-img:1`,
       ],
-      { env: { ...process.env, AENV_REPOSITORY_PATH: repo } },
+      { env: { ...process.env, AENV_REPOSITORY_PATH: repo, AENV_REPOSITORY_KEY: TEST_REPOSITORY_KEY } },
     );
     assert.match(stdout, /committed to the repository/);
     const s = await Sandbox.create("imported", on(b));
@@ -279,7 +279,7 @@ describe("a repository shared by two servers", () => {
     const { stdout } = await run(
       process.execPath,
       [join(ROOT, "packages/server/bin/aenv-server.js"), "gc", "--grace", "0", "--data-dir", a.dataDir],
-      { env: { ...process.env, AENV_REPOSITORY_PATH: repo } },
+      { env: { ...process.env, AENV_REPOSITORY_PATH: repo, AENV_REPOSITORY_KEY: TEST_REPOSITORY_KEY } },
     );
     const result = JSON.parse(stdout) as { manifests: number; chunksDeleted: number };
     assert.equal(result.manifests, 0);
