@@ -247,6 +247,7 @@ describe("compose and image", () => {
       assert.ok(s.command.includes("--cluster") && s.command.includes(n), n);
       assert.equal(s.stop_grace_period, "10m");
       // Every node signs and checks the shared repository with the same key.
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: compose's own interpolation syntax
       assert.equal(s.environment?.AENV_REPOSITORY_KEY, "${AENV_REPOSITORY_KEY:?set AENV_REPOSITORY_KEY}", n);
     }
     assert.deepEqual(c.services.gateway?.ports, ["${AENV_GATEWAY_PORT:-8080}:8080"]);
