@@ -131,7 +131,10 @@ describe("template builds (e2b Template SDK)", () => {
     // The hash is the client's word: the attacker uploads its own tarball under the hash the
     // victim's context will have.
     const hash = "c0ffee".repeat(10);
-    const link = (await server.api("GET", `/templates/${attacker.templateID}/files/${hash}`)).body as { url: string };
+    const linkAnswer = await server.api("GET", `/templates/${attacker.templateID}/files/${hash}`);
+    // E2B's spec: 201 (E2B's Python SDK refuses any other status).
+    assert.equal(linkAnswer.status, 201);
+    const link = linkAnswer.body as { url: string };
     const tar = execFileSync("tar", ["-cf", "-", "-T", "/dev/null"]);
     assert.equal((await fetch(link.url, { method: "PUT", body: tar })).status, 200);
     const mine = (await server.api("GET", `/templates/${attacker.templateID}/files/${hash}`)).body;

@@ -100,10 +100,11 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   app.post("/v3/templates", request);
   app.post("/v2/templates", request);
 
-  app.get("/templates/:templateID/files/:hash", async (req) => {
+  // 201, as E2B's spec says: the Python SDK accepts nothing else ("Failed to get file upload link").
+  app.get("/templates/:templateID/files/:hash", async (req, reply) => {
     const { templateID, hash } = FilesParams.parse(req.params);
     const t = mustGet(templateID);
-    return o.files.link(t.id, hash, `${req.protocol}://${req.headers.host}`);
+    return reply.status(201).send(o.files.link(t.id, hash, `${req.protocol}://${req.headers.host}`));
   });
 
   // The SDK PUTs COPY contexts to the signed link without an API key, like a presigned URL.
