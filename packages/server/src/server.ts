@@ -150,6 +150,7 @@ export async function startServer(
     log: log.child({ component: "egress" }),
     sandboxFor: (ip) => orch.egressSandbox(ip),
     denied: cfg.egress.deniedRanges,
+    slotCidr: cfg.slotCidr,
     hosts: cfg.egress.hosts,
     rewriter: new HeaderRewriter({
       ca: egressCa,

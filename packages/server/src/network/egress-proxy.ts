@@ -2,11 +2,14 @@ import { lookup } from "node:dns/promises";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import type { Logger } from "pino";
 import { parseClientHelloSni, parseHttpHost } from "./client-hello.js";
+import { HostAddresses } from "./host-addresses.js";
 import { domainMatches, type EgressPolicy, inCidrs, type NetworkSpec, rulesFor } from "./policy.js";
 
 /** What the proxy needs to know about the sandbox behind a connection. */
 export interface EgressSandbox {
   id: string;
+  /** The host's end of the sandbox's slot link: the one address its router sends proxied traffic to. */
+  hostIp: string;
   policy: EgressPolicy;
   spec: NetworkSpec | undefined;
 }
@@ -30,6 +33,8 @@ export interface EgressProxyOptions {
   sandboxFor(sourceIp: string): EgressSandbox | undefined;
   /** Ranges no sandbox reaches (the operator's list). */
   denied: string[];
+  /** The slot range: with the host's own addresses, never a destination whatever the lists say. */
+  slotCidr: string;
   /** Static answers before DNS. */
   hosts: Record<string, string[]>;
   rewriter?: EgressRewriter;
@@ -44,13 +49,18 @@ const IDLE_TIMEOUT_MS = 10 * 60_000;
  * drop to these two listeners; the proxy reads the HTTP Host or TLS SNI and lets the connection
  * through only if that name is allowed. It connects to the name as it resolves it here, never
  * to the address the sandbox dialled: a sandbox cannot reach a denied address by claiming an
- * allowed name.
+ * allowed name. Nor does it ever connect to the host itself (its addresses, loopback, the slot
+ * range): from here such a connection would come from the host, past the firewall that keeps
+ * slots off the host's own services.
  */
 export class EgressProxy {
   private readonly servers: Server[] = [];
   private readonly sockets = new Set<Socket>();
+  private readonly host: HostAddresses;
 
-  constructor(private readonly o: EgressProxyOptions) {}
+  constructor(private readonly o: EgressProxyOptions) {
+    this.host = new HostAddresses([o.slotCidr]);
+  }
 
   async listen(): Promise<{ http: number; tls: number }> {
     const http = await this.listenOne(false);
@@ -82,7 +92,10 @@ export class EgressProxy {
     socket.on("error", () => socket.destroy());
     const source = (socket.remoteAddress ?? "").replace(/^::ffff:/, "");
     const sandbox = this.o.sandboxFor(source);
-    if (!sandbox) {
+    // The listener takes every host address; a sandbox's router sends it here only at its own
+    // slot link's host end (the host's firewall holds the rest back too).
+    const local = (socket.localAddress ?? "").replace(/^::ffff:/, "");
+    if (!sandbox || local !== sandbox.hostIp) {
       socket.destroy();
       return;
     }
@@ -127,7 +140,7 @@ export class EgressProxy {
     const byName = policy.allowDomains.some((p) => domainMatches(p, host));
     const ipAllowed = (ip: string) => inCidrs(ip, policy.allowCidrs) || !inCidrs(ip, policy.denyCidrs);
     const addresses = (await this.resolve(host)).filter(
-      (ip) => !inCidrs(ip, this.o.denied) && (byName || ipAllowed(ip)),
+      (ip) => !this.host.has(ip) && !inCidrs(ip, this.o.denied) && (byName || ipAllowed(ip)),
     );
     if (addresses.length === 0) {
       this.refuse(socket, sandbox, tls, byName ? "name resolves to no reachable address" : "not allowed", host);

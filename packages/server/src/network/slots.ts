@@ -71,10 +71,12 @@ export class SlotPool {
   async init(keep: number[] = [], guard?: EgressGuard): Promise<void> {
     if (guard) this.guard = guard;
     const proxy = this.guard.proxyPorts;
-    // The egress proxy listens on every host address: only slots may open connections to it.
+    // The egress proxy listens on every host address: only slots may open connections to it,
+    // and only at their link's host end (in the slot range), where their routers redirect to.
+    // At any other host address the port would be a way onto the host past the drop below.
     const proxyIn = proxy
-      ? `iifname "${this.prefix}-h*" tcp dport { ${proxy.http}, ${proxy.tls} } accept;
-  iifname != "${this.prefix}-h*" tcp dport { ${proxy.http}, ${proxy.tls} } drop;`
+      ? `iifname "${this.prefix}-h*" ip daddr ${this.cidr} tcp dport { ${proxy.http}, ${proxy.tls} } accept;
+  tcp dport { ${proxy.http}, ${proxy.tls} } drop;`
       : "";
     await this.cleanupAll(new Set(keep));
     for (const index of keep) this.inUse.set(index, this.describe(index));

@@ -375,7 +375,12 @@ export class Orchestrator {
   egressSandbox(slotIp: string): EgressSandbox | undefined {
     for (const l of this.registry.all()) {
       if (l.slot?.slotIp === slotIp) {
-        return { id: l.rec.id, policy: compileEgress(l.rec.network, l.rec.allowInternet), spec: l.rec.network };
+        return {
+          id: l.rec.id,
+          hostIp: l.slot.hostIp,
+          policy: compileEgress(l.rec.network, l.rec.allowInternet),
+          spec: l.rec.network,
+        };
       }
     }
     return undefined;
