@@ -248,6 +248,11 @@ function readHttpLimits(int: (envName: string, key: string, d: number) => number
     keepAliveTimeoutMs: secs("AENV_KEEP_ALIVE_TIMEOUT", "api.keep_alive_timeout_secs", d.keepAliveTimeoutMs),
     idleTimeoutMs: secs("AENV_IDLE_TIMEOUT", "api.idle_timeout_secs", d.idleTimeoutMs),
     maxConnections: int("AENV_MAX_CONNECTIONS", "api.max_connections", d.maxConnections),
+    maxConnectionsPerClient: int(
+      "AENV_MAX_CONNECTIONS_PER_CLIENT",
+      "api.max_connections_per_client",
+      d.maxConnectionsPerClient,
+    ),
     tunnelIdleTimeoutMs: secs("AENV_TUNNEL_IDLE_TIMEOUT", "proxy.tunnel_idle_timeout_secs", d.tunnelIdleTimeoutMs),
   };
   if (limits.headersTimeoutMs <= 0)

@@ -9,7 +9,7 @@ import { resolveTarget } from "../proxy/target.js";
 import type { SecretStore } from "../secrets/store.js";
 import type { VolumeCatalog } from "../storage/volumes/catalog.js";
 import type { VolumeContent } from "../storage/volumes/content.js";
-import { CONTENT_TYPE, countRequest, countUpgrade, scrape } from "../telemetry/prometheus.js";
+import { CONTENT_TYPE, countConnectionShed, countRequest, countUpgrade, scrape } from "../telemetry/prometheus.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { TemplateStore } from "../templates/catalog.js";
 import type { ContextFiles } from "../templates/context-files.js";
@@ -65,6 +65,7 @@ export function buildApp(o: AppOptions): App {
   o.orch.onStopped((id) => proxy.forget(id));
   // A sandbox with a client stream open (a running command, a WebSocket) is never idle.
   o.orch.hibernation.setBusyCheck((id) => proxy.hasOpenConnections(id));
+  const hasKey = apiKeyCheck(o.apiKey);
   const fastify = Fastify({
     // Per-request logs at info would drown the rest; errors are still logged.
     loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,
@@ -77,25 +78,29 @@ export function buildApp(o: AppOptions): App {
       void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
     },
     serverFactory: (handler) => {
-      const server = createLimitedServer(o.limits, (req: IncomingMessage, res: ServerResponse) => {
-        let target = resolveTarget(req);
-        if (!target) {
-          const signed = signedFilesTarget(req, (m) => o.orch.sandboxByEnvdToken(m));
-          if (signed && "refusal" in signed) {
-            countRequest(res, "proxy");
-            req.resume();
-            sendError(res, 401, signed.refusal);
-            return;
+      const server = createLimitedServer(
+        o.limits,
+        (req: IncomingMessage, res: ServerResponse) => {
+          let target = resolveTarget(req);
+          if (!target) {
+            const signed = signedFilesTarget(req, (m) => o.orch.sandboxByEnvdToken(m));
+            if (signed && "refusal" in signed) {
+              countRequest(res, "proxy");
+              req.resume();
+              sendError(res, 401, signed.refusal);
+              return;
+            }
+            target = signed?.target;
           }
-          target = signed?.target;
-        }
-        countRequest(res, target ? "proxy" : "api");
-        if (target) proxy.handle(req, res, target);
-        else {
-          requestDeadline(o.limits, req, res);
-          handler(req, res);
-        }
-      });
+          countRequest(res, target ? "proxy" : "api");
+          if (target) proxy.handle(req, res, target);
+          else {
+            requestDeadline(o.limits, req, res);
+            handler(req, res);
+          }
+        },
+        { trusted: hasKey, onShed: countConnectionShed },
+      );
       server.on("upgrade", (req, socket, head) => {
         const target = resolveTarget(req);
         if (target) countUpgrade();

@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { IncomingHttpHeaders } from "node:http";
+import type { FastifyInstance } from "fastify";
 import { UnauthorizedError } from "../errors.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
@@ -17,7 +18,7 @@ export function bearerKeyMatcher(apiKey: string): (authorization: string) => boo
 }
 
 /** Whether a request carries the API key (X-API-Key, or Authorization: Bearer). Constant-time. */
-export function apiKeyCheck(apiKey: string): (req: FastifyRequest) => boolean {
+export function apiKeyCheck(apiKey: string): (req: { headers: IncomingHttpHeaders }) => boolean {
   const isKey = apiKeyMatcher(apiKey);
   return (req) => {
     const auth = req.headers.authorization;

@@ -7,7 +7,14 @@ import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
-import { CONTENT_TYPE, countRequest, countUpgrade, registerGateway, scrape } from "../telemetry/prometheus.js";
+import {
+  CONTENT_TYPE,
+  countConnectionShed,
+  countRequest,
+  countUpgrade,
+  registerGateway,
+  scrape,
+} from "../telemetry/prometheus.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
@@ -93,16 +100,20 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
     },
     serverFactory: (handler) => {
-      const server = createLimitedServer(o.limits, (req, res) => {
-        // Signed /files URLs are sandbox traffic too (an upload may take longer than an API call).
-        const traffic = !!resolveTarget(req) || isSignedFiles(req);
-        countRequest(res, traffic ? "proxy" : "api");
-        if (!traffic) requestDeadline(o.limits, req, res);
-        dispatch(req, res, () => handler(req, res)).catch((err) => {
-          log.error({ err, url: req.url }, "gateway request failed");
-          sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });
-        });
-      });
+      const server = createLimitedServer(
+        o.limits,
+        (req, res) => {
+          // Signed /files URLs are sandbox traffic too (an upload may take longer than an API call).
+          const traffic = !!resolveTarget(req) || isSignedFiles(req);
+          countRequest(res, traffic ? "proxy" : "api");
+          if (!traffic) requestDeadline(o.limits, req, res);
+          dispatch(req, res, () => handler(req, res)).catch((err) => {
+            log.error({ err, url: req.url }, "gateway request failed");
+            sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });
+          });
+        },
+        { trusted: (req) => keyOk(req, o.apiKey), onShed: countConnectionShed },
+      );
       server.on("upgrade", (req: IncomingMessage, socket, head) => {
         socket.on("error", () => socket.destroy());
         const target = resolveTarget(req);

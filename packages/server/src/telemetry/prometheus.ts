@@ -63,6 +63,17 @@ export function countUpgrade(): void {
   proxyRequests.inc({ protocol: "websocket" });
 }
 
+const connectionsShed = new Counter({
+  name: "aenv_connections_shed_total",
+  help: "Connections refused at accept (per_client: the address holds its share; full: nothing idle to close) or idle ones closed to make room (evicted_idle)",
+  labelNames: ["reason"] as const,
+  registers: [registry],
+});
+
+export function countConnectionShed(reason: "per_client" | "full" | "evicted_idle"): void {
+  connectionsShed.inc({ reason });
+}
+
 /** An error answered on a raw socket (upgrades); 5xx ones are proxy errors. */
 export function countSocketError(status: number): void {
   if (status >= 500) proxyErrors.inc({ protocol: "websocket" });

@@ -1,11 +1,13 @@
 /**
  * What one client may hold of an HTTP listener (the API with its proxy, the gateway): a slow
  * client (slowloris: a header byte every few seconds, a body that never ends) is cut off,
- * connections past a cap are refused, and silent connections and tunnels are closed. Streams
+ * connections past a cap per client and a global one are refused or make room by closing idle
+ * ones (util/connection-guard.ts), and silent connections and tunnels are closed. Streams
  * through the proxy are legitimate and long: only silence in both directions ends them.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
+import { ConnectionGuard, type GuardHooks } from "./connection-guard.js";
 
 export interface HttpLimits {
   /** The whole request head must arrive within this (slowloris). */
@@ -16,8 +18,10 @@ export interface HttpLimits {
   keepAliveTimeoutMs: number;
   /** A connection with no bytes either way for this long is closed; 0: never. */
   idleTimeoutMs: number;
-  /** Connections past this many are refused at accept; 0: no cap. */
+  /** Connections past this many close an idle one to make room, else are refused at accept; 0: no cap. */
   maxConnections: number;
+  /** Unauthenticated connections one client address (an IPv6 /64) may hold; 0: no cap. */
+  maxConnectionsPerClient: number;
   /** A WebSocket (or other upgraded) tunnel silent both ways for this long is closed; 0: never. */
   tunnelIdleTimeoutMs: number;
 }
@@ -29,28 +33,38 @@ export const DEFAULT_HTTP_LIMITS: HttpLimits = {
   keepAliveTimeoutMs: 75_000,
   idleTimeoutMs: 600_000,
   maxConnections: 4096,
+  // A quarter of the whole: four greedy addresses fill it only with what eviction can close.
+  maxConnectionsPerClient: 1024,
   tunnelIdleTimeoutMs: 600_000,
 };
 
 /**
  * An http.Server with the limits applied. Fastify must be told `connectionTimeout: 0` etc.
- * only through this (it leaves a serverFactory's server as made).
+ * only through this (it leaves a serverFactory's server as made). `hooks.trusted` says which
+ * requests prove their client (an API key), whose connections the per-client cap leaves alone.
  */
 export function createLimitedServer(
   limits: HttpLimits,
   handler: (req: IncomingMessage, res: ServerResponse) => void,
+  hooks: GuardHooks = {},
 ): Server {
   // Node checks header/request deadlines on this interval; the default (30 s) would let a
   // slow client live well past headersTimeout.
   const check = Math.max(250, Math.min(30_000, Math.floor(limits.headersTimeoutMs / 4)));
-  const server = createServer({ connectionsCheckingInterval: check }, handler);
+  // Node's own maxConnections is left unset: it refuses the newcomer even when idle
+  // connections could make room, which is how one client locked everyone out.
+  const guard = new ConnectionGuard(limits, hooks);
+  const server = createServer({ connectionsCheckingInterval: check }, (req, res) => {
+    guard.request(req, res);
+    handler(req, res);
+  });
+  guard.attach(server);
   server.headersTimeout = limits.headersTimeoutMs;
   // Node's own requestTimeout would cut long uploads streamed to sandboxes: see requestDeadline.
   server.requestTimeout = 0;
   server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   // No listener for 'timeout' on the server: Node destroys the silent socket.
   server.setTimeout(limits.idleTimeoutMs);
-  if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
   return server;
 }
 
