@@ -6,7 +6,7 @@
 // on SIGTERM, two gateways racing to resume, Redis restarted, hostile input, and capacity held
 // under 200 concurrent creates.
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { request } from "node:http";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -18,7 +18,8 @@ import type { TestServer } from "./helpers/server.js";
 const cluster = new TestCluster();
 const nodes = cluster.nodes;
 const gateways = cluster.gateways;
-const startNode = (id: string, env: Record<string, string> = {}) => cluster.startNode(id, env);
+const startNode = (id: string, env: Record<string, string> = {}, opts: { emptyTemplates?: boolean } = {}) =>
+  cluster.startNode(id, env, opts);
 const ownerOf = (id: string) => cluster.ownerOf(id);
 
 async function gw(url: string, method: string, path: string, body?: unknown) {
@@ -29,6 +30,14 @@ async function gw(url: string, method: string, path: string, body?: unknown) {
   });
   const text = await r.text();
   return { status: r.status, headers: r.headers, body: text ? (JSON.parse(text) as unknown) : undefined };
+}
+
+/** Nodes commit the templates they join with in the background: waits for base's tree. */
+async function untilTemplateCommitted(): Promise<void> {
+  const dir = join(cluster.repo, "manifests");
+  const has = () => existsSync(dir) && readdirSync(dir).some((f) => /^tpl-.*-r\d+\.json$/.test(f));
+  for (let i = 0; i < 1200 && !has(); i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok(has(), "a node committed its templates to the repository");
 }
 
 async function untilCommitted(id: string): Promise<void> {
@@ -179,6 +188,32 @@ describe("a cluster of nodes behind two gateways", () => {
     assert.equal(await ownerOf(priv.sandboxId), "node-b");
     nodes.set("node-a", await (nodes.get("node-a") as TestServer).restart());
     await Promise.all([c.kill(), back.kill(), Sandbox.kill(priv.sandboxId, via(g1()))]);
+  });
+
+  test("a node that joins with no templates resumes a paused sandbox: the template tree comes from the repository", async () => {
+    // Made on node-a directly; node-a committed its templates to the repository when it joined.
+    const direct = via((nodes.get("node-a") as TestServer).url);
+    const s = await Sandbox.create(direct);
+    try {
+      await s.commands.run("echo from-a > /home/user/f.txt");
+      await s.commands.run("sleep 100000", { background: true });
+      const pid = (await s.commands.run("pgrep -f 'sleep 100000'")).stdout.trim();
+      await s.pause();
+      await untilCommitted(s.sandboxId);
+      await untilTemplateCommitted();
+      const empty = await startNode("node-c", { AENV_MAX_SANDBOXES: "2" }, { emptyTemplates: true });
+      try {
+        const back = await Sandbox.connect(s.sandboxId, via(empty.url));
+        assert.equal((await back.commands.run("cat /home/user/f.txt")).stdout, "from-a\n");
+        assert.equal((await back.commands.run("pgrep -f 'sleep 100000'")).stdout.trim(), pid, "the same process");
+        assert.match(empty.logs(), /template tree fetched from the repository/);
+        await back.kill();
+      } finally {
+        await empty.stop();
+      }
+    } finally {
+      await Sandbox.kill(s.sandboxId, via(g1())).catch(() => {});
+    }
   });
 
   test("a fork larger than its node: the rest start on another node from the same capture", async (t) => {

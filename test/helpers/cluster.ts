@@ -1,12 +1,12 @@
 // A real cluster for tests and benchmarks: redis-server on a free port, aenv-server nodes with
-// their own data dirs, namespace prefixes and slot ranges over one shared repository, and
-// aenv-gateway processes.
-import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+// their own data dirs, templates dirs (at other paths, as on separate hosts), namespace
+// prefixes and slot ranges over one shared repository, and aenv-gateway processes.
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { TEST_REPOSITORY_KEY } from "./repository.js";
-import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./server.js";
+import { cleanupDataDir, freePort, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./server.js";
 
 export const API_KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
 
@@ -50,6 +50,7 @@ export class TestCluster {
   /** Each node's namespace prefix and slot range: a server cleans up only its own. */
   private readonly nets = new Map<string, Record<string, string>>();
   private slot = 0;
+  private readonly templateDirs: string[] = [];
   redis!: ChildProcess;
   redisUrl = "";
   repo = "";
@@ -70,14 +71,34 @@ export class TestCluster {
     this.redis = await startRedis(port);
   }
 
-  async startNode(id: string, extraEnv: Record<string, string> = {}): Promise<TestServer> {
+  /**
+   * A node of its own: data dir, templates dir, network. `emptyTemplates` starts it with no
+   * template at all (a host that joins the cluster empty: it fetches what it needs from the
+   * repository); otherwise its templates dir holds the test templates (hard links of the
+   * shared ones, at a path of its own).
+   */
+  async startNode(
+    id: string,
+    extraEnv: Record<string, string> = {},
+    opts: { emptyTemplates?: boolean } = {},
+  ): Promise<TestServer> {
     const n = this.slot++;
+    const templatesDir = mkdtempSync(`/var/tmp/aenv-cluster-templates-${id}-`);
+    this.templateDirs.push(templatesDir);
+    if (!opts.emptyTemplates) {
+      for (const name of readdirSync(TEMPLATES_DIR)) {
+        if (name.startsWith(".")) continue; // warm images, blobs, uploads: each node makes its own
+        const r = spawnSync("cp", ["-al", join(TEMPLATES_DIR, name), join(templatesDir, name)]);
+        if (r.status !== 0) throw new Error(`copying template ${name}: ${r.stderr}`);
+      }
+    }
     // extraEnv may name the node's network itself (the cleanup in close() uses it too).
     const net = {
       AENV_NET_PREFIX: extraEnv.AENV_NET_PREFIX ?? `${this.prefix}${"abcdefgh"[n]}`,
       AENV_SLOT_CIDR: extraEnv.AENV_SLOT_CIDR ?? `10.${210 + n}.0.0/16`,
     };
     const s = await startServer({
+      templatesDir,
       env: {
         AENV_CLUSTER: this.redisUrl,
         AENV_NODE_ID: id,
@@ -138,5 +159,6 @@ export class TestCluster {
     }
     this.redis?.kill("SIGKILL");
     if (this.repo) rmSync(this.repo, { recursive: true, force: true });
+    for (const d of this.templateDirs) rmSync(d, { recursive: true, force: true });
   }
 }

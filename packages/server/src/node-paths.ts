@@ -12,6 +12,17 @@ const real = (p: string) => {
 };
 
 /**
+ * Which template tree a rootfs path names, by content rather than place: the template's ID
+ * and its revision's tree folder (`<templatesDir>/<id>/rootfs-r<revision>` on whichever node
+ * wrote it). Undefined when the path does not end in two plain components.
+ */
+export function templateTreeKey(p: string): { id: string; tree: string } | undefined {
+  const abs = resolve(p);
+  const [id, tree] = [basename(dirname(abs)), basename(abs)];
+  return PLAIN.test(id) && PLAIN.test(tree) ? { id, tree } : undefined;
+}
+
+/**
  * Every node-local path in one place. The data dir is this server's (state, sandboxes,
  * snapshots); the templates dir may be shared by several servers on a host (trees, warm
  * images, image blobs), so what lives there is safe to share.
@@ -120,11 +131,20 @@ export class NodePaths {
    * else would mount a host folder into a sandbox.
    */
   isTemplateTree(p: string): boolean {
-    const abs = resolve(p);
-    const [id, tree] = [basename(dirname(abs)), basename(abs)];
-    if (!PLAIN.test(id) || !PLAIN.test(tree)) return false;
-    const own = real(join(this.templatesDir, id, tree));
-    return own !== undefined && own === real(abs);
+    const key = templateTreeKey(p);
+    if (!key) return false;
+    const own = real(join(this.templatesDir, key.id, key.tree));
+    return own !== undefined && own === real(resolve(p));
+  }
+
+  /**
+   * This node's path for the template tree another node's rootfs path names (nodes lay out
+   * their disks differently): the same template ID and revision under this templates dir.
+   * It may not exist yet (see TemplateTrees).
+   */
+  localTemplateTree(p: string): string | undefined {
+    const key = templateTreeKey(p);
+    return key && join(this.templatesDir, key.id, key.tree);
   }
 
   /** Whether `p` (a runtime folder a manifest names) lies in this node's envd runtime folder. */

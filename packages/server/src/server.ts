@@ -140,9 +140,19 @@ export async function startServer(
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
     checkpointKey,
     egressCa,
-    ...(sync ? { fetchTemplate: (ref: string) => sync.fetch(ref) } : {}),
+    ...(sync
+      ? {
+          fetchTemplate: (ref: string) => sync.fetch(ref),
+          fetchTemplateTree: (id: string, tree: string) => sync.fetchTree(id, tree),
+        }
+      : {}),
   });
   const { report: recovery, keepSlots } = await orch.recover();
+  // A node that joins a cluster with templates of its own shares them: any node can then start,
+  // resume or fork what runs on them (in the background: a tree is hundreds of MiB).
+  if (sync && cfg.cluster) {
+    void sync.commitMissing().catch((err) => log.warn({ err }, "committing local templates to the repository failed"));
+  }
   if (recovery.cleanedUp.length) {
     log.warn({ sandboxes: recovery.cleanedUp }, "sandboxes lost in the previous server run were cleaned up");
   }

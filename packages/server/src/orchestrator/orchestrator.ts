@@ -32,6 +32,7 @@ import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
+import { TemplateTrees } from "./template-trees.js";
 import { type VolumeLookup, volumeUsers } from "./volume-mounts.js";
 import { WarmPool } from "./warm-pool.js";
 
@@ -62,6 +63,8 @@ export interface OrchestratorDeps {
   volumes: VolumeLookup;
   /** Brings a template another server committed to the repository onto this node. */
   fetchTemplate?: (ref: string) => Promise<Template | undefined>;
+  /** Brings one template revision's tree from the repository (TemplateSync.fetchTree). */
+  fetchTemplateTree?: (id: string, tree: string) => Promise<boolean>;
 }
 
 /**
@@ -136,11 +139,12 @@ export class Orchestrator {
       isClosing: () => registry.isClosing,
       log,
     });
+    const trees = new TemplateTrees({ paths, ...(d.fetchTemplateTree ? { fetchTree: d.fetchTemplateTree } : {}) });
     const sources = new Sources({
       templates: d.templates,
       snapshots: this.snapshots,
       checkpointKey,
-      isTemplateTree: (p) => paths.isTemplateTree(p),
+      trees,
       ...(d.fetchTemplate ? { fetchTemplate: d.fetchTemplate } : {}),
     });
     this.pool = new WarmPool({
@@ -168,7 +172,7 @@ export class Orchestrator {
       volumes: d.volumes,
       log,
     });
-    this.pauseCommits = new PauseCommits({ cfg, paths, store, registry, repository, checkpointKey, log });
+    this.pauseCommits = new PauseCommits({ cfg, paths, store, registry, repository, checkpointKey, trees, log });
     this.pauses = new PauseResume({
       cfg,
       paths,

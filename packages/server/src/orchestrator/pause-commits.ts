@@ -8,6 +8,7 @@ import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "..
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
+import type { TemplateTrees } from "./template-trees.js";
 import { materializeImage } from "./snapshots.js";
 
 export interface PauseCommitsDeps {
@@ -17,6 +18,7 @@ export interface PauseCommitsDeps {
   registry: SandboxRegistry;
   repository: SnapshotRepository;
   checkpointKey: string;
+  trees: Pick<TemplateTrees, "local">;
   log: Logger;
 }
 
@@ -152,11 +154,6 @@ export class PauseCommits {
     const meta =
       m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
     if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
-    // The tree comes from the repository: only one of this node's template trees is mounted.
-    if (!this.d.paths.isTemplateTree(meta.sandbox.rootfs)) {
-      this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs }, "paused sandbox names no template tree here");
-      throw new StartFailedError(`sandbox '${id}' needs the template tree ${meta.sandbox.rootfs}, not on this node`);
-    }
     // Before it is taken over: traffic that may not reach it must not move it here either.
     refuseTraffic(meta.sandbox, opts);
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
@@ -166,9 +163,17 @@ export class PauseCommits {
         `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
       );
     }
+    // Its node's path names a template tree: this node's copy of the same tree (fetched from
+    // the repository when missing) is what is mounted, never a path from the repository.
+    const rootfs = await this.d.trees.local(meta.sandbox.rootfs, `sandbox '${id}'`).catch((err: Error) => {
+      this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs, err: err.message }, "paused sandbox not resumable here");
+      throw err;
+    });
+    if (this.d.registry.has(id)) return false;
     const dir = this.d.paths.sandbox(id);
     const rec: SandboxRecord = {
       ...meta.sandbox,
+      rootfs,
       state: "paused",
       dir,
       imageDir: pauseDir(this.d.paths, dir, meta.sandbox.pauseKind),

@@ -2,6 +2,7 @@ import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.
 import type { SnapshotRecord } from "../state/store.js";
 import { type Template, type TemplateStore, usable } from "../templates/catalog.js";
 import type { Snapshots } from "./snapshots.js";
+import type { TemplateTrees } from "./template-trees.js";
 
 /** What a templateID names: a snapshot (restored) or a template (warm image or boot). */
 export type SandboxSource = { kind: "snapshot"; snap: SnapshotRecord } | { kind: "template"; tpl: Template };
@@ -12,8 +13,8 @@ export interface SourcesDeps {
   /** Brings a template another server committed to the repository onto this node. */
   fetchTemplate?: (ref: string) => Promise<Template | undefined>;
   checkpointKey: string;
-  /** Whether a snapshot's rootfs is a template tree of this node (see NodePaths.isTemplateTree). */
-  isTemplateTree: (path: string) => boolean;
+  /** This node's copy of the template tree a snapshot runs on (fetched when missing). */
+  trees: Pick<TemplateTrees, "local">;
 }
 
 /**
@@ -30,18 +31,15 @@ export class Sources {
     // (a manifest from elsewhere included), a template of that name here wins.
     const snap = localTpl ? undefined : await this.d.snapshots.find(ref);
     if (snap) {
-      // The rootfs comes from the repository: only a template tree here is ever mounted.
-      if (!this.d.isTemplateTree(snap.rootfs)) {
-        throw new StartFailedError(
-          `snapshot '${snap.id}' needs the template tree ${snap.rootfs}, not a template tree on this node`,
-        );
-      }
       if (snap.imageKey && snap.imageKey !== this.d.checkpointKey) {
         throw new InvalidRequestError(
           `snapshot '${snap.id}' was taken on another runtime (${snap.imageKey}, here ${this.d.checkpointKey})`,
         );
       }
-      return { kind: "snapshot", snap };
+      // The rootfs may come from another node: this node's copy of the same template tree is
+      // what is mounted, never a path from the repository.
+      const rootfs = await this.d.trees.local(snap.rootfs, `snapshot '${snap.id}'`);
+      return { kind: "snapshot", snap: { ...snap, rootfs } };
     }
     const tpl = localTpl ?? (await this.fetchTemplate(ref));
     if (!tpl) throw new NotFoundError(`template '${ref}' not found`);

@@ -1,0 +1,34 @@
+import { StartFailedError } from "../errors.js";
+import { type NodePaths, templateTreeKey } from "../node-paths.js";
+
+/**
+ * Template trees by content, not by place. A paused sandbox, a snapshot or a fork's spill
+ * names the tree it runs on by another node's path; what matters is the template ID and
+ * revision in it. Each node finds its own copy of that tree under its own templates dir, and
+ * fetches it from the repository when it has none, so a node that joins a cluster empty can
+ * resume anything.
+ */
+export class TemplateTrees {
+  constructor(
+    private readonly d: {
+      paths: NodePaths;
+      /** Brings one template revision's tree from the repository; false when it is not there. */
+      fetchTree?: (id: string, tree: string) => Promise<boolean>;
+    },
+  ) {}
+
+  /** This node's path of the tree `rootfs` names (fetched when missing); `what` names the asker in errors. */
+  async local(rootfs: string, what: string): Promise<string> {
+    const key = templateTreeKey(rootfs);
+    const local = this.d.paths.localTemplateTree(rootfs);
+    if (!key || !local) throw new StartFailedError(`${what} names no template tree (${rootfs})`);
+    if (this.d.paths.isTemplateTree(local)) return local;
+    const fetched = await this.d.fetchTree?.(key.id, key.tree).catch((err: Error) => {
+      throw new StartFailedError(`${what} needs template '${key.id}' tree ${key.tree}, not here: ${err.message}`);
+    });
+    if (fetched && this.d.paths.isTemplateTree(local)) return local;
+    throw new StartFailedError(
+      `${what} needs template '${key.id}' tree ${key.tree}: not on this node and not in the repository`,
+    );
+  }
+}
