@@ -8,8 +8,8 @@ import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "..
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
-import type { TemplateTrees } from "./template-trees.js";
 import { materializeImage } from "./snapshots.js";
+import type { TemplateTrees } from "./template-trees.js";
 
 export interface PauseCommitsDeps {
   cfg: ServerConfig;
@@ -166,7 +166,10 @@ export class PauseCommits {
     // Its node's path names a template tree: this node's copy of the same tree (fetched from
     // the repository when missing) is what is mounted, never a path from the repository.
     const rootfs = await this.d.trees.local(meta.sandbox.rootfs, `sandbox '${id}'`).catch((err: Error) => {
-      this.d.log.error({ sandboxID: id, rootfs: meta.sandbox.rootfs, err: err.message }, "paused sandbox not resumable here");
+      this.d.log.error(
+        { sandboxID: id, rootfs: meta.sandbox.rootfs, err: err.message },
+        "paused sandbox not resumable here",
+      );
       throw err;
     });
     if (this.d.registry.has(id)) return false;

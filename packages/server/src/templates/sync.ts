@@ -2,8 +2,8 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import { templateTreeKey } from "../node-paths.js";
+import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import {
   pauseMetaOf,
   snapshotMetaOf,
@@ -193,7 +193,10 @@ export class TemplateSync {
     const t0 = Date.now();
     const committed = await this.materializeTree(found.m, data);
     const t = this.d.templates.save({ ...committed, buildStatus: "ready", reason: undefined });
-    this.d.log.info({ template: t.id, revision: t.revision, ms: Date.now() - t0 }, "template fetched from the repository");
+    this.d.log.info(
+      { template: t.id, revision: t.revision, ms: Date.now() - t0 },
+      "template fetched from the repository",
+    );
     return t;
   }
 }
