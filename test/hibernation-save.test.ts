@@ -1,4 +1,4 @@
-// Hibernation's saved tier (issue #16): a sandbox idle for hibernate_save_after is saved to
+// Hibernation's saved tier: a sandbox idle for hibernate_save_after is saved to
 // disk and its memory given back; to its client it stays running (state, TTL), and its next
 // use brings it back with its processes and files. One holding a TCP connection to outside
 // it stays frozen in memory instead (a checkpoint would reset the connection).

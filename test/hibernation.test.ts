@@ -1,4 +1,4 @@
-// Hibernation (issue #16): an idle sandbox is frozen in place and thawed by its next use,
+// Hibernation: an idle sandbox is frozen in place and thawed by its next use,
 // invisibly to the client; one that computes, has a client stream open or opted out is not.
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync } from "node:fs";

@@ -1,4 +1,4 @@
-// Network policy (issue #15): allowOut/denyOut by address and by domain, always-denied ranges,
+// Network policy: allowOut/denyOut by address and by domain, always-denied ranges,
 // updateNetwork, rules kept across pause/resume, fork and snapshots, private sandbox ports
 // (traffic access token) and maskRequestHost. "The internet" is a network namespace this test
 // creates at TEST-NET-3 addresses; nothing leaves the machine.

@@ -1,4 +1,4 @@
-// Warm pool (issue #16): creates take a sandbox restored ahead of time; each gets its own
+// Warm pool: creates take a sandbox restored ahead of time; each gets its own
 // identity, token, env, metadata, timeout and network policy, and pooled ones stay invisible.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
