@@ -1,7 +1,7 @@
 // 100 concurrent Sandbox.create calls: every one answered, 201 or a clear 429, none
 // lost; every sandbox created works; nothing is left once they are killed. The node holds at
 // most CAP sandboxes, so both answers happen in one burst (and 100 restores on a 2-core CI
-// host took 5 minutes).
+// host take minutes).
 import assert from "node:assert/strict";
 import { existsSync, readdirSync } from "node:fs";
 import { after, before, test } from "node:test";

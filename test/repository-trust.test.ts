@@ -245,7 +245,7 @@ async function startsBase(what: string): Promise<void> {
 test("a manifest written without the repository key is refused: it cannot take the name of a template", async () => {
   const real = await committedSnapshot();
   writeManifest("snap_hijack", hijacker(real, "snap_hijack"), { unsigned: true });
-  // The one lookup that used to adopt it, then a plain create of the template.
+  // The one lookup that would adopt an unsigned manifest, then a plain create of the template.
   const r = await server.api("POST", "/sandboxes", { templateID: "snap_hijack" });
   if (r.status === 201) await server.api("DELETE", `/sandboxes/${(r.body as { sandboxID: string }).sandboxID}`);
   assert.equal(r.status, 404, JSON.stringify(r.body));

@@ -68,7 +68,7 @@ export interface SandboxRecord {
   volumeMounts?: SandboxVolumeMount[];
   /** Complete pause image (checkpoint or filesystem layer, by pauseKind), while paused. */
   imageDir?: string;
-  /** While paused: what imageDir holds (absent: memory, as before filesystem-only pauses). */
+  /** While paused: what imageDir holds (absent: memory, the default). */
   pauseKind?: PauseKind;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;

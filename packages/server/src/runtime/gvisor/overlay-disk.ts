@@ -37,7 +37,7 @@ export async function formatOverlayDisk(image: string, sizeMB: number): Promise<
  * Sandbox disks formatted ahead of time. mkfs takes 20-60 ms here, on the path of every boot,
  * restore and fork child; a disk formatted while the host had nothing else to do is a rename
  * away. `ahead` per size wait in `dir` (sparse: ~1 MiB each), refilled one at a time behind
- * each take; a burst beyond them formats on its own path as before. `dir` must be on the
+ * each take; a burst beyond them formats on its own path. `dir` must be on the
  * sandboxes' filesystem (a rename); it is emptied at start (a format cut short may be there).
  */
 export class OverlayDisks {
