@@ -147,6 +147,8 @@ export interface ServerConfig {
   enforceDiskSize: boolean;
   /** Upper bound on any sandbox's disk size (its template's or its request's); 0: none. */
   maxDiskSizeMB: number;
+  /** Bytes a sandbox's console (its init's stdout/stderr, a host file) may reach before it is emptied. */
+  maxConsoleBytes: number;
   /** Paused sandboxes paused longer than this are deleted; 0 keeps them. */
   pausedMaxAgeS: number;
   /** Paused images on this node above this total: the oldest pauses are deleted; 0: no limit. */
@@ -429,6 +431,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     ),
     enforceDiskSize: bool("AENV_ENFORCE_DISK_SIZE", "sandbox.enforce_disk_size", true),
     maxDiskSizeMB: int("AENV_MAX_DISK_SIZE_MB", "sandbox.max_disk_size_mb", dataFsSizeMB(dataDir)),
+    maxConsoleBytes: int("AENV_MAX_CONSOLE_BYTES", "sandbox.max_console_bytes", 8 * 1024 * 1024),
     pausedMaxAgeS: int("AENV_PAUSED_MAX_AGE", "sandbox.paused_max_age_secs", 0),
     pausedMaxBytes: size("AENV_PAUSED_MAX_BYTES", "sandbox.paused_max_bytes", 0),
     repository,

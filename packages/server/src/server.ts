@@ -80,6 +80,7 @@ export async function startServer(
     enforceDiskSize: cfg.enforceDiskSize,
     disksDir: paths.formattedDisks,
     debugLogDir: cfg.runscDebugLog,
+    maxConsoleBytes: cfg.maxConsoleBytes,
     log: log.child({ component: "gvisor" }),
   });
   // The probe starts a throwaway sandbox (~0.4 s): the steps up to the orchestrator go on meanwhile.

@@ -44,6 +44,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.cpu_overcommit": "number",
   "sandbox.enforce_disk_size": "bool",
   "sandbox.max_disk_size_mb": "int",
+  "sandbox.max_console_bytes": "int",
   "sandbox.paused_max_age_secs": "int",
   "sandbox.paused_max_bytes": "size",
   "api.body_limit_bytes": "size",

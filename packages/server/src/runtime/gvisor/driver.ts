@@ -9,6 +9,7 @@ import {
   type SandboxLaunch,
   type SandboxStats,
 } from "../driver.js";
+import { ConsoleGuard } from "./console-guard.js";
 import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
 import { formatOverlayDisk, OverlayDisks } from "./overlay-disk.js";
@@ -26,6 +27,8 @@ export interface GvisorOptions {
   disksDir?: string;
   /** runsc debug logs go here (see RunscConfig.debugLogDir). */
   debugLogDir?: string;
+  /** A sandbox's console file is emptied past this many bytes (console-guard.ts); 0: unbounded. */
+  maxConsoleBytes?: number;
   log: Logger;
 }
 
@@ -39,8 +42,10 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly lastCpu = new Map<string, { t: number; ns: number }>();
   /** Sandbox disks formatted ahead (with enforceDiskSize and disksDir). */
   readonly disks?: OverlayDisks;
+  private readonly consoles: ConsoleGuard;
 
   constructor(private readonly opts: GvisorOptions) {
+    this.consoles = new ConsoleGuard(opts.maxConsoleBytes ?? 8 * 1024 * 1024, opts.log);
     if (opts.debugLogDir) mkdirSync(opts.debugLogDir, { recursive: true, mode: 0o700 });
     if (opts.enforceDiskSize && opts.disksDir) this.disks = new OverlayDisks(opts.disksDir, opts.log);
     this.runsc = new Runsc({
@@ -127,6 +132,7 @@ export class GvisorDriver implements RuntimeDriver {
   async start(l: SandboxLaunch): Promise<void> {
     const { bundle, flags, disk } = await this.bundle(l);
     const args = ["run", "--detach", `--bundle=${bundle}`, l.id];
+    this.consoles.watch(l.id, join(l.dir, "runsc.log"));
     await this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk);
   }
 
@@ -160,6 +166,7 @@ export class GvisorDriver implements RuntimeDriver {
 
   async restore(l: SandboxLaunch, imageDir: string): Promise<void> {
     const { bundle, flags, disk } = await this.bundle(l);
+    this.consoles.watch(l.id, join(l.dir, "runsc.log"));
     await this.runsc.detached(
       flags,
       ["restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, l.id],
@@ -259,6 +266,7 @@ export class GvisorDriver implements RuntimeDriver {
 
   async destroy(id: string): Promise<void> {
     this.lastCpu.delete(id);
+    this.consoles.forget(id);
     await this.thaw(id).catch(() => {});
     await this.runsc.run(["delete", "--force", id], { allowFail: true });
   }
