@@ -14,8 +14,9 @@ if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.
 fi
 
 need=()
-# gcc + libc6-dev build the static PID-1 reaper (packages/envd/init); golang-go (1.19, standard
-# library only, no module downloads) builds the native envd (packages/envd/native); zstd compresses snapshot
+# gcc + libc6-dev build the static PID-1 reaper (packages/envd/init); golang-go (1.19) builds the
+# native envd (packages/envd/native) with golang-google-protobuf-dev as its one module (no module
+# downloads), and protobuf-compiler + protoc-gen-go regenerate its messages from the .proto files; zstd compresses snapshot
 # chunks and unpacks zstd image layers; docker-registry + skopeo serve the image tests' registry,
 # busybox-static is the tiny image those tests build; redis-server holds a cluster's state
 # (its tests start their own on a free port). systemd's systemd-analyze verifies the units in
@@ -23,7 +24,8 @@ need=()
 # Debian's kubectl comes with kubernetes-client, skipped when a kubectl is already installed.
 # tini (-s, a subreaper) reaps the sandboxes' processes at once where PID 1 is slow to: runsc's
 # delete waits until the killed sandbox process is reaped (1-2 s per removal behind a lazy init).
-for p in tini debootstrap nftables iproute2 util-linux ca-certificates openssl tmux procps gcc libc6-dev golang-go zstd \
+for p in tini debootstrap nftables iproute2 util-linux ca-certificates openssl tmux procps gcc libc6-dev golang-go \
+  golang-google-protobuf-dev protobuf-compiler protoc-gen-go zstd \
   docker-registry skopeo busybox-static redis-server systemd; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done

@@ -66,8 +66,9 @@ if (nodeInclude) {
   console.warn("node_api.h not found: envd is built without aenv-trim.node (no malloc_trim at quiesce)");
 }
 
-// The native envd (Go, static, standard library only): what sandboxes run with
-// `runtime.envd = native`. Built where Go is installed (scripts/install-deps.sh installs it).
+// The native envd (Go, static): what sandboxes run with `runtime.envd = native`. Built where Go
+// is installed (scripts/install-deps.sh installs it and Debian's golang-google-protobuf-dev,
+// which native/go.mod replaces the module with: GOPROXY=off, nothing is downloaded).
 const nativeOut = path.join(dist, "envd-native");
 let goFound = true;
 try {

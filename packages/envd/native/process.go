@@ -1,8 +1,7 @@
 package main
 
-// process.Process (§5.6 of the protocol notes): Start and Connect stream a process's events,
-// List, SendInput, SendSignal, Update and CloseStdin act on a running one. Behaviour follows
-// the Node envd (src/process/*.ts): see there for the reasons.
+// process.Process (packages/protocol/proto/process): Start and Connect stream a process's
+// events; List, SendInput, StreamInput, SendSignal, Update and CloseStdin act on a running one.
 
 import (
 	"context"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	pb "aenv/envd/gen/process"
 )
 
 const (
@@ -68,7 +69,7 @@ type proc struct {
 	tag     *string
 	cmd     string
 	args    []string
-	envs    envMap
+	envs    map[string]string
 	cwd     string
 	isPty   bool
 	process *os.Process
@@ -132,7 +133,7 @@ func (m *ProcessManager) finished(p *proc) {
 }
 
 // start spawns spec; first (if any) is subscribed before any output can be read.
-func (m *ProcessManager) start(spec *spawnSpec, tag *string, cfgEnvs envMap, first *subscriber) (*proc, error) {
+func (m *ProcessManager) start(spec *spawnSpec, tag *string, cfgEnvs map[string]string, first *subscriber) (*proc, error) {
 	var sp *spawned
 	var err error
 	if spec.pty != nil {
@@ -188,24 +189,21 @@ func (m *ProcessManager) list() []*proc {
 	return out
 }
 
-func describeSelector(sel *selectorJSON) *RPCError {
-	switch {
-	case sel != nil && sel.Pid != nil:
-		return rpcErr(CodeNotFound, "process with pid %d not found", uint32(*sel.Pid))
-	case sel != nil && sel.Tag != nil:
-		return rpcErr(CodeNotFound, "process with tag %s not found", *sel.Tag)
+func describeSelector(sel *pb.ProcessSelector) *RPCError {
+	if pid := selectorPid(sel); pid != nil {
+		return rpcErr(CodeNotFound, "process with pid %d not found", *pid)
+	}
+	if tag := selectorTag(sel); tag != nil {
+		return rpcErr(CodeNotFound, "process with tag %s not found", *tag)
 	}
 	return rpcErr(CodeInvalidArgument, "process selector is required")
 }
 
-func (m *ProcessManager) find(sel *selectorJSON, includeExited bool) *proc {
-	if sel == nil {
-		return nil
-	}
+func (m *ProcessManager) find(sel *pb.ProcessSelector, includeExited bool) *proc {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if sel.Pid != nil {
-		pid := int(*sel.Pid)
+	if pidp := selectorPid(sel); pidp != nil {
+		pid := int(*pidp)
 		if p := m.live[pid]; p != nil {
 			return p
 		}
@@ -214,10 +212,10 @@ func (m *ProcessManager) find(sel *selectorJSON, includeExited bool) *proc {
 		}
 		return nil
 	}
-	if sel.Tag != nil {
+	if tag := selectorTag(sel); tag != nil {
 		var best *proc
 		for _, p := range m.live {
-			if p.tag != nil && *p.tag == *sel.Tag && (best == nil || p.seq < best.seq) {
+			if p.tag != nil && *p.tag == *tag && (best == nil || p.seq < best.seq) {
 				best = p
 			}
 		}
@@ -225,7 +223,7 @@ func (m *ProcessManager) find(sel *selectorJSON, includeExited bool) *proc {
 			return best
 		}
 		for i := len(m.order) - 1; i >= 0; i-- {
-			if p := m.exited[m.order[i]]; p != nil && p.tag != nil && *p.tag == *sel.Tag {
+			if p := m.exited[m.order[i]]; p != nil && p.tag != nil && *p.tag == *tag {
 				return p
 			}
 		}
@@ -234,7 +232,7 @@ func (m *ProcessManager) find(sel *selectorJSON, includeExited bool) *proc {
 }
 
 // getLive: a running process, or not_found.
-func (m *ProcessManager) getLive(sel *selectorJSON) (*proc, error) {
+func (m *ProcessManager) getLive(sel *pb.ProcessSelector) (*proc, error) {
 	if p := m.find(sel, false); p != nil {
 		return p, nil
 	}
@@ -242,7 +240,7 @@ func (m *ProcessManager) getLive(sel *selectorJSON) (*proc, error) {
 }
 
 // getAny: a running or recently finished process, or not_found.
-func (m *ProcessManager) getAny(sel *selectorJSON) (*proc, error) {
+func (m *ProcessManager) getAny(sel *pb.ProcessSelector) (*proc, error) {
 	if p := m.find(sel, true); p != nil {
 		return p, nil
 	}
@@ -569,270 +567,4 @@ func (p *proc) resize(cols, rows uint32) error {
 		return rpcErr(CodeInternal, "error resizing the PTY: %v", err)
 	}
 	return nil
-}
-
-// --- the service ---
-
-func registerProcessService(rt *rpcRoutes, env *Env) {
-	s := &processService{env: env, m: env.Processes}
-	rt.stream["/process.Process/Start"] = s.start
-	rt.stream["/process.Process/Connect"] = s.connect
-	rt.unary["/process.Process/List"] = s.list
-	rt.unary["/process.Process/SendInput"] = s.sendInput
-	rt.unary["/process.Process/SendSignal"] = s.sendSignal
-	rt.unary["/process.Process/Update"] = s.update
-	rt.unary["/process.Process/CloseStdin"] = s.closeStdin
-	rt.unary["/process.Process/StreamInput"] = func(c *Call) (interface{}, error) {
-		return nil, rpcErr(CodeUnimplemented, "process.Process/StreamInput is a client stream, which this envd does not serve: use SendInput")
-	}
-}
-
-type processService struct {
-	env *Env
-	m   *ProcessManager
-}
-
-func procIsDir(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
-}
-
-func (s *processService) start(c *Call, send func(interface{}) error) error {
-	var req startRequest
-	if err := c.Decode(&req); err != nil {
-		return err
-	}
-	user, err := s.env.rpcUser(c)
-	if err != nil {
-		return err
-	}
-	cfg := req.Process
-	if cfg == nil || cfg.Cmd == "" {
-		return rpcErr(CodeInvalidArgument, "process.cmd is required")
-	}
-	_, defaultWorkdir := s.env.State.Defaults()
-	var cwd string
-	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		cwd = resolvePath(*cfg.Cwd, user, defaultWorkdir)
-		if !procIsDir(cwd) {
-			return rpcErr(CodeInvalidArgument, "cwd '%s' does not exist", cwd)
-		}
-	} else {
-		cwd = "/"
-		for _, cand := range []string{defaultWorkdir, user.Home, "/"} {
-			if cand != "" && procIsDir(cand) {
-				cwd = cand
-				break
-			}
-		}
-	}
-	args := cfg.Args
-	if args == nil {
-		args = []string{}
-	}
-	spec := &spawnSpec{
-		cmd:   cfg.Cmd,
-		args:  args,
-		cwd:   cwd,
-		env:   buildProcessEnv(user, s.env.State.EnvVars(), cfg.Envs),
-		uid:   user.UID,
-		gid:   user.GID,
-		stdin: req.Stdin == nil || *req.Stdin,
-	}
-	if req.Pty != nil {
-		size := ptySize{cols: 80, rows: 24}
-		if req.Pty.Size != nil {
-			if c := req.Pty.Size.Cols; c > 0 {
-				size.cols = uint16(minUint32(uint32(c), 0xffff))
-			}
-			if r := req.Pty.Size.Rows; r > 0 {
-				size.rows = uint16(minUint32(uint32(r), 0xffff))
-			}
-		}
-		spec.pty = &size
-	}
-	sub := newSubscriber()
-	p, err := s.m.start(spec, req.Tag, cfg.Envs, sub)
-	if err != nil {
-		return err
-	}
-	// Connect-Timeout-Ms on Start is the lifetime of the process itself.
-	if deadline, ok := c.Ctx.Deadline(); ok {
-		d := time.Until(deadline)
-		if d < time.Millisecond {
-			d = time.Millisecond
-		}
-		p.setLifetime(d)
-	}
-	return streamProcess(c, send, p, sub, nil)
-}
-
-func minUint32(a, b uint32) uint32 {
-	if a < b {
-		return a
-	}
-	return b
-}
-
-func (s *processService) connect(c *Call, send func(interface{}) error) error {
-	var req selectorRequest
-	if err := c.Decode(&req); err != nil {
-		return err
-	}
-	p, err := s.m.getAny(req.Process)
-	if err != nil {
-		return err
-	}
-	sub := newSubscriber()
-	end := p.subscribe(sub)
-	return streamProcess(c, send, p, sub, end)
-}
-
-// streamProcess sends start{pid}, then the process's events as they come, with keepalives
-// after silence, until its end (or the client leaves: the process keeps running). A deadline
-// still lets the end of the process it killed through (deadlineGrace).
-func streamProcess(c *Call, send func(interface{}) error, p *proc, sub *subscriber, ended *endInfo) error {
-	defer p.unsubscribe(sub)
-	if err := send(startMessage(p.pid)); err != nil {
-		return err
-	}
-	if ended != nil {
-		return send(procEvent{end: ended}.message())
-	}
-	interval := keepaliveInterval(c.Header)
-	ka := time.NewTimer(interval)
-	defer ka.Stop()
-	for {
-		select {
-		case ev := <-sub.ch:
-			if err := send(ev.message()); err != nil {
-				return err
-			}
-			if ev.end != nil {
-				return nil
-			}
-			if !ka.Stop() {
-				<-ka.C
-			}
-			ka.Reset(interval)
-		case <-ka.C:
-			if err := send(keepaliveMessage()); err != nil {
-				return err
-			}
-			ka.Reset(interval)
-		case <-c.Ctx.Done():
-			if c.Ctx.Err() != context.DeadlineExceeded {
-				return nil // the client left
-			}
-			grace := time.NewTimer(deadlineGrace)
-			defer grace.Stop()
-			for {
-				select {
-				case ev := <-sub.ch:
-					if err := send(ev.message()); err != nil {
-						return err
-					}
-					if ev.end != nil {
-						return nil
-					}
-				case <-grace.C:
-					return nil
-				}
-			}
-		}
-	}
-}
-
-func (s *processService) list(c *Call) (interface{}, error) {
-	var req struct{}
-	if err := c.Decode(&req); err != nil {
-		return nil, err
-	}
-	res := listResponse{}
-	for _, p := range s.m.list() {
-		cwd := p.cwd
-		res.Processes = append(res.Processes, processInfoOut{
-			Config: processConfigOut{Cmd: p.cmd, Args: p.args, Envs: p.envs, Cwd: &cwd},
-			Pid:    uint32(p.pid),
-			Tag:    p.tag,
-		})
-	}
-	return res, nil
-}
-
-func (s *processService) sendInput(c *Call) (interface{}, error) {
-	var req sendInputRequest
-	if err := c.Decode(&req); err != nil {
-		return nil, err
-	}
-	p, err := s.m.getLive(req.Process)
-	if err != nil {
-		return nil, err
-	}
-	if in := req.Input; in != nil {
-		switch {
-		case in.Stdin != nil:
-			err = p.writeStdin(c.Ctx, *in.Stdin)
-		case in.Pty != nil && p.isPty:
-			err = p.writePty(c.Ctx, *in.Pty)
-		case in.Pty != nil:
-			err = p.writeStdin(c.Ctx, *in.Pty)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return struct{}{}, nil
-}
-
-func (s *processService) sendSignal(c *Call) (interface{}, error) {
-	var req sendSignalRequest
-	if err := c.Decode(&req); err != nil {
-		return nil, err
-	}
-	p, err := s.m.getLive(req.Process)
-	if err != nil {
-		return nil, err
-	}
-	switch req.Signal {
-	case 9:
-		p.signal(syscall.SIGKILL)
-	case 15:
-		p.signal(syscall.SIGTERM)
-	default:
-		return nil, rpcErr(CodeInvalidArgument, "unsupported signal: %d", int32(req.Signal))
-	}
-	return struct{}{}, nil
-}
-
-func (s *processService) update(c *Call) (interface{}, error) {
-	var req updateRequest
-	if err := c.Decode(&req); err != nil {
-		return nil, err
-	}
-	p, err := s.m.getLive(req.Process)
-	if err != nil {
-		return nil, err
-	}
-	if req.Pty != nil && req.Pty.Size != nil {
-		if err := p.resize(uint32(req.Pty.Size.Cols), uint32(req.Pty.Size.Rows)); err != nil {
-			return nil, err
-		}
-	}
-	return struct{}{}, nil
-}
-
-func (s *processService) closeStdin(c *Call) (interface{}, error) {
-	var req selectorRequest
-	if err := c.Decode(&req); err != nil {
-		return nil, err
-	}
-	p, err := s.m.getLive(req.Process)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.closeStdin(); err != nil {
-		return nil, err
-	}
-	return struct{}{}, nil
 }

@@ -18,24 +18,42 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // buildProcessEnv: PATH (envd's own), HOME, USER, LOGNAME, the sandbox's env vars, the
 // request's envs; a later value replaces an earlier one in place (process/env.ts).
-func buildProcessEnv(u *User, sandbox map[string]string, request envMap) envMap {
+func buildProcessEnv(u *User, sandbox map[string]string, request map[string]string) envMap {
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = defaultPath
 	}
 	env := envMap{{"PATH", path}, {"HOME", u.Home}, {"USER", u.Name}, {"LOGNAME", u.Name}}
-	keys := make([]string, 0, len(sandbox))
-	for k := range sandbox {
+	env.setAll(sandbox)
+	env.setAll(request)
+	return env
+}
+
+type envKV struct{ K, V string }
+
+// envMap is a process's environment in order: a later value replaces an earlier one in place.
+type envMap []envKV
+
+func (m *envMap) set(k, v string) {
+	for i := range *m {
+		if (*m)[i].K == k {
+			(*m)[i].V = v
+			return
+		}
+	}
+	*m = append(*m, envKV{k, v})
+}
+
+// setAll sets every entry of vars, in the order of their names (a map has none of its own).
+func (m *envMap) setAll(vars map[string]string) {
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		env.set(k, sandbox[k])
+		m.set(k, vars[k])
 	}
-	for _, e := range request {
-		env.set(e.K, e.V)
-	}
-	return env
 }
 
 func (m envMap) strings() []string {

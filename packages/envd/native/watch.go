@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	fspb "aenv/envd/gen/filesystem"
 )
 
 const watchMask = syscall.IN_ATTRIB | syscall.IN_CREATE | syscall.IN_MODIFY | syscall.IN_DELETE |
@@ -200,7 +202,7 @@ type dirWatcher struct {
 	recursive    bool
 	includeEntry bool
 	users        *UserDb
-	onEvent      func(fsEvent)
+	onEvent      func(*fspb.FilesystemEvent)
 	hub          *inotifyHub
 
 	mu     sync.Mutex
@@ -215,7 +217,7 @@ type dirWatcher struct {
 	uploads map[string]time.Time // targets of envd uploads in flight (temp file seen)
 }
 
-func newDirWatcher(root string, recursive, includeEntry bool, users *UserDb, onEvent func(fsEvent)) *dirWatcher {
+func newDirWatcher(root string, recursive, includeEntry bool, users *UserDb, onEvent func(*fspb.FilesystemEvent)) *dirWatcher {
 	return &dirWatcher{
 		root: root, recursive: recursive, includeEntry: includeEntry, users: users, onEvent: onEvent,
 		dirs: map[string]int32{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
@@ -355,7 +357,7 @@ func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
 		_, seen := w.cache[full]
 		w.cache[full] = knownOf(st)
 		if announce && !seen {
-			w.emit(full, eventCreate, st)
+			w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
 		}
 		if w.recursive && isDirMode(st.Mode) {
 			w.addDir(full, false, announce)
@@ -448,9 +450,9 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 			chmodOnly = prev.mode != st.Mode
 		}
 		if chmodOnly {
-			w.emit(full, eventChmod, st)
+			w.emit(full, fspb.EventType_EVENT_TYPE_CHMOD, st)
 		} else {
-			w.emit(full, eventWrite, st)
+			w.emit(full, fspb.EventType_EVENT_TYPE_WRITE, st)
 		}
 		return
 	}
@@ -464,13 +466,13 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 			if time.Since(at) < time.Minute {
 				// an upload committed: like an in-place write (CREATE first when the file is new)
 				if !hadPrev {
-					w.emit(full, eventCreate, st)
+					w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
 				}
-				w.emit(full, eventWrite, st)
+				w.emit(full, fspb.EventType_EVENT_TYPE_WRITE, st)
 				return
 			}
 		}
-		w.emit(full, eventCreate, st)
+		w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
 		if w.recursive && isDirMode(st.Mode) {
 			w.addDir(full, false, true)
 		}
@@ -482,9 +484,9 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 		w.dropDir(full, -1)
 	}
 	if hadPrev && w.reappears(prev.ino, full, ev) {
-		w.emit(full, eventRename, nil)
+		w.emit(full, fspb.EventType_EVENT_TYPE_RENAME, nil)
 	} else {
-		w.emit(full, eventRemove, nil)
+		w.emit(full, fspb.EventType_EVENT_TYPE_REMOVE, nil)
 	}
 }
 
@@ -514,7 +516,7 @@ func (w *dirWatcher) reappears(ino uint64, gone string, ev *watchRaw) bool {
 	return false
 }
 
-func (w *dirWatcher) emit(full, typ string, st *syscall.Stat_t) {
+func (w *dirWatcher) emit(full string, typ fspb.EventType, st *syscall.Stat_t) {
 	name, err := filepath.Rel(w.root, full)
 	if err != nil || name == "." || name == ".." || strings.HasPrefix(name, "../") {
 		return
@@ -522,46 +524,12 @@ func (w *dirWatcher) emit(full, typ string, st *syscall.Stat_t) {
 	if !w.recursive && strings.Contains(name, "/") {
 		return
 	}
-	var entry *fsEntry
-	if w.includeEntry && st != nil && typ != eventRemove && typ != eventRename {
+	var entry *fspb.EntryInfo
+	if w.includeEntry && st != nil && typ != fspb.EventType_EVENT_TYPE_REMOVE && typ != fspb.EventType_EVENT_TYPE_RENAME {
 		entry = entryFromStat(full, st, w.users.Accounts(), full)
 	}
 	if w.isClosed() {
 		return
 	}
-	w.onEvent(fsEvent{Name: name, Type: typ, Entry: entry})
-}
-
-// ---- a WatchDir stream's queue ----
-
-type watchQueue struct {
-	mu    sync.Mutex
-	items []fsEvent
-	wake  chan struct{}
-}
-
-func newWatchQueue() *watchQueue { return &watchQueue{wake: make(chan struct{}, 1)} }
-
-func (q *watchQueue) push(ev fsEvent) {
-	q.mu.Lock()
-	q.items = append(q.items, ev)
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *watchQueue) take() []fsEvent {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	items := q.items
-	q.items = nil
-	return items
-}
-
-func (q *watchQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items)
+	w.onEvent(&fspb.FilesystemEvent{Name: name, Type: typ, Entry: entry})
 }

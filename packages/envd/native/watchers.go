@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"sync"
 	"time"
+
+	fspb "aenv/envd/gen/filesystem"
 )
 
 const (
@@ -20,7 +22,7 @@ const (
 type polledWatcher struct {
 	watcher  *dirWatcher
 	mu       sync.Mutex
-	events   []fsEvent
+	events   []*fspb.FilesystemEvent
 	lastPoll time.Time
 }
 
@@ -44,10 +46,10 @@ func newUUID() string {
 }
 
 // create makes (and starts) the watcher that feeds the new entry, through start(push).
-func (r *WatcherRegistry) create(start func(push func(fsEvent)) (*dirWatcher, error)) (string, error) {
+func (r *WatcherRegistry) create(start func(push func(*fspb.FilesystemEvent)) (*dirWatcher, error)) (string, error) {
 	id := newUUID()
 	pw := &polledWatcher{lastPoll: time.Now()}
-	w, err := start(func(ev fsEvent) {
+	w, err := start(func(ev *fspb.FilesystemEvent) {
 		pw.mu.Lock()
 		if len(pw.events) >= maxBufferedWatchEvents {
 			copy(pw.events, pw.events[1:])
@@ -81,7 +83,7 @@ func (r *WatcherRegistry) get(id string) (*polledWatcher, error) {
 }
 
 // drain hands out (and forgets) the events gathered since the last poll.
-func (r *WatcherRegistry) drain(id string) ([]fsEvent, error) {
+func (r *WatcherRegistry) drain(id string) ([]*fspb.FilesystemEvent, error) {
 	pw, err := r.get(id)
 	if err != nil {
 		return nil, err

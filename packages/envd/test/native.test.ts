@@ -9,7 +9,7 @@ import path from "node:path";
 import { describe, it } from "node:test";
 import { NATIVE_ENVD, needsRoot } from "./helpers.js";
 
-const SUITES = ["commands.test.ts", "files.test.ts", "native-routes.test.ts", "native-sudo.test.ts"];
+const SUITES = ["codecs.test.ts", "commands.test.ts", "files.test.ts", "native-routes.test.ts", "native-sudo.test.ts"];
 
 describe("native envd", {
   skip: needsRoot || (!existsSync(NATIVE_ENVD) && "the native envd is not built (no Go)"),

@@ -1,0 +1,184 @@
+package main
+
+// filesystem.EntryInfo from a file's lstat: type, mode bits, owner and group names, mtime,
+// symlink target, user.e2b.* metadata.
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	fspb "aenv/envd/gen/filesystem"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// goModeString is Go's os.FileMode.String() for a Unix st_mode (the Node envd's goModeString).
+func goModeString(mode uint32) string {
+	f := mode & syscall.S_IFMT
+	var b strings.Builder
+	if f == syscall.S_IFDIR {
+		b.WriteByte('d')
+	}
+	if f == syscall.S_IFLNK {
+		b.WriteByte('L')
+	}
+	if f == syscall.S_IFBLK || f == syscall.S_IFCHR {
+		b.WriteByte('D')
+	}
+	if f == syscall.S_IFIFO {
+		b.WriteByte('p')
+	}
+	if f == syscall.S_IFSOCK {
+		b.WriteByte('S')
+	}
+	if mode&syscall.S_ISUID != 0 {
+		b.WriteByte('u')
+	}
+	if mode&syscall.S_ISGID != 0 {
+		b.WriteByte('g')
+	}
+	if f == syscall.S_IFCHR {
+		b.WriteByte('c')
+	}
+	if mode&syscall.S_ISVTX != 0 {
+		b.WriteByte('t')
+	}
+	switch f {
+	case syscall.S_IFDIR, syscall.S_IFLNK, syscall.S_IFREG, syscall.S_IFBLK, syscall.S_IFCHR, syscall.S_IFIFO, syscall.S_IFSOCK:
+	default:
+		b.WriteByte('?')
+	}
+	if b.Len() == 0 {
+		b.WriteByte('-')
+	}
+	const rwx = "rwxrwxrwx"
+	for i := 0; i < 9; i++ {
+		if mode&(1<<uint(8-i)) != 0 {
+			b.WriteByte(rwx[i])
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+func fileTypeOf(mode uint32) fspb.FileType {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFLNK:
+		return fspb.FileType_FILE_TYPE_SYMLINK
+	case syscall.S_IFDIR:
+		return fspb.FileType_FILE_TYPE_DIRECTORY
+	case syscall.S_IFREG:
+		return fspb.FileType_FILE_TYPE_FILE
+	}
+	return fspb.FileType_FILE_TYPE_UNSPECIFIED
+}
+
+func isDirMode(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// mtimeMs is Node's Stats.mtimeMs (a double, computed the way Node does).
+func mtimeMs(st *syscall.Stat_t) float64 {
+	return float64(st.Mtim.Sec)*1e3 + float64(st.Mtim.Nsec)/1e6
+}
+
+// msTimestamp is a time in whole milliseconds (mtimeMs floored, as the SDK's clients have
+// always seen it) as a google.protobuf.Timestamp.
+func msTimestamp(ms float64) *timestamppb.Timestamp {
+	m := int64(math.Floor(ms))
+	sec := m / 1000
+	if m%1000 < 0 {
+		sec--
+	}
+	return &timestamppb.Timestamp{Seconds: sec, Nanos: int32((m - sec*1000) * 1e6)}
+}
+
+// entryFromStat builds abs's EntryInfo from its lstat result; displayPath is the path reported.
+func entryFromStat(abs string, st *syscall.Stat_t, acc *Accounts, displayPath string) *fspb.EntryInfo {
+	name := filepath.Base(displayPath)
+	if name == "" || name == "." {
+		name = "/"
+	}
+	e := &fspb.EntryInfo{
+		Name:         name,
+		Type:         fileTypeOf(st.Mode),
+		Path:         displayPath,
+		Size:         st.Size,
+		Mode:         st.Mode & 0o777,
+		Permissions:  goModeString(st.Mode),
+		ModifiedTime: msTimestamp(mtimeMs(st)),
+	}
+	if u, ok := acc.ByUID[int(st.Uid)]; ok {
+		e.Owner = u.Name
+	} else {
+		e.Owner = strconv.FormatUint(uint64(st.Uid), 10)
+	}
+	if g, ok := acc.GroupByGID[int(st.Gid)]; ok {
+		e.Group = g
+	} else {
+		e.Group = strconv.FormatUint(uint64(st.Gid), 10)
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		// realpath, else the link's text resolved against its directory
+		if t, err := filepath.EvalSymlinks(abs); err == nil {
+			t = absClean(t)
+			e.SymlinkTarget = &t
+		} else if link, err := os.Readlink(abs); err == nil {
+			if !filepath.IsAbs(link) {
+				link = filepath.Join(filepath.Dir(abs), link)
+			}
+			t := absClean(link)
+			e.SymlinkTarget = &t
+		}
+		// user.* attributes cannot be set on symlinks: no metadata
+	} else {
+		e.Metadata = getMetadata(abs)
+	}
+	return e
+}
+
+func absClean(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
+}
+
+func lstatT(p string) (*syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Lstat(p, &st)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, nodeErr("lstat", p, err)
+		}
+		return &st, nil
+	}
+}
+
+func statT(p string) (*syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Stat(p, &st)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, nodeErr("stat", p, err)
+		}
+		return &st, nil
+	}
+}
+
+// entryFor: lstat + EntryInfo; the lstat error as is (ENOENT etc.).
+func (s *fsService) entryFor(abs string) (*fspb.EntryInfo, error) {
+	st, err := lstatT(abs)
+	if err != nil {
+		return nil, err
+	}
+	return entryFromStat(abs, st, s.env.Users.Accounts(), abs), nil
+}

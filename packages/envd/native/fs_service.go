@@ -1,0 +1,247 @@
+package main
+
+// filesystem.Filesystem (packages/protocol/proto/filesystem): Stat, MakeDir, Move, ListDir
+// and Remove here, WatchDir and the polling watchers in fs_watch_service.go. Everything runs
+// as envd's own user (root in a sandbox); the RPC's user decides how paths resolve and who
+// owns what MakeDir and Move create.
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"unicode/utf8"
+
+	fspb "aenv/envd/gen/filesystem"
+	"google.golang.org/protobuf/proto"
+)
+
+type fsService struct{ env *Env }
+
+func registerFilesystemService(rt *rpcRoutes, env *Env) {
+	s := &fsService{env: env}
+	const pre = "/filesystem.Filesystem/"
+	rt.unary[pre+"Stat"] = s.stat
+	rt.unary[pre+"MakeDir"] = s.makeDir
+	rt.unary[pre+"Move"] = s.move
+	rt.unary[pre+"ListDir"] = s.listDir
+	rt.unary[pre+"Remove"] = s.remove
+	rt.stream[pre+"WatchDir"] = s.watchDir
+	rt.unary[pre+"CreateWatcher"] = s.createWatcher
+	rt.unary[pre+"GetWatcherEvents"] = s.getWatcherEvents
+	rt.unary[pre+"RemoveWatcher"] = s.removeWatcher
+}
+
+// resolveFor is the request's path resolved for the RPC's user.
+func (s *fsService) resolveFor(c *Call, p string) (string, *User, error) {
+	u, err := s.env.rpcUser(c)
+	if err != nil {
+		return "", nil, err
+	}
+	return s.env.resolvePathFor(p, u), u, nil
+}
+
+// requireDir: p must exist (following symlinks) and be a directory.
+func requireDir(p string) error {
+	st, err := statT(p)
+	if err != nil {
+		return fsRPCError(err, p)
+	}
+	if !isDirMode(st.Mode) {
+		return rpcErr(CodeInvalidArgument, "path '%s' is not a directory", p)
+	}
+	return nil
+}
+
+func (s *fsService) stat(c *Call) (proto.Message, error) {
+	req := &fspb.StatRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	rp := req.GetPath()
+	p, _, err := s.resolveFor(c, rp)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.entryFor(p)
+	if err != nil {
+		return nil, fsRPCError(err, p)
+	}
+	return &fspb.StatResponse{Entry: e}, nil
+}
+
+func (s *fsService) makeDir(c *Call) (proto.Message, error) {
+	req := &fspb.MakeDirRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	rp := req.GetPath()
+	p, u, err := s.resolveFor(c, rp)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := statT(p); err == nil {
+		if isDirMode(st.Mode) {
+			return nil, rpcErr(CodeAlreadyExists, "directory '%s' already exists", p)
+		}
+		return nil, rpcErr(CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
+	} else if !isErrno(err, syscall.ENOENT) {
+		return nil, fsRPCError(err, p)
+	}
+	if _, err := mkdirpOwnedFs(p, u); err != nil {
+		if isErrno(err, syscall.EEXIST) {
+			return nil, rpcErr(CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
+		}
+		return nil, fsRPCError(err, p)
+	}
+	e, err := s.entryFor(p)
+	if err != nil {
+		return nil, fsRPCError(err, p)
+	}
+	return &fspb.MakeDirResponse{Entry: e}, nil
+}
+
+func (s *fsService) move(c *Call) (proto.Message, error) {
+	req := &fspb.MoveRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	rsrc, rdst := req.GetSource(), req.GetDestination()
+	u, err := s.env.rpcUser(c)
+	if err != nil {
+		return nil, err
+	}
+	src := s.env.resolvePathFor(rsrc, u)
+	dst := s.env.resolvePathFor(rdst, u)
+	if _, err := lstatT(src); err != nil {
+		return nil, fsRPCError(err, src)
+	}
+	if _, err := mkdirpOwnedFs(filepath.Dir(dst), u); err != nil {
+		return nil, fsRPCError(err, dst)
+	}
+	if err := syscall.Rename(src, dst); err != nil {
+		if err != syscall.EXDEV {
+			if n := errnoOf(err); n != 0 {
+				err = &nodeFsError{errno: n, call: "rename", path: src, dest: dst}
+			}
+			return nil, fsRPCError(err, dst)
+		}
+		// another filesystem: copy (timestamps kept, symlinks verbatim), then remove the source
+		if err := copyTree(src, dst); err != nil {
+			return nil, fsRPCError(err, dst)
+		}
+		if err := os.RemoveAll(src); err != nil {
+			return nil, fsRPCError(removeErr(err), dst)
+		}
+	}
+	e, err := s.entryFor(dst)
+	if err != nil {
+		return nil, fsRPCError(err, dst)
+	}
+	return &fspb.MoveResponse{Entry: e}, nil
+}
+
+// copyTree copies src onto dst as Node's fs.cp(src, dst, {recursive, force,
+// preserveTimestamps, verbatimSymlinks}) does: modes and times kept, existing files replaced,
+// existing directories merged.
+func fsLess(a, b string) bool {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			ka, kb := utf16Key(ra), utf16Key(rb)
+			if ka != kb {
+				return ka < kb
+			}
+			return ra < rb
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return a == "" && b != ""
+}
+
+func utf16Key(r rune) rune {
+	if r >= 0x10000 {
+		return 0xD800 + ((r - 0x10000) >> 10)
+	}
+	return r
+}
+
+func (s *fsService) listInto(dir, display string, depth uint32, acc *Accounts, out *[]*fspb.EntryInfo, isRoot bool) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		if isRoot {
+			return nodeErr("scandir", dir, err)
+		}
+		return nil // unreadable or vanished subdirectory: skipped
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		if isRoot {
+			return nodeErr("scandir", dir, err)
+		}
+		return nil
+	}
+	sort.Slice(names, func(i, j int) bool { return fsLess(names[i], names[j]) })
+	for _, n := range names {
+		abs := filepath.Join(dir, n)
+		st, err := lstatT(abs)
+		if err != nil {
+			continue // vanished meanwhile
+		}
+		disp := filepath.Join(display, n)
+		*out = append(*out, entryFromStat(abs, st, acc, disp))
+		if depth > 1 && isDirMode(st.Mode) {
+			s.listInto(abs, disp, depth-1, acc, out, false)
+		}
+	}
+	return nil
+}
+
+func (s *fsService) listDir(c *Call) (proto.Message, error) {
+	req := &fspb.ListDirRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	rp := req.GetPath()
+	depth := req.GetDepth()
+	p, _, err := s.resolveFor(c, rp)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireDir(p); err != nil {
+		return nil, err
+	}
+	if depth < 1 {
+		depth = 1
+	}
+	var out []*fspb.EntryInfo
+	if err := s.listInto(p, p, depth, s.env.Users.Accounts(), &out, true); err != nil {
+		return nil, fsRPCError(err, p)
+	}
+	return &fspb.ListDirResponse{Entries: out}, nil
+}
+
+func (s *fsService) remove(c *Call) (proto.Message, error) {
+	req := &fspb.RemoveRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	rp := req.GetPath()
+	p, _, err := s.resolveFor(c, rp)
+	if err != nil {
+		return nil, err
+	}
+	// as Node's fs.rm(p, {recursive, force}): lstat first (a missing path is fine)
+	if _, err := lstatT(p); err != nil {
+		if isErrno(err, syscall.ENOENT) {
+			return &fspb.RemoveResponse{}, nil
+		}
+		return nil, fsRPCError(err, p)
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return nil, fsRPCError(removeErr(err), p)
+	}
+	return &fspb.RemoveResponse{}, nil
+}

@@ -1,0 +1,162 @@
+package main
+
+// WatchDir (a server stream of a directory's changes) and the polling watchers for clients
+// that cannot hold a stream open (CreateWatcher, GetWatcherEvents, RemoveWatcher).
+
+import (
+	"sync"
+	"time"
+
+	fspb "aenv/envd/gen/filesystem"
+	"google.golang.org/protobuf/proto"
+)
+
+// watchRequest is what WatchDirRequest and CreateWatcherRequest share.
+type watchRequest interface {
+	GetPath() string
+	GetRecursive() bool
+	GetIncludeEntry() bool
+}
+
+// startWatcher resolves and checks the directory, then watches it; events go to push.
+func (s *fsService) startWatcher(c *Call, r watchRequest, push func(*fspb.FilesystemEvent)) (*dirWatcher, error) {
+	p, _, err := s.resolveFor(c, r.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := requireDir(p); err != nil {
+		return nil, err
+	}
+	w := newDirWatcher(p, r.GetRecursive(), r.GetIncludeEntry(), s.env.Users, push)
+	if err := w.start(); err != nil {
+		w.Close()
+		return nil, fsRPCError(err, p)
+	}
+	return w, nil
+}
+
+func (s *fsService) watchDir(c *Call, send func(proto.Message) error) error {
+	r := &fspb.WatchDirRequest{}
+	if err := c.Decode(r); err != nil {
+		return err
+	}
+	q := newWatchQueue()
+	w, err := s.startWatcher(c, r, q.push)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := send(&fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Start{Start: &fspb.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	// ends at the Connect-Timeout-Ms deadline or when the client goes away (no error: `{}`)
+	interval := keepaliveInterval(c.Header)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	flush := func() (bool, error) {
+		evs := q.take()
+		for _, ev := range evs {
+			if err := send(&fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+				return false, err
+			}
+		}
+		return len(evs) > 0, nil
+	}
+	for {
+		sent, err := flush()
+		if err != nil {
+			return err
+		}
+		if sent {
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(interval)
+		}
+		select {
+		case <-c.Ctx.Done():
+			_, err := flush()
+			return err
+		case <-q.wake:
+		case <-timer.C:
+			if q.len() == 0 {
+				if err := send(&fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Keepalive{Keepalive: &fspb.WatchDirResponse_KeepAlive{}}}); err != nil {
+					return err
+				}
+			}
+			timer.Reset(interval)
+		}
+	}
+}
+
+func (s *fsService) createWatcher(c *Call) (proto.Message, error) {
+	r := &fspb.CreateWatcherRequest{}
+	if err := c.Decode(r); err != nil {
+		return nil, err
+	}
+	id, err := s.env.Watchers.create(func(push func(*fspb.FilesystemEvent)) (*dirWatcher, error) {
+		return s.startWatcher(c, r, push)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &fspb.CreateWatcherResponse{WatcherId: id}, nil
+}
+
+func (s *fsService) getWatcherEvents(c *Call) (proto.Message, error) {
+	req := &fspb.GetWatcherEventsRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	evs, err := s.env.Watchers.drain(req.GetWatcherId())
+	if err != nil {
+		return nil, err
+	}
+	return &fspb.GetWatcherEventsResponse{Events: evs}, nil
+}
+
+func (s *fsService) removeWatcher(c *Call) (proto.Message, error) {
+	req := &fspb.RemoveWatcherRequest{}
+	if err := c.Decode(req); err != nil {
+		return nil, err
+	}
+	if err := s.env.Watchers.remove(req.GetWatcherId()); err != nil {
+		return nil, err
+	}
+	return &fspb.RemoveWatcherResponse{}, nil
+}
+
+type watchQueue struct {
+	mu    sync.Mutex
+	items []*fspb.FilesystemEvent
+	wake  chan struct{}
+}
+
+func newWatchQueue() *watchQueue { return &watchQueue{wake: make(chan struct{}, 1)} }
+
+func (q *watchQueue) push(ev *fspb.FilesystemEvent) {
+	q.mu.Lock()
+	q.items = append(q.items, ev)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *watchQueue) take() []*fspb.FilesystemEvent {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = nil
+	return items
+}
+
+func (q *watchQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
