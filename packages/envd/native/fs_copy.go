@@ -10,6 +10,9 @@ import (
 	"syscall"
 )
 
+// copyTree copies src onto dst as Node's fs.cp(src, dst, {recursive, force,
+// preserveTimestamps, verbatimSymlinks}) does: modes and times kept, existing files replaced,
+// existing directories merged.
 func copyTree(src, dst string) error {
 	st, err := lstatT(src)
 	if err != nil {
@@ -147,5 +150,3 @@ func removeErr(err error) error {
 	}
 	return nodeErr(call, pe.Path, pe.Err)
 }
-
-// fsLess orders names as JavaScript's `<` on strings does (UTF-16 code units).

@@ -141,9 +141,7 @@ func (s *fsService) move(c *Call) (proto.Message, error) {
 	return &fspb.MoveResponse{Entry: e}, nil
 }
 
-// copyTree copies src onto dst as Node's fs.cp(src, dst, {recursive, force,
-// preserveTimestamps, verbatimSymlinks}) does: modes and times kept, existing files replaced,
-// existing directories merged.
+// fsLess orders names as JavaScript's `<` on strings does (UTF-16 code units).
 func fsLess(a, b string) bool {
 	for a != "" && b != "" {
 		ra, na := utf8.DecodeRuneInString(a)

@@ -114,10 +114,10 @@ export async function startServer(
   const egressCa = await EgressCa.open(cfg.egress.caDir ?? join(cfg.dataDir, "egress-ca"));
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, cfg.envd);
-  let nodeRuntimeDir: string | undefined = cfg.envd === "node" ? runtimeDir : undefined;
+  let nativeRuntimeDir: string | undefined = cfg.envd === "native" ? runtimeDir : undefined;
   const buildRuntimeDir = () => {
-    nodeRuntimeDir ??= prepareEnvdRuntime(paths.envdRuntimeRoot, "node");
-    return nodeRuntimeDir;
+    nativeRuntimeDir ??= prepareEnvdRuntime(paths.envdRuntimeRoot, "native");
+    return nativeRuntimeDir;
   };
   const runtime = await probing;
   const sync = cfg.repository.commitTemplates

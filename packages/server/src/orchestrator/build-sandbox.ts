@@ -12,8 +12,8 @@ export interface BuildSandbox {
 }
 
 /**
- * A throwaway sandbox whose writes go straight to `rootfs`, for template build steps. It runs
- * the Node envd, whose node the steps use; the caller runs the steps and must call close().
+ * A throwaway sandbox whose writes go straight to `rootfs`, for template build steps (which
+ * its envd runs: templates/in-sandbox.ts); the caller runs the steps and must call close().
  */
 export async function startBuildSandbox(
   d: {

@@ -49,7 +49,7 @@ export interface OrchestratorDeps {
   /** The /.aenv folder new sandboxes get (envd and its runtime). */
   runtimeDir: string;
   /**
-   * The /.aenv folder of template build sandboxes: the Node one, whose node runs the build
+   * The /.aenv folder of template build sandboxes: the native one, whose envd runs the build
    * steps' COPY and account changes (templates/in-sandbox.ts). Made on the first build.
    */
   buildRuntimeDir: () => string;
