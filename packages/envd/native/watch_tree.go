@@ -1,0 +1,378 @@
+package main
+
+// One watched tree (a WatchDir stream or a polling watcher): its directories' watches on the
+// shared inotify instance, and raw events turned into CREATE, WRITE, REMOVE, RENAME and CHMOD.
+
+import (
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	fspb "aenv/envd/gen/filesystem"
+)
+
+type watchRaw struct {
+	wd     int32
+	dir    string
+	name   string // "" for an event about dir itself
+	mask   uint32
+	cookie uint32
+}
+
+// isChange: only modified or attributes (fs.watch's "change"); everything else is a "rename".
+func (r *watchRaw) isChange() bool {
+	return r.mask&(syscall.IN_CREATE|syscall.IN_DELETE|syscall.IN_MOVED_FROM|syscall.IN_MOVED_TO) == 0
+}
+
+type watchKnown struct {
+	ino     uint64
+	mode    uint32
+	mtimeMs float64
+	size    int64
+	isDir   bool
+}
+
+func knownOf(st *syscall.Stat_t) watchKnown {
+	return watchKnown{ino: st.Ino, mode: st.Mode, mtimeMs: mtimeMs(st), size: st.Size, isDir: isDirMode(st.Mode)}
+}
+
+type dirWatcher struct {
+	root         string
+	recursive    bool
+	includeEntry bool
+	users        *UserDb
+	onEvent      func(*fspb.FilesystemEvent)
+	hub          *inotifyHub
+
+	mu     sync.Mutex
+	closed bool
+	raw    []watchRaw
+	dirs   map[string]int32 // watched directory → its inotify watch
+	wake   chan struct{}
+	stop   chan struct{}
+
+	// the processing goroutine's (and start's, before it runs)
+	cache   map[string]watchKnown
+	uploads map[string]time.Time // targets of envd uploads in flight (temp file seen)
+}
+
+func newDirWatcher(root string, recursive, includeEntry bool, users *UserDb, onEvent func(*fspb.FilesystemEvent)) *dirWatcher {
+	return &dirWatcher{
+		root: root, recursive: recursive, includeEntry: includeEntry, users: users, onEvent: onEvent,
+		dirs: map[string]int32{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		cache: map[string]watchKnown{}, uploads: map[string]time.Time{},
+	}
+}
+
+// watchErr words a failure to watch p as Node's fs.watch does.
+func watchErr(p string, err error) error {
+	n := errnoOf(err)
+	if n == 0 {
+		return err
+	}
+	e := &nodeFsError{errno: n, call: "watch", path: p}
+	if n == syscall.ENOSPC {
+		e.text = "System limit for number of file watchers reached"
+	}
+	return e
+}
+
+// start watches the root (and, when recursive, the tree below it) and remembers its contents.
+func (w *dirWatcher) start() error {
+	h, err := getInotifyHub()
+	if err != nil {
+		return watchErr(w.root, err)
+	}
+	w.hub = h
+	if err := w.addDir(w.root, true, false); err != nil {
+		return err
+	}
+	go w.process()
+	return nil
+}
+
+func (w *dirWatcher) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// Close stops the watcher; no event is delivered after it returns.
+func (w *dirWatcher) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	dirs := w.dirs
+	w.dirs = map[string]int32{}
+	w.raw = nil
+	close(w.stop)
+	w.mu.Unlock()
+	if w.hub != nil {
+		for d, wd := range dirs {
+			w.hub.remove(w, d, wd)
+		}
+	}
+}
+
+func (w *dirWatcher) enqueue(batch []watchRaw) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.raw = append(w.raw, batch...)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *dirWatcher) pop() (watchRaw, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(w.raw) == 0 {
+		return watchRaw{}, false
+	}
+	r := w.raw[0]
+	w.raw[0] = watchRaw{}
+	w.raw = w.raw[1:]
+	if len(w.raw) == 0 {
+		w.raw = nil
+	}
+	return r, true
+}
+
+// addDir watches dir (and, when recursive, its subdirectories) and remembers what it holds.
+// With announce (a directory that appeared while watching), entries already inside it are
+// reported as created: they were made before its watch could see them.
+func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	if _, ok := w.dirs[dir]; ok {
+		w.mu.Unlock()
+		return nil
+	}
+	if len(w.dirs) >= maxWatchedDirs {
+		w.mu.Unlock()
+		log.Printf("watch limit reached (%d directories): %s is not watched", maxWatchedDirs, dir)
+		return nil
+	}
+	wd, err := w.hub.add(w, dir)
+	if err != nil {
+		w.mu.Unlock()
+		if isRoot {
+			return watchErr(dir, err)
+		}
+		if debugLog {
+			log.Printf("cannot watch directory %s: %v", dir, err)
+		}
+		return nil
+	}
+	w.dirs[dir] = wd
+	w.mu.Unlock()
+
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil && len(names) == 0 {
+		return nil
+	}
+	for _, n := range names {
+		full := filepath.Join(dir, n)
+		st, err := lstatT(full)
+		if err != nil || w.isClosed() {
+			continue
+		}
+		_, seen := w.cache[full]
+		w.cache[full] = knownOf(st)
+		if announce && !seen {
+			w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
+		}
+		if w.recursive && isDirMode(st.Mode) {
+			w.addDir(full, false, announce)
+		}
+	}
+	return nil
+}
+
+// dropDir stops watching dir and everything below it (only if dir's watch is still wd, when wd ≥ 0).
+func (w *dirWatcher) dropDir(dir string, wd int32) {
+	prefix := dir + "/"
+	w.mu.Lock()
+	if cur, ok := w.dirs[dir]; wd >= 0 && (!ok || cur != wd) {
+		w.mu.Unlock()
+		return
+	}
+	var gone []inotifySub
+	var wds []int32
+	for d, id := range w.dirs {
+		if d == dir || strings.HasPrefix(d, prefix) {
+			delete(w.dirs, d)
+			gone = append(gone, inotifySub{w, d})
+			wds = append(wds, id)
+		}
+	}
+	w.mu.Unlock()
+	for i, s := range gone {
+		w.hub.remove(w, s.dir, wds[i])
+	}
+	for k := range w.cache {
+		if strings.HasPrefix(k, prefix) {
+			delete(w.cache, k)
+		}
+	}
+}
+
+func (w *dirWatcher) process() {
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.wake:
+		}
+		for {
+			r, ok := w.pop()
+			if !ok {
+				break
+			}
+			w.handle(&r)
+		}
+	}
+}
+
+func (w *dirWatcher) handle(ev *watchRaw) {
+	if ev.name == "" {
+		// about a watched directory itself: deleted or moved away → handled via its parent
+		if ev.mask&syscall.IN_IGNORED != 0 {
+			w.dropDir(ev.dir, ev.wd)
+		} else if ev.mask&(syscall.IN_DELETE_SELF|syscall.IN_MOVE_SELF) != 0 {
+			if _, err := lstatT(ev.dir); err != nil {
+				w.dropDir(ev.dir, ev.wd)
+			}
+		}
+		return
+	}
+	if target, ok := uploadTargetOf(ev.name); ok {
+		// envd's own upload temp file: hidden; its rename onto the target is reported instead
+		if len(w.uploads) > 1000 {
+			for k, t := range w.uploads {
+				if time.Since(t) > time.Minute {
+					delete(w.uploads, k)
+				}
+			}
+		}
+		w.uploads[filepath.Join(ev.dir, target)] = time.Now()
+		return
+	}
+	full := filepath.Join(ev.dir, ev.name)
+	st, _ := lstatT(full)
+	prev, hadPrev := w.cache[full]
+	if ev.isChange() {
+		if st == nil {
+			return
+		}
+		w.cache[full] = knownOf(st)
+		chmodOnly := hadPrev && prev.mode != st.Mode && prev.mtimeMs == mtimeMs(st) && prev.size == st.Size
+		if hadPrev && prev.isDir && isDirMode(st.Mode) {
+			// a directory's mtime and size follow its contents, which its parent's events do not
+			// track: only the mode tells a chmod
+			chmodOnly = prev.mode != st.Mode
+		}
+		if chmodOnly {
+			w.emit(full, fspb.EventType_EVENT_TYPE_CHMOD, st)
+		} else {
+			w.emit(full, fspb.EventType_EVENT_TYPE_WRITE, st)
+		}
+		return
+	}
+	if st != nil {
+		w.cache[full] = knownOf(st)
+		if hadPrev && prev.isDir && (prev.ino != st.Ino || !isDirMode(st.Mode)) {
+			w.dropDir(full, -1)
+		}
+		if at, ok := w.uploads[full]; ok {
+			delete(w.uploads, full)
+			if time.Since(at) < time.Minute {
+				// an upload committed: like an in-place write (CREATE first when the file is new)
+				if !hadPrev {
+					w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
+				}
+				w.emit(full, fspb.EventType_EVENT_TYPE_WRITE, st)
+				return
+			}
+		}
+		w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
+		if w.recursive && isDirMode(st.Mode) {
+			w.addDir(full, false, true)
+		}
+		return
+	}
+	// gone: renamed away (its inode reappears among the queued events) or removed
+	delete(w.cache, full)
+	if hadPrev && prev.isDir {
+		w.dropDir(full, -1)
+	}
+	if hadPrev && w.reappears(prev.ino, full, ev) {
+		w.emit(full, fspb.EventType_EVENT_TYPE_RENAME, nil)
+	} else {
+		w.emit(full, fspb.EventType_EVENT_TYPE_REMOVE, nil)
+	}
+}
+
+// reappears: a queued create/move event names another path with inode ino (or is the
+// MOVED_TO half of ev's rename).
+func (w *dirWatcher) reappears(ino uint64, gone string, ev *watchRaw) bool {
+	w.mu.Lock()
+	queued := make([]watchRaw, len(w.raw))
+	copy(queued, w.raw)
+	w.mu.Unlock()
+	for i := range queued {
+		r := &queued[i]
+		if r.name == "" || r.isChange() {
+			continue
+		}
+		if ev.mask&syscall.IN_MOVED_FROM != 0 && ev.cookie != 0 && r.mask&syscall.IN_MOVED_TO != 0 && r.cookie == ev.cookie {
+			return true
+		}
+		candidate := filepath.Join(r.dir, r.name)
+		if candidate == gone {
+			continue
+		}
+		if st, err := lstatT(candidate); err == nil && st.Ino == ino {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *dirWatcher) emit(full string, typ fspb.EventType, st *syscall.Stat_t) {
+	name, err := filepath.Rel(w.root, full)
+	if err != nil || name == "." || name == ".." || strings.HasPrefix(name, "../") {
+		return
+	}
+	if !w.recursive && strings.Contains(name, "/") {
+		return
+	}
+	var entry *fspb.EntryInfo
+	if w.includeEntry && st != nil && typ != fspb.EventType_EVENT_TYPE_REMOVE && typ != fspb.EventType_EVENT_TYPE_RENAME {
+		entry = entryFromStat(full, st, w.users.Accounts(), full)
+	}
+	if w.isClosed() {
+		return
+	}
+	w.onEvent(&fspb.FilesystemEvent{Name: name, Type: typ, Entry: entry})
+}
