@@ -92,6 +92,21 @@ export const MetricsQuery = z.object({
   end: z.coerce.number().int().optional(),
 });
 
+/** GET /sandboxes/{id}/logs: from `start` (Unix ms), at most `limit` entries. */
+export const LogsQueryV1 = z.object({
+  start: z.coerce.number().int().min(0).optional(),
+  limit: z.coerce.number().int().min(0).max(100_000).default(1000),
+});
+
+/** GET /v2/sandboxes/{id}/logs (E2B's parameters). */
+export const LogsQueryV2 = z.object({
+  cursor: z.coerce.number().int().min(0).optional(),
+  limit: z.coerce.number().int().min(0).max(1000).default(1000),
+  direction: z.enum(["forward", "backward"]).default("forward"),
+  level: z.enum(["debug", "info", "warn", "error"]).optional(),
+  search: z.string().max(256).optional(),
+});
+
 export const SandboxIdParams = z.object({ sandboxID: z.string().min(1).max(128) });
 
 export const PauseBody = z.looseObject({ memory: z.boolean().optional() });

@@ -77,6 +77,28 @@ export interface SnapshotInfo {
   updatedAt: string;
 }
 
+/** E2B `LogLevel`. */
+export type SandboxLogLevel = "debug" | "info" | "warn" | "error";
+
+/** E2B `SandboxLogEntry`: one line of a sandbox's logs. */
+export interface SandboxLogEntry {
+  timestamp: string;
+  level: SandboxLogLevel;
+  message: string;
+  fields: Record<string, string>;
+}
+
+/** GET /sandboxes/{id}/logs (E2B `SandboxLogs`, deprecated there in favour of v2). */
+export interface SandboxLogsV1 {
+  logs: Array<{ timestamp: string; line: string }>;
+  logEntries: SandboxLogEntry[];
+}
+
+/** GET /v2/sandboxes/{id}/logs (E2B `SandboxLogsV2Response`). */
+export interface SandboxLogsV2 {
+  logs: SandboxLogEntry[];
+}
+
 /** One sample of GET /sandboxes/{id}/metrics. */
 export interface SandboxMetric {
   timestamp: string;

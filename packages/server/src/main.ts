@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import pino, { type Logger } from "pino";
 import { ConfigError, loadConfig, type ServerConfig } from "./config.js";
+import { SandboxLogBook } from "./orchestrator/sandbox-log-book.js";
 import { RuntimeUnavailableError } from "./runtime/driver.js";
 import { startServer } from "./server.js";
 import { BackendUnavailableError } from "./storage/repository/backend.js";
@@ -86,7 +87,9 @@ async function main(): Promise<void> {
     console.error(`aenv-server: ${err.message}`);
     process.exit(2);
   }
-  const log = pino({ level: cfg.logLevel });
+  // What the server logs about a sandbox is also kept for its logs API (GET /v2/sandboxes/{id}/logs).
+  const logBook = new SandboxLogBook();
+  const log = pino({ level: cfg.logLevel, hooks: { logMethod: logBook.hook() } });
   installSafetyNet(log);
   if (process.getuid?.() !== 0) {
     log.fatal("aenv-server must run as root (gVisor sandboxes, network namespaces, checkpoints)");
@@ -94,7 +97,7 @@ async function main(): Promise<void> {
   }
   let server: Awaited<ReturnType<typeof startServer>>;
   try {
-    server = await startServer(cfg, log);
+    server = await startServer(cfg, log, logBook);
   } catch (err) {
     if (err instanceof RuntimeUnavailableError || err instanceof BackendUnavailableError) {
       log.fatal(err.message);

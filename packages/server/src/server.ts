@@ -14,6 +14,7 @@ import { HeaderRewriter } from "./network/egress-rewriter.js";
 import { SlotPool } from "./network/slots.js";
 import { NodePaths } from "./node-paths.js";
 import { Orchestrator, type RecoveryReport } from "./orchestrator/orchestrator.js";
+import { SandboxLogBook } from "./orchestrator/sandbox-log-book.js";
 import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { GvisorDriver } from "./runtime/gvisor/driver.js";
@@ -65,6 +66,7 @@ export interface RunningServer {
 export async function startServer(
   cfg: ServerConfig,
   log: Logger = pino({ level: cfg.logLevel }),
+  logBook = new SandboxLogBook(),
 ): Promise<RunningServer> {
   // Only root reads the data dir: it holds tokens, env vars, sandbox memory images.
   mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
@@ -141,6 +143,7 @@ export async function startServer(
     // Checkpoints restore only on the same runtime build and platform and /.aenv contents.
     checkpointKey,
     egressCa,
+    logBook,
     ...(sync
       ? {
           fetchTemplate: (ref: string) => sync.fetch(ref),

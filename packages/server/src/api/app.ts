@@ -17,6 +17,7 @@ import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/h
 import { endWithError } from "../util/socket-error.js";
 import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
 import { installErrorHandling } from "./error-handler.js";
+import { sandboxLogRoutes } from "./routes/sandbox-logs.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { secretRoutes } from "./routes/secrets.js";
 import { templateRoutes } from "./routes/templates.js";
@@ -146,6 +147,7 @@ export function buildApp(o: AppOptions): App {
     ctx: { domain: o.domain },
     secretBinding: (name) => o.secrets.bindingOf(name),
   });
+  void fastify.register(sandboxLogRoutes, { orch: o.orch });
   void fastify.register(templateRoutes, {
     templates: o.templates,
     builder: o.builder,

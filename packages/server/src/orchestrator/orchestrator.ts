@@ -30,6 +30,8 @@ import { SandboxRegistry } from "./registry.js";
 import { PausedRetention } from "./retention.js";
 import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
+import type { SandboxLogBook } from "./sandbox-log-book.js";
+import { type ConsoleEntry, parseConsole } from "./sandbox-logs.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
 import { TemplateTrees } from "./template-trees.js";
@@ -63,6 +65,8 @@ export interface OrchestratorDeps {
   volumes: VolumeLookup;
   /** Brings a template another server committed to the repository onto this node. */
   fetchTemplate?: (ref: string) => Promise<Template | undefined>;
+  /** What the server logged about each sandbox, for its logs API. */
+  logBook?: SandboxLogBook;
   /** Brings one template revision's tree from the repository (TemplateSync.fetchTree). */
   fetchTemplateTree?: (id: string, tree: string) => Promise<boolean>;
 }
@@ -200,6 +204,7 @@ export class Orchestrator {
     });
     this.onKilled((id) => this.metricsHistory.forget(id));
     this.onKilled((id) => this.hibernation.forget(id));
+    this.onKilled((id) => this.d.logBook?.forget(id));
     this.lifetimes = new Lifetimes({
       cfg,
       store,
@@ -448,6 +453,14 @@ export class Orchestrator {
   /** Samples kept over the sandbox's life within [start, end] (Unix seconds), and one now. */
   metrics(id: string, range: { start?: number; end?: number } = {}): Promise<SandboxMetric[]> {
     return this.metricsHistory.query(id, range);
+  }
+
+  /** Its logs, oldest first: what the server logged about it and its console (sandbox-logs.ts). */
+  async logs(id: string): Promise<ConsoleEntry[]> {
+    const { rec } = this.registry.mustGet(id);
+    const out = await this.d.driver.console?.(this.d.paths.sandboxRun(rec.dir, rec.runtimeId));
+    const console = out ? parseConsole(out.text, out.modified) : [];
+    return [...(this.d.logBook?.of(id) ?? []), ...console].sort((a, b) => a.ms - b.ms);
   }
 
   /** Where the proxy sends traffic (auto-resuming when the sandbox allows it). */

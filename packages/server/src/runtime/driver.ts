@@ -76,6 +76,11 @@ export interface RuntimeDriver {
   /** Stops and removes the sandbox and its runtime state; idempotent. Can take a while. */
   destroy(id: string): Promise<void>;
   isRunning(id: string): Promise<boolean>;
+  /**
+   * What the sandbox wrote to its console in one run folder (its init's and envd's stdout and
+   * stderr), with the time it was last written; undefined when there is none (optional).
+   */
+  console?(runDir: string): Promise<{ text: string; modified: Date } | undefined>;
   stats(id: string): Promise<SandboxStats | undefined>;
   /**
    * Hibernation (optional): stop every thread of the sandbox where it stands, memory kept in

@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
@@ -259,6 +260,17 @@ export class GvisorDriver implements RuntimeDriver {
       if (!CGROUP_V2) return Number(readFileSync(this.cgroup("cpuacct", id, "cpuacct.usage", ""), "utf8"));
       const m = /^usage_usec (\d+)$/m.exec(readFileSync(this.cgroup("cpuacct", id, "", "cpu.stat"), "utf8"));
       return m ? Number(m[1]) * 1000 : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async console(runDir: string): Promise<{ text: string; modified: Date } | undefined> {
+    const file = join(runDir, "runsc.log");
+    try {
+      // Bounded by the console guard (plus what one second adds): read whole.
+      const [text, st] = await Promise.all([readFile(file, "utf8"), stat(file)]);
+      return { text, modified: st.mtime };
     } catch {
       return undefined;
     }
