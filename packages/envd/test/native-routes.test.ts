@@ -7,7 +7,7 @@ import http from "node:http";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
 import { ENVD_HEAP_REDUCE_PATH, ENVD_QUIESCE_PATH } from "@aenv/protocol";
-import { type Harness, needsRoot, startHarness, TOKEN, testsNative } from "./helpers.js";
+import { type Harness, needsRoot, startHarness, TOKEN } from "./helpers.js";
 
 function request(
   url: string,

@@ -53,6 +53,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "api.keep_alive_timeout_secs": "int",
   "api.idle_timeout_secs": "int",
   "api.max_connections": "int",
+  "api.max_connections_per_client": "int",
   "proxy.tunnel_idle_timeout_secs": "int",
   "repository.backend": "string",
   "repository.path": "string",
