@@ -2,7 +2,7 @@
 // real aenv-server whose sandboxes are real runsc sandboxes.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError } from "e2b";
+import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError, TimeoutError } from "e2b";
 import { untilListening, untilTrue } from "./helpers/sandbox.js";
 import { cleanupDataDir, getViaHost, startServer, type TestServer, useE2b } from "./helpers/server.js";
 
@@ -184,8 +184,9 @@ describe("commands", () => {
     assert.equal(r.stdout, "unset\n");
   });
 
-  test("timeoutMs bounds a command's lifetime", async () => {
-    await assert.rejects(sbx.commands.run("sleep 30", { timeoutMs: 1500 }));
+  test("timeoutMs bounds a command's lifetime: the SDK's TimeoutError, as on E2B", async () => {
+    // E2B's envd ends the stream with deadline_exceeded; the SDKs make it their timeout error.
+    await assert.rejects(sbx.commands.run("sleep 30", { timeoutMs: 1500 }), TimeoutError);
     const r = await sbx.commands.run("pgrep -x sleep -a || true");
     assert.doesNotMatch(r.stdout, /sleep 30/);
   });

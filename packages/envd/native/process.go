@@ -21,8 +21,6 @@ const (
 	// has been quiet this long, or at most exitDrainMax
 	exitFlush    = 250 * time.Millisecond
 	exitDrainMax = 5 * time.Second
-	// extra time a deadline-ended stream waits for the end of the process its deadline killed
-	deadlineGrace = time.Second
 	// events queued for one subscriber; when full, the process's output is not read further
 	subscriberQueue = 128
 	readChunk       = 32 << 10

@@ -127,8 +127,8 @@ func (s *processService) connect(c *Call, send func(proto.Message) error) error 
 }
 
 // streamProcess sends start{pid}, then the process's events as they come, with keepalives
-// after silence, until its end (or the client leaves: the process keeps running). A deadline
-// still lets the end of the process it killed through (deadlineGrace).
+// after silence, until its end (or the client leaves: the process keeps running), or its
+// deadline (a deadline_exceeded error).
 func streamProcess(c *Call, send func(*pb.ProcessEvent) error, p *proc, sub *subscriber, ended *endInfo) error {
 	defer p.unsubscribe(sub)
 	if err := send(startEvent(p.pid)); err != nil {
@@ -162,21 +162,10 @@ func streamProcess(c *Call, send func(*pb.ProcessEvent) error, p *proc, sub *sub
 			if c.Ctx.Err() != context.DeadlineExceeded {
 				return nil // the client left
 			}
-			grace := time.NewTimer(deadlineGrace)
-			defer grace.Stop()
-			for {
-				select {
-				case ev := <-sub.ch:
-					if err := send(ev.message()); err != nil {
-						return err
-					}
-					if ev.end != nil {
-						return nil
-					}
-				case <-grace.C:
-					return nil
-				}
-			}
+			// Past its deadline the stream ends with deadline_exceeded, as E2B's envd ends it:
+			// the SDKs turn that into their timeout error. The process itself is killed by its
+			// lifetime (setLifetime), which is the same deadline.
+			return rpcErr(CodeDeadlineExceeded, "the command ran past its timeout and was killed")
 		}
 	}
 }

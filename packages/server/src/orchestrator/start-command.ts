@@ -30,7 +30,11 @@ export async function runStartCommand(
   const ready = tpl.readyCmd ?? "sleep 20";
   const deadline = Date.now() + READY_TIMEOUT_MS;
   for (let attempt = 1; ; attempt++) {
-    const r = await envdProcess(ip, { ...sh(ready), timeoutMs: 30_000 });
+    // A check that runs past its own timeout ends in deadline_exceeded: not ready yet, try again.
+    const r = await envdProcess(ip, { ...sh(ready), timeoutMs: 30_000 }).catch((err: Error) => ({
+      exitCode: -1,
+      error: err.message,
+    }));
     if (r.exitCode === 0) {
       onLog?.(`ready command passed (attempt ${attempt})`);
       return;
