@@ -61,6 +61,14 @@ function fingerprint(dir: string): string {
   return h.digest("hex");
 }
 
+test("posix_fs: a write creates a missing repository root, as a mkdir -p would", async () => {
+  const { root } = arena();
+  const b = new PosixFsBackend(join(root, "not", "yet"));
+  await b.put("leases/x.json", Buffer.from("{}"));
+  assert.equal((await b.get("leases/x.json"))?.toString(), "{}");
+  assert.equal(await b.get("nothing/here"), undefined);
+});
+
 describe("posix_fs repository under a racing writer", () => {
   const attacks: [string, (b: PosixFsBackend) => Promise<unknown>][] = [
     ["put", (b) => b.put("chunks/ab/evil", Buffer.from("attacker"))],

@@ -58,6 +58,8 @@ export class PosixFsBackend implements RepositoryBackend {
     const parts = key.split("/");
     const name = parts.pop() as string;
     try {
+      // The root is the operator's (it may be a link, and a write creates it like any folder).
+      if (create) await mkdir(this.root, { recursive: true, mode: 0o700 });
       return await withDir(
         this.root,
         parts,
