@@ -5,7 +5,6 @@ package main
 
 import (
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -121,17 +120,21 @@ func entryFromStat(abs string, st *syscall.Stat_t, acc *Accounts, displayPath st
 		e.Group = strconv.FormatUint(uint64(st.Gid), 10)
 	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		// realpath, else the link's text resolved against its directory
-		if t, err := filepath.EvalSymlinks(abs); err == nil {
-			t = absClean(t)
-			e.SymlinkTarget = &t
-		} else if link, err := os.Readlink(abs); err == nil {
-			if !filepath.IsAbs(link) {
-				link = filepath.Join(filepath.Dir(abs), link)
+		// As E2B's envd reports a link: the type and mode of what it resolves to, with the
+		// resolved path as its target; a link that resolves to nothing names itself as its
+		// target and has no type (unspecified) and mode 0.
+		e.Type = fspb.FileType_FILE_TYPE_UNSPECIFIED
+		e.Mode = 0
+		t := absClean(abs)
+		if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+			t = absClean(resolved)
+			var target syscall.Stat_t
+			if syscall.Stat(t, &target) == nil {
+				e.Type = fileTypeOf(target.Mode)
+				e.Mode = target.Mode & 0o777
 			}
-			t := absClean(link)
-			e.SymlinkTarget = &t
 		}
+		e.SymlinkTarget = &t
 		// user.* attributes cannot be set on symlinks: no metadata
 	} else {
 		e.Metadata = getMetadata(abs)

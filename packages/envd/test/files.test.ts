@@ -1,6 +1,6 @@
 /** Filesystem service and /files through the real e2b SDK (plus a few raw HTTP checks). */
 import assert from "node:assert/strict";
-import { lstatSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { lstatSync, mkdirSync, readFileSync, statSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
@@ -108,10 +108,28 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       const dirInfo = await sbx.files.getInfo(d);
       assert.equal(dirInfo.type, FileType.DIR);
       assert.equal(dirInfo.permissions, "drwxr-xr-x");
+      // As E2B's envd: a link has the type (and mode) of what it resolves to, and its target;
+      // one that resolves to nothing names itself and has no type.
       const link = await sbx.files.getInfo(path.join(d, "link"));
-      assert.equal(link.type, FileType.SYMLINK);
+      assert.equal(link.type, testsNative ? FileType.DIR : FileType.SYMLINK);
       assert.equal(link.symlinkTarget, path.join(d, "x"));
       assert.equal(link.permissions, "Lrwxrwxrwx");
+      if (testsNative) {
+        assert.equal(link.mode, 0o755);
+        symlinkSync(path.join(d, "f.txt"), path.join(d, "to-file"));
+        const toFile = await sbx.files.getInfo(path.join(d, "to-file"));
+        assert.deepEqual(
+          [toFile.type, toFile.symlinkTarget, toFile.mode],
+          [FileType.FILE, path.join(d, "f.txt"), 0o644],
+        );
+        symlinkSync(path.join(d, "gone"), path.join(d, "dangling"));
+        const dangling = await sbx.files.getInfo(path.join(d, "dangling"));
+        assert.deepEqual([dangling.type, dangling.symlinkTarget], [undefined, path.join(d, "dangling")]);
+        const listed = await sbx.files.list(d);
+        assert.equal(listed.find((e) => e.name === "to-file")?.type, FileType.FILE);
+        unlinkSync(path.join(d, "to-file"));
+        unlinkSync(path.join(d, "dangling"));
+      }
 
       assert.equal(await sbx.files.exists(path.join(d, "f.txt")), true);
       assert.equal(await sbx.files.exists(path.join(d, "nope")), false);
