@@ -46,12 +46,11 @@ function apiError(err: unknown): unknown {
   }
 }
 
-async function entryOf(dir: Dir, name: string): Promise<VolumeEntryStat | undefined> {
-  const st = await dir.lstat(name);
-  if (!st) return undefined;
-  const e: VolumeEntryStat = {
+/** A stat result as the content API shows it. */
+function entryFromStat(name: string, path: string, st: Stats): VolumeEntryStat {
+  return {
     name,
-    path: dir.relOf(name),
+    path,
     type: typeOf(st),
     size: st.size,
     mode: st.mode & 0o7777,
@@ -61,6 +60,12 @@ async function entryOf(dir: Dir, name: string): Promise<VolumeEntryStat | undefi
     mtime: st.mtime.toISOString(),
     ctime: st.ctime.toISOString(),
   };
+}
+
+async function entryOf(dir: Dir, name: string): Promise<VolumeEntryStat | undefined> {
+  const st = await dir.lstat(name);
+  if (!st) return undefined;
+  const e = entryFromStat(name, dir.relOf(name), st);
   if (st.isSymbolicLink()) e.target = await readlink(dir.at(name)).catch(() => "");
   return e;
 }
@@ -72,19 +77,7 @@ async function mustEntry(dir: Dir, name: string): Promise<VolumeEntryStat> {
 }
 
 async function rootEntry(dir: Dir): Promise<VolumeEntryStat> {
-  const st = await dir.stat();
-  return {
-    name: "",
-    path: "/",
-    type: "directory",
-    size: st.size,
-    mode: st.mode & 0o7777,
-    uid: st.uid,
-    gid: st.gid,
-    atime: st.atime.toISOString(),
-    mtime: st.mtime.toISOString(),
-    ctime: st.ctime.toISOString(),
-  };
+  return entryFromStat("", "/", await dir.stat());
 }
 
 const leaf = (vp: VolumePath) => vp.parts[vp.parts.length - 1] as string;
