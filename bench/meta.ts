@@ -43,8 +43,7 @@ export function hostMeta(settings: Record<string, number | string>): BenchMeta {
     memTotalMiB: meminfoMiB("MemTotal"),
     kernel: release(),
     loadAvgStart: load(),
-    // Which envd the sandboxes ran (AENV_ENVD reaches the server through the environment).
-    settings: { envd: process.env.AENV_ENVD || "native", ...settings },
+    settings,
   };
 }
 

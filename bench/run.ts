@@ -449,8 +449,6 @@ const results: Results = {
     kernel: release(),
     loadAvgStart: loadavg().map((x) => Math.round(x * 100) / 100),
     settings: {
-      // Which envd the sandboxes ran (AENV_ENVD reaches the server through the environment).
-      envd: process.env.AENV_ENVD || "native",
       n: N,
       warmup: WARMUP,
       roundTripN: RT_N,

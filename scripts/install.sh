@@ -101,7 +101,7 @@ say "building"; npm run build --silent
 # The app: built packages and production node modules (native ones built for this node).
 stage_app() { # DIR
   local stage=$1
-  # Sandboxes run the native envd by default (runtime.envd): built only where Go is installed.
+  # Sandboxes run the Go envd: built only where Go is installed.
   [ -x packages/envd/dist/envd-native ] || {
     echo "install: packages/envd/dist/envd-native was not built: install golang-go (scripts/install-deps.sh) and build again" >&2
     exit 1

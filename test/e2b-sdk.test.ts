@@ -179,9 +179,16 @@ describe("commands", () => {
   });
 
   test("init's spawn-service variable never reaches a command", async () => {
-    // (test/envd-kinds.test.ts checks who starts commands, and the service's socket, per envd kind.)
     const r = await sbx.commands.run('echo "${AENV_SPAWN_SOCKET:-unset}"');
     assert.equal(r.stdout, "unset\n");
+  });
+
+  test("the runtime folder holds envd and its tools, no node; envd starts commands itself", async () => {
+    const bin = await sbx.commands.run("ls /.aenv/bin; ls /.aenv");
+    assert.match(bin.stdout, /^envd$/m);
+    assert.doesNotMatch(bin.stdout, /^(node|lib)$/m);
+    const parent = (await sbx.commands.run("echo $PPID; cat /proc/$PPID/cmdline | tr '\\0' ' '")).stdout;
+    assert.match(parent, /^\d+\n\/\.aenv\/bin\/envd /);
   });
 
   test("timeoutMs bounds a command's lifetime: the SDK's TimeoutError, as on E2B", async () => {

@@ -1,5 +1,6 @@
 /** Filesystem service and /files through the real e2b SDK (plus a few raw HTTP checks). */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { lstatSync, mkdirSync, readFileSync, statSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -15,7 +16,14 @@ import {
   InvalidArgumentError,
   type Sandbox,
 } from "e2b";
-import { type Harness, needsRoot, sleep, startHarness, TOKEN, testsNative, until } from "./helpers.js";
+import { type Harness, needsRoot, sleep, startHarness, TOKEN, until } from "./helpers.js";
+
+/** Runs one Python expression on the path `p` (Node has no xattr API); its printed result. */
+function xattr(expr: string, p: string): string {
+  return execFileSync("python3", ["-c", `import os, sys; p = sys.argv[1]; print(${expr})`, p], {
+    encoding: "utf8",
+  }).trim();
+}
 
 describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () => {
   let h: Harness;
@@ -86,6 +94,11 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
         owner: "me",
         kind: "test",
       });
+      // Real xattrs: in-sandbox tools see them, and one set out of band is read back.
+      const m2 = path.join(h.workdir, "m2.txt");
+      assert.equal(xattr(`os.getxattr(p, "user.e2b.owner").decode()`, m2), "me");
+      xattr(`os.setxattr(p, "user.e2b.tag", "blue".encode())`, m2);
+      assert.deepEqual((await sbx.files.getInfo(m2)).metadata, { owner: "me", kind: "test", tag: "blue" });
       // a re-upload without metadata replaces the set
       await sbx.files.write(path.join(h.workdir, "m2.txt"), "again");
       assert.equal((await sbx.files.getInfo(path.join(h.workdir, "m2.txt"))).metadata, undefined);
@@ -111,25 +124,20 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       // As E2B's envd: a link has the type (and mode) of what it resolves to, and its target;
       // one that resolves to nothing names itself and has no type.
       const link = await sbx.files.getInfo(path.join(d, "link"));
-      assert.equal(link.type, testsNative ? FileType.DIR : FileType.SYMLINK);
+      assert.equal(link.type, FileType.DIR);
       assert.equal(link.symlinkTarget, path.join(d, "x"));
       assert.equal(link.permissions, "Lrwxrwxrwx");
-      if (testsNative) {
-        assert.equal(link.mode, 0o755);
-        symlinkSync(path.join(d, "f.txt"), path.join(d, "to-file"));
-        const toFile = await sbx.files.getInfo(path.join(d, "to-file"));
-        assert.deepEqual(
-          [toFile.type, toFile.symlinkTarget, toFile.mode],
-          [FileType.FILE, path.join(d, "f.txt"), 0o644],
-        );
-        symlinkSync(path.join(d, "gone"), path.join(d, "dangling"));
-        const dangling = await sbx.files.getInfo(path.join(d, "dangling"));
-        assert.deepEqual([dangling.type, dangling.symlinkTarget], [undefined, path.join(d, "dangling")]);
-        const listed = await sbx.files.list(d);
-        assert.equal(listed.find((e) => e.name === "to-file")?.type, FileType.FILE);
-        unlinkSync(path.join(d, "to-file"));
-        unlinkSync(path.join(d, "dangling"));
-      }
+      assert.equal(link.mode, 0o755);
+      symlinkSync(path.join(d, "f.txt"), path.join(d, "to-file"));
+      const toFile = await sbx.files.getInfo(path.join(d, "to-file"));
+      assert.deepEqual([toFile.type, toFile.symlinkTarget, toFile.mode], [FileType.FILE, path.join(d, "f.txt"), 0o644]);
+      symlinkSync(path.join(d, "gone"), path.join(d, "dangling"));
+      const dangling = await sbx.files.getInfo(path.join(d, "dangling"));
+      assert.deepEqual([dangling.type, dangling.symlinkTarget], [undefined, path.join(d, "dangling")]);
+      const listed = await sbx.files.list(d);
+      assert.equal(listed.find((e) => e.name === "to-file")?.type, FileType.FILE);
+      unlinkSync(path.join(d, "to-file"));
+      unlinkSync(path.join(d, "dangling"));
 
       assert.equal(await sbx.files.exists(path.join(d, "f.txt")), true);
       assert.equal(await sbx.files.exists(path.join(d, "nope")), false);
@@ -228,12 +236,12 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       );
     });
 
-    // The native envd speaks the JSON codec only (what the SDK and the server send).
-    it(`polling watchers (${testsNative ? "JSON" : "binary"} Connect codec)`, async () => {
+    // Binary here (as the Python SDK sends it): the SDK's own calls above are JSON.
+    it("polling watchers (binary Connect codec)", async () => {
       const transport = createConnectTransport({
         baseUrl: h.envdUrl,
         httpVersion: "1.1",
-        useBinaryFormat: !testsNative,
+        useBinaryFormat: true,
         interceptors: [
           (next) => (req) => {
             req.header.set("x-access-token", TOKEN);

@@ -1,34 +1,29 @@
-/** Test harness: envd in-process on a random loopback port, a fake control plane, an SDK sandbox. */
+/** Test harness: the built envd on a random loopback port, a fake control plane, an SDK sandbox. */
 
 import { spawn } from "node:child_process";
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type net from "node:net";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { Sandbox } from "e2b";
-import { createEnvd } from "../src/envd.js";
 
 export const TOKEN = "test-token-123";
 
-/** The built init (`npm run build`), run as `aenv-init --spawner`: commands start as in a sandbox. */
-export const SPAWN_HELPER = path.resolve(import.meta.dirname, "..", "dist", "aenv-init");
+/** envd (Go, built by `npm run build` where Go is installed). */
+export const ENVD = path.resolve(import.meta.dirname, "..", "dist", "envd-native");
 
-/** The native envd (Go, `npm run build`): `AENV_TEST_ENVD=native` runs the tests against it. */
-export const NATIVE_ENVD = path.resolve(import.meta.dirname, "..", "dist", "envd-native");
-export const testsNative = process.env.AENV_TEST_ENVD === "native";
-
-/** Starts the native envd on a free loopback port; resolves with its port and a stop function. */
-async function startNative(etc: string): Promise<{ port: number; stop: () => Promise<void> }> {
-  const child = spawn(NATIVE_ENVD, ["--host", "127.0.0.1", "--port", "0", "--etc", etc], {
+/** Starts envd on a free loopback port; resolves with its port and a stop function. */
+async function startEnvd(etc: string): Promise<{ port: number; stop: () => Promise<void> }> {
+  const child = spawn(ENVD, ["--host", "127.0.0.1", "--port", "0", "--etc", etc], {
     stdio: ["ignore", "inherit", "pipe"],
   });
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   const port = await new Promise<number>((resolve, reject) => {
     let seen = "";
     child.once("error", reject);
-    child.once("exit", (code) => reject(new Error(`envd-native exited with ${code}: ${seen}`)));
+    child.once("exit", (code) => reject(new Error(`envd exited with ${code}: ${seen}`)));
     child.stderr.on("data", (d: Buffer) => {
       if (seen.length < 65536) seen += d.toString();
       const m = /listening on [^\s]*:(\d+)/.exec(seen);
@@ -46,7 +41,8 @@ async function startNative(etc: string): Promise<{ port: number; stop: () => Pro
 }
 
 /** These tests chown files and switch users: they need root. */
-export const needsRoot: false | string = process.getuid?.() === 0 ? false : "envd tests need root";
+export const needsRoot: false | string =
+  process.getuid?.() !== 0 ? "envd tests need root" : !existsSync(ENVD) ? "envd is not built (no Go)" : false;
 
 export interface Harness {
   root: string;
@@ -65,7 +61,7 @@ function listen(server: net.Server): Promise<number> {
 }
 
 /** A fake root with its own passwd/group: `user` (1000), `root` and `nobody`, homes under the temp dir. */
-export async function startHarness(opts: { spawnHelper?: string | false } = {}): Promise<Harness> {
+export async function startHarness(): Promise<Harness> {
   const root = mkdtempSync(path.join(os.tmpdir(), "envd-test-"));
   chmodSync(root, 0o755);
   const etc = path.join(root, "etc");
@@ -88,28 +84,8 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
   );
   writeFileSync(path.join(etc, "group"), ["root:x:0:", "nogroup:x:65534:", "user:x:1000:", ""].join("\n"));
 
-  // Commands start through init's vfork spawn service as in a sandbox, unless a test asks otherwise.
-  const spawnHelper = opts.spawnHelper === undefined ? SPAWN_HELPER : opts.spawnHelper || undefined;
-  let stopEnvd: () => Promise<void>;
-  let envdPort: number;
-  if (testsNative) {
-    const n = await startNative(etc);
-    envdPort = n.port;
-    stopEnvd = n.stop;
-  } else {
-    const { listener, env } = createEnvd({ etcDir: etc, ...(spawnHelper ? { spawnHelper } : {}) });
-    envdPort = await listen(listener);
-    stopEnvd = async () => {
-      env.processes.close();
-      env.watchers.closeAll();
-      // envd's HTTP server is fed by its own listener (large-reads.ts), so it never listens
-      // itself and closeAllConnections() knows no sockets: its kept-alive ones (75 s) would
-      // hold this test process open after the last test. envd's own list closes them.
-      env.closeConnections?.();
-      await new Promise((r) => listener.close(r));
-    };
-  }
-  const envdUrl = `http://127.0.0.1:${envdPort}`;
+  const envd = await startEnvd(etc);
+  const envdUrl = `http://127.0.0.1:${envd.port}`;
 
   // POST /init as the host would
   const init = await fetch(`${envdUrl}/init`, {
@@ -160,7 +136,7 @@ export async function startHarness(opts: { spawnHelper?: string | false } = {}):
     },
     async close() {
       api.closeAllConnections();
-      await Promise.all([stopEnvd(), new Promise((r) => api.close(r))]);
+      await Promise.all([envd.stop(), new Promise((r) => api.close(r))]);
       rmSync(root, { recursive: true, force: true });
     },
   };

@@ -85,12 +85,16 @@ export interface VolumesConfig {
   maxSizeBytes: number;
 }
 
-// Native by default: ~13 MiB less of every image and ~14 MiB less memory per sandbox than the
-// Node envd (docs/benchmarks.md), the same wire format.
-function envdKind(v: string | undefined): "node" | "native" {
-  if (v === undefined || v === "" || v === "native") return "native";
-  if (v === "node") return "node";
-  throw new ConfigError(`runtime.envd (AENV_ENVD) must be "node" or "native", got "${v}"`);
+/**
+ * runtime.envd once chose between two envds; the Go one is the only one now. A config that
+ * still names it is accepted, any other value (`node`) refused at start: such a host expects a
+ * daemon it would not get.
+ */
+function checkEnvdSetting(v: string | undefined): void {
+  if (v === undefined || v === "" || v === "native") return;
+  throw new ConfigError(
+    `runtime.envd (AENV_ENVD) = "${v}": the Node envd was removed; every sandbox runs the native (Go) envd. Remove the setting (or set it to "native")`,
+  );
 }
 
 export interface ServerConfig {
@@ -107,8 +111,6 @@ export interface ServerConfig {
   runscBinary: string;
   /** runsc's debug logs (a folder), for diagnosing the runtime; unset: none. */
   runscDebugLog?: string;
-  /** The daemon inside every sandbox: the native (Go) envd (default) or the Node one. */
-  envd: "node" | "native";
   logLevel: string;
   defaultTimeoutS: number;
   /** How often runsc is asked which sandboxes still run (OOM kills, crashes). */
@@ -382,6 +384,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     // A paused sandbox must be in the shared repository promptly for any node to resume it.
     repository.pauseCommitDelayS = Math.min(repository.pauseCommitDelayS, 1);
   }
+  checkEnvdSetting(str("AENV_ENVD", "runtime.envd"));
 
   return {
     host,
@@ -396,7 +399,6 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     platform: str("AENV_RUNSC_PLATFORM", "runtime.platform") ?? "auto",
     runscBinary: str("AENV_RUNSC", "runtime.runsc") ?? "runsc",
     runscDebugLog: str("AENV_RUNSC_DEBUG_LOG", "runtime.debug_log"),
-    envd: envdKind(str("AENV_ENVD", "runtime.envd")),
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),

@@ -115,12 +115,7 @@ export async function startServer(
   const secrets = new SecretStore(paths.secrets);
   const egressCa = await EgressCa.open(cfg.egress.caDir ?? join(cfg.dataDir, "egress-ca"));
   const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
-  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, cfg.envd);
-  let nativeRuntimeDir: string | undefined = cfg.envd === "native" ? runtimeDir : undefined;
-  const buildRuntimeDir = () => {
-    nativeRuntimeDir ??= prepareEnvdRuntime(paths.envdRuntimeRoot, "native");
-    return nativeRuntimeDir;
-  };
+  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
   const runtime = await probing;
   const sync = cfg.repository.commitTemplates
     ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
@@ -136,7 +131,6 @@ export async function startServer(
     slots,
     log: log.child({ component: "orchestrator" }),
     runtimeDir,
-    buildRuntimeDir,
     resolvConf: resolv.file,
     repository,
     volumes,

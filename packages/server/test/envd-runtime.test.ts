@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { after, describe, it } from "node:test";
-import { prepareEnvdRuntime, runtimeContentId } from "../src/runtime/envd-runtime.js";
+import { ENVD_ARGS, envdArgs, prepareEnvdRuntime, runtimeContentId } from "../src/runtime/envd-runtime.js";
 
 describe("envd runtime folder", () => {
   const root = mkdtempSync("/var/tmp/aenv-runtime-test-");
@@ -22,8 +22,10 @@ describe("envd runtime folder", () => {
   it("a start with unchanged inputs takes the remembered folder without reading them; a stale memo is ignored", () => {
     const rt = join(root, "rt");
     const dir = prepareEnvdRuntime(rt);
-    assert.ok(existsSync(join(dir, ".complete")) && existsSync(join(dir, "bin", "node")));
-    const memoFile = join(rt, ".ids.json");
+    assert.ok(existsSync(join(dir, ".complete")) && existsSync(join(dir, "bin", "envd")));
+    assert.ok(!existsSync(join(dir, "bin", "node")), "no node in the runtime folder");
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, "args.json"), "utf8")), ENVD_ARGS);
+    const memoFile = join(rt, ".ids-native.json");
     const memo = JSON.parse(readFileSync(memoFile, "utf8")) as { key: string; value: string };
     const { key } = memo;
     assert.ok(key);
@@ -41,5 +43,15 @@ describe("envd runtime folder", () => {
     assert.equal(prepareEnvdRuntime(rt), dir);
     writeFileSync(memoFile, "not json");
     assert.equal(prepareEnvdRuntime(rt), dir);
+  });
+
+  it("a folder says what its PID 1 runs; one that does not is refused, not guessed", () => {
+    const old = join(root, "old");
+    mkdirSync(old);
+    writeFileSync(join(old, "args.json"), JSON.stringify(["/.aenv/bin/aenv-init", "/.aenv/bin/other"]));
+    assert.deepEqual(envdArgs(old), ["/.aenv/bin/aenv-init", "/.aenv/bin/other"]);
+    const none = join(root, "none");
+    mkdirSync(none);
+    assert.throws(() => envdArgs(none), /no readable args\.json/);
   });
 });

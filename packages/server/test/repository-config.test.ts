@@ -86,6 +86,14 @@ test("s3 without a region, unknown keys, bad values: one clear line each", () =>
   assert.equal(parseBytes("10GB", "x"), 1e10);
 });
 
+test('runtime.envd: "native" (the only envd) is accepted, "node" refused with what to do', () => {
+  assert.doesNotThrow(() => loadConfig({ dataDir: dir }, { ...env, AENV_ENVD: "native" }));
+  const file = join(dir, "envd.toml");
+  writeFileSync(file, '[runtime]\nenvd = "node"\n');
+  assert.throws(() => loadConfig({ config: file }, env), /the Node envd was removed.*Remove the setting/);
+  assert.throws(() => loadConfig({ dataDir: dir }, { ...env, AENV_ENVD: "node" }), ConfigError);
+});
+
 test("openRepository builds a working repository, and fails at start with one line", async () => {
   const cfg = loadConfig({ dataDir: dir }, env);
   const repo = await openRepository(cfg, quiet);

@@ -21,7 +21,7 @@ export async function startBuildSandbox(
     paths: NodePaths;
     registry: SandboxRegistry;
     runner: SandboxRunner;
-    buildRuntimeDir: () => string;
+    runtimeDir: string;
   },
   opts: { rootfs: string; cpuCount: number; memoryMB: number; mounts: Record<string, string> },
 ): Promise<BuildSandbox> {
@@ -33,7 +33,7 @@ export async function startBuildSandbox(
     templateId: "build",
     alias: "build",
     rootfs: opts.rootfs,
-    runtimeDir: d.buildRuntimeDir(),
+    runtimeDir: d.runtimeDir,
     req: { templateID: "build" },
     sizing: { cpuCount: opts.cpuCount, memoryMB: opts.memoryMB, diskSizeMB: 0 },
   });

@@ -48,13 +48,8 @@ export interface OrchestratorDeps {
   driver: RuntimeDriver;
   slots: SlotPool;
   log: Logger;
-  /** The /.aenv folder new sandboxes get (envd and its runtime). */
+  /** The /.aenv folder new sandboxes get (envd and its tools); template build sandboxes too. */
   runtimeDir: string;
-  /**
-   * The /.aenv folder of template build sandboxes: the native one, whose envd runs the build
-   * steps' COPY and account changes (templates/in-sandbox.ts). Made on the first build.
-   */
-  buildRuntimeDir: () => string;
   resolvConf: string;
   egressCa?: { certPem: string; fingerprint: string };
   /** Checkpoints restore only on a runtime with this key (driver build, platform, /.aenv). */

@@ -1,10 +1,10 @@
 /**
- * envd's host routes and hostile input at the Connect edge, for whichever envd the harness
- * starts (the Node one in-process, or the native one with AENV_TEST_ENVD=native).
+ * envd's host routes and hostile input at the Connect edge.
  */
 import assert from "node:assert/strict";
 import http from "node:http";
 import net from "node:net";
+import os from "node:os";
 import { after, before, describe, it } from "node:test";
 import { ENVD_HEAP_REDUCE_PATH, ENVD_QUIESCE_PATH } from "@aenv/protocol";
 import { type Harness, needsRoot, startHarness, TOKEN } from "./helpers.js";
@@ -33,6 +33,13 @@ function envelope(json: string, flags = 0, len?: number): Buffer {
   return Buffer.concat([hdr, payload]);
 }
 
+/** An IPv4 address of this host that is not loopback, if it has one. */
+function hostAddress(): string | undefined {
+  for (const list of Object.values(os.networkInterfaces()))
+    for (const a of list ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  return undefined;
+}
+
 describe("envd host routes and hostile input", { skip: needsRoot }, () => {
   let h: Harness;
   before(async () => {
@@ -51,15 +58,35 @@ describe("envd host routes and hostile input", { skip: needsRoot }, () => {
     idle.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     await new Promise((r) => idle.once("data", r));
     const closed = new Promise((r) => idle.once("close", r));
-    const q = await request(`${h.envdUrl}${ENVD_QUIESCE_PATH}?unlessExternalTcp=1`, {
-      headers: { "X-Access-Token": TOKEN },
-    });
+    const q = await request(`${h.envdUrl}${ENVD_QUIESCE_PATH}`, { headers: { "X-Access-Token": TOKEN } });
     assert.equal(q.status, 204);
     assert.equal(q.headers.connection, "close");
     await closed;
     const r = await request(`${h.envdUrl}${ENVD_HEAP_REDUCE_PATH}`, { headers: { "X-Access-Token": TOKEN } });
     assert.equal(r.status, 204);
     assert.equal((await request(`${h.envdUrl}${ENVD_HEAP_REDUCE_PATH}`, { method: "GET" })).status, 405);
+  });
+
+  // On the host, whose TCP table envd reads, connections to outside are not under the test's
+  // control: it makes one of its own (over a non-loopback address) and checks the refusal.
+  it("/quiesce?unlessExternalTcp=1 refuses while a connection to outside is open", {
+    skip: !hostAddress() && "no non-loopback IPv4 address",
+  }, async () => {
+    const addr = hostAddress() as string;
+    const server = net.createServer((s) => s.on("error", () => {}));
+    await new Promise<void>((r) => server.listen(0, addr, r));
+    const out = net.connect((server.address() as net.AddressInfo).port, addr);
+    await new Promise((r) => out.once("connect", r));
+    try {
+      const q = await request(`${h.envdUrl}${ENVD_QUIESCE_PATH}?unlessExternalTcp=1`, {
+        headers: { "X-Access-Token": TOKEN },
+      });
+      assert.equal(q.status, 409);
+      assert.match(JSON.parse(q.body).message, /^not idle: [1-9]\d* TCP connection\(s\) to outside the sandbox$/);
+    } finally {
+      out.destroy();
+      server.close();
+    }
   });
 
   it("Connect calls: bad token, bad JSON, bad deadline, oversized and cut envelopes", async () => {

@@ -1,6 +1,6 @@
 /**
  * `sudo` and `su` end to end: the real client (dist/aenv-sudo) against envd's root service,
- * the native envd with AENV_TEST_ENVD=native, else the Node envd. envd serves sudo only "in a
+ * the built envd. envd serves sudo only "in a
  * sandbox" (its parent is PID 1 and /.aenv/bin/aenv-sudo exists) and the client's socket path
  * is fixed (/run/aenv/sudo.sock), so envd runs here as a sandbox would see it: in its own PID
  * and mount namespaces (unshare), chrooted into a root made of the host's directories with a
@@ -13,7 +13,7 @@ import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, rmSync, write
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { NATIVE_ENVD, needsRoot, testsNative } from "./helpers.js";
+import { ENVD, needsRoot } from "./helpers.js";
 
 const PKG = path.resolve(import.meta.dirname, "..");
 const CLIENT = path.join(PKG, "dist", "aenv-sudo");
@@ -22,8 +22,7 @@ const hasUnshare = spawnSync("unshare", ["--mount", "--pid", "--fork", "true"]).
 const skip =
   needsRoot ||
   (!hasUnshare && "unshare (mount and PID namespaces) is not available") ||
-  (!existsSync(CLIENT) && "dist/aenv-sudo is not built") ||
-  (testsNative && !existsSync(NATIVE_ENVD) && "the native envd is not built (no Go)");
+  (!existsSync(CLIENT) && "dist/aenv-sudo is not built");
 
 /**
  * PID 1 of the namespace: builds the root, starts envd (its child), then runs one command per
@@ -136,7 +135,7 @@ class Sandboxed {
   }
 }
 
-describe(`sudo and su through ${testsNative ? "the native" : "the Node"} envd's root service`, { skip }, () => {
+describe("sudo and su through envd's root service", { skip }, () => {
   let fix: string;
   let home: string;
   let rootHome: string;
@@ -168,20 +167,7 @@ describe(`sudo and su through ${testsNative ? "the native" : "the Node"} envd's 
     writeFileSync(path.join(etc, "group"), ["root:x:0:", "nogroup:x:65534:", "user:x:1000:", ""].join("\n"));
     const script = path.join(fix, "ns.sh");
     writeFileSync(script, NS_SCRIPT);
-    let envd: string[];
-    if (testsNative) envd = [NATIVE_ENVD, "--host", "127.0.0.1", "--port", "0", "--etc", etc];
-    else {
-      const launcher = path.join(fix, "envd.ts");
-      writeFileSync(
-        launcher,
-        [
-          `import { createEnvd } from ${JSON.stringify(path.join(PKG, "src", "envd.ts"))};`,
-          `createEnvd({ etcDir: ${JSON.stringify(etc)} }).listener.listen(0, "127.0.0.1");`,
-          "",
-        ].join("\n"),
-      );
-      envd = [process.execPath, "--import", "tsx", launcher];
-    }
+    const envd = [ENVD, "--host", "127.0.0.1", "--port", "0", "--etc", etc];
     child = spawn(
       "unshare",
       ["--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "sh", script, fix, CLIENT, ...envd],
