@@ -1,5 +1,4 @@
-// Filesystem layers (a filesystem-only pause and its resume), as the Node envd's
-// src/fslayer/{capture,apply,tar}.ts and src/http/fs-layer.ts: POST /fs-layer/capture streams
+// Filesystem layers (a filesystem-only pause and its resume): POST /fs-layer/capture streams
 // the sandbox's writable layer (what differs from the template tree bound read-only at
 // /.aenv/lower) as a tar; POST /fs-layer/apply applies such a layer to / and answers its
 // stats. Both ends write and read the same tar dialect, so a layer taken by either envd can

@@ -1,5 +1,4 @@
-// Reading a filesystem layer and applying it to a freshly booted sandbox's `/` (Node:
-// readLayer in src/fslayer/tar.ts, src/fslayer/apply.ts): whiteouts remove, entries replace
+// Reading a filesystem layer and applying it to a freshly booted sandbox's `/`: whiteouts remove, entries replace
 // whatever is at their path, with mode, owner and mtime kept. Directory times are set last
 // (writing into a directory changes its mtime).
 package main

@@ -1,4 +1,4 @@
-// Taking a sandbox's writable filesystem layer (Node: src/fslayer/capture.ts): `/` compared
+// Taking a sandbox's writable filesystem layer: `/` compared
 // with the template tree bound read-only at sandboxLowerDir. gVisor's overlay gives a file
 // copied up to its writable layer a new ctime and leaves the lower file's ctime on everything
 // else, so an entry whose ctime matches the lower one is unchanged, and so is everything
@@ -134,8 +134,8 @@ func layerUnitKey(r rune) rune {
 	return r
 }
 
-// layerNameLess orders names as JavaScript's default sort (by UTF-16 code units), so that a
-// Go envd writes entries in the order a Node envd does.
+// layerNameLess orders names as JavaScript's default sort (by UTF-16 code units): the order
+// layers have always been written in, so a capture's bytes do not depend on the envd's build.
 func layerNameLess(a, b string) bool {
 	i := 0
 	for i < len(a) && i < len(b) && a[i] == b[i] {

@@ -1,6 +1,6 @@
-// envd (native): the daemon inside every aenv sandbox, in Go, speaking the same wire format as
-// the Node envd (packages/envd/src) so the e2b SDK and aenv's server need no change. It exists
-// for density: a Node envd costs every sandbox ~13 MiB of image and memory; this one ~1-2 MiB.
+// envd: the daemon inside every aenv sandbox, in Go, speaking E2B's envd wire format so the
+// e2b SDKs work unmodified. Static and small for density: ~1-2 MiB of every sandbox's image
+// and memory (a Node daemon measured ~13 MiB more; docs/benchmarks.md).
 package main
 
 import (
@@ -27,7 +27,7 @@ func main() {
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("envd: ")
-	// aenv-init's spawn socket is for the Node envd; it must not reach commands.
+	// aenv-init offers a spawn socket this envd does not use; it must not reach commands.
 	os.Unsetenv("AENV_SPAWN_SOCKET")
 	if *port < 0 || *port > 65535 {
 		fmt.Fprintln(os.Stderr, "invalid --port")

@@ -266,7 +266,8 @@ func pendingBytes(f *os.File) int {
 	return int(n)
 }
 
-// terminal settings node-pty gives a new PTY (node-pty src/unix/pty.cc), no IUTF8.
+// terminal settings of a new PTY as node-pty (src/unix/pty.cc) sets them, which E2B's
+// clients were written against; no IUTF8.
 func ptyTermios() *syscall.Termios {
 	t := &syscall.Termios{
 		Iflag:  syscall.ICRNL | syscall.IXON | syscall.IXANY | syscall.IMAXBEL | syscall.BRKINT,

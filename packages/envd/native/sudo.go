@@ -1,7 +1,6 @@
 package main
 
-// envd's side of `sudo`/`su` (a port of src/sudo/server.ts and install.ts; the client is
-// init/aenv-sudo.c): a Unix socket at /run/aenv/sudo.sock that any process in the sandbox may
+// envd's side of `sudo`/`su` (the client is init/aenv-sudo.c): a Unix socket at /run/aenv/sudo.sock that any process in the sandbox may
 // use, which runs the requested command as root (or the requested user) and relays its stdio
 // and exit status. Reachable only from inside this sandbox: the sandbox, not the account, is
 // the security boundary here (runsc sets no_new_privs, so a setuid sudo cannot work).

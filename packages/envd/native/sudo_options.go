@@ -1,7 +1,6 @@
 package main
 
-// What `sudo …` or `su …` asks for, parsed the way the real tools read their options (a port
-// of src/sudo/options.ts and the request/command parts of src/sudo/server.ts): who to run as,
+// What `sudo …` or `su …` asks for, parsed the way the real tools read their options: who to run as,
 // what to run, and which environment to keep. Only options that change what runs are
 // honoured; password-related ones (-n, -S, -k, -A) are accepted and ignored (there is no
 // password to ask for), and listing/validation (-l, -v) answer as NOPASSWD: ALL would.

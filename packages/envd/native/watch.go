@@ -1,11 +1,11 @@
 package main
 
-// Directory watching with inotify (the Node envd's src/filesystem/watch.ts): one inotify
+// Directory watching with inotify: one inotify
 // instance for the whole daemon (as libuv keeps one per process, so that the per-user limit
 // of 128 instances is never a concern), one watch per directory, recursion, renames and names
 // relative to the watched root under our control.
 //
-// Events are classified as the Node envd does, with lstat and a cache of what was seen:
+// Events are classified as E2B's envd reports them, with lstat and a cache of what was seen:
 // created/deleted/moved + exists → CREATE; gone → RENAME when the same inode shows up among
 // the events queued with it (or its MOVED_TO), else REMOVE; modified/attributes → CHMOD when
 // only the mode changed, else WRITE. envd's own upload temp files are hidden; their rename

@@ -1,7 +1,6 @@
 package main
 
-// Polling watchers (CreateWatcher / GetWatcherEvents / RemoveWatcher), as the Node envd's
-// src/filesystem/watchers.ts keeps them.
+// Polling watchers (CreateWatcher / GetWatcherEvents / RemoveWatcher).
 
 import (
 	"crypto/rand"

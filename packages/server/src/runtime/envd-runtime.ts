@@ -41,8 +41,7 @@ function runtimeInputs(): Array<readonly [src: string, name: string]> {
 
 /**
  * Part of what a restore needs identical besides the files: mounts and envd's arguments. Its
- * text is what it was when a Node envd existed beside this one, so the folder's ID, and with
- * it every image taken on it, stays valid.
+ * text is part of every folder's ID, and so of every image's key: changing it orphans them.
  */
 const IDENTITY_PREFIX = `mounts:${SANDBOX_LOWER_DIR}args:${JSON.stringify(ENVD_ARGS)}`;
 
