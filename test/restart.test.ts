@@ -15,11 +15,15 @@ function runscIds(dataDir: string): string[] {
   return out.split("\n").filter(Boolean).sort();
 }
 
+// This file's servers' namespaces only (helpers/server.ts names them): another test file on
+// the host runs with a prefix of its own.
+const NET_PREFIX = process.env.AENV_TEST_NET_PREFIX ?? "aet";
+
 function netns(): string[] {
   return execFileSync("ip", ["netns", "list"], { encoding: "utf8" })
     .split("\n")
     .map((l) => l.split(" ")[0] ?? "")
-    .filter((n) => /^aet-[rs]\d+$/.test(n));
+    .filter((n) => n.startsWith(`${NET_PREFIX}-`) && /^[rs]\d+$/.test(n.slice(NET_PREFIX.length + 1)));
 }
 
 test("a server crash loses nothing: running sandboxes are adopted, paused stay paused, dead ones are cleaned up", async () => {
