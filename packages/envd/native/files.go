@@ -1,7 +1,7 @@
 package main
 
 // GET /files (download) and POST /files (upload: multipart/form-data with one or more `file`
-// parts, or application/octet-stream with ?path=), as the Node envd serves them.
+// parts, or application/octet-stream with ?path=), as E2B's envd serves them.
 
 import (
 	"bufio"

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// goModeString is Go's os.FileMode.String() for a Unix st_mode (the Node envd's goModeString).
+// goModeString is Go's os.FileMode.String() for a Unix st_mode.
 func goModeString(mode uint32) string {
 	f := mode & syscall.S_IFMT
 	var b strings.Builder

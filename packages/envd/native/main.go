@@ -46,7 +46,7 @@ func main() {
 		startSudoServer(env)
 		installSudoLinks()
 	}
-	// An IPv4 host listens on IPv4 only, as the Node envd does (Go's "tcp" on 0.0.0.0 would be
+	// An IPv4 host listens on IPv4 only, as Node's listen does (Go's "tcp" on 0.0.0.0 would be
 	// a dual-stack IPv6 socket, whose connections show in /proc/net/tcp6 instead).
 	network := "tcp"
 	if ip := net.ParseIP(*host); ip != nil && ip.To4() != nil {

@@ -59,7 +59,7 @@ func getMetadata(p string) map[string]string {
 
 var printable = regexp.MustCompile(`^[\x20-\x7e]*$`)
 
-// metadataFromHeaders collects `X-Metadata-<key>: value` headers, checked as the Node envd does.
+// metadataFromHeaders collects `X-Metadata-<key>: value` headers.
 func metadataFromHeaders(h http.Header) (map[string]string, error) {
 	meta := map[string]string{}
 	total := 0
