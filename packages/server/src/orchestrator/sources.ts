@@ -14,7 +14,7 @@ export interface SourcesDeps {
   fetchTemplate?: (ref: string) => Promise<Template | undefined>;
   checkpointKey: string;
   /** This node's copy of the template tree a snapshot runs on (fetched when missing). */
-  trees: Pick<TemplateTrees, "local">;
+  trees: Pick<TemplateTrees, "local" | "assertNamesTree">;
 }
 
 /**
@@ -31,6 +31,7 @@ export class Sources {
     // (a manifest from elsewhere included), a template of that name here wins.
     const snap = localTpl ? undefined : await this.d.snapshots.find(ref);
     if (snap) {
+      this.d.trees.assertNamesTree(snap.rootfs, `snapshot '${snap.id}'`);
       if (snap.imageKey && snap.imageKey !== this.d.checkpointKey) {
         throw new InvalidRequestError(
           `snapshot '${snap.id}' was taken on another runtime (${snap.imageKey}, here ${this.d.checkpointKey})`,

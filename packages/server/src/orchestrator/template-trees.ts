@@ -17,11 +17,17 @@ export class TemplateTrees {
     },
   ) {}
 
+  /** Throws unless `rootfs` names a template tree at all (a cheap check before any other). */
+  assertNamesTree(rootfs: string, what: string): { id: string; tree: string } {
+    const key = templateTreeKey(rootfs);
+    if (!key) throw new StartFailedError(`${what} needs ${rootfs}, not a template tree`);
+    return key;
+  }
+
   /** This node's path of the tree `rootfs` names (fetched when missing); `what` names the asker in errors. */
   async local(rootfs: string, what: string): Promise<string> {
-    const key = templateTreeKey(rootfs);
-    const local = this.d.paths.localTemplateTree(rootfs);
-    if (!key || !local) throw new StartFailedError(`${what} names no template tree (${rootfs})`);
+    const key = this.assertNamesTree(rootfs, what);
+    const local = this.d.paths.localTemplateTree(rootfs) as string;
     if (this.d.paths.isTemplateTree(local)) return local;
     const fetched = await this.d.fetchTree?.(key.id, key.tree).catch((err: Error) => {
       throw new StartFailedError(`${what} needs template '${key.id}' tree ${key.tree}, not here: ${err.message}`);
