@@ -5,6 +5,12 @@
 
 /** E2B's: the traffic token a private sandbox (allowPublicTraffic: false) needs on its ports. */
 export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
+/** E2B's routing headers: which sandbox, and which of its ports, a request is for. */
+export const E2B_SANDBOX_ID_HEADER = "e2b-sandbox-id";
+export const E2B_SANDBOX_PORT_HEADER = "e2b-sandbox-port";
+/** aenv's spelling of the same routing, read where E2B's are absent. */
+export const SANDBOX_ID_HEADER = "x-aenv-sandbox-id";
+export const TARGET_PORT_HEADER = "x-aenv-target-port";
 /** Gateway → node on connect: the resume is for traffic, so only if the sandbox has autoResume. */
 export const AUTO_RESUME_HEADER = "x-aenv-auto-resume";
 /**
@@ -13,3 +19,20 @@ export const AUTO_RESUME_HEADER = "x-aenv-auto-resume";
  * it) against the paused sandbox before resuming it, as its proxy would.
  */
 export const TRAFFIC_PORT_HEADER = "x-aenv-traffic-port";
+/** Gateway → client on a merged list: the nodes that did not answer, so the list may be short. */
+export const PARTIAL_HEADER = "x-aenv-partial";
+
+/**
+ * The fork-spill hop (gateway → node, POST /sandboxes/{id}/fork). A gateway that sends
+ * `request` asks the node to start what fits on it and to capture the rest as one snapshot
+ * instead of failing them. The node answers `created` with the usual ForkResult list; the
+ * children it could not hold are errors with code `spilledCode` (no room), and the
+ * snapshot they are to start from elsewhere is named in `snapshotHeader` (a header, so the
+ * body stays the list the SDK expects). The gateway deletes that snapshot once they run.
+ */
+export const FORK_SPILL = {
+  request: { header: "x-aenv-fork-spill", value: "1" },
+  snapshotHeader: "x-aenv-fork-snapshot",
+  created: 201,
+  spilledCode: 429,
+} as const;

@@ -14,6 +14,16 @@ export {
   SANDBOX_LOWER_DIR,
 } from "./envd-http.js";
 export { computeFileSignature, type FileOp } from "./file-signature.js";
-export { AUTO_RESUME_HEADER, TRAFFIC_PORT_HEADER, TRAFFIC_TOKEN_HEADER } from "./headers.js";
+export {
+  AUTO_RESUME_HEADER,
+  E2B_SANDBOX_ID_HEADER,
+  E2B_SANDBOX_PORT_HEADER,
+  FORK_SPILL,
+  PARTIAL_HEADER,
+  SANDBOX_ID_HEADER,
+  TARGET_PORT_HEADER,
+  TRAFFIC_PORT_HEADER,
+  TRAFFIC_TOKEN_HEADER,
+} from "./headers.js";
 export type * from "./rest.js";
 // Request schemas (zod) are a separate entry, @aenv/protocol/rest: envd bundles this one.

@@ -1,5 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { PARTIAL_HEADER } from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -227,7 +228,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     return items.slice(offset, offset + limit);
   };
   const warnMissing = (reply: FastifyReply, missing: string[]) => {
-    if (missing.length) void reply.header("x-aenv-partial", `nodes not answering: ${missing.join(",")}`);
+    if (missing.length) void reply.header(PARTIAL_HEADER, `nodes not answering: ${missing.join(",")}`);
   };
 
   fastify.get("/v2/sandboxes", async (req, reply) => {

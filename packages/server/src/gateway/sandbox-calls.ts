@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { AUTO_RESUME_HEADER, TRAFFIC_PORT_HEADER, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
+import { AUTO_RESUME_HEADER, FORK_SPILL, TRAFFIC_PORT_HEADER, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
@@ -254,13 +254,14 @@ export class SandboxCalls {
     const headers = nodeHeaders(req);
     // Calls without a body (the parent's info, the capture's delete) must not claim JSON.
     const { "content-type": _ct, ...bare } = headers;
-    const ans = await call(node.url, "POST", req.url ?? "/", { ...headers, "x-aenv-fork-spill": "1" }, body);
-    const children = ans.status === 201 ? parseJson<ForkChild[]>(ans.body) : undefined;
+    const ask = { ...headers, [FORK_SPILL.request.header]: FORK_SPILL.request.value };
+    const ans = await call(node.url, "POST", req.url ?? "/", ask, body);
+    const children = ans.status === FORK_SPILL.created ? parseJson<ForkChild[]>(ans.body) : undefined;
     if (!Array.isArray(children)) return relay(res, ans);
     const owners = children.map(() => node.nodeID);
-    const snap = ans.headers["x-aenv-fork-snapshot"];
+    const snap = ans.headers[FORK_SPILL.snapshotHeader];
     if (typeof snap === "string") {
-      const full = children.flatMap((c, i) => (c.error?.code === 429 ? [i] : []));
+      const full = children.flatMap((c, i) => (c.error?.code === FORK_SPILL.spilledCode ? [i] : []));
       const fork = parseJson<{ timeout?: number }>(body) ?? {};
       const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, bare, undefined, 15_000);
       const info = parseJson<{ metadata?: Record<string, string>; endAt?: string }>(parent.body) ?? {};

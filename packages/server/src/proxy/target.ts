@@ -1,5 +1,12 @@
 import type { IncomingMessage } from "node:http";
-import { ENVD_PORT } from "@aenv/protocol";
+import {
+  E2B_SANDBOX_ID_HEADER,
+  E2B_SANDBOX_PORT_HEADER,
+  ENVD_PORT,
+  SANDBOX_ID_HEADER,
+  TARGET_PORT_HEADER,
+  TRAFFIC_TOKEN_HEADER,
+} from "@aenv/protocol";
 
 export interface ProxyTarget {
   sandboxId: string;
@@ -11,11 +18,11 @@ export interface ProxyTarget {
 }
 
 const ROUTING_HEADERS = [
-  "e2b-sandbox-id",
-  "e2b-sandbox-port",
-  "x-aenv-sandbox-id",
-  "x-aenv-target-port",
-  "e2b-traffic-access-token",
+  E2B_SANDBOX_ID_HEADER,
+  E2B_SANDBOX_PORT_HEADER,
+  SANDBOX_ID_HEADER,
+  TARGET_PORT_HEADER,
+  TRAFFIC_TOKEN_HEADER,
 ];
 /**
  * The platform's own credential never reaches code in a sandbox, whatever port it asked for
@@ -64,9 +71,9 @@ export function targetProblem(t: ProxyTarget): string | undefined {
 export function resolveTarget(req: IncomingMessage): ProxyTarget | undefined {
   const url = req.url ?? "/";
   const isProxyPath = url === "/proxy" || url.startsWith("/proxy/") || url.startsWith("/proxy?");
-  const hid = header(req, "e2b-sandbox-id") ?? header(req, "x-aenv-sandbox-id");
+  const hid = header(req, E2B_SANDBOX_ID_HEADER) ?? header(req, SANDBOX_ID_HEADER);
   if (hid) {
-    const raw = header(req, "e2b-sandbox-port") ?? header(req, "x-aenv-target-port");
+    const raw = header(req, E2B_SANDBOX_PORT_HEADER) ?? header(req, TARGET_PORT_HEADER);
     const port = raw === undefined ? ENVD_PORT : parsePort(raw);
     const path = isProxyPath ? url.slice("/proxy".length) || "/" : url;
     return { sandboxId: hid, port, path: path.startsWith("/") ? path : `/${path}`, via: "header" };

@@ -1,5 +1,6 @@
 import {
   AUTO_RESUME_HEADER,
+  FORK_SPILL,
   type ForkResult,
   type SandboxMetric,
   TRAFFIC_PORT_HEADER,
@@ -235,13 +236,13 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const b = ForkBody.parse(body(req.body));
     // A cluster gateway asks for the children that do not fit here as a snapshot it starts
     // elsewhere (named in a header: the body stays the list the SDK expects).
-    const spill = req.headers["x-aenv-fork-spill"] === "1";
+    const spill = req.headers[FORK_SPILL.request.header] === FORK_SPILL.request.value;
     const { children, spillSnapshot } = await orch.fork(sandboxID, b.count ?? 1, b.timeout, spill);
-    if (spillSnapshot) void reply.header("x-aenv-fork-snapshot", spillSnapshot.id);
+    if (spillSnapshot) void reply.header(FORK_SPILL.snapshotHeader, spillSnapshot.id);
     const out: ForkResult[] = children.map((r) =>
       "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
     );
-    return reply.status(201).send(out);
+    return reply.status(FORK_SPILL.created).send(out);
   });
 
   app.put("/sandboxes/:sandboxID/network", async (req, reply) => {
