@@ -1,6 +1,6 @@
 /**
- * What can go wrong, as types the domain throws. They carry no HTTP status: api/http-errors.ts
- * maps them to statuses in one place (for the API and the proxy alike).
+ * What can go wrong, as types the domain throws. They carry no HTTP status: http-errors.ts
+ * maps them to statuses in one place (for the API, the proxy and the gateway alike).
  */
 export abstract class AenvError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
 import { z } from "zod";
+import { errorBodyOf } from "../http-errors.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy, sendError } from "../proxy/proxy.js";
 import { signedFilesTarget } from "../proxy/signed-files.js";
@@ -76,7 +77,7 @@ export function buildApp(o: AppOptions): App {
     // characters) answer in the E2B shape too.
     frameworkErrors: (err, _req, reply) => {
       const status = err.statusCode ?? 400;
-      void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
+      void (reply as FastifyReply).status(status).send(errorBodyOf(status, err.message));
     },
     serverFactory: (handler) => {
       const server = createLimitedServer(
@@ -125,7 +126,7 @@ export function buildApp(o: AppOptions): App {
   fastify.get("/health", async (_req, reply) => {
     const h = o.health();
     if (h.ready) return reply.status(204).send();
-    return reply.status(503).send({ code: 503, message: "starting", ...h });
+    return reply.status(503).send({ ...errorBodyOf(503, "starting"), ...h });
   });
   fastify.get("/health/details", async () => o.health());
   // Prometheus, without the key like /health (docs/deployment.md#metrics).
@@ -139,7 +140,7 @@ export function buildApp(o: AppOptions): App {
     const b = SignerQuery.parse(req.body ?? {});
     const found = signedFilesTarget(b, (m) => o.orch.sandboxByEnvdToken(m));
     if (found && "target" in found) return { sandboxId: found.target.sandboxId };
-    return reply.status(404).send({ code: 404, message: found ? found.refusal : "not a signed /files URL" });
+    return reply.status(404).send(errorBodyOf(404, found ? found.refusal : "not a signed /files URL"));
   });
   void fastify.register(sandboxRoutes, {
     orch: o.orch,

@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyInstance } from "fastify";
 import { UnauthorizedError } from "../errors.js";
+import { NO_API_KEY } from "../http-errors.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -35,6 +36,6 @@ export function installAuth(app: FastifyInstance, apiKey: string): void {
     if (req.method === "GET" && req.url === "/health") return;
     // Routes that authenticate themselves (signed upload links, volume tokens).
     if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
-    if (!hasKey(req)) throw new UnauthorizedError("invalid or missing API key (X-API-Key)");
+    if (!hasKey(req)) throw new UnauthorizedError(NO_API_KEY);
   });
 }

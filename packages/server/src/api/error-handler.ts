@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
 import { AenvError } from "../errors.js";
-import { errorBody } from "./http-errors.js";
+import { errorBody, errorBodyOf, noRouteBody } from "../http-errors.js";
 
 /** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
 export function installErrorHandling(app: FastifyInstance): void {
@@ -23,9 +23,9 @@ export function installErrorHandling(app: FastifyInstance): void {
       }
     }
     if (status >= 500) req.log.error({ err }, "request failed");
-    void reply.status(status).send({ code: status, message });
+    void reply.status(status).send(errorBodyOf(status, message));
   });
   app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ code: 404, message: `no route ${req.method} ${req.url.split("?")[0]}` });
+    void reply.status(404).send(noRouteBody(req.method, req.url));
   });
 }

@@ -6,6 +6,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
+import { errorBodyOf, NO_API_KEY, noRouteBody } from "../http-errors.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
 import {
@@ -19,7 +20,7 @@ import {
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { ClusterView } from "./cluster-view.js";
-import { call, forward, forwardUpgrade, sendJson } from "./forward.js";
+import { call, forward, forwardUpgrade, sendError } from "./forward.js";
 import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
 import { SandboxCalls, trafficOf } from "./sandbox-calls.js";
 
@@ -65,8 +66,7 @@ function nodeShape(n: NodeInfo) {
 export function buildGateway(o: GatewayOptions): FastifyInstance {
   const view = new ClusterView(o.redis);
   const log = o.log;
-  const unauthorized = (res: ServerResponse) =>
-    sendJson(res, 401, { code: 401, message: "invalid or missing API key (X-API-Key)" });
+  const unauthorized = (res: ServerResponse) => sendError(res, 401, NO_API_KEY);
 
   const calls = new SandboxCalls(view, o.apiKey, log);
 
@@ -75,7 +75,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     if (target) {
       // Sandbox traffic: envd checks its own token. A bad port is refused here as on a node.
       const problem = targetProblem(target);
-      if (problem) return sendJson(res, 400, { code: 400, message: problem });
+      if (problem) return sendError(res, 400, problem);
       return calls.forwardTraffic(req, res, target.sandboxId, target.port);
     }
     if (isSignedFiles(req)) return calls.forwardSignedFiles(req, res);
@@ -86,7 +86,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       try {
         id = decodeURIComponent(m[1] as string);
       } catch {
-        return sendJson(res, 400, { code: 400, message: "sandbox ID is not valid URL encoding" });
+        return sendError(res, 400, "sandbox ID is not valid URL encoding");
       }
       return calls.route(req, res, id, m[2] ?? "");
     }
@@ -98,7 +98,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     // The listener's timeouts are set on the server itself (serverFactory, util/http-limits.ts).
     frameworkErrors: (err, _req, reply) => {
       const status = err.statusCode ?? 400;
-      void (reply as FastifyReply).status(status).send({ code: status, message: err.message });
+      void (reply as FastifyReply).status(status).send(errorBodyOf(status, err.message));
     },
     serverFactory: (handler) => {
       const server = createLimitedServer(
@@ -110,7 +110,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
           if (!traffic) requestDeadline(o.limits, req, res);
           dispatch(req, res, () => handler(req, res)).catch((err) => {
             log.error({ err, url: req.url }, "gateway request failed");
-            sendJson(res, 502, { code: 502, message: `gateway error: ${(err as Error).message}` });
+            sendError(res, 502, `gateway error: ${(err as Error).message}`);
           });
         },
         { trusted: (req) => keyOk(req, o.apiKey), onShed: countConnectionShed },
@@ -136,15 +136,15 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   fastify.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
     const status = typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502;
     if (status >= 500) req.log.error({ err }, "gateway request failed");
-    void reply.status(status).send({ code: status, message: err.message });
+    void reply.status(status).send(errorBodyOf(status, err.message));
   });
   fastify.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ code: 404, message: `no route ${req.method} ${req.url.split("?")[0]}` });
+    void reply.status(404).send(noRouteBody(req.method, req.url));
   });
   fastify.addHook("onRequest", async (req, reply) => {
     if (req.url === "/health" || req.url === "/metrics") return;
     if (!keyOk(req.raw, o.apiKey)) {
-      return reply.status(401).send({ code: 401, message: "invalid or missing API key (X-API-Key)" });
+      return reply.status(401).send(errorBodyOf(401, NO_API_KEY));
     }
   });
   // Bodies stay bytes: they are passed to a node as they came.
@@ -153,9 +153,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
 
   fastify.get("/health", async (_req, reply) => {
     const pong = await o.redis.ping().catch(() => undefined);
-    return pong === "PONG"
-      ? reply.status(204).send()
-      : reply.status(503).send({ code: 503, message: "cannot reach Redis" });
+    return pong === "PONG" ? reply.status(204).send() : reply.status(503).send(errorBodyOf(503, "cannot reach Redis"));
   });
 
   // Prometheus, without the key like /health (docs/deployment.md#metrics).
@@ -165,7 +163,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   fastify.get("/nodes", async () => (await view.nodes()).map(nodeShape));
   fastify.get("/nodes/:nodeID", async (req, reply) => {
     const n = await view.node((req.params as { nodeID: string }).nodeID);
-    if (!n) return reply.status(404).send({ code: 404, message: "node not found" });
+    if (!n) return reply.status(404).send(errorBodyOf(404, "node not found"));
     return nodeShape(n);
   });
 
@@ -176,7 +174,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const templateId = parseJson<{ templateID?: unknown }>(body)?.templateID;
     const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
     const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body);
-    if (!placed) return reply.status(429).send({ code: 429, message: "no node has room for another sandbox" });
+    if (!placed) return reply.status(429).send(errorBodyOf(429, "no node has room for another sandbox"));
     if (placed.ans.status === 201) {
       const id = (JSON.parse(placed.ans.body.toString()) as { sandboxID?: string }).sandboxID;
       if (id) await view.setOwner(id, placed.node.nodeID);
@@ -275,7 +273,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   // a build's status polls reach the node that runs it.
   const anyNode = async (req: { raw: IncomingMessage; body: unknown }, reply: FastifyReply) => {
     const n = (await view.nodes()).find((x) => x.status === "ready");
-    if (!n) return reply.status(503).send({ code: 503, message: "no node is ready" });
+    if (!n) return reply.status(503).send(errorBodyOf(503, "no node is ready"));
     const body = Buffer.isBuffer(req.body) ? req.body : undefined;
     reply.hijack();
     forward(req.raw, reply.raw, n.url, body ? { body } : {});

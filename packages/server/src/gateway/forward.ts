@@ -1,6 +1,7 @@
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
+import { errorBodyOf } from "../http-errors.js";
 import { type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 
@@ -24,6 +25,11 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, ext
   const text = JSON.stringify(body);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...extra });
   res.end(text);
+}
+
+/** An E2B error answer ({code, message}). */
+export function sendError(res: ServerResponse, status: number, message: string): void {
+  sendJson(res, status, errorBodyOf(status, message));
 }
 
 function headersFor(req: IncomingMessage, keepUpgrade: boolean): Record<string, string | string[]> {
@@ -82,7 +88,7 @@ export function forward(
       res.writeHead(ur.statusCode ?? 502, out);
     } catch {
       ur.destroy();
-      sendJson(res, 502, { code: 502, message: "node answered an invalid response" });
+      sendError(res, 502, "node answered an invalid response");
       return;
     }
     res.flushHeaders();
@@ -92,7 +98,7 @@ export function forward(
   let connected = false;
   up.on("error", (err) => {
     if (!connected && opts.onConnectError) return opts.onConnectError(err);
-    sendJson(res, 502, { code: 502, message: `node ${u.host} unreachable: ${err.message}` });
+    sendError(res, 502, `node ${u.host} unreachable: ${err.message}`);
   });
   res.on("close", () => {
     if (!res.writableFinished) up.destroy();

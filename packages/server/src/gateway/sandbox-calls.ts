@@ -1,11 +1,19 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { AUTO_RESUME_HEADER, FORK_SPILL, TRAFFIC_PORT_HEADER, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
+import {
+  AUTO_RESUME_HEADER,
+  type ErrorBody,
+  FORK_SPILL,
+  type SandboxCreated,
+  TRAFFIC_PORT_HEADER,
+  TRAFFIC_TOKEN_HEADER,
+} from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
+import { errorBodyOf } from "../http-errors.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
 import { SANDBOX_NOT_FOUND, trafficErrorBody } from "../proxy/target.js";
 import type { ClusterView } from "./cluster-view.js";
-import { call, forward, sendJson } from "./forward.js";
+import { call, forward, sendError, sendJson } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
 
 /** Sandbox traffic as far as a resume for it goes: its port and the traffic token it carried. */
@@ -31,9 +39,10 @@ export interface Placement {
   exclude?: string[];
 }
 
+/** A child of a node's fork answer, as far as the gateway reads it (ForkResult, loosely). */
 interface ForkChild {
-  sandbox?: { sandboxID: string };
-  error?: { code: number; message: string };
+  sandbox?: Pick<SandboxCreated, "sandboxID">;
+  error?: ErrorBody;
 }
 
 /**
@@ -121,7 +130,7 @@ export class SandboxCalls {
     }
     if (!moving) {
       const why = owner.dead ? `its node '${owner.dead}' is down; connect to resume it elsewhere` : "not found";
-      return sendJson(res, 404, { code: 404, message: `sandbox '${id}' ${why}` });
+      return sendError(res, 404, `sandbox '${id}' ${why}`);
     }
     return relay(
       res,
@@ -153,7 +162,7 @@ export class SandboxCalls {
         headers,
         body,
       );
-      if (!placed) return jsonAnswer(429, { code: 429, message: "no node has room to resume this sandbox" });
+      if (!placed) return jsonAnswer(429, errorBodyOf(429, "no node has room to resume this sandbox"));
       if (placed.ans.status < 300) await this.view.setOwner(id, placed.node.nodeID);
       return placed.ans;
     } finally {
@@ -206,7 +215,7 @@ export class SandboxCalls {
     // Garbage costs no call to any node.
     if (!wellFormedSignature(req)) {
       req.resume();
-      return sendJson(res, 401, { code: 401, message: "invalid signature" });
+      return sendError(res, 401, "invalid signature");
     }
     const ask = Buffer.from(JSON.stringify({ url: req.url, method: req.method }));
     const headers = { "x-api-key": this.apiKey, "content-type": "application/json" };
@@ -222,7 +231,7 @@ export class SandboxCalls {
     const node = answers.find((n) => n !== undefined);
     if (!node) {
       req.resume();
-      return sendJson(res, 401, { code: 401, message: NO_SIGNER });
+      return sendError(res, 401, NO_SIGNER);
     }
     forward(req, res, node.url);
   }
@@ -238,7 +247,7 @@ export class SandboxCalls {
         this.nodeForTraffic(id, traffic, to.node.nodeID).then(
           (again) =>
             "status" in again ? sendJson(res, again.status, failureBody(again)) : forward(req, res, again.node.url),
-          (e: Error) => sendJson(res, 502, { code: 502, message: `gateway error: ${e.message}` }),
+          (e: Error) => sendError(res, 502, `gateway error: ${e.message}`),
         );
       },
     });
@@ -285,7 +294,7 @@ export class SandboxCalls {
             children[i] = { sandbox: parseJson<{ sandboxID: string }>(placed.ans.body) };
             owners[i] = placed.node.nodeID;
           } else if (placed) {
-            children[i] = { error: parseJson(placed.ans.body) ?? { code: placed.ans.status, message: "failed" } };
+            children[i] = { error: parseJson<ErrorBody>(placed.ans.body) ?? errorBodyOf(placed.ans.status, "failed") };
           }
         }),
       );

@@ -3,10 +3,12 @@ import {
   E2B_SANDBOX_ID_HEADER,
   E2B_SANDBOX_PORT_HEADER,
   ENVD_PORT,
+  type ErrorBody,
   SANDBOX_ID_HEADER,
   TARGET_PORT_HEADER,
   TRAFFIC_TOKEN_HEADER,
 } from "@aenv/protocol";
+import { errorBodyOf } from "../http-errors.js";
 
 export interface ProxyTarget {
   sandboxId: string;
@@ -34,8 +36,12 @@ const PLATFORM_SECRETS = ["x-api-key"];
 export const SANDBOX_NOT_FOUND = "The sandbox was not found";
 
 /** A traffic error's body, E2B's shape: "not found" also names the sandbox. */
-export function trafficErrorBody(status: number, message: string, sandboxId?: string): Record<string, unknown> {
-  return sandboxId ? { code: status, message, sandboxId } : { code: status, message };
+export function trafficErrorBody(
+  status: number,
+  message: string,
+  sandboxId?: string,
+): ErrorBody & { sandboxId?: string } {
+  return sandboxId ? { ...errorBodyOf(status, message), sandboxId } : errorBodyOf(status, message);
 }
 export const HOST_RE = /^(\d{1,12})-([a-z0-9]{1,60})\.(.+)$/;
 

@@ -1,5 +1,6 @@
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
+import { errorBodyOf } from "../http-errors.js";
 import { countSocketError } from "../telemetry/prometheus.js";
 
 /**
@@ -9,7 +10,7 @@ import { countSocketError } from "../telemetry/prometheus.js";
 export function endWithError(socket: Duplex, status: number, message: string): void {
   if (socket.destroyed) return;
   countSocketError(status);
-  const body = JSON.stringify({ code: status, message });
+  const body = JSON.stringify(errorBodyOf(status, message));
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   );

@@ -25,12 +25,12 @@ import {
 } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
+import { errorBody } from "../../http-errors.js";
 import { type NetworkSpec, validateNetworkSpec } from "../../network/policy.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { ResumeOptions } from "../../orchestrator/pause-kinds.js";
 import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
-import { errorBody } from "../http-errors.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   apiState,

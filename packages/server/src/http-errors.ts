@@ -1,3 +1,4 @@
+import type { ErrorBody } from "@aenv/protocol";
 import {
   AenvError,
   AtCapacityError,
@@ -12,9 +13,9 @@ import {
   TooLargeError,
   UnauthorizedError,
   UpstreamError,
-} from "../errors.js";
+} from "./errors.js";
 
-/** The one table from domain errors to HTTP statuses (API routes and the proxy). */
+/** The one table from domain errors to HTTP statuses (API routes, the proxy and the gateway). */
 const STATUS = new Map<abstract new (...args: never[]) => AenvError, number>([
   [InvalidRequestError, 400],
   [UnauthorizedError, 401],
@@ -37,8 +38,21 @@ export function statusOf(err: unknown): number | undefined {
   return 500;
 }
 
-/** The E2B error body: {code, message}. */
-export function errorBody(err: unknown): { code: number; message: string } {
+/** The E2B error body, {code, message}, for a status the caller chose. */
+export function errorBodyOf(code: number, message: string): ErrorBody {
+  return { code, message };
+}
+
+/** The E2B error body of a thrown error: its message only for a domain error. */
+export function errorBody(err: unknown): ErrorBody {
   const code = statusOf(err) ?? 500;
-  return { code, message: statusOf(err) ? (err as Error).message : "internal server error" };
+  return errorBodyOf(code, statusOf(err) ? (err as Error).message : "internal server error");
+}
+
+/** The answer to a request without the API key, from a node and the gateway alike. */
+export const NO_API_KEY = "invalid or missing API key (X-API-Key)";
+
+/** The answer to a path no route matches. */
+export function noRouteBody(method: string, url: string): ErrorBody {
+  return errorBodyOf(404, `no route ${method} ${url.split("?")[0]}`);
 }
