@@ -15,6 +15,10 @@ const networkRules = z.record(
 );
 
 /** E2B `SandboxNetworkConfig`; the server checks entries (network/policy.ts). */
+/** A template build's state (BuildStatus.status, a template's buildStatus). */
+export const BuildState = z.enum(["waiting", "building", "ready", "error"]);
+export type BuildState = z.infer<typeof BuildState>;
+
 export const NetworkConfig = z.object({
   allowOut: destinations.optional(),
   denyOut: destinations.optional(),

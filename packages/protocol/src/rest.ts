@@ -4,6 +4,8 @@
  * cannot drift. Request bodies are the zod schemas in rest-schemas.ts.
  */
 
+import type { BuildState } from "./rest-schemas.js";
+
 /** Every error answer, from the API and the proxy alike. */
 export interface ErrorBody {
   code: number;
@@ -112,7 +114,7 @@ export interface SandboxMetric {
   diskTotal: number;
 }
 
-export type BuildState = "waiting" | "building" | "ready" | "error";
+export type { BuildState };
 
 /** A template as GET /templates and GET /templates/{id} show it (fields the CLI reads). */
 export interface TemplateInfo {
@@ -120,7 +122,7 @@ export interface TemplateInfo {
   buildID?: string;
   names?: string[];
   aliases?: string[];
-  buildStatus?: string;
+  buildStatus?: BuildState;
   fromImage?: string;
   fromTemplate?: string;
   createdAt?: string;
@@ -143,7 +145,10 @@ export interface BuildStatus {
   buildID: string;
   status: BuildState;
   logEntries: BuildLogEntry[];
-  reason?: { message: string; step?: string };
+  /** The same entries as `[timestamp] message` lines (E2B's older field). */
+  logs: string[];
+  /** Why a build failed, with its last error entries. */
+  reason?: { message: string; step?: string; logEntries?: BuildLogEntry[] };
 }
 
 /** `Volume`: an entry of GET /volumes (no token). */

@@ -11,7 +11,8 @@ import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 
 /** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
-export type ForkResult = { sandbox: SandboxRecord } | { error: Error };
+/** One child as the node sees it: its record, or why it did not start (the API answers it as a ForkResult). */
+export type ForkChild = { sandbox: SandboxRecord } | { error: Error };
 
 /**
  * Children restored at once. The runner's start semaphore (sandbox.start_concurrency, 8 per
@@ -39,7 +40,7 @@ interface Held {
 }
 
 export interface ForkOutcome {
-  children: ForkResult[];
+  children: ForkChild[];
   /**
    * With `spill`, when some children found this node full: the capture they were to start
    * from, published as a snapshot, so they can start on other nodes (a cluster gateway does).
@@ -74,7 +75,7 @@ export class Forker {
       return parent.endAt - Date.now();
     });
     const ttlS = timeoutS ?? Math.max(1, Math.ceil(leftMs / 1000));
-    const results: ForkResult[] = new Array(count);
+    const results: ForkChild[] = new Array(count);
     const held: Held = { frozen: [], pending: count };
     // Children up first are frozen until the last one is: an idle restored sentry still spins
     // (systrap), taking the CPU its siblings' restores need (fork x16 here, until every child

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import type { RuntimeDriver } from "../runtime/driver.js";
-import { type SandboxMetric, sampleMetrics } from "./metrics.js";
+import { type MetricSample, sampleMetrics } from "./metrics.js";
 import type { SandboxRegistry } from "./registry.js";
 
 export interface MetricsHistoryDeps {
@@ -23,7 +23,7 @@ const DISK_EVERY_MS = 60_000;
  * not sampled; their history stays until they are gone.
  */
 export class MetricsHistory {
-  private readonly samples = new Map<string, SandboxMetric[]>();
+  private readonly samples = new Map<string, MetricSample[]>();
   private readonly diskAt = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
@@ -48,7 +48,7 @@ export class MetricsHistory {
   }
 
   /** Samples in [start, end] (Unix seconds, inclusive), oldest first, plus one taken now if it falls inside. */
-  async query(id: string, range: { start?: number; end?: number }): Promise<SandboxMetric[]> {
+  async query(id: string, range: { start?: number; end?: number }): Promise<MetricSample[]> {
     const l = this.d.registry.mustGet(id);
     const inRange = (t: number) =>
       (range.start === undefined || t >= range.start) && (range.end === undefined || t <= range.end);

@@ -1,18 +1,28 @@
-import type { EnvdMetrics, SandboxMetric as MetricSample } from "@aenv/protocol";
+import type { EnvdMetrics, SandboxMetric } from "@aenv/protocol";
+import type { Slot } from "../network/slots.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
+import type { SandboxRecord } from "../state/store.js";
 import { envdRequest } from "./envd-client.js";
 import { envdTokenOf } from "./envd-credentials.js";
-import type { Live } from "./registry.js";
 
 /** A sample as the orchestrator takes it; the API adds the ISO `timestamp`. */
-export type SandboxMetric = Omit<MetricSample, "timestamp">;
+export type MetricSample = Omit<SandboxMetric, "timestamp">;
+
+/** What sampling reads of a sandbox this node holds (registry.ts's Live has it all). */
+export interface Sampled {
+  rec: SandboxRecord;
+  slot?: Pick<Slot, "slotIp">;
+  hibernated?: boolean;
+  /** Kept here while it runs, served while it is hibernated. */
+  lastMetric?: MetricSample;
+}
 
 /** One sample now: CPU and memory from the runtime, disk from envd (best effort). */
 export async function sampleMetrics(
   driver: RuntimeDriver,
-  l: Live,
+  l: Sampled,
   opts: { disk: boolean } = { disk: true },
-): Promise<SandboxMetric[]> {
+): Promise<MetricSample[]> {
   const rec = l.rec;
   // A frozen sandbox cannot be asked (envd would wait for it) and uses no CPU.
   if (l.hibernated) {
@@ -44,7 +54,7 @@ export async function sampleMetrics(
       // Metrics are best effort.
     }
   }
-  const sample: SandboxMetric = {
+  const sample: MetricSample = {
     timestampUnix: Math.floor(Date.now() / 1000),
     cpuCount: rec.cpuCount,
     cpuUsedPct: Math.round((stats?.cpuUsedPct ?? 0) * 100) / 100,

@@ -16,10 +16,10 @@ import { WarmImages } from "../templates/warm-images.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { bootSettings, Creator } from "./create.js";
 import { envdTokenOf } from "./envd-credentials.js";
-import { Forker, type ForkOutcome, type ForkResult } from "./fork.js";
+import { type ForkChild, Forker, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
-import type { SandboxMetric } from "./metrics.js";
+import type { MetricSample } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
 import { PauseCommits } from "./pause-commits.js";
 import { autoResumable, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
@@ -38,7 +38,7 @@ import { TemplateTrees } from "./template-trees.js";
 import { type VolumeLookup, volumeUsers } from "./volume-mounts.js";
 import { WarmPool } from "./warm-pool.js";
 
-export type { CreateRequest, ForkOutcome, ForkResult, RecoveryReport, SandboxMetric };
+export type { CreateRequest, ForkChild, ForkOutcome, MetricSample, RecoveryReport };
 
 export interface OrchestratorDeps {
   cfg: ServerConfig;
@@ -446,7 +446,7 @@ export class Orchestrator {
   }
 
   /** Samples kept over the sandbox's life within [start, end] (Unix seconds), and one now. */
-  metrics(id: string, range: { start?: number; end?: number } = {}): Promise<SandboxMetric[]> {
+  metrics(id: string, range: { start?: number; end?: number } = {}): Promise<MetricSample[]> {
     return this.metricsHistory.query(id, range);
   }
 

@@ -2,7 +2,7 @@ import { AtCapacityError, NotFoundError, ShuttingDownError } from "../errors.js"
 import type { Slot } from "../network/slots.js";
 import type { SandboxLaunch } from "../runtime/driver.js";
 import type { SandboxRecord } from "../state/store.js";
-import type { SandboxMetric } from "./metrics.js";
+import type { MetricSample } from "./metrics.js";
 
 /** A sandbox this node holds (running, paused, or on its way), with its in-memory state. */
 export interface Live {
@@ -19,7 +19,7 @@ export interface Live {
   /** Set while a capture is running: proxied traffic waits for it. */
   gate?: Promise<unknown>;
   /** The last metrics sample taken while it ran (served while it is hibernated). */
-  lastMetric?: SandboxMetric;
+  lastMetric?: MetricSample;
   /** Frozen in place by hibernation (still "running" to clients); thawed before any use. */
   hibernated?: boolean;
   /** Internal helper sandbox (template capture or build): never persisted or listed. */

@@ -1,4 +1,4 @@
-import type { BuildStatus } from "./catalog.js";
+import type { BuildState } from "@aenv/protocol";
 
 export interface LogEntry {
   timestamp: string;
@@ -11,7 +11,7 @@ export interface LogEntry {
 export interface BuildRecord {
   templateID: string;
   buildID: string;
-  status: BuildStatus;
+  status: BuildState;
   logs: LogEntry[];
   reason?: { message: string; step?: string };
   startedAt: string;

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, posix } from "node:path";
+import type { BuildStatus } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
@@ -261,7 +262,7 @@ export class TemplateBuilder {
     }
   }
 
-  status(templateId: string, buildId: string, offset = 0, limit = 1000) {
+  status(templateId: string, buildId: string, offset = 0, limit = 1000): BuildStatus {
     const t = this.mustGet(templateId);
     const b = this.builds.get(buildId) ?? this.loadRecord(t, buildId);
     if (!b || b.templateID !== t.id) throw notFound(`build '${buildId}' of template '${templateId}' not found`);

@@ -1,10 +1,8 @@
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { BuildState } from "@aenv/protocol/rest";
 import { z } from "zod";
 import { writeFileDurableSync } from "../util/durable-write.js";
-
-export const BuildStatus = z.enum(["waiting", "building", "ready", "error"]);
-export type BuildStatus = z.infer<typeof BuildStatus>;
 
 const TemplateFile = z.object({
   /** Changes whenever the tree changes: images taken on one revision never restore on another. */
@@ -31,7 +29,7 @@ const TemplateFile = z.object({
   imageDigest: z.string().optional(),
   fromTemplate: z.string().optional(),
   buildId: z.string().default("local"),
-  buildStatus: BuildStatus.default("ready"),
+  buildStatus: BuildState.default("ready"),
   reason: z.object({ message: z.string(), step: z.string().optional() }).optional(),
   buildCount: z.number().int().nonnegative().default(1),
   /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
