@@ -15,6 +15,17 @@ const networkRules = z.record(
 );
 
 /** E2B `SandboxNetworkConfig`; the server checks entries (network/policy.ts). */
+/**
+ * What one sandbox may ask for, in vCPUs and MiB: the bounds of a cold start's and a
+ * template's sizing (the CLI refuses the same values before it sends them).
+ */
+export const SANDBOX_LIMITS = {
+  cpuCount: { min: 1, max: 64 },
+  memoryMB: { min: 128, max: 262_144 },
+} as const;
+export const CpuCount = z.number().int().min(SANDBOX_LIMITS.cpuCount.min).max(SANDBOX_LIMITS.cpuCount.max);
+export const MemoryMB = z.number().int().min(SANDBOX_LIMITS.memoryMB.min).max(SANDBOX_LIMITS.memoryMB.max);
+
 /** A template build's state (BuildStatus.status, a template's buildStatus). */
 export const BuildState = z.enum(["waiting", "building", "ready", "error"]);
 export type BuildState = z.infer<typeof BuildState>;
@@ -68,8 +79,8 @@ export type NewSandbox = z.infer<typeof NewSandbox>;
 /** Body of POST /sandboxes-cold: a sandbox booted straight from an image reference. */
 export const ColdSandbox = SandboxOptions.extend({
   image: z.string().min(1).max(1024),
-  cpuCount: z.number().int().min(1).max(64).optional(),
-  memoryMB: z.number().int().min(128).max(262_144).optional(),
+  cpuCount: CpuCount.optional(),
+  memoryMB: MemoryMB.optional(),
   diskSizeMB: z.number().int().min(1024).multipleOf(1024).optional(),
 });
 

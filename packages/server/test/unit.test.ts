@@ -4,7 +4,7 @@ import type { IncomingMessage } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { computeFileSignature } from "@aenv/protocol";
+import { computeFileSignature, ENVD_PORT } from "@aenv/protocol";
 import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "../src/api/list-filter.js";
 import { E2B_KEY_FORM, parseListen, resolveApiKey } from "../src/config.js";
 import { InvalidRequestError } from "../src/errors.js";
@@ -41,7 +41,7 @@ describe("proxy target resolution", () => {
   test("E2B headers win over any path, default port is envd's", () => {
     assert.deepEqual(resolveTarget(req("/health", { "e2b-sandbox-id": "iabc" })), {
       sandboxId: "iabc",
-      port: 49983,
+      port: ENVD_PORT,
       path: "/health",
       via: "header",
     });
@@ -87,7 +87,7 @@ describe("proxy target resolution", () => {
     const url = `/files?path=%2Fa.txt&username=user&signature=${encodeURIComponent(sig)}&signature_expiration=99`;
     const hit = signedFilesTarget(get(url), search);
     assert.ok(hit && "target" in hit);
-    assert.deepEqual(hit.target, { sandboxId: "ib", port: 49983, path: url, via: "signature" });
+    assert.deepEqual(hit.target, { sandboxId: "ib", port: ENVD_PORT, path: url, via: "signature" });
     // The same signature for a write, or another path, is no one's; garbage is not hashed.
     assert.ok("refusal" in (signedFilesTarget(get(url, "POST"), search) ?? {}));
     assert.ok("refusal" in (signedFilesTarget(get(url.replace("a.txt", "b.txt")), search) ?? {}));

@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { SANDBOX_LIMITS } from "@aenv/protocol/rest";
 import type { Command } from "commander";
 import { type BuildInfo, Template, type TemplateBuilder, type TemplateClass } from "e2b";
 import { runBuild } from "../build-run.js";
@@ -30,8 +31,16 @@ const addCommon = (c: Command) =>
     .option("--name <name>", "template name")
     .option("--ready-cmd <cmd>", "command that exits 0 once the start command is up (run with /bin/sh -c)")
     .option("--probe <port>", "ready once something listens on this TCP port", parsePositiveInt("--probe", 65535))
-    .option("--cpu <n>", "vCPUs of sandboxes from this template", parsePositiveInt("--cpu", 64))
-    .option("--memory <mb>", "memory (MiB) of sandboxes from this template", parsePositiveInt("--memory", 262_144))
+    .option(
+      "--cpu <n>",
+      "vCPUs of sandboxes from this template",
+      parsePositiveInt("--cpu", SANDBOX_LIMITS.cpuCount.max),
+    )
+    .option(
+      "--memory <mb>",
+      "memory (MiB) of sandboxes from this template",
+      parsePositiveInt("--memory", SANDBOX_LIMITS.memoryMB.max),
+    )
     .option("-d, --detach", "start the build and print its IDs; follow it with 'aenv template watch'");
 
 export function registerBuild(program: Command, ctx: Ctx): void {

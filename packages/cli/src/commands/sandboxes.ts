@@ -1,3 +1,4 @@
+import { SANDBOX_LIMITS } from "@aenv/protocol/rest";
 import type { Command } from "commander";
 import type { ListedSandbox } from "../api.js";
 import { type Ctx, examples } from "../context.js";
@@ -40,8 +41,8 @@ export function registerSandboxes(program: Command, ctx: Ctx): void {
     .argument("[template]", "template name or ID (an image reference with --cold)", "base")
     .option("-d, --detach", "do not attach a shell; print the sandbox ID")
     .option("--cold", "boot straight from a container image (pulled and unpacked on first use)")
-    .option("--cpu <n>", "vCPUs (with --cold)", parsePositiveInt("--cpu", 64))
-    .option("--memory <mb>", "memory in MiB (with --cold)", parsePositiveInt("--memory", 262_144))
+    .option("--cpu <n>", "vCPUs (with --cold)", parsePositiveInt("--cpu", SANDBOX_LIMITS.cpuCount.max))
+    .option("--memory <mb>", "memory in MiB (with --cold)", parsePositiveInt("--memory", SANDBOX_LIMITS.memoryMB.max))
     .option("--timeout <seconds>", "time to live in seconds", parsePositiveInt("--timeout", 86_400))
     .option("--env <K=V>", "environment variable (repeatable)", collectKeyValue)
     .option("--metadata <K=V>", "metadata (repeatable)", collectKeyValue)

@@ -12,7 +12,7 @@ import {
 } from "node:fs";
 import { join, relative } from "node:path";
 import { envdArtifacts } from "@aenv/envd";
-import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
+import { ENVD_PORT, SANDBOX_LOWER_DIR } from "@aenv/protocol";
 import { publishTreeSync } from "../util/durable-write.js";
 import { fileIdentity, readMemo, writeMemo } from "../util/memo-file.js";
 
@@ -21,7 +21,7 @@ import { fileIdentity, readMemo, writeMemo } from "../util/memo-file.js";
  * any rootfs, glibc or musl or none) and reaps orphaned processes. Part of the folder's
  * identity: checkpoints taken with other arguments must not be restored under these.
  */
-export const ENVD_ARGS = ["/.aenv/bin/aenv-init", "/.aenv/bin/envd", "--port", "49983"];
+export const ENVD_ARGS = ["/.aenv/bin/aenv-init", "/.aenv/bin/envd", "--port", String(ENVD_PORT)];
 
 /** What goes into the runtime folder, by the name each file has in its bin/. */
 function runtimeInputs(): Array<readonly [src: string, name: string]> {

@@ -1,3 +1,4 @@
+import { CpuCount, MemoryMB } from "@aenv/protocol/rest";
 import { z } from "zod";
 
 /** POST /v3/templates (and the older POST /v2/templates) body. */
@@ -5,8 +6,8 @@ export const TemplateRequest = z.looseObject({
   name: z.string().min(1).max(256).optional(),
   alias: z.string().min(1).max(256).optional(),
   tags: z.array(z.string().max(128)).max(32).optional(),
-  cpuCount: z.number().int().min(1).max(64).optional(),
-  memoryMB: z.number().int().min(128).max(262_144).optional(),
+  cpuCount: CpuCount.optional(),
+  memoryMB: MemoryMB.optional(),
   minFreeDiskMb: z.number().int().min(0).optional(),
 });
 export type TemplateRequest = z.infer<typeof TemplateRequest>;
