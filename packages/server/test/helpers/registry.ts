@@ -10,6 +10,15 @@ import { createServer as netServer } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { gzipSync } from "node:zlib";
+import {
+  BLOCK,
+  EXTENSION_FLAGS,
+  FIELD,
+  headerChecksum,
+  paxRecord,
+  TYPEFLAG,
+  USTAR_MAGIC,
+} from "../../src/storage/images/ustar.js";
 
 const run = promisify(execFile);
 
@@ -96,32 +105,29 @@ export interface TarSpec {
   linkname?: string;
 }
 
-const TYPEFLAG = { file: "0", hardlink: "1", symlink: "2", char: "3", block: "4", dir: "5", fifo: "6" } as const;
-
 function octal(n: number, width: number): string {
   return `${n.toString(8).padStart(width - 1, "0")}\0`;
 }
 
 function header(name: string, type: string, size: number, s: TarSpec, linkname: string): Buffer {
-  const h = Buffer.alloc(512);
-  h.write(name, 0, 100, "utf8");
-  h.write(octal(s.mode ?? (s.type === "dir" ? 0o755 : 0o644), 8), 100, "latin1");
-  h.write(octal(s.uid ?? 0, 8), 108, "latin1");
-  h.write(octal(s.gid ?? 0, 8), 116, "latin1");
-  h.write(octal(size, 12), 124, "latin1");
-  h.write(octal(s.mtime ?? 1_700_000_000, 12), 136, "latin1");
-  h.write("        ", 148, "latin1");
-  h.write(type, 156, "latin1");
-  h.write(linkname, 157, 100, "utf8");
-  h.write("ustar\0", 257, "latin1");
-  h.write("00", 263, "latin1");
-  let sum = 0;
-  for (const b of h) sum += b;
-  h.write(`${sum.toString(8).padStart(6, "0")}\0 `, 148, "latin1");
+  const h = Buffer.alloc(BLOCK);
+  const put = ([at, len]: readonly [number, number], v: string, enc: BufferEncoding = "latin1") =>
+    h.write(v, at, len, enc);
+  put(FIELD.name, name, "utf8");
+  put(FIELD.mode, octal(s.mode ?? (s.type === "dir" ? 0o755 : 0o644), FIELD.mode[1]));
+  put(FIELD.uid, octal(s.uid ?? 0, FIELD.uid[1]));
+  put(FIELD.gid, octal(s.gid ?? 0, FIELD.gid[1]));
+  put(FIELD.size, octal(size, FIELD.size[1]));
+  put(FIELD.mtime, octal(s.mtime ?? 1_700_000_000, FIELD.mtime[1]));
+  put(FIELD.typeflag, type);
+  put(FIELD.linkname, linkname, "utf8");
+  put(FIELD.magic, USTAR_MAGIC);
+  put(FIELD.version, "00");
+  put(FIELD.checksum, `${headerChecksum(h).toString(8).padStart(6, "0")}\0 `);
   return h;
 }
 
-const pad = (n: number) => Buffer.alloc((512 - (n % 512)) % 512);
+const pad = (n: number) => Buffer.alloc((BLOCK - (n % BLOCK)) % BLOCK);
 
 /** A ustar archive; names or link names over 100 bytes get a pax header. */
 export function makeTar(entries: TarSpec[]): Buffer {
@@ -131,17 +137,9 @@ export function makeTar(entries: TarSpec[]): Buffer {
     const data = type === "file" ? Buffer.from(e.content ?? "") : Buffer.alloc(0);
     const link = e.linkname ?? "";
     if (Buffer.byteLength(e.name) > 99 || Buffer.byteLength(link) > 99) {
-      const recs: string[] = [];
-      const rec = (k: string, v: string) => {
-        const body = ` ${k}=${v}\n`;
-        let len = Buffer.byteLength(body) + 1;
-        while (String(len).length + Buffer.byteLength(body) !== len) len = String(len).length + Buffer.byteLength(body);
-        recs.push(`${len}${body}`);
-      };
-      rec("path", e.name);
-      if (link) rec("linkpath", link);
+      const recs = [paxRecord("path", e.name), ...(link ? [paxRecord("linkpath", link)] : [])];
       const pax = Buffer.from(recs.join(""));
-      out.push(header("PaxHeader", "x", pax.length, { name: "" }, ""), pax, pad(pax.length));
+      out.push(header("PaxHeader", EXTENSION_FLAGS.pax, pax.length, { name: "" }, ""), pax, pad(pax.length));
     }
     out.push(header(e.name.slice(0, 99), TYPEFLAG[type], data.length, e, link.slice(0, 99)), data, pad(data.length));
   }

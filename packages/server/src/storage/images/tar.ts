@@ -3,8 +3,17 @@
  * to do with an entry, and whether its path is safe, is unpack.ts's job.
  */
 import { ImagePullError } from "./errors.js";
+import {
+  BLOCK,
+  EXTENSION_FLAGS as EXT,
+  FIELD,
+  headerChecksum,
+  type TarEntryType,
+  TYPEFLAG,
+  USTAR_MAGIC,
+} from "./ustar.js";
 
-export type TarEntryType = "file" | "hardlink" | "symlink" | "char" | "block" | "dir" | "fifo" | "other";
+export type { TarEntryType };
 
 export interface TarHeader {
   name: string;
@@ -21,8 +30,6 @@ export interface TarHeader {
   /** pax `SCHILY.xattr.*` values, keyed without the prefix. */
   xattrs: Record<string, Buffer>;
 }
-
-const BLOCK = 512;
 
 /** Pulls exact byte counts out of an async iterable of chunks. */
 class ByteReader {
@@ -98,13 +105,13 @@ class ByteReader {
   }
 }
 
-function str(b: Buffer, start: number, len: number): string {
+function str(b: Buffer, [start, len]: readonly [number, number]): string {
   const s = b.subarray(start, start + len);
   const nul = s.indexOf(0);
   return (nul >= 0 ? s.subarray(0, nul) : s).toString("utf8");
 }
 
-function num(b: Buffer, start: number, len: number): number {
+function num(b: Buffer, [start, len]: readonly [number, number]): number {
   const f = b.subarray(start, start + len);
   if (f[0]! & 0x80) {
     // GNU base-256: big-endian two's complement with the top bit as marker.
@@ -117,21 +124,14 @@ function num(b: Buffer, start: number, len: number): number {
 }
 
 function checksumOk(h: Buffer): boolean {
-  let sum = 0;
-  for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : h[i]!;
-  return sum === num(h, 148, 8);
+  return headerChecksum(h) === num(h, FIELD.checksum);
 }
 
+/** Entry type by flag; old tars write files as NUL, and "7" (contiguous) is a file too. */
 const TYPES: Record<string, TarEntryType> = {
-  "0": "file",
+  ...Object.fromEntries(Object.entries(TYPEFLAG).map(([type, flag]) => [flag, type as TarEntryType])),
   "\0": "file",
   "7": "file",
-  "1": "hardlink",
-  "2": "symlink",
-  "3": "char",
-  "4": "block",
-  "5": "dir",
-  "6": "fifo",
 };
 
 function parsePax(data: Buffer): Record<string, string | Buffer> {
@@ -173,25 +173,25 @@ export async function* readTar(src: AsyncIterable<Buffer>): AsyncGenerator<TarEn
     const h = await r.read(BLOCK);
     if (!h || h.every((b) => b === 0)) break;
     if (!checksumOk(h)) throw new ImagePullError("bad-layer", "tar header checksum mismatch (not a tar, or corrupt)");
-    const typeflag = String.fromCharCode(h[156]!);
-    const size = num(h, 124, 12);
+    const typeflag = String.fromCharCode(h[FIELD.typeflag[0]]!);
+    const size = num(h, FIELD.size);
     const padded = Math.ceil(size / BLOCK) * BLOCK;
-    if (typeflag === "x" || typeflag === "g" || typeflag === "L" || typeflag === "K") {
+    if (typeflag === EXT.pax || typeflag === EXT.globalPax || typeflag === EXT.longName || typeflag === EXT.longLink) {
       if (size > 16 << 20) throw new ImagePullError("bad-layer", "tar extended header larger than 16 MiB");
       const data = (await r.read(padded))?.subarray(0, size) ?? Buffer.alloc(0);
-      if (typeflag === "x") pax = { ...pax, ...parsePax(data) };
-      else if (typeflag === "g") globalPax = { ...globalPax, ...parsePax(data) };
+      if (typeflag === EXT.pax) pax = { ...pax, ...parsePax(data) };
+      else if (typeflag === EXT.globalPax) globalPax = { ...globalPax, ...parsePax(data) };
       else {
-        const s = str(data, 0, data.length);
-        if (typeflag === "L") longName = s;
+        const s = str(data, [0, data.length]);
+        if (typeflag === EXT.longName) longName = s;
         else longLink = s;
       }
       continue;
     }
     const ext = { ...globalPax, ...pax };
-    const magic = h.subarray(257, 263).toString("latin1");
-    let name = str(h, 0, 100);
-    const prefix = magic === "ustar\0" ? str(h, 345, 155) : "";
+    const magic = h.subarray(FIELD.magic[0], FIELD.magic[0] + FIELD.magic[1]).toString("latin1");
+    let name = str(h, FIELD.name);
+    const prefix = magic === USTAR_MAGIC ? str(h, FIELD.prefix) : "";
     if (prefix) name = `${prefix}/${name}`;
     const s = (k: string) => (typeof ext[k] === "string" ? (ext[k] as string) : undefined);
     const xattrs: Record<string, Buffer> = {};
@@ -201,12 +201,12 @@ export async function* readTar(src: AsyncIterable<Buffer>): AsyncGenerator<TarEn
       name: s("path") ?? longName ?? name,
       type: TYPES[typeflag] ?? "other",
       typeflag,
-      mode: num(h, 100, 8) & 0o7777,
-      uid: s("uid") !== undefined ? Number(s("uid")) : num(h, 108, 8),
-      gid: s("gid") !== undefined ? Number(s("gid")) : num(h, 116, 8),
+      mode: num(h, FIELD.mode) & 0o7777,
+      uid: s("uid") !== undefined ? Number(s("uid")) : num(h, FIELD.uid),
+      gid: s("gid") !== undefined ? Number(s("gid")) : num(h, FIELD.gid),
       size: s("size") !== undefined ? Number(s("size")) : size,
-      mtime: s("mtime") !== undefined ? Number(s("mtime")) : num(h, 136, 12),
-      linkname: s("linkpath") ?? longLink ?? str(h, 157, 100),
+      mtime: s("mtime") !== undefined ? Number(s("mtime")) : num(h, FIELD.mtime),
+      linkname: s("linkpath") ?? longLink ?? str(h, FIELD.linkname),
       xattrs,
     };
     // Old tars mark directories only by a trailing slash.
