@@ -105,7 +105,7 @@ test("the server's publishing writes go through it: template.json, private files
   const tpl = join(dir, "templates");
   const lines = traced(
     "callers",
-    `const { TemplateStore } = await import(SRC + "/templates/catalog.ts");
+    `const { TemplateStore } = await import(SRC + "/state/template-catalog.ts");
      const { writePrivateFile } = await import(SRC + "/util/private-file.ts");
      new TemplateStore(${JSON.stringify(tpl)}).save({ id: "t1", name: "t1" });
      writePrivateFile(${JSON.stringify(join(dir, "secrets", "token"))}, "s3cret");`,

@@ -9,8 +9,8 @@ import { join } from "node:path";
 import { test } from "node:test";
 import pino from "pino";
 import type { Orchestrator } from "../src/orchestrator/orchestrator.js";
+import { TemplateStore } from "../src/state/template-catalog.js";
 import { TemplateBuilder } from "../src/templates/builder.js";
-import { TemplateStore } from "../src/templates/catalog.js";
 import type { ContextFiles } from "../src/templates/context-files.js";
 import type { ImageProvider } from "../src/templates/image-provider.js";
 

@@ -9,9 +9,9 @@ import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "..
 import { E2B_KEY_FORM, parseListen, resolveApiKey } from "../src/config.js";
 import { InvalidRequestError } from "../src/errors.js";
 import { parseCidr16, slotAddresses } from "../src/network/addresses.js";
-import { newSandboxId, SANDBOX_ID_RE } from "../src/orchestrator/ids.js";
 import { signedFilesTarget } from "../src/proxy/signed-files.js";
 import { resolveTarget, upstreamHeaders } from "../src/proxy/target.js";
+import { newSandboxId, SANDBOX_ID_RE } from "../src/state/ids.js";
 
 function req(url: string, headers: Record<string, string> = {}): IncomingMessage {
   return { url, headers, socket: { remoteAddress: "127.0.0.1" } } as unknown as IncomingMessage;

@@ -6,10 +6,10 @@ import pino from "pino";
 import type { ServerConfig } from "../src/config.js";
 import type { NodePaths } from "../src/node-paths.js";
 import type { SandboxRunner } from "../src/orchestrator/runner.js";
+import type { WarmImages } from "../src/orchestrator/warm-images.js";
 import { WarmPool } from "../src/orchestrator/warm-pool.js";
 import type { RuntimeDriver } from "../src/runtime/driver.js";
-import type { Template } from "../src/templates/catalog.js";
-import type { WarmImages } from "../src/templates/warm-images.js";
+import type { Template } from "../src/state/template-catalog.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

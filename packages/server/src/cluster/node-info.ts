@@ -1,6 +1,6 @@
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
-import { type TemplateStore, usable } from "../templates/catalog.js";
+import { type TemplateStore, usable } from "../state/template-catalog.js";
 import type { NodeInfo } from "./keys.js";
 
 /** What this node tells the cluster about itself (and GET /nodes answers on the node). */

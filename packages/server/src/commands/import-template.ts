@@ -2,9 +2,9 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import pino from "pino";
 import { loadConfig } from "../config.js";
+import { type Template, TemplateStore } from "../state/template-catalog.js";
 import { ImageStore } from "../storage/images/index.js";
 import { openRepository } from "../storage/repository/open.js";
-import { type Template, TemplateStore } from "../templates/catalog.js";
 import { importTemplate } from "../templates/import.js";
 import { TemplateSync } from "../templates/sync.js";
 

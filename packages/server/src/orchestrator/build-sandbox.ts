@@ -1,6 +1,6 @@
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import { newSandboxId } from "./ids.js";
+import { newSandboxId } from "../state/ids.js";
 import { newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";

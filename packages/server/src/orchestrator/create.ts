@@ -2,11 +2,10 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { AenvError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
+import { newSandboxId, newToken } from "../state/ids.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
-import type { Template } from "../templates/catalog.js";
-import type { WarmImages } from "../templates/warm-images.js";
+import type { Template } from "../state/template-catalog.js";
 import { envdTokenOf } from "./envd-credentials.js";
-import { newSandboxId, newToken } from "./ids.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
@@ -14,6 +13,7 @@ import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
 import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
+import type { WarmImages } from "./warm-images.js";
 import type { Pooled, WarmPool } from "./warm-pool.js";
 
 export interface CreateDeps {

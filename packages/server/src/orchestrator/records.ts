@@ -1,8 +1,8 @@
 import type { ServerConfig } from "../config.js";
 import { InvalidRequestError } from "../errors.js";
 import type { NetworkSpec } from "../network/policy.js";
+import { newClientId, newToken } from "../state/ids.js";
 import type { SandboxRecord } from "../state/store.js";
-import { newClientId, newToken } from "./ids.js";
 import { runtimeIdFor } from "./runner.js";
 
 /** What a client asks for when it creates a sandbox (from any template source). */

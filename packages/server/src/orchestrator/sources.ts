@@ -1,6 +1,6 @@
 import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.js";
 import type { SnapshotRecord } from "../state/store.js";
-import { type Template, type TemplateStore, usable } from "../templates/catalog.js";
+import { type Template, type TemplateStore, usable } from "../state/template-catalog.js";
 import type { Snapshots } from "./snapshots.js";
 import type { TemplateTrees } from "./template-trees.js";
 

@@ -2,14 +2,14 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
-import type { Template } from "../templates/catalog.js";
-import type { WarmImages } from "../templates/warm-images.js";
+import { newSandboxId } from "../state/ids.js";
+import type { Template } from "../state/template-catalog.js";
 import { envdRequest } from "./envd-client.js";
 import { runLoginShellOnce } from "./envd-process.js";
-import { newSandboxId } from "./ids.js";
 import { newSandboxRecord } from "./records.js";
 import type { Live } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { WarmImages } from "./warm-images.js";
 
 export interface WarmPoolDeps {
   cfg: ServerConfig;

@@ -5,13 +5,8 @@ import type { BuildStatus } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
-import { newTemplateId } from "../orchestrator/ids.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
-import { isHostPathSource } from "../storage/images/reference.js";
-import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
-import { exec } from "../util/exec.js";
-import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
-import { buildOwnerAlive, claimBuild } from "./build-owner.js";
+import { newTemplateId } from "../state/ids.js";
 import {
   DEFAULT_PATH,
   type Template,
@@ -19,7 +14,12 @@ import {
   type TemplateStore,
   usable,
   validTemplateName,
-} from "./catalog.js";
+} from "../state/template-catalog.js";
+import { isHostPathSource } from "../storage/images/reference.js";
+import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
+import { exec } from "../util/exec.js";
+import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
+import { buildOwnerAlive, claimBuild } from "./build-owner.js";
 import type { ContextFiles } from "./context-files.js";
 import { inSandbox } from "./in-sandbox.js";
 import type { BuildStart, BuildStep, TemplateRequest } from "./spec.js";

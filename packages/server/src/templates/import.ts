@@ -1,9 +1,9 @@
 import { lstatSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { newTemplateId } from "../orchestrator/ids.js";
+import { newTemplateId } from "../state/ids.js";
+import { DEFAULT_PATH, type Template, type TemplateStore, validTemplateName } from "../state/template-catalog.js";
 import type { ImageStore } from "../storage/images/index.js";
 import { publishTree } from "../util/durable-write.js";
-import { DEFAULT_PATH, type Template, type TemplateStore, validTemplateName } from "./catalog.js";
 import { imageProvider } from "./image-provider.js";
 
 /** Whether the tree has an account, reading its /etc/passwd only if that is a plain file. */

@@ -3,6 +3,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { templateTreeKey } from "../node-paths.js";
+import { type Template, type TemplateData, type TemplateStore, usable } from "../state/template-catalog.js";
 import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import {
   pauseMetaOf,
@@ -14,7 +15,6 @@ import type { Manifest } from "../storage/repository/repository.js";
 import { UntrustedManifestError } from "../storage/repository/trust.js";
 import { publishTree } from "../util/durable-write.js";
 import { exec } from "../util/exec.js";
-import { type Template, type TemplateData, type TemplateStore, usable } from "./catalog.js";
 
 const PREFIX = "tpl-";
 

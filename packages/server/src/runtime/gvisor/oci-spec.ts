@@ -1,5 +1,5 @@
 import { SANDBOX_LOWER_DIR } from "@aenv/protocol";
-import { DEFAULT_PATH } from "../../templates/catalog.js";
+import { DEFAULT_PATH } from "../../state/template-catalog.js";
 import type { SandboxLaunch } from "../driver.js";
 import { envdArgs } from "../envd-runtime.js";
 

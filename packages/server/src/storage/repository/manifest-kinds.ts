@@ -8,9 +8,9 @@
 import { NetworkConfig, NewSandbox, SnapshotBody, VolumeMountBody } from "@aenv/protocol/rest";
 import { z } from "zod";
 import { validateNetworkSpec } from "../../network/policy.js";
-import { SANDBOX_ID_RE } from "../../orchestrator/ids.js";
+import { SANDBOX_ID_RE } from "../../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../../state/store.js";
-import type { TemplateData } from "../../templates/catalog.js";
+import type { TemplateData } from "../../state/template-catalog.js";
 import { isId } from "./layout.js";
 import type { Manifest } from "./repository.js";
 import { UntrustedManifestError } from "./trust.js";

@@ -3,15 +3,15 @@ import { dirname } from "node:path";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import { runLoginShellOnce } from "../orchestrator/envd-process.js";
-import { newSandboxId } from "../orchestrator/ids.js";
-import { newSandboxRecord } from "../orchestrator/records.js";
-import type { Live } from "../orchestrator/registry.js";
-import type { SandboxRunner } from "../orchestrator/runner.js";
-import { runStartCommand } from "../orchestrator/start-command.js";
+import { newSandboxId } from "../state/ids.js";
+import { type Template, type TemplateStore, usable } from "../state/template-catalog.js";
 import { countWarmImage } from "../telemetry/prometheus.js";
 import { commitDir } from "../util/fsync.js";
-import { type Template, type TemplateStore, usable } from "./catalog.js";
+import { runLoginShellOnce } from "./envd-process.js";
+import { newSandboxRecord } from "./records.js";
+import type { Live } from "./registry.js";
+import type { SandboxRunner } from "./runner.js";
+import { runStartCommand } from "./start-command.js";
 
 /** Warm images are per revision: a tag can start an older build than the current one. */
 function revisionKey(tpl: Pick<Template, "id" | "revision">): string {
