@@ -1,0 +1,50 @@
+import type { Redis } from "ioredis";
+import type { Logger } from "pino";
+import type { NodeInfo } from "../cluster/keys.js";
+import { NodeAgent } from "../cluster/node-agent.js";
+import type { ServerConfig } from "../config.js";
+import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import type { Component } from "./component.js";
+
+export interface ClusterMember extends Component {
+  /** Publishes the node now (a draining node, before it pauses its sandboxes). */
+  beat(): Promise<void>;
+}
+
+/** The node in its cluster: registered in Redis, its heartbeat and sandbox ownership kept there. */
+export async function joinCluster(
+  c: NonNullable<ServerConfig["cluster"]>,
+  describe: () => Omit<NodeInfo, "updatedAt">,
+  orch: Orchestrator,
+  log: Logger,
+): Promise<ClusterMember> {
+  // Loaded here: a single node (the common case) never needs the client (~0.1 s to load).
+  const { Redis: RedisClient } = await import("ioredis");
+  const redis: Redis = new RedisClient(c.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
+  redis.on("error", (err) => log.warn({ err: err.message }, "redis"));
+  await redis.connect();
+  const agent = new NodeAgent({
+    redis,
+    nodeId: c.nodeId,
+    describe,
+    owned: () => orch.list().map((r) => r.id),
+    log: log.child({ component: "cluster" }),
+  });
+  // Room freed by a kill or pause is published at once, not at the next beat.
+  orch.onKilled((id) => {
+    void agent
+      .forget(id)
+      .then(() => agent.nudge())
+      .catch(() => {});
+  });
+  orch.onStopped(() => agent.nudge());
+  await agent.start();
+  log.info({ nodeId: c.nodeId, url: c.advertiseUrl }, "joined the cluster");
+  return {
+    beat: () => agent.beat(),
+    async stop() {
+      await agent.stop();
+      await redis.quit().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,28 @@
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import type { ServerConfig } from "../config.js";
+import { NodePaths } from "../node-paths.js";
+
+/** The data and templates directories, made private to root; the paths under them. */
+export function prepareHostDirs(cfg: ServerConfig): NodePaths {
+  // Only root reads the data dir: it holds tokens, env vars, sandbox memory images.
+  mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(cfg.dataDir, 0o700);
+  // Template trees hold images' setuid binaries: host users must not reach them.
+  mkdirSync(cfg.templatesDir, { recursive: true, mode: 0o700 });
+  chmodSync(cfg.templatesDir, 0o700);
+  return new NodePaths(cfg.dataDir, cfg.templatesDir);
+}
+
+/** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */
+export function writeResolvConf(file: string): { file: string; servers: string[] } {
+  let servers: string[] = [];
+  try {
+    servers = [...readFileSync("/etc/resolv.conf", "utf8").matchAll(/^nameserver\s+(\S+)/gm)]
+      .map((m) => m[1] as string)
+      .filter((s) => !s.startsWith("127.") && s !== "::1");
+  } catch {
+    servers = [];
+  }
+  writeFileSync(file, servers.map((s) => `nameserver ${s}\n`).join("") || "# no reachable host resolver\n");
+  return { file, servers };
+}

@@ -1,0 +1,36 @@
+import type { Logger } from "pino";
+import type { ServerConfig } from "../config.js";
+import type { NodePaths } from "../node-paths.js";
+import type { RuntimeInfo } from "../runtime/driver.js";
+import { GvisorDriver } from "../runtime/gvisor/driver.js";
+import type { Component } from "./component.js";
+
+export interface Runtime extends Component {
+  driver: GvisorDriver;
+  /** The runtime's probe, in flight: it starts a throwaway sandbox (~0.4 s). */
+  probing: Promise<RuntimeInfo>;
+}
+
+/** The sandbox runtime, its probe started: the steps up to the orchestrator go on meanwhile. */
+export function startRuntime(cfg: ServerConfig, paths: NodePaths, log: Logger): Runtime {
+  const driver = new GvisorDriver({
+    binary: cfg.runscBinary,
+    stateDir: paths.runtimeState,
+    platform: cfg.platform,
+    enforceDiskSize: cfg.enforceDiskSize,
+    disksDir: paths.formattedDisks,
+    debugLogDir: cfg.runscDebugLog,
+    maxConsoleBytes: cfg.maxConsoleBytes,
+    log: log.child({ component: "gvisor" }),
+  });
+  const probing = driver.probe();
+  // Awaited later; a failure of a step before that must not leave its rejection unhandled.
+  probing.catch(() => {});
+  return {
+    driver,
+    probing,
+    async stop() {
+      await driver.disks?.close();
+    },
+  };
+}
