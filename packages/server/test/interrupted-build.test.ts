@@ -10,9 +10,9 @@ import { test } from "node:test";
 import pino from "pino";
 import type { Orchestrator } from "../src/orchestrator/orchestrator.js";
 import { TemplateStore } from "../src/state/template-catalog.js";
+import type { ImageProvider } from "../src/templates/build-steps.js";
 import { TemplateBuilder } from "../src/templates/builder.js";
 import type { ContextFiles } from "../src/templates/context-files.js";
-import type { ImageProvider } from "../src/templates/image-provider.js";
 
 test("builds interrupted by a restart are failed; a live server's build is left alone", () => {
   const dir = mkdtempSync("/var/tmp/aenv-tpl-");

@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
-import { join, posix } from "node:path";
+import { join } from "node:path";
 import type { BuildStatus } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
-import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
+import { envdProcess } from "../orchestrator/envd-process.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { newTemplateId } from "../state/ids.js";
 import {
@@ -17,47 +17,16 @@ import {
 } from "../state/template-catalog.js";
 import { isHostPathSource } from "../storage/images/reference.js";
 import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
-import { exec } from "../util/exec.js";
-import { appendLog, type BuildRecord, LineSplitter, type LogEntry } from "./build-log.js";
+import { appendLog, type BuildRecord, type LogEntry } from "./build-log.js";
 import { buildOwnerAlive, claimBuild } from "./build-owner.js";
+import { baseTree, type ImageProvider, must, runStep, STAGING_MOUNT, StepFailure, stageFiles } from "./build-steps.js";
 import type { ContextFiles } from "./context-files.js";
 import { inSandbox } from "./in-sandbox.js";
-import type { BuildStart, BuildStep, TemplateRequest } from "./spec.js";
+import type { BuildStart, TemplateRequest } from "./spec.js";
 import { validateSteps } from "./spec.js";
 import type { TemplateSync } from "./sync.js";
 
-/** What a build needs from the image machinery: a tree and its config. */
-export interface ImageProvider {
-  /** Pulls (layers cached) and unpacks `ref` into the new folder `dest`. */
-  pullInto(
-    ref: string,
-    dest: string,
-    onLog: (message: string) => void,
-  ): Promise<{ ref: string; digest: string; env: Record<string, string>; workdir?: string; user?: string }>;
-}
-
-interface StepContext {
-  env: Record<string, string>;
-  args: Record<string, string>;
-  user: string;
-  workdir: string;
-  userSet?: string;
-  workdirSet?: string;
-  bash: boolean;
-}
-
-class StepFailure extends Error {
-  constructor(
-    message: string,
-    readonly step: string,
-  ) {
-    super(message);
-  }
-}
-
-const STAGING_MOUNT = "/.aenv-build";
 const TAG_RE = /^[A-Za-z0-9_.-]{1,128}$/;
-const RUN_TIMEOUT_MS = 30 * 60_000;
 /**
  * Template builds (E2B's v2/v3 template API): a base tree from an image or another template,
  * steps run inside a sandbox of that tree (writes land in the new rootfs), then a warm image
@@ -337,7 +306,7 @@ export class TemplateBuilder {
     try {
       if (this.closing) throw new StepFailure("server is shutting down", "base");
       rmSync(tmpRoot, { recursive: true, force: true });
-      const ctx = await this.base(spec, tmpRoot, (m) => log("info", m, "base")).catch((err: Error) => {
+      const ctx = await baseTree(this.d, spec, tmpRoot, (m) => log("info", m, "base")).catch((err: Error) => {
         throw new StepFailure(err.message, "base");
       });
       let user: string;
@@ -348,7 +317,7 @@ export class TemplateBuilder {
         user = ctx.userSet ?? "root";
         workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
       } else {
-        await this.stage(t.id, spec.steps, staging);
+        await stageFiles(this.d.files, t.id, spec.steps, staging);
         sandbox = await this.d.orch.buildSandbox({
           rootfs: tmpRoot,
           cpuCount: t.cpuCount,
@@ -358,13 +327,13 @@ export class TemplateBuilder {
         const ip = sandbox.ip;
         ctx.bash = (await envdProcess(ip, inSandbox.exists("/bin/bash"))).exitCode === 0;
         for (const [i, step] of spec.steps.entries()) {
-          await this.step(ip, i, step, ctx, log);
+          await runStep(ip, i, step, ctx, log);
         }
         // finalize: the account and folder sandboxes start in, then the tree is the template's.
         user = ctx.userSet ?? (ctx.user !== "root" ? ctx.user : "user");
-        if (user !== "root") await this.must(ip, inSandbox.ensureUser(user), "finalize", log);
+        if (user !== "root") await must(ip, inSandbox.ensureUser(user), "finalize", log);
         workdir = ctx.workdirSet ?? (user === "root" ? "/root" : `/home/${user}`);
-        await this.must(ip, inSandbox.mkdir(workdir), "finalize", log);
+        await must(ip, inSandbox.mkdir(workdir), "finalize", log);
         await sandbox.close();
         sandbox = undefined;
       }
@@ -413,140 +382,6 @@ export class TemplateBuilder {
       rmSync(staging, { recursive: true, force: true });
       b.finishedAt = new Date().toISOString();
       this.persist(t, b);
-    }
-  }
-
-  /** The starting tree: an image unpacked, or a copy of another template's tree. */
-  private async base(
-    spec: BuildStart,
-    dest: string,
-    onLog: (m: string) => void,
-  ): Promise<StepContext & { imageDigest?: string }> {
-    if (spec.fromImage) {
-      onLog(`FROM ${spec.fromImage}`);
-      const img = await this.d.images.pullInto(spec.fromImage, dest, onLog);
-      return {
-        env: { ...img.env },
-        args: {},
-        user: "root",
-        workdir: img.workdir || "/",
-        ...(img.user && img.user !== "root" && img.user !== "0" ? { userSet: img.user } : {}),
-        ...(img.workdir && img.workdir !== "/" ? { workdirSet: img.workdir } : {}),
-        bash: false,
-        imageDigest: img.digest,
-      };
-    }
-    const from = this.d.templates.get(spec.fromTemplate ?? "base");
-    if (!from || !usable(from)) throw new Error(`base template '${spec.fromTemplate ?? "base"}' not found`);
-    onLog(`FROM template ${from.name} (revision ${from.revision})`);
-    await exec("cp", ["-a", "--reflink=auto", from.rootfs, dest], { timeoutMs: 30 * 60_000 });
-    return { env: { ...from.env }, args: {}, user: "root", workdir: "/", bash: false };
-  }
-
-  /** Unpacks each COPY step's uploaded context where the build sandbox sees it. */
-  private async stage(templateId: string, steps: BuildStep[], staging: string): Promise<void> {
-    rmSync(staging, { recursive: true, force: true });
-    mkdirSync(staging, { recursive: true });
-    for (const [i, s] of steps.entries()) {
-      if (!s.filesHash || !["COPY", "ADD"].includes(s.type.toUpperCase())) continue;
-      const dir = join(staging, `copy-${i}`);
-      mkdirSync(dir);
-      // GNU tar refuses `..` members and strips leading '/'; the tree is ours alone, and the
-      // copy into the rootfs happens inside the sandbox.
-      const r = await exec("tar", ["-xf", this.d.files.path(templateId, s.filesHash), "-C", dir, "--no-same-owner"], {
-        allowFail: true,
-        timeoutMs: 10 * 60_000,
-      });
-      if (r.code !== 0) {
-        throw new StepFailure(
-          `files of step ${i + 1} are not a readable tar archive: ${r.stderr.trim()}`,
-          String(i + 1),
-        );
-      }
-    }
-  }
-
-  private async must(
-    ip: string,
-    p: ProcessSpec,
-    step: string,
-    log: (l: LogEntry["level"], m: string, s?: string) => void,
-  ) {
-    const out = new LineSplitter((line) => log("info", line, step));
-    const r = await envdProcess(ip, p, { onOutput: (_s, text) => out.push(text) });
-    out.flush();
-    if (r.exitCode !== 0) throw new StepFailure(`step ${step} failed (exit code ${r.exitCode})`, step);
-  }
-
-  private async step(
-    ip: string,
-    i: number,
-    s: BuildStep,
-    ctx: StepContext,
-    log: (l: LogEntry["level"], m: string, s?: string) => void,
-  ): Promise<void> {
-    const step = String(i + 1);
-    const type = s.type.toUpperCase();
-    const [a0 = "", a1 = "", a2 = "", a3 = ""] = s.args;
-    log("info", `Step ${step}: ${type} ${s.args.filter(Boolean).join(" ")}`, step);
-    switch (type) {
-      case "RUN": {
-        const user = a1 || ctx.user;
-        const env = { PATH: DEFAULT_PATH, ...ctx.env, ...ctx.args };
-        const out = new LineSplitter((line) => log("info", line, step));
-        let r: { exitCode: number; error?: string };
-        try {
-          r = await envdProcess(
-            ip,
-            {
-              cmd: ctx.bash ? "/bin/bash" : "/bin/sh",
-              args: ["-c", a0],
-              envs: env,
-              cwd: ctx.workdir,
-              user,
-              timeoutMs: RUN_TIMEOUT_MS,
-            },
-            { onOutput: (_stream, text) => out.push(text) },
-          );
-        } catch (err) {
-          throw new StepFailure(`step ${step} (RUN) could not start: ${(err as Error).message}`, step);
-        } finally {
-          out.flush();
-        }
-        if (r.exitCode !== 0) {
-          throw new StepFailure(`step ${step} (RUN ${a0}) exited with code ${r.exitCode}`, step);
-        }
-        return;
-      }
-      case "ENV":
-        for (let k = 0; k + 1 < s.args.length; k += 2) ctx.env[s.args[k] as string] = s.args[k + 1] as string;
-        return;
-      case "ARG":
-        if (a0.includes("=")) {
-          const [k, ...v] = a0.split("=");
-          ctx.args[k as string] = v.join("=");
-        } else ctx.args[a0] = a1;
-        return;
-      case "WORKDIR": {
-        const dir = posix.resolve(ctx.workdir, a0);
-        await this.must(ip, inSandbox.mkdir(dir), step, log);
-        ctx.workdir = dir;
-        ctx.workdirSet = dir;
-        return;
-      }
-      case "USER":
-        if (a0 !== "root" && a0 !== "0") await this.must(ip, inSandbox.ensureUser(a0), step, log);
-        ctx.user = a0;
-        ctx.userSet = a0;
-        return;
-      case "COPY":
-      case "ADD": {
-        const dest = posix.resolve(ctx.workdir, a1) + (a1.endsWith("/") ? "/" : "");
-        await this.must(ip, inSandbox.copy(`${STAGING_MOUNT}/copy-${i}`, a0, dest, a2 || ctx.user, a3), step, log);
-        return;
-      }
-      default:
-        log("warn", `${type} is recorded as metadata only`, step);
     }
   }
 

@@ -1,5 +1,5 @@
 import type { ImageStore, Progress } from "../storage/images/index.js";
-import type { ImageProvider } from "./builder.js";
+import type { ImageProvider } from "./build-steps.js";
 
 const MB = 1024 * 1024;
 const short = (digest: string) => digest.replace(/^sha256:/, "").slice(0, 12);
