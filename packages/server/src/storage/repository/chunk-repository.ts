@@ -9,6 +9,7 @@ import { announce, announced, waitFor, withdraw } from "./announcements.js";
 import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
+import { ChunkFetcher, inBatches } from "./chunk-fetch.js";
 import { claim, claimOf } from "./claims.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256, sha256Fair } from "./hash.js";
@@ -19,16 +20,14 @@ import {
   type ChunkRef,
   CommitError,
   type CommitStats,
-  CorruptChunkError,
   type Manifest,
   type ManifestFile,
-  MissingChunkError,
   SnapshotNotFoundError,
   type SnapshotRepository,
 } from "./repository.js";
 import type { RepositoryKey } from "./signing.js";
 import { checkManifest, UntrustedManifestError } from "./trust.js";
-import { compressMany, decompressMany, MAX_BATCH } from "./zstd.js";
+import { compressMany } from "./zstd.js";
 
 /** Seams for tests that need to interleave a commit and a GC deterministically. */
 export interface RepositoryHooks {
@@ -85,23 +84,12 @@ async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number |
   return filled;
 }
 
-type Loaded = { data: Buffer; fetchedBytes: number } | Error;
-
-/** Up to MAX_BATCH items per batch: one zstd run each. */
-function inBatches<T>(items: T[]): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < items.length; i += MAX_BATCH) out.push(items.slice(i, i + MAX_BATCH));
-  return out;
-}
-
 /**
  * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts,
  * ≤ 4 MiB) named by the sha256 of their bytes, stored once as zstd frames, one manifest per id
  * written last; restores go through a bounded node-local cache that fetches only missing chunks.
  */
 export class ChunkRepository implements SnapshotRepository {
-  /** Chunks batches are fetching right now, so concurrent restores share the fetch. */
-  private readonly fetching = new Map<string, Promise<Loaded>>();
   /** list(), coalesced; never older than the call (see util/fresh.ts). */
   readonly listFresh: () => Promise<Manifest[]> = freshSingleFlight(() => this.list());
   readonly cache: ChunkCache;
@@ -116,6 +104,7 @@ export class ChunkRepository implements SnapshotRepository {
   private readonly hooks: RepositoryHooks;
   private readonly onUntrusted: (err: UntrustedManifestError) => void;
   private readonly reported = new Set<string>();
+  private readonly fetcher: ChunkFetcher;
 
   constructor(
     readonly backend: RepositoryBackend,
@@ -134,6 +123,7 @@ export class ChunkRepository implements SnapshotRepository {
     this.gcPollMs = opts.gcPollMs ?? 500;
     this.hooks = opts.hooks ?? {};
     this.onUntrusted = opts.onUntrusted ?? (() => {});
+    this.fetcher = new ChunkFetcher(backend, this.cache, this.concurrency);
   }
 
   /** Logs a refused entry once (listings see it again and again). */
@@ -319,85 +309,6 @@ export class ChunkRepository implements SnapshotRepository {
     return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
-  /** One chunk fetched, decompressed and verified (bytes for the cache, bytes transferred). */
-  private async fetchOne(id: string, ref: ChunkRef): Promise<{ data: Buffer; fetchedBytes: number }> {
-    const got = (await this.fetchBatch(id, [ref])).get(ref.sha256) as Loaded;
-    if (got instanceof Error) throw got;
-    return got;
-  }
-
-  /**
-   * The verified bytes of many chunks, in order. Cached chunks and chunks another restore is
-   * already fetching come through the cache (hits, coalesced); the others are fetched here and
-   * decompressed by one zstd process for the whole batch.
-   */
-  private async loadBatch(id: string, refs: ChunkRef[]): Promise<Buffer[]> {
-    await this.cache.init();
-    // Chunks some other restore's batch is fetching are awaited, not fetched again.
-    const shared = new Map<string, Promise<Loaded>>();
-    const mine = new Map<string, ChunkRef>();
-    for (const r of refs) {
-      const other = this.fetching.get(r.sha256);
-      if (other) shared.set(r.sha256, other);
-      else if (!this.cache.has(r.sha256) && !this.cache.isLoading(r.sha256)) mine.set(r.sha256, r);
-    }
-    const todo = [...mine.values()];
-    const batch = this.fetchBatch(id, todo);
-    for (const r of todo) {
-      const p = batch.then((m) => m.get(r.sha256) as Loaded);
-      p.catch(() => {});
-      this.fetching.set(r.sha256, p);
-      void p
-        .finally(() => {
-          if (this.fetching.get(r.sha256) === p) this.fetching.delete(r.sha256);
-        })
-        .catch(() => {});
-    }
-    return Promise.all(
-      refs.map((r) =>
-        this.cache.getOrLoad(r.sha256, async () => {
-          const own = mine.has(r.sha256) ? this.fetching.get(r.sha256) : undefined;
-          const p = own ?? shared.get(r.sha256);
-          if (!p) return this.fetchOne(id, r);
-          const got = await p;
-          if (got instanceof Error) throw got;
-          return own ? got : { ...got, coalesced: true };
-        }),
-      ),
-    );
-  }
-
-  /** Fetches chunks and decompresses them with one zstd process; each result or its error. */
-  private async fetchBatch(id: string, todo: ChunkRef[]): Promise<Map<string, Loaded>> {
-    const out = new Map<string, Loaded>();
-    if (!todo.length) return out;
-    const zs: Array<Buffer | undefined> = new Array(todo.length);
-    await forEachLimit(
-      todo.map((r, i) => [r, i] as const),
-      this.concurrency,
-      async ([r, i]) => {
-        zs[i] = await this.backend.get(chunkKey(r.sha256));
-      },
-    );
-    const idx = todo.map((_, i) => i).filter((i) => zs[i] !== undefined);
-    const datas = await decompressMany(idx.map((i) => zs[i] as Buffer));
-    todo.forEach((r, i) => {
-      if (zs[i] === undefined) out.set(r.sha256, new MissingChunkError(id, r.sha256, this.backend.description));
-    });
-    for (const [k, i] of idx.entries()) {
-      const r = todo[i] as ChunkRef;
-      const data = datas[k] as Buffer | Error;
-      if (data instanceof Error) {
-        out.set(r.sha256, new CorruptChunkError(id, r.sha256, `does not decompress: ${data.message}`));
-      } else if (data.length !== r.size) {
-        out.set(r.sha256, new CorruptChunkError(id, r.sha256, `${data.length} bytes instead of ${r.size}`));
-      } else if ((await sha256Fair(data)) !== r.sha256) {
-        out.set(r.sha256, new CorruptChunkError(id, r.sha256, "digest mismatch"));
-      } else out.set(r.sha256, { data, fetchedBytes: (zs[i] as Buffer).length });
-    }
-    return out;
-  }
-
   async materialize(id: string, destDir: string): Promise<void> {
     const m = await this.get(id);
     if (!m) throw new SnapshotNotFoundError(id);
@@ -417,7 +328,7 @@ export class ChunkRepository implements SnapshotRepository {
         }
       }
       await forEachLimit(inBatches(jobs), 2, async (batch) => {
-        const datas = await this.loadBatch(
+        const datas = await this.fetcher.loadBatch(
           id,
           batch.map((j) => j.ref),
         );
@@ -454,7 +365,7 @@ export class ChunkRepository implements SnapshotRepository {
     if (!m) throw new SnapshotNotFoundError(id);
     const refs = [...new Map(m.files.flatMap((f) => f.chunks.map((c) => [c.sha256, c] as const))).values()];
     await forEachLimit(inBatches(refs), 2, async (batch) => {
-      await this.loadBatch(id, batch);
+      await this.fetcher.loadBatch(id, batch);
     });
   }
 
