@@ -1,9 +1,9 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { ConflictError, InvalidRequestError, NotFoundError } from "../errors.js";
+import { InvalidRequestError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
-import { compileEgress, type NetworkSpec } from "../network/policy.js";
+import type { NetworkSpec } from "../network/policy.js";
 import type { SlotPool } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxAccess } from "../proxy/proxy.js";
@@ -31,6 +31,7 @@ import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import type { SandboxLogBook } from "./sandbox-log-book.js";
 import { type ConsoleEntry, parseConsole } from "./sandbox-logs.js";
+import { SandboxNetwork } from "./sandbox-network.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
 import { TemplateTrees } from "./template-trees.js";
@@ -86,6 +87,7 @@ export class Orchestrator {
   private readonly killedListeners: Array<(id: string) => void> = [];
   readonly hibernation: Hibernation;
   readonly pool: WarmPool;
+  private readonly network: SandboxNetwork;
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
@@ -108,6 +110,7 @@ export class Orchestrator {
     });
     this.registry = registry;
     this.runner = runner;
+    this.network = new SandboxNetwork({ registry, runner, slots: d.slots, store, log });
     this.hibernation = new Hibernation({
       registry,
       driver: d.driver,
@@ -377,52 +380,17 @@ export class Orchestrator {
 
   /** The sandbox whose slot has this address, for the egress proxy. */
   egressSandbox(slotIp: string): EgressSandbox | undefined {
-    for (const l of this.registry.all()) {
-      if (l.slot?.slotIp === slotIp) {
-        return {
-          id: l.rec.id,
-          hostIp: l.slot.hostIp,
-          policy: compileEgress(l.rec.network, l.rec.allowInternet),
-          spec: l.rec.network,
-        };
-      }
-    }
-    return undefined;
+    return this.network.egressSandbox(slotIp);
   }
 
   /** Applies every running sandbox's rules to its slot again (after a restart took them over). */
-  async reapplyNetwork(): Promise<void> {
-    for (const l of this.registry.all()) {
-      if (!l.slot) continue;
-      await this.d.slots
-        .applyPolicy(l.slot, compileEgress(l.rec.network, l.rec.allowInternet))
-        .catch((err) => this.d.log.error({ err, sandboxID: l.rec.id }, "network rules not re-applied"));
-    }
+  reapplyNetwork(): Promise<void> {
+    return this.network.reapply();
   }
 
-  /**
-   * PUT /sandboxes/{id}/network: replaces the outbound rules (omitted fields are cleared;
-   * allowPublicTraffic and maskRequestHost are creation-time settings and stay). Applied to
-   * the running slot at once; a paused sandbox gets them when it resumes.
-   */
+  /** PUT /sandboxes/{id}/network (sandbox-network.ts). */
   updateNetwork(id: string, update: NetworkSpec, allowInternet: boolean | undefined): Promise<void> {
-    const live = this.registry.get(id);
-    if (!live) throw new NotFoundError(`sandbox '${id}' not found`);
-    return this.registry.enqueue(live, async () => {
-      const rec = live.rec;
-      // A paused sandbox's record is already committed for other nodes: change it running only.
-      if (rec.state !== "running") throw new ConflictError(`sandbox '${id}' is ${rec.state}; resume it first`);
-      const next: NetworkSpec = { ...update };
-      if (rec.network?.allowPublicTraffic !== undefined) next.allowPublicTraffic = rec.network.allowPublicTraffic;
-      if (rec.network?.maskRequestHost !== undefined) next.maskRequestHost = rec.network.maskRequestHost;
-      rec.network = next;
-      rec.allowInternet = allowInternet ?? true;
-      this.d.store.put(rec);
-      if (live.slot) {
-        await this.runner.ensureEgressTrust(live);
-        await this.d.slots.applyPolicy(live.slot, compileEgress(rec.network, rec.allowInternet));
-      }
-    });
+    return this.network.update(id, update, allowInternet);
   }
 
   setTimeout(id: string, timeoutS: number): void {
