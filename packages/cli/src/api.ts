@@ -1,5 +1,6 @@
 import type {
   BuildStatus,
+  ErrorBody,
   ForkResult,
   ListedSandbox,
   SandboxCreated,
@@ -56,7 +57,8 @@ export class Api {
     if (!r.ok) {
       let msg = text.trim();
       try {
-        const j = JSON.parse(text) as { message?: unknown };
+        // A body from the server is ErrorBody; anything in between (a proxy) may answer otherwise.
+        const j = JSON.parse(text) as Partial<Record<keyof ErrorBody, unknown>>;
         if (typeof j.message === "string") msg = j.message;
       } catch {
         // not JSON: keep the text
