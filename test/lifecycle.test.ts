@@ -60,8 +60,8 @@ describe("pause and resume", () => {
       const ranMs = tPaused - tBefore + (Date.now() - tResume);
       const most = before_ + Math.ceil(ranMs / 200) + 2;
       assert.ok(after_ >= before_ && after_ <= most, `before ${before_} after ${after_} (at most ${most})`);
-      await sleep(600);
-      assert.ok((await counter(r)) > after_, "counter keeps counting");
+      // It keeps counting: the next tick lands (a 200 ms tick; the wait only bounds a stall).
+      await untilTrue(r, `test "$(cat /tmp/count)" -gt ${after_}`, 10);
       assert.equal(await r.files.read("/home/user/keep.txt"), "kept across pause");
       const web = await getViaHost(srv(), `8000-${s.sandboxId}.${srv().domain}`, "/page.txt");
       assert.equal(web.status, 200);
@@ -111,8 +111,7 @@ describe("pause and resume", () => {
       await waitFor("restored from its image", () => lines('"inPlace":false').length === resumed + 1, 5000);
       const again = await counter(s);
       assert.ok(again >= after, `counter ${after} → ${again}`);
-      await sleep(600);
-      assert.ok((await counter(s)) > again, "counter keeps counting");
+      await untilTrue(s, `test "$(cat /tmp/count)" -gt ${again}`, 10);
     } finally {
       await s.kill();
     }
@@ -135,7 +134,15 @@ describe("pause and resume", () => {
       assert.equal((await s.commands.run("echo back")).stdout, "back\n");
       await s.pause();
       await Sandbox.kill(id);
-      await sleep(1500);
+      // Proof that the delayed write had its chance: a sandbox paused after the kill has its
+      // image written, and delayed writes of one delay run in the order their pauses came.
+      const later = await Sandbox.create({ timeoutMs: 60_000 });
+      try {
+        await later.pause();
+        await untilLogLine(srv(), [later.sandboxId, '"sandbox paused (image written)"'], 30_000);
+      } finally {
+        await Sandbox.kill(later.sandboxId).catch(() => {});
+      }
       assert.equal(written(), 0, "an image was written for a pause that a resume or kill followed at once");
     } finally {
       await Sandbox.kill(id).catch(() => {});
