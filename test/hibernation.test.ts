@@ -46,6 +46,7 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
   try {
     // A timer inside, due while the sandbox will be frozen; started detached (no client stream).
     await s.commands.run("nohup sh -c 'sleep 4; echo fired > /tmp/timer' >/dev/null 2>&1 &");
+    const timerDue = Date.now() + 4000;
     await s.commands.run(
       "nohup python3 -m http.server 8000 --directory /tmp >/dev/null 2>&1 & sleep 0.5; echo hello > /tmp/page",
     );
@@ -70,7 +71,9 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
     const m = await s.getMetrics();
     assert.ok(m.length >= 1);
     assert.ok(cg.frozen(), "API reads (getInfo, metrics) do not thaw it");
-    await sleep(3000);
+    // Until the timer inside falls due, the sandbox still frozen.
+    await sleep(Math.max(0, timerDue - Date.now()));
+    assert.ok(cg.frozen(), "still frozen when its timer fell due");
     // envd traffic thaws it; the timer that fell due meanwhile fires.
     assert.equal((await s.commands.run("echo awake")).stdout, "awake\n");
     assert.ok(!cg.frozen());
