@@ -1,6 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { PARTIAL_HEADER } from "@aenv/protocol";
+import { PARTIAL_HEADER, type SandboxCreated } from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -176,7 +176,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body);
     if (!placed) return reply.status(429).send(errorBodyOf(429, "no node has room for another sandbox"));
     if (placed.ans.status === 201) {
-      const id = (JSON.parse(placed.ans.body.toString()) as { sandboxID?: string }).sandboxID;
+      const id = (JSON.parse(placed.ans.body.toString()) as Partial<SandboxCreated>).sandboxID;
       if (id) await view.setOwner(id, placed.node.nodeID);
     }
     return relayReply(reply, placed.ans);

@@ -4,6 +4,8 @@ import {
   type ErrorBody,
   FORK_SPILL,
   type SandboxCreated,
+  type SandboxDetail,
+  type SnapshotInfo,
   TRAFFIC_PORT_HEADER,
   TRAFFIC_TOKEN_HEADER,
 } from "@aenv/protocol";
@@ -201,7 +203,7 @@ export class SandboxCalls {
     );
     const moved = ans.status < 300 ? await this.view.owner(id) : undefined;
     if (moved?.node && moved.node.nodeID !== dead) return { node: moved.node };
-    const why = parseJson<{ message?: string }>(ans.body)?.message ?? `status ${ans.status}`;
+    const why = parseJson<Partial<ErrorBody>>(ans.body)?.message ?? `status ${ans.status}`;
     if (ans.status === 403) return { status: 403, message: why };
     // 410 for a paused sandbox without autoResume, as a node's own proxy answers.
     return { status: ans.status === 409 ? 410 : 502, message: `sandbox '${id}' is not running: ${why}` };
@@ -273,7 +275,7 @@ export class SandboxCalls {
       const full = children.flatMap((c, i) => (c.error?.code === FORK_SPILL.spilledCode ? [i] : []));
       const fork = parseJson<{ timeout?: number }>(body) ?? {};
       const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, bare, undefined, 15_000);
-      const info = parseJson<{ metadata?: Record<string, string>; endAt?: string }>(parent.body) ?? {};
+      const info = parseJson<Partial<Pick<SandboxDetail, "metadata" | "endAt">>>(parent.body) ?? {};
       const left = info.endAt ? Math.ceil((Date.parse(info.endAt) - Date.now()) / 1000) : 300;
       const create = Buffer.from(
         JSON.stringify({ templateID: snap, timeout: fork.timeout ?? Math.max(1, left), metadata: info.metadata ?? {} }),
@@ -291,7 +293,7 @@ export class SandboxCalls {
             return undefined;
           });
           if (placed?.ans.status === 201) {
-            children[i] = { sandbox: parseJson<{ sandboxID: string }>(placed.ans.body) };
+            children[i] = { sandbox: parseJson<Pick<SandboxCreated, "sandboxID">>(placed.ans.body) };
             owners[i] = placed.node.nodeID;
           } else if (placed) {
             children[i] = { error: parseJson<ErrorBody>(placed.ans.body) ?? errorBodyOf(placed.ans.status, "failed") };
@@ -316,7 +318,8 @@ export class SandboxCalls {
   /** A snapshot is remembered where it was taken: starts from it go there first. */
   private async snapshot(req: IncomingMessage, res: ServerResponse, node: NodeInfo): Promise<void> {
     const ans = await call(node.url, "POST", req.url ?? "/", nodeHeaders(req), await readBody(req));
-    const snap = ans.status === 201 ? parseJson<{ snapshotID?: string; names?: string[] }>(ans.body) : undefined;
+    const snap =
+      ans.status === 201 ? parseJson<Partial<Pick<SnapshotInfo, "snapshotID" | "names">>>(ans.body) : undefined;
     if (snap?.snapshotID) {
       await this.view
         .setSnapshotHolder([snap.snapshotID, ...(snap.names ?? [])], node.nodeID)
