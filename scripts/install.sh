@@ -109,7 +109,7 @@ stage_app() { # DIR
   rm -rf "$stage"; mkdir -p "$stage/packages" "$stage/scripts"
   cp -a package.json package-lock.json README.md docs "$stage/"
   cp -a scripts/build-base-template.sh "$stage/scripts/"
-  for p in protocol envd server cli; do
+  for p in protocol envd server cli dashboard; do
     mkdir -p "$stage/packages/$p"
     for part in package.json dist bin; do
       [ -e "packages/$p/$part" ] && cp -a "packages/$p/$part" "$stage/packages/$p/"

@@ -17,6 +17,7 @@ import type { ContextFiles } from "../templates/context-files.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
+import { dashboardRoutes } from "./dashboard.js";
 import { installErrorHandling } from "./error-handler.js";
 import { sandboxLogRoutes } from "./routes/sandbox-logs.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
@@ -162,5 +163,6 @@ export function buildApp(o: AppOptions): App {
     hasApiKey: apiKeyCheck(o.apiKey),
   });
   void fastify.register(secretRoutes, { secrets: o.secrets });
+  void fastify.register(dashboardRoutes);
   return { fastify, proxy };
 }

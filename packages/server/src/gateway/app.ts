@@ -4,6 +4,7 @@ import { PARTIAL_HEADER, type SandboxCreated } from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
+import { dashboardRoutes } from "../api/dashboard.js";
 import { decodeCursor, encodeCursor } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
 import { errorBodyOf, NO_API_KEY, noRouteBody } from "../http-errors.js";
@@ -143,6 +144,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   });
   fastify.addHook("onRequest", async (req, reply) => {
     if (req.url === "/health" || req.url === "/metrics") return;
+    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
     if (!keyOk(req.raw, o.apiKey)) {
       return reply.status(401).send(errorBodyOf(401, NO_API_KEY));
     }
@@ -160,6 +162,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   registerGateway(() => view.nodes());
   fastify.get("/metrics", async (_req, reply) => reply.header("content-type", CONTENT_TYPE).send(await scrape()));
 
+  void fastify.register(dashboardRoutes);
   fastify.get("/nodes", async () => (await view.nodes()).map(nodeShape));
   fastify.get("/nodes/:nodeID", async (req, reply) => {
     const n = await view.node((req.params as { nodeID: string }).nodeID);
