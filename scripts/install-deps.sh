@@ -24,9 +24,10 @@ need=()
 # Debian's kubectl comes with kubernetes-client, skipped when a kubectl is already installed.
 # tini (-s, a subreaper) reaps the sandboxes' processes at once where PID 1 is slow to: runsc's
 # delete waits until the killed sandbox process is reaped (1-2 s per removal behind a lazy init).
+# chromium is the browser test/dashboard.test.ts drives (playwright-core, which never downloads one).
 for p in tini debootstrap nftables iproute2 util-linux ca-certificates openssl tmux procps gcc libc6-dev golang-go \
   golang-google-protobuf-dev protobuf-compiler protoc-gen-go zstd \
-  docker-registry skopeo busybox-static redis-server systemd; do
+  docker-registry skopeo busybox-static redis-server systemd chromium; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)

@@ -1,0 +1,243 @@
+// The web dashboard in a real browser (Debian's chromium through playwright-core) against a
+// real server and real sandboxes: sign-in, live list, a sandbox's page, its terminal and
+// its lifecycle buttons, each checked through the e2b SDK. Screenshots of each page go to
+// docs/dashboard/ (docs/dashboard.md shows them).
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { Sandbox } from "e2b";
+import type { Page } from "playwright-core";
+import { openBrowser, type TestBrowser } from "./helpers/browser.js";
+import { ROOT, serverForFile } from "./helpers/server.js";
+
+// Samples every second: the chart has points within the test's patience.
+const srv = serverForFile({ env: { AENV_METRICS_INTERVAL: "1" } });
+const SHOTS = join(ROOT, "docs", "dashboard");
+
+let browser: TestBrowser;
+let page: Page;
+let sbx: Sandbox;
+before(async () => {
+  browser = await openBrowser();
+  page = browser.page;
+  mkdirSync(SHOTS, { recursive: true });
+});
+after(async () => {
+  await sbx?.kill().catch(() => undefined);
+  await browser?.close();
+});
+
+const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`) });
+
+async function until(what: string, cond: () => Promise<boolean>, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await cond().catch(() => false))) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * The refusals the page expects: the wrong key (401 on its one check), GET /nodes on a server
+ * that is not in a cluster (404). Any other answer over 400 fails the suite.
+ */
+const EXPECTED_FAILURES = new Set(["401 GET /v2/sandboxes", "404 GET /nodes"]);
+/**
+ * The browser's own log lines about those answers, and about the terminal's stream that a
+ * pause cuts (an incomplete chunked answer). Every other console error and every uncaught
+ * exception fails.
+ */
+const EXPECTED_LOG =
+  /^console: Failed to load resource: (the server responded with a status of (401|404)|net::ERR_INCOMPLETE_CHUNKED_ENCODING)/;
+
+describe("dashboard", () => {
+  test("the page and its files are served without the key; the API still needs it", async () => {
+    const s = srv();
+    const html = await fetch(`${s.url}/`, { headers: { accept: "text/html" } });
+    assert.equal(html.status, 200);
+    assert.match(html.headers.get("content-type") ?? "", /text\/html/);
+    assert.match(html.headers.get("content-security-policy") ?? "", /default-src 'self'/);
+    const body = await html.text();
+    const asset = /src="(\/dashboard\/assets\/[^"]+\.js)"/.exec(body)?.[1];
+    assert.ok(asset, body);
+    assert.equal((await fetch(`${s.url}${asset}`)).status, 200);
+    // Only the bundle's files: no path of a request reaches the file system.
+    for (const p of [
+      "/dashboard/index.html",
+      "/dashboard/%2e%2e/package.json",
+      "/dashboard/assets/%2e%2e/index.html",
+    ]) {
+      const r = await fetch(`${s.url}${p}`);
+      assert.ok(r.status === 404 || r.status === 401, `${p}: ${r.status}`);
+      assert.ok(!(await r.text()).includes("@aenv"), p);
+    }
+    // An API client asking for / gets the API's answer, not the page.
+    assert.equal((await fetch(`${s.url}/`, { headers: { accept: "application/json" } })).status, 404);
+    assert.equal((await fetch(`${s.url}/v2/sandboxes`)).status, 401);
+  });
+
+  test("without the key the page shows no data; a wrong key is refused with a clear message", async () => {
+    const s = srv();
+    sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { purpose: "dashboard-test" } });
+    await page.goto(`${s.url}/`);
+    const key = page.getByLabel("API key");
+    await key.waitFor();
+    assert.equal(await page.getByRole("table").count(), 0);
+    assert.ok(!(await page.content()).includes(sbx.sandboxId), "no sandbox shown before sign-in");
+    // A deep link does not get past sign-in either.
+    await page.goto(`${s.url}/#/sandboxes/${sbx.sandboxId}`);
+    await key.waitFor();
+    assert.ok(!(await page.content()).includes("dashboard-test"));
+
+    await key.fill("e2b_not-the-key");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").filter({ hasText: "refused" }).waitFor();
+    await shot("sign-in");
+    assert.equal(await page.getByRole("table").count(), 0);
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0, "a refused key is not kept");
+    assert.ok(!page.url().includes("e2b_"), "the key is never in the URL");
+  });
+
+  test("signed in, a sandbox created by the SDK appears without a reload", async () => {
+    const s = srv();
+    await page.goto(`${s.url}/`);
+    await page.getByLabel("API key").fill(s.apiKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    const table = page.getByRole("table", { name: "Sandboxes" });
+    await table.waitFor();
+    await page.getByRole("link", { name: sbx.sandboxId }).waitFor();
+    const late = await Sandbox.create({ timeoutMs: 120_000, metadata: { purpose: "late" } });
+    try {
+      // Polled every 1.5 s: a few ticks at most.
+      await page.getByRole("link", { name: late.sandboxId }).waitFor({ timeout: 10_000 });
+      const row = page.getByRole("row").filter({ hasText: late.sandboxId });
+      assert.match(String(await row.textContent()), /running/);
+      assert.match(String(await row.textContent()), /purpose=late/);
+      // The metadata filter is the API's.
+      await page.getByLabel("Metadata").fill("purpose=late");
+      await until(
+        "only the filtered sandbox",
+        async () => (await page.getByRole("link", { name: sbx.sandboxId }).count()) === 0,
+      );
+      await page.getByLabel("Metadata").fill("");
+      await page.getByRole("link", { name: sbx.sandboxId }).waitFor();
+      await shot("sandboxes");
+    } finally {
+      await late.kill();
+    }
+    await until(
+      "a killed sandbox leaves the table",
+      async () => (await page.getByRole("link", { name: late.sandboxId }).count()) === 0,
+    );
+    assert.ok(!page.url().includes(s.apiKey), "the key is never in the URL");
+  });
+
+  test("a sandbox's page shows its state and a metrics chart", async () => {
+    await page.getByRole("link", { name: sbx.sandboxId }).click();
+    await page.getByRole("heading", { name: sbx.sandboxId }).waitFor();
+    assert.equal(await page.getByTestId("sandbox-state").textContent(), "running");
+    const cpu = page.getByRole("figure", { name: "CPU chart" });
+    await until("CPU samples in the chart", async () => Number(await cpu.getAttribute("data-points")) >= 2);
+    assert.equal(await cpu.locator("canvas").count(), 1);
+    await page.getByRole("figure", { name: "Memory chart" }).locator("canvas").waitFor();
+    assert.match(String(await page.locator(".fields").textContent()), /purpose=dashboard-test/);
+    await shot("sandbox");
+  });
+
+  test("a command typed in the terminal runs in the sandbox", async () => {
+    await page.getByRole("tab", { name: "Terminal" }).click();
+    await page.locator('[data-status="connected"]').waitFor();
+    await page.locator(".term-box").click();
+    await page.keyboard.type("echo hi > /tmp/x\n");
+    await until("the file the shell wrote", async () => (await sbx.files.read("/tmp/x")) === "hi\n");
+    await page.keyboard.type("uname -a; ls /\n");
+    await page.waitForTimeout(500);
+    await shot("terminal");
+  });
+
+  test("the files tab lists a folder of the sandbox", async () => {
+    await sbx.files.write("/tmp/listed.txt", "for the files tab");
+    await page.getByRole("tab", { name: "Files" }).click();
+    await page.getByLabel("Path").fill("/tmp");
+    await page.getByRole("button", { name: "Open" }).click();
+    await page.getByRole("button", { name: "Download listed.txt" }).waitFor();
+    await shot("files");
+  });
+
+  test("Pause and Resume change the state; the terminal re-attaches to its shell", async () => {
+    await page.getByRole("tab", { name: "Terminal" }).click();
+    await page.getByRole("button", { name: "Pause" }).click();
+    await until("paused, says the SDK", async () => (await Sandbox.getInfo(sbx.sandboxId)).state === "paused", 60_000);
+    await until("paused on the page", async () => (await page.getByTestId("sandbox-state").textContent()) === "paused");
+    await page.locator('[data-status="disconnected"]').waitFor();
+    await page.getByRole("button", { name: "Resume" }).click();
+    await until(
+      "running, says the SDK",
+      async () => (await Sandbox.getInfo(sbx.sandboxId)).state === "running",
+      60_000,
+    );
+    await page.locator('[data-status="connected"]').waitFor({ timeout: 30_000 });
+    await page.locator(".term-box").click();
+    await page.keyboard.type("echo again > /tmp/y\n");
+    await until("the file the re-attached shell wrote", async () => (await sbx.files.read("/tmp/y")) === "again\n");
+  });
+
+  test("Snapshot, then the other pages", async () => {
+    await page.getByRole("tab", { name: "Overview" }).click();
+    await page.getByRole("button", { name: "Snapshot" }).click();
+    await page
+      .getByRole("status")
+      .filter({ hasText: /Snapshot .* taken/ })
+      .waitFor({ timeout: 60_000 });
+    for (const [name, heading] of [
+      ["templates", "Templates"],
+      ["snapshots", "Snapshots"],
+      ["volumes", "Volumes"],
+      ["nodes", "Nodes"],
+    ] as const) {
+      await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: heading }).click();
+      await page.getByRole("heading", { name: heading, level: 1 }).waitFor();
+      if (name === "snapshots")
+        await page.getByRole("table", { name: "Snapshots" }).getByText(sbx.sandboxId).first().waitFor();
+      if (name === "templates") {
+        // The base template's build, where this server built it; else any build there is.
+        const base = page.getByRole("button", { name: "Build logs of base", exact: true });
+        const logs = (await base.count()) ? base : page.getByRole("button", { name: /^Build logs of / }).first();
+        if (await logs.count()) {
+          await logs.click();
+          await page.getByLabel("Build logs", { exact: true }).waitFor();
+        }
+      }
+      await page.waitForTimeout(300);
+      await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: name === "templates" });
+    }
+  });
+
+  test("Kill asks first, then kills", async () => {
+    await page.goto(`${srv().url}/#/sandboxes/${sbx.sandboxId}`);
+    await page.getByRole("button", { name: "Kill" }).click();
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "running", "not before the confirmation");
+    await page.getByRole("button", { name: "Confirm kill" }).click();
+    await until("gone, says the SDK", async () => {
+      try {
+        await Sandbox.getInfo(sbx.sandboxId);
+        return false;
+      } catch {
+        return true;
+      }
+    });
+    await page.getByRole("table", { name: "Sandboxes" }).waitFor();
+  });
+
+  test("no page errors", () => {
+    assert.deepEqual(
+      browser.errors.filter((e) => !EXPECTED_LOG.test(e)),
+      [],
+    );
+    assert.deepEqual(
+      browser.failed.filter((f) => !EXPECTED_FAILURES.has(f)),
+      [],
+    );
+  });
+});
