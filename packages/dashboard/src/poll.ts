@@ -69,3 +69,8 @@ export function bytes(n: number): string {
   }
   return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
+
+/** "1 node", "3 nodes". */
+export function count(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}

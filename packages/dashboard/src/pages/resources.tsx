@@ -1,5 +1,5 @@
 import { ApiError, api } from "../api.js";
-import { ago, bytes, usePoll } from "../poll.js";
+import { ago, bytes, count, usePoll } from "../poll.js";
 
 function ErrorLine({ error }: { error?: string }) {
   return error ? (
@@ -16,7 +16,7 @@ export function SnapshotsPage() {
     <section aria-labelledby="snapshots-title">
       <div class="heading">
         <h1 id="snapshots-title">Snapshots</h1>
-        <span class="muted">{list.data ? `${items.length} snapshots` : "loading…"}</span>
+        <span class="muted">{list.data ? count(items.length, "snapshot") : "loading…"}</span>
       </div>
       <ErrorLine error={list.error} />
       <table aria-label="Snapshots">
@@ -57,7 +57,7 @@ export function VolumesPage() {
     <section aria-labelledby="volumes-title">
       <div class="heading">
         <h1 id="volumes-title">Volumes</h1>
-        <span class="muted">{list.data ? `${items.length} volumes` : "loading…"}</span>
+        <span class="muted">{list.data ? count(items.length, "volume") : "loading…"}</span>
       </div>
       <ErrorLine error={list.error} />
       <table aria-label="Volumes">
@@ -97,7 +97,7 @@ export function NodesPage() {
     <section aria-labelledby="nodes-title">
       <div class="heading">
         <h1 id="nodes-title">Nodes</h1>
-        <span class="muted">{list.data ? `${items.length} nodes` : ""}</span>
+        <span class="muted">{list.data ? count(items.length, "node") : ""}</span>
       </div>
       <ErrorLine error={list.error} />
       {list.data === null && (

@@ -1,7 +1,7 @@
 import type { BuildLogEntry, BuildStatus, TemplateInfo } from "@aenv/protocol";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api } from "../api.js";
-import { ago, usePoll } from "../poll.js";
+import { ago, count, usePoll } from "../poll.js";
 
 /**
  * A build's log, followed live: the status endpoint is asked for the entries after the ones
@@ -72,7 +72,7 @@ export function TemplatesPage() {
     <section aria-labelledby="templates-title">
       <div class="heading">
         <h1 id="templates-title">Templates</h1>
-        <span class="muted">{list.data ? `${items.length} templates` : "loading…"}</span>
+        <span class="muted">{list.data ? count(items.length, "template") : "loading…"}</span>
       </div>
       {list.error && (
         <p role="alert" class="error">
