@@ -3,7 +3,7 @@
 // its lifecycle buttons, each checked through the e2b SDK. Screenshots of each page go to
 // docs/dashboard/ (docs/dashboard.md shows them).
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
@@ -163,6 +163,53 @@ describe("dashboard", () => {
     await page.getByRole("button", { name: "Open" }).click();
     await page.getByRole("button", { name: "Download listed.txt" }).waitFor();
     await shot("files");
+    const download = page.waitForEvent("download");
+    await page.getByRole("button", { name: "Download listed.txt" }).click();
+    const got = await download;
+    assert.equal(got.suggestedFilename(), "listed.txt");
+    assert.equal(readFileSync(await got.path(), "utf8"), "for the files tab");
+    await page.getByLabel("Upload files").setInputFiles({
+      name: "up.txt",
+      mimeType: "text/plain",
+      buffer: Buffer.from("uploaded from the browser"),
+    });
+    await page.getByRole("button", { name: "Download up.txt" }).waitFor();
+    assert.equal(await sbx.files.read("/tmp/up.txt"), "uploaded from the browser");
+  });
+
+  test("the terminal follows the window's size", async () => {
+    await page.getByRole("tab", { name: "Terminal" }).click();
+    await page.locator('[data-status="connected"]').waitFor();
+    /** What the shell's PTY says its size is ("rows cols"), asked by a command typed in it. */
+    const size = async () => {
+      await sbx.files.remove("/tmp/size").catch(() => undefined);
+      await page.locator(".term-box").click();
+      await page.keyboard.type("stty size > /tmp/size.t && mv /tmp/size.t /tmp/size\n");
+      let got = "";
+      await until("stty's answer", async () => /^\d+ \d+$/.test((got = (await sbx.files.read("/tmp/size")).trim())));
+      return got;
+    };
+    const before = await size();
+    await page.setViewportSize({ width: 1280, height: 600 });
+    try {
+      let after = before;
+      await until("the shell sees fewer rows", async () => (after = await size()) !== before);
+      assert.ok(Number(after.split(" ")[0]) < Number(before.split(" ")[0]), `${before} -> ${after}`);
+    } finally {
+      await page.setViewportSize({ width: 1280, height: 800 });
+    }
+  });
+
+  test("Fork starts the count asked for", async () => {
+    await page.getByRole("tab", { name: "Overview" }).click();
+    await page.getByLabel("Fork count").fill("2");
+    await page.getByRole("button", { name: "Fork", exact: true }).click();
+    await page.getByRole("status").filter({ hasText: "Fork: 2 of 2 started" }).waitFor({ timeout: 60_000 });
+    const children = (await Sandbox.list({ query: { state: ["running"] } }).nextItems()).filter(
+      (x) => x.sandboxId !== sbx.sandboxId,
+    );
+    assert.equal(children.length, 2);
+    await Promise.all(children.map((c) => Sandbox.kill(c.sandboxId)));
   });
 
   test("Pause and Resume change the state; the terminal re-attaches to its shell", async () => {

@@ -45,7 +45,8 @@ export function envdClient(t: EnvdTarget): Envd {
     async files(method, path, body) {
       const r = await fetch(`/files?path=${encodeURIComponent(path)}`, {
         method,
-        headers,
+        // A File body would be sent as its own type (text/plain): envd takes raw bytes only as this.
+        headers: body === undefined ? headers : { ...headers, "content-type": "application/octet-stream" },
         body,
         credentials: "omit",
         cache: "no-store",
