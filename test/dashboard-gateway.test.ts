@@ -1,14 +1,15 @@
 // The dashboard once through a gateway: one node and one gateway of this file's own (its own
 // Redis on a free port; the node on this run's netns prefix and slot range), the page from the
 // gateway, a sandbox created through it appearing, its terminal reached through it, and the
-// Nodes page listing the node. The screenshot of the Nodes page is taken here.
+// Nodes page listing the node. The Nodes page's screenshot is taken here (helpers/browser.ts
+// says where it goes).
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { openBrowser, type TestBrowser } from "./helpers/browser.js";
+import { openBrowser, screenshotsDir, type TestBrowser } from "./helpers/browser.js";
 import { TEST_REPOSITORY_KEY } from "./helpers/repository.js";
 import { cleanupDataDir, freePort, ROOT, startServer, type TestServer } from "./helpers/server.js";
 
@@ -111,7 +112,8 @@ describe("dashboard through a gateway", () => {
       const row = page.getByRole("table", { name: "Nodes" }).getByRole("row").filter({ hasText: "dash-node" });
       await row.waitFor();
       assert.match(String(await row.textContent()), /ready/);
-      await page.screenshot({ path: join(ROOT, "docs", "dashboard", "nodes.png") });
+      mkdirSync(screenshotsDir(ROOT), { recursive: true });
+      await page.screenshot({ path: join(screenshotsDir(ROOT), "nodes.png") });
     } finally {
       await sbx.kill();
     }

@@ -1,19 +1,19 @@
 // The web dashboard in a real browser (Debian's chromium through playwright-core) against a
 // real server and real sandboxes: sign-in, live list, a sandbox's page, its terminal and
-// its lifecycle buttons, each checked through the e2b SDK. Screenshots of each page go to
-// docs/dashboard/ (docs/dashboard.md shows them).
+// its lifecycle buttons, each checked through the e2b SDK. It takes a screenshot of each page
+// (AENV_TEST_SCREENSHOTS=docs/dashboard: the ones docs/dashboard.md shows).
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import type { Page } from "playwright-core";
-import { openBrowser, type TestBrowser } from "./helpers/browser.js";
+import { openBrowser, screenshotsDir, type TestBrowser } from "./helpers/browser.js";
 import { ROOT, serverForFile } from "./helpers/server.js";
 
 // Samples every second: the chart has points within the test's patience.
 const srv = serverForFile({ env: { AENV_METRICS_INTERVAL: "1" } });
-const SHOTS = join(ROOT, "docs", "dashboard");
+const SHOTS = screenshotsDir(ROOT);
 
 let browser: TestBrowser;
 let page: Page;

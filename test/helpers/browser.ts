@@ -1,7 +1,18 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { isAbsolute, join, resolve } from "node:path";
 import { type BrowserContext, chromium, type Page } from "playwright-core";
+
+/**
+ * Where the dashboard suites put their screenshots: a folder under /var/tmp, so that a test run
+ * leaves the checkout as it was; AENV_TEST_SCREENSHOTS=docs/dashboard refreshes the ones
+ * docs/dashboard.md shows (relative to the checkout).
+ */
+export function screenshotsDir(root: string): string {
+  const want = process.env.AENV_TEST_SCREENSHOTS;
+  if (want) return isAbsolute(want) ? want : resolve(root, want);
+  return join("/var/tmp", "aenv-dashboard-screenshots");
+}
 
 /** Debian's chromium (scripts/install-deps.sh); playwright-core never downloads a browser. */
 export const CHROMIUM = process.env.AENV_TEST_CHROMIUM ?? "/usr/bin/chromium";
