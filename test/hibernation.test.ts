@@ -68,6 +68,16 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
     assert.equal(cg.cpuNs(), before_, "a frozen sandbox uses no CPU at all");
     const info = await Sandbox.getInfo(s.sandboxId);
     assert.equal(info.state, "running");
+    // aenv's own fields say it is hibernated, and where (the dashboard shows them).
+    const listed = (await server.api("GET", "/v2/sandboxes")).body as Array<{
+      sandboxID: string;
+      state: string;
+      hibernation?: string;
+      nodeID?: string;
+    }>;
+    const mineListed = listed.find((x) => x.sandboxID === s.sandboxId);
+    assert.deepEqual([mineListed?.state, mineListed?.hibernation], ["running", "frozen"]);
+    assert.ok(mineListed?.nodeID, "the list names the node");
     const m = await s.getMetrics();
     assert.ok(m.length >= 1);
     assert.ok(cg.frozen(), "API reads (getInfo, metrics) do not thaw it");

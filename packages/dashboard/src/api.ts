@@ -101,17 +101,20 @@ export async function checkKey(key: string): Promise<boolean> {
 }
 
 export interface SandboxFilter {
-  state: "all" | "running" | "paused";
+  state: "all" | "running" | "hibernated" | "paused";
   template: string;
   /** `key=value` pairs, `&`-separated, as the API's metadata filter takes them. */
   metadata: string;
 }
 
-export function listSandboxes(f: SandboxFilter): Promise<ListedSandbox[]> {
-  const q = new URLSearchParams({ state: f.state === "all" ? "running,paused" : f.state });
+export async function listSandboxes(f: SandboxFilter): Promise<ListedSandbox[]> {
+  // Hibernated sandboxes are running ones to the API; the dashboard tells them apart.
+  const state = f.state === "all" ? "running,paused" : f.state === "hibernated" ? "running" : f.state;
+  const q = new URLSearchParams({ state });
   if (f.template.trim()) q.set("template", f.template.trim());
   if (f.metadata.trim()) q.set("metadata", f.metadata.trim());
-  return all<ListedSandbox>(`/v2/sandboxes?${q}`);
+  const items = await all<ListedSandbox>(`/v2/sandboxes?${q}`);
+  return f.state === "hibernated" ? items.filter((s) => s.hibernation) : items;
 }
 
 export const api = {

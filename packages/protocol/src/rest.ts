@@ -41,6 +41,13 @@ export interface ListedSandbox {
   envdVersion: string;
   metadata: Record<string, string>;
   volumeMounts: Array<{ name: string; path: string }>;
+  /** aenv: the node it lives on (its cluster node ID, else the server's host name). */
+  nodeID?: string;
+  /**
+   * aenv: a running sandbox that is hibernated, frozen in memory or saved to disk (any use
+   * brings it back, so E2B's `state` stays "running"); absent when it is awake.
+   */
+  hibernation?: "frozen" | "saved";
 }
 
 /** `SandboxDetail`: GET /sandboxes/{id}. */

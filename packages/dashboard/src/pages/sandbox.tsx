@@ -222,7 +222,12 @@ export function SandboxPage({ id }: { id: string }) {
       </div>
       <div role="tabpanel" id="panel-overview" aria-labelledby="tab-overview" hidden={tab !== "overview"}>
         <dl class="fields">
-          <Field name="State">{s.state}</Field>
+          <Field name="State">
+            {s.hibernation
+              ? `hibernated (${s.hibernation === "frozen" ? "frozen in memory" : "saved to disk"})`
+              : s.state}
+          </Field>
+          <Field name="Node">{s.nodeID ?? "—"}</Field>
           <Field name="Template">
             {s.alias && s.alias !== s.templateID ? `${s.alias} (${s.templateID})` : s.templateID}
           </Field>

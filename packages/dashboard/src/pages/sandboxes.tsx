@@ -15,6 +15,11 @@ function metadataText(m: Record<string, string>): string {
     .join(", ");
 }
 
+/** running / hibernated / paused: a hibernated sandbox is running to E2B's API. */
+export function shownState(s: ListedSandbox): string {
+  return s.state === "running" && s.hibernation ? "hibernated" : s.state;
+}
+
 function Row({ s, now }: { s: ListedSandbox; now: number }) {
   return (
     <tr>
@@ -23,8 +28,9 @@ function Row({ s, now }: { s: ListedSandbox; now: number }) {
       </td>
       <td>{s.alias || s.templateID}</td>
       <td>
-        <span class={`state state-${s.state}`}>{s.state}</span>
+        <span class={`state state-${shownState(s)}`}>{shownState(s)}</span>
       </td>
+      <td class="mono">{s.nodeID ?? "—"}</td>
       <td>{duration(now - Date.parse(s.startedAt))} ago</td>
       <td>{s.state === "paused" ? "—" : duration(Date.parse(s.endAt) - now)}</td>
       <td>{s.cpuCount}</td>
@@ -40,6 +46,7 @@ const COLUMNS: Array<[string, string]> = [
   ["ID", "230px"],
   ["Template", "170px"],
   ["State", "100px"],
+  ["Node", "120px"],
   ["Started", "110px"],
   ["TTL left", "100px"],
   ["CPU", "60px"],
@@ -129,6 +136,7 @@ export function SandboxesPage() {
           >
             <option value="all">all</option>
             <option value="running">running</option>
+            <option value="hibernated">hibernated</option>
             <option value="paused">paused</option>
           </select>
         </label>

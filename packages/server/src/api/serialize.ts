@@ -35,7 +35,13 @@ export function apiState(r: Pick<SandboxRecord, "state" | "idleSaved">): "runnin
 }
 
 /** `ListedSandbox` (list endpoints). */
-export function sandboxListed(r: SandboxRecord): ListedSandbox {
+/** What the node knows of a sandbox beyond its record: where it is and whether it is hibernated. */
+export interface SandboxPlace {
+  nodeID: string;
+  hibernation?: "frozen" | "saved";
+}
+
+export function sandboxListed(r: SandboxRecord, place?: SandboxPlace): ListedSandbox {
   return {
     sandboxID: r.id,
     templateID: r.templateId,
@@ -50,13 +56,15 @@ export function sandboxListed(r: SandboxRecord): ListedSandbox {
     envdVersion: ENVD_VERSION,
     metadata: r.metadata,
     volumeMounts: (r.volumeMounts ?? []).map(({ name, path }) => ({ name, path })),
+    ...(place ? { nodeID: place.nodeID } : {}),
+    ...(place?.hibernation ? { hibernation: place.hibernation } : {}),
   };
 }
 
 /** `SandboxDetail` (GET /sandboxes/{id}). */
-export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext): SandboxDetail {
+export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext, place?: SandboxPlace): SandboxDetail {
   return {
-    ...sandboxListed(r),
+    ...sandboxListed(r, place),
     envdAccessToken: r.envdToken,
     domain: ctx.domain,
     allowInternetAccess: r.allowInternet,

@@ -1,4 +1,5 @@
 import { rmSync } from "node:fs";
+import { hostname } from "node:os";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { InvalidRequestError, NotFoundError } from "../errors.js";
@@ -255,6 +256,13 @@ export class Orchestrator {
 
   get(id: string): SandboxRecord {
     return this.registry.mustGet(id).rec;
+  }
+
+  /** Where a sandbox is (this node) and whether it is hibernated, for its listing. */
+  placeOf(id: string): { nodeID: string; hibernation?: "frozen" | "saved" } {
+    const l = this.registry.get(id);
+    const hibernation = l?.hibernated ? "frozen" : l?.rec.idleSaved ? "saved" : undefined;
+    return { nodeID: this.d.cfg.cluster?.nodeId ?? hostname(), ...(hibernation ? { hibernation } : {}) };
   }
 
   list(): SandboxRecord[] {

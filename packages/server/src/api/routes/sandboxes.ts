@@ -121,7 +121,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/sandboxes/:sandboxID", async (req) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
-    return sandboxDetail(orch.get(sandboxID), ctx);
+    return sandboxDetail(orch.get(sandboxID), ctx, orch.placeOf(sandboxID));
   });
 
   app.get("/v2/sandboxes", async (req, reply) => {
@@ -137,7 +137,9 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
     items.sort((a, b) => a.startedAt - b.startedAt || a.id.localeCompare(b.id));
     if ((q.order ?? "desc") === "desc") items.reverse();
-    return paginate(items, q, (t) => void reply.header("x-next-token", t)).map(sandboxListed);
+    return paginate(items, q, (t) => void reply.header("x-next-token", t)).map((r) =>
+      sandboxListed(r, orch.placeOf(r.id)),
+    );
   });
 
   // v1 list: running sandboxes only, no pagination.
@@ -147,7 +149,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     return orch
       .list()
       .filter((r) => apiState(r) === "running" && matchesMetadata(r, meta))
-      .map(sandboxListed);
+      .map((r) => sandboxListed(r, orch.placeOf(r.id)));
   });
 
   app.delete("/sandboxes/:sandboxID", async (req, reply) => {
