@@ -11,11 +11,13 @@ import { TemplateSync } from "../templates/sync.js";
 const HELP = `aenv-server import-template — make a template from an image, offline (no server needed)
 
 Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR]
+                                   [--start-cmd CMD] [--ready-cmd CMD]
                                    [--config FILE] [--data-dir DIR] [--no-commit] IMAGE
 
   IMAGE  a registry reference (host/repo:tag), oci:DIR[:tag], oci-archive:FILE[:tag]
          or docker-archive:FILE
   Env, workdir and user come from its config (root when it names none; a named one must exist).
+  --start-cmd, --ready-cmd  the template's start and ready commands (running in its warm image)
   --templates-dir  default AENV_TEMPLATES_DIR, else /var/lib/aenv/templates
   Then the template is committed to the configured snapshot repository (as the server's
   --config / --data-dir / AENV_* settings say), so servers sharing it can start it; unless
@@ -31,6 +33,8 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
       name: { type: "string" },
       id: { type: "string" },
       "templates-dir": { type: "string" },
+      "start-cmd": { type: "string" },
+      "ready-cmd": { type: "string" },
       config: { type: "string" },
       "data-dir": { type: "string" },
       "no-commit": { type: "boolean" },
@@ -51,6 +55,8 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
       ref: positionals[0] as string,
       name: values.name,
       ...(values.id ? { id: values.id } : {}),
+      ...(values["start-cmd"] ? { startCmd: values["start-cmd"] } : {}),
+      ...(values["ready-cmd"] ? { readyCmd: values["ready-cmd"] } : {}),
       onLog: (m) => {
         if (!/^(pull|unpack) layer .* (downloading|extracting) /.test(m)) console.log(`import-template: ${m}`);
       },

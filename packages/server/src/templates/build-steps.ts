@@ -35,6 +35,9 @@ export interface StepContext {
   userSet?: string;
   workdirSet?: string;
   bash: boolean;
+  /** A base template's start and ready commands: kept unless the build sets its own. */
+  startCmd?: string;
+  readyCmd?: string;
 }
 
 /** A build failure, with the step it failed in (the build status names it). */
@@ -74,7 +77,9 @@ export async function baseTree(
   if (!from || !usable(from)) throw new Error(`base template '${spec.fromTemplate ?? "base"}' not found`);
   onLog(`FROM template ${from.name} (revision ${from.revision})`);
   await exec("cp", ["-a", "--reflink=auto", from.rootfs, dest], { timeoutMs: 30 * 60_000 });
-  return { env: { ...from.env }, args: {}, user: "root", workdir: "/", bash: false };
+  // A template on top of another keeps what runs in it (code-interpreter-v1's service).
+  const run = { startCmd: from.startCmd, readyCmd: from.readyCmd };
+  return { env: { ...from.env }, args: {}, user: "root", workdir: "/", bash: false, ...run };
 }
 
 /** Unpacks each COPY step's uploaded context where the build sandbox sees it. */

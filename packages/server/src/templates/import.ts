@@ -33,6 +33,9 @@ export async function importTemplate(opts: {
   id?: string;
   cpuCount?: number;
   memoryMB?: number;
+  /** The template's start and ready commands (kept from the last import when not given). */
+  startCmd?: string;
+  readyCmd?: string;
   onLog?: (message: string) => void;
 }): Promise<Template> {
   if (!validTemplateName(opts.name)) throw new Error(`invalid template name '${opts.name}'`);
@@ -65,6 +68,8 @@ export async function importTemplate(opts: {
     cpuCount: opts.cpuCount ?? existing?.cpuCount ?? 2,
     memoryMB: opts.memoryMB ?? existing?.memoryMB ?? 1024,
     diskSizeMB: existing?.diskSizeMB ?? 2048,
+    startCmd: opts.startCmd ?? existing?.startCmd,
+    readyCmd: opts.readyCmd ?? existing?.readyCmd,
     createdAt: existing?.createdAt ?? now,
     fromImage: img.ref,
     imageDigest: img.digest,
