@@ -58,26 +58,10 @@ mkdir -p "$tmp/rootfs/.aenv"
 tune "$tmp/rootfs"
 rm -rf "$tmp/rootfs/var/cache/apt/archives/"*.deb "$tmp/rootfs/var/lib/apt/lists/"*
 # One uncompressed-tar layer (zstd on disk) plus a config naming the user, workdir and PATH.
+# shellcheck source=lib/pack-oci.sh
+. "$(dirname "$0")/lib/pack-oci.sh"
 oci="$tmp/oci"
-mkdir -p "$oci/blobs/sha256"
-tar --numeric-owner --xattrs --sort=name -C "$tmp/rootfs" -cf "$tmp/layer.tar" .
-diff_id=$(sha256sum "$tmp/layer.tar" | cut -d' ' -f1)
-zstd -q -T0 -3 --rm "$tmp/layer.tar" -o "$tmp/layer.tar.zst"
-desc() { # FILE MEDIATYPE [ANNOTATIONS] -> descriptor JSON on stdout; moves FILE into the layout
-  local d s; d=$(sha256sum "$1" | cut -d' ' -f1); s=$(stat -c %s "$1")
-  mv "$1" "$oci/blobs/sha256/$d"
-  printf '{"mediaType":"%s","digest":"sha256:%s","size":%s%s}' "$2" "$d" "$s" "${3:+,\"annotations\":$3}"
-}
-layer=$(desc "$tmp/layer.tar.zst" application/vnd.oci.image.layer.v1.tar+zstd)
-printf '{"architecture":"%s","os":"linux","config":{"User":"user","WorkingDir":"/home/user","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Labels":{"org.aenv.base.revision":"%s"}},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-  "$(dpkg --print-architecture)" "$REVISION" "$diff_id" > "$tmp/config.json"
-config=$(desc "$tmp/config.json" application/vnd.oci.image.config.v1+json)
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":%s,"layers":[%s]}' \
-  "$config" "$layer" > "$tmp/manifest.json"
-manifest=$(desc "$tmp/manifest.json" application/vnd.oci.image.manifest.v1+json \
-  '{"org.opencontainers.image.ref.name":"latest"}')
-printf '{"schemaVersion":2,"manifests":[%s]}' "$manifest" > "$oci/index.json"
-printf '{"imageLayoutVersion":"1.0.0"}' > "$oci/oci-layout"
+pack_oci "$tmp/rootfs" "$oci" org.aenv.base.revision "$REVISION"
 rm -rf "$tmp/rootfs"
 mkdir -p "$dir"
 node "$(dirname "$0")/../packages/server/bin/aenv-server.js" import-template --templates-dir "$dir" \
