@@ -1,0 +1,252 @@
+// The unmodified @e2b/code-interpreter SDK (2.8.0) against a real server: the default
+// template `code-interpreter-v1`, whose warm image has the service on port 49999 and a Python
+// kernel running, in real runsc sandboxes.
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { NotFoundError, Sandbox, SandboxError, Template, TimeoutError } from "@e2b/code-interpreter";
+import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
+
+let server: TestServer;
+let sbx: Sandbox;
+
+before(async () => {
+  server = await startServer();
+  useE2b(server);
+  sbx = await Sandbox.create({ envs: { SANDBOX_WIDE: "from-create" }, timeoutMs: 600_000 });
+});
+
+after(async () => {
+  await sbx?.kill().catch(() => {});
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+});
+
+/** A raw call to the service through the proxy, as the SDK routes it. */
+function service(path: string, init: { method?: string; body?: string } = {}): Promise<Response> {
+  return fetch(`${server.url}${path}`, {
+    method: init.method ?? "POST",
+    headers: { "content-type": "application/json", "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49999" },
+    ...(init.body !== undefined ? { body: init.body } : {}),
+  });
+}
+
+describe("cells", () => {
+  test("the default template runs Python and keeps state between cells", async () => {
+    assert.equal((await sbx.getInfo()).templateId, "code-interpreter-v1");
+    const first = await sbx.runCode("x = 41\nprint('hello')");
+    assert.deepEqual(first.logs.stdout, ["hello\n"]);
+    assert.equal(first.error, undefined);
+    const second = await sbx.runCode("x + 1");
+    assert.equal(second.text, "42");
+    assert.ok(second.executionCount !== undefined && second.executionCount >= 2);
+  });
+
+  test("output streams to the callbacks as the cell produces it", async () => {
+    const seen: Array<{ line: string; at: number }> = [];
+    const t0 = Date.now();
+    const exec = await sbx.runCode("import time\nprint('a', flush=True)\ntime.sleep(1.5)\nprint('b')", {
+      onStdout: (m) => {
+        seen.push({ line: m.line, at: Date.now() - t0 });
+      },
+    });
+    const done = Date.now() - t0;
+    assert.deepEqual(
+      seen.map((s) => s.line),
+      ["a\n", "b\n"],
+    );
+    // 'a' arrived while the cell was still sleeping.
+    assert.ok(done - (seen[0]?.at ?? done) >= 1000, `first line at ${seen[0]?.at} ms, end at ${done} ms`);
+    assert.deepEqual(exec.logs.stdout, ["a\n", "b\n"]);
+  });
+
+  test("stderr and errors with their traceback", async () => {
+    const errors: string[] = [];
+    const exec = await sbx.runCode("import sys\nprint('careful', file=sys.stderr)\nraise ValueError('boom')", {
+      onStderr: (m) => {
+        errors.push(m.line);
+      },
+    });
+    assert.deepEqual(exec.logs.stderr, ["careful\n"]);
+    assert.deepEqual(errors, ["careful\n"]);
+    assert.equal(exec.error?.name, "ValueError");
+    assert.equal(exec.error?.value, "boom");
+    assert.match(exec.error?.traceback ?? "", /ValueError/);
+  });
+
+  test("matplotlib figures come back as PNG, DataFrames as HTML", async () => {
+    const plot = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()");
+    const png = plot.results.find((r) => r.png)?.png;
+    assert.ok(png, `no png in ${JSON.stringify(plot.results.map((r) => r.formats()))}`);
+    assert.equal(Buffer.from(png, "base64").subarray(1, 4).toString(), "PNG");
+    const df = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})");
+    assert.match(df.results[0]?.html ?? "", /<table/);
+    assert.match(df.text ?? "", /a\s+b/);
+  });
+
+  test("per-run env vars are set for that cell only; the sandbox's own are always there", async () => {
+    const code = "import os\n(os.environ.get('PER_RUN'), os.environ.get('SANDBOX_WIDE'))";
+    assert.equal((await sbx.runCode(code, { envs: { PER_RUN: "yes" } })).text, "('yes', 'from-create')");
+    assert.equal((await sbx.runCode(code)).text, "(None, 'from-create')");
+  });
+
+  test("bash and JavaScript keep their own state", async () => {
+    await sbx.runCode("GREETING=hi; cd /tmp", { language: "bash" });
+    const sh = await sbx.runCode('echo "$GREETING from $(pwd)"; echo oops >&2', { language: "bash" });
+    assert.deepEqual(sh.logs.stdout, ["hi from /tmp\n"]);
+    assert.deepEqual(sh.logs.stderr, ["oops\n"]);
+    assert.equal((await sbx.runCode("(exit 3)", { language: "bash" })).error?.value, "exit code 3");
+    // `exit` ends the shell itself: said so, and the next cell gets a new one.
+    assert.equal((await sbx.runCode("exit 0", { language: "bash" })).error?.name, "KernelDied");
+    assert.deepEqual((await sbx.runCode("echo fresh", { language: "bash" })).logs.stdout, ["fresh\n"]);
+    const js = await sbx.runCode("const a = 20; console.log('js'); a * 2 + 2", { language: "javascript" });
+    assert.equal(js.text, "42");
+    assert.deepEqual(js.logs.stdout, ["js\n"]);
+    assert.equal((await sbx.runCode("a + 1", { language: "js" })).text, "21");
+    const jsErr = await sbx.runCode("nope()", { language: "javascript" });
+    assert.equal(jsErr.error?.name, "ReferenceError");
+  });
+
+  test("a cell past its timeout is interrupted and the context stays usable", async () => {
+    const t0 = Date.now();
+    await assert.rejects(sbx.runCode("import time\ntime.sleep(60)", { timeoutMs: 2000 }), TimeoutError);
+    // The kernel was interrupted, not waited for: the next cell answers at once, state intact.
+    const next = await sbx.runCode("x");
+    assert.equal(next.text, "41");
+    assert.ok(Date.now() - t0 < 20_000, `took ${Date.now() - t0} ms`);
+    await assert.rejects(sbx.runCode("sleep 60", { language: "bash", timeoutMs: 1500 }), TimeoutError);
+    assert.deepEqual((await sbx.runCode("echo again", { language: "bash" })).logs.stdout, ["again\n"]);
+  });
+});
+
+describe("contexts", () => {
+  test("cwd, isolation, list, restart and remove", async () => {
+    const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
+    assert.equal(ctx.cwd, "/tmp");
+    assert.equal(ctx.language, "python");
+    assert.equal((await sbx.runCode("import os\nos.getcwd()", { context: ctx })).text, "'/tmp'");
+    await sbx.runCode("only_here = 1", { context: ctx });
+    assert.equal((await sbx.runCode("only_here")).error?.name, "NameError");
+    assert.equal((await sbx.runCode("only_here", { context: ctx })).text, "1");
+    assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
+    await sbx.restartCodeContext(ctx);
+    const after = await sbx.runCode("import os\n(os.getcwd(), 'only_here' in dir())", { context: ctx });
+    assert.equal(after.text, "('/tmp', False)");
+    await sbx.removeCodeContext(ctx);
+    assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
+    await assert.rejects(sbx.runCode("1", { context: ctx }), NotFoundError);
+    await assert.rejects(sbx.removeCodeContext(ctx.id), NotFoundError);
+  });
+
+  test("a bash context in another folder", async () => {
+    const ctx = await sbx.createCodeContext({ language: "bash", cwd: "/home/user" });
+    assert.deepEqual((await sbx.runCode("pwd", { context: ctx })).logs.stdout, ["/home/user\n"]);
+    await sbx.removeCodeContext(ctx);
+  });
+});
+
+describe("hostile input", () => {
+  test("malformed bodies, unknown languages and folders are clear 400s", async () => {
+    const bad = async (path: string, body: string, re: RegExp) => {
+      const r = await service(path, { body });
+      assert.equal(r.status, 400, `${path} ${body}`);
+      assert.match(await r.text(), re);
+    };
+    await bad("/execute", "{nope", /JSON/);
+    await bad("/execute", JSON.stringify({ code: 1 }), /code/);
+    await bad("/execute", JSON.stringify({ code: "1", language: "python", context_id: "x" }), /context_id or language/);
+    await bad("/execute", JSON.stringify({ code: "1", language: "cobol" }), /unsupported language 'cobol'/);
+    await bad("/contexts", JSON.stringify({ cwd: "/no/such/dir" }), /not a directory/);
+    await assert.rejects(sbx.runCode("1", { language: "cobol" }), SandboxError);
+    assert.equal((await service("/contexts/nope/restart")).status, 404);
+    assert.equal((await sbx.runCode("1 + 1")).text, "2");
+  });
+
+  test("a kernel that dies is restarted; the next cell runs", async () => {
+    const died = await sbx.runCode("import os\nos._exit(1)");
+    assert.equal(died.error?.name, "KernelDied");
+    assert.equal((await sbx.runCode("import os\n(1 + 1, os.getcwd())")).text, "(2, '/home/user')");
+  });
+
+  test("a cell printing without end is cut at the service's cap and the service keeps serving", async () => {
+    const exec = await sbx.runCode("import sys\nfor _ in range(24):\n    sys.stdout.write('x' * (1 << 20) + '\\n')", {
+      timeoutMs: 120_000,
+    });
+    const total = exec.logs.stdout.reduce((n, s) => n + s.length, 0);
+    assert.ok(total <= 16 << 20, `${total} bytes came back`);
+    assert.ok(total > 15 << 20, `only ${total} bytes came back`);
+    assert.match(exec.logs.stderr.join(""), /dropped/);
+    assert.equal((await sbx.runCode("2 + 2")).text, "4");
+  });
+
+  test("contexts are bounded: past the limit a 400, and the others keep working", async () => {
+    const made = [];
+    for (let i = 0; i < 100; i++) made.push(await sbx.createCodeContext({ language: "bash" }));
+    await assert.rejects(sbx.createCodeContext({ language: "bash" }), /400/);
+    await Promise.all(made.map((c) => sbx.removeCodeContext(c)));
+    assert.equal((await sbx.runCode("echo ok", { language: "bash" })).logs.stdout[0], "ok\n");
+  });
+});
+
+describe("kernel state across pause, resume and fork", () => {
+  test("pause and resume keep the kernel's variables", async () => {
+    await sbx.runCode("kept = [1, 2, 3]");
+    assert.equal(await sbx.pause(), true);
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 600_000 });
+    assert.equal((await again.runCode("sum(kept)")).text, "6");
+  });
+
+  test("fork children continue from the parent's kernel with their own randomness", async () => {
+    await sbx.runCode(
+      "import random, os\nimport numpy as np\nprepared = {'rows': 1000}\n_ = (random.random(), np.random.rand())",
+    );
+    const forked = (await sbx.fork({ count: 2 } as never)) as unknown as Array<Sandbox | Error>;
+    const kids = forked.filter((k): k is Sandbox => k instanceof Sandbox);
+    try {
+      assert.equal(kids.length, 2, String(forked.find((k) => k instanceof Error)));
+      const code = "(prepared['rows'], random.random(), float(np.random.rand()), os.urandom(8).hex())";
+      const outs = await Promise.all(
+        [sbx, ...kids].map(async (k) => {
+          const e = await k.runCode(code);
+          return e.text ?? JSON.stringify(e.error);
+        }),
+      );
+      for (const o of outs) assert.match(o, /^\(1000, /);
+      const draws = outs.map((o) => o.split(", ").slice(1));
+      // Python's random, numpy's global generator and os.urandom: no two sandboxes agree.
+      for (let i = 0; i < 3; i++)
+        assert.equal(new Set(draws.map((d) => d[i])).size, 3, `draw ${i}: ${outs.join(" | ")}`);
+    } finally {
+      await Promise.all(kids.map((k) => k.kill().catch(() => false)));
+    }
+  });
+});
+
+test("a template built on code-interpreter-v1 keeps its service", async () => {
+  // A server of its own, over a templates folder that links the shared templates (builds
+  // land in it, and nothing is committed).
+  const templatesDir = mkdtempSync("/var/tmp/aenv-ci-tpl-");
+  mkdirSync(join(TEMPLATES_DIR, ".warm"), { recursive: true });
+  for (const name of ["base", "code-interpreter-v1", ".warm"]) {
+    symlinkSync(join(TEMPLATES_DIR, name), join(templatesDir, name));
+  }
+  const own = await startServer({ templatesDir, env: { AENV_COMMIT_TEMPLATES: "false" } });
+  const opts = { apiUrl: own.url, sandboxUrl: own.url, apiKey: own.apiKey };
+  try {
+    const tpl = Template().fromTemplate("code-interpreter-v1").runCmd("echo added > /home/user/added.txt");
+    await Template.build(tpl, "ci-plus", opts);
+    const s = await Sandbox.create("ci-plus", opts);
+    try {
+      assert.equal((await s.runCode("open('/home/user/added.txt').read()")).text, "'added\\n'");
+    } finally {
+      await s.kill();
+      // Its warm image went into the shared .warm folder: deleting the template removes it.
+      await own.api("DELETE", "/templates/ci-plus");
+    }
+  } finally {
+    await own.stop();
+    cleanupDataDir(own);
+    rmSync(templatesDir, { recursive: true, force: true });
+  }
+});
