@@ -1,30 +1,45 @@
 import { createHash } from "node:crypto";
 import { ENVD_PORT } from "@aenv/protocol";
 
+/** How often the service notes the time, and the gap that means it was frozen meanwhile. */
+const TICK_MS = 200;
+const FROZEN_MS = 1000;
+
 /**
  * Notices that this sandbox became another one: a sandbox started from the template's warm
  * image, or a fork child, runs the very memory (kernels, generator states) it was captured
- * with. Each such sandbox gets its own envd access token, which the SDK sends on every
- * /execute; a request without one falls back to the clock: a restore moves the wall clock
- * against the process's monotonic one by the time spent captured. Only noticed, never
- * checked: the host decides who may call this port.
+ * with. Two signs: an envd access token on /execute that differs from the last one (each such
+ * sandbox has its own; the host proxy may keep it from the service), and a gap in the wall
+ * clock between two of the service's ticks (every capture freezes the sandbox's processes
+ * first, and a restore starts them at a later time). A pause or a long stall counts too: the
+ * generators are then reseeded once more, which nothing relies on not happening.
  */
 export class Identity {
   private token?: string;
-  private offset = Date.now() - performance.now();
+  private last = Date.now();
+  private frozen = false;
+
+  constructor() {
+    setInterval(() => this.tick(), TICK_MS).unref();
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    if (now - this.last > FROZEN_MS) this.frozen = true;
+    this.last = now;
+  }
 
   /** Whether the sandbox changed since the last call (the first call with a token counts). */
   changed(accessToken: string | undefined): boolean {
-    const offset = Date.now() - performance.now();
-    const jumped = Math.abs(offset - this.offset) > 2000;
-    this.offset = offset;
+    this.tick();
+    let changed = this.frozen;
+    this.frozen = false;
     if (accessToken) {
       const fp = createHash("sha256").update(accessToken).digest("hex");
-      const changed = fp !== this.token;
+      if (fp !== this.token) changed = true;
       this.token = fp;
-      return changed;
     }
-    return jumped;
+    return changed;
   }
 }
 
