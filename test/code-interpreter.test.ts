@@ -91,6 +91,18 @@ describe("cells", () => {
     assert.equal((await sbx.runCode(code)).text, "(None, 'from-create')");
   });
 
+  test("a sandbox restored from the warm image gets its own env vars into the kernel", async () => {
+    // By now the server has taken the template's warm image: this create is a restore, whose
+    // service started before the sandbox existed and reads the variables from envd.
+    const other = await Sandbox.create({ envs: { ONLY_OTHER: "other" } });
+    try {
+      const code = "import os\n(os.environ.get('ONLY_OTHER'), os.environ.get('SANDBOX_WIDE'))";
+      assert.equal((await other.runCode(code)).text, "('other', None)");
+    } finally {
+      await other.kill();
+    }
+  });
+
   test("bash and JavaScript keep their own state", async () => {
     await sbx.runCode("GREETING=hi; cd /tmp", { language: "bash" });
     const sh = await sbx.runCode('echo "$GREETING from $(pwd)"; echo oops >&2', { language: "bash" });

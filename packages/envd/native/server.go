@@ -85,6 +85,16 @@ func newHTTPServer(env *Env, port int) *http.Server {
 	}
 }
 
+// fromLoopback: the request came from a process in the sandbox, over 127.0.0.1 or ::1.
+func fromLoopback(r *http.Request) bool {
+	c, ok := r.Context().Value(connKey).(net.Conn)
+	if !ok {
+		return false
+	}
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
+}
+
 func requireToken(env *Env, r *http.Request) error {
 	if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
 		return httpErr(401, msg)
@@ -118,8 +128,13 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		if err := methodIs(r, "GET"); err != nil {
 			return err
 		}
-		if err := requireToken(env, r); err != nil {
-			return err
+		// Processes in the sandbox may read them without the token (the code interpreter loads
+		// them into its kernels; every command envd starts has them in its environment anyway).
+		// The host's requests never come from loopback: they reach envd on the slot address.
+		if !inSandbox() || !fromLoopback(r) {
+			if err := requireToken(env, r); err != nil {
+				return err
+			}
 		}
 		sendJSON(w, 200, env.State.EnvVars())
 		return nil
