@@ -12,12 +12,14 @@ const HELP = `aenv-server import-template — make a template from an image, off
 
 Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR]
                                    [--start-cmd CMD] [--ready-cmd CMD]
+                                   [--memory-mb MB] [--cpu-count N]
                                    [--config FILE] [--data-dir DIR] [--no-commit] IMAGE
 
   IMAGE  a registry reference (host/repo:tag), oci:DIR[:tag], oci-archive:FILE[:tag]
          or docker-archive:FILE
   Env, workdir and user come from its config (root when it names none; a named one must exist).
   --start-cmd, --ready-cmd  the template's start and ready commands (running in its warm image)
+  --memory-mb, --cpu-count  its sandboxes' size (default: kept from the last import, else 1024, 2)
   --templates-dir  default AENV_TEMPLATES_DIR, else /var/lib/aenv/templates
   Then the template is committed to the configured snapshot repository (as the server's
   --config / --data-dir / AENV_* settings say), so servers sharing it can start it; unless
@@ -35,6 +37,8 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
       "templates-dir": { type: "string" },
       "start-cmd": { type: "string" },
       "ready-cmd": { type: "string" },
+      "memory-mb": { type: "string" },
+      "cpu-count": { type: "string" },
       config: { type: "string" },
       "data-dir": { type: "string" },
       "no-commit": { type: "boolean" },
@@ -44,6 +48,20 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
   if (values.help || !values.name || positionals.length !== 1) {
     console.log(HELP);
     return values.help ? 0 : 2;
+  }
+  const size: { memoryMB?: number; cpuCount?: number } = {};
+  for (const [flag, key] of [
+    ["memory-mb", "memoryMB"],
+    ["cpu-count", "cpuCount"],
+  ] as const) {
+    const v = values[flag];
+    if (v === undefined) continue;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1) {
+      console.error(`import-template: --${flag} must be a positive integer, not '${v}'`);
+      return 2;
+    }
+    size[key] = n;
   }
   const dir = values["templates-dir"] ?? process.env.AENV_TEMPLATES_DIR ?? "/var/lib/aenv/templates";
   let t: Template;
@@ -57,6 +75,7 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
       ...(values.id ? { id: values.id } : {}),
       ...(values["start-cmd"] ? { startCmd: values["start-cmd"] } : {}),
       ...(values["ready-cmd"] ? { readyCmd: values["ready-cmd"] } : {}),
+      ...size,
       onLog: (m) => {
         if (!/^(pull|unpack) layer .* (downloading|extracting) /.test(m)) console.log(`import-template: ${m}`);
       },
