@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One command from a fresh Debian 12 host to a running aenv-server with the `base` template:
-# installs system packages and node modules, builds, builds the templates, starts the server.
+# One command from a fresh Debian 12 host to a running aenv-server with its default templates
+# (`base`, `code-interpreter-v1`, `desktop`): installs system packages and node modules, builds,
+# builds the templates, starts the server.
 #   sudo bash scripts/setup.sh [--listen HOST:PORT] [--data-dir DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,8 @@ npm run build --silent
 bash scripts/build-base-template.sh "$data_dir/templates"
 # The @e2b/code-interpreter SDK's default template: base plus Debian's Jupyter stack.
 bash scripts/build-code-interpreter-template.sh "$data_dir/templates"
+# The @e2b/desktop SDK's template: base plus Xvfb, Xfce, noVNC and Firefox.
+bash scripts/build-desktop-template.sh "$data_dir/templates"
 echo "setup: starting aenv-server (API key in $data_dir/secrets/api-key unless AENV_API_KEY is set)"
 # tini as a subreaper reaps the sandboxes' processes at once (runsc's delete waits for that);
 # systemd and the OCI image's tini do the same for installed servers.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (`npm test`): works on a clean clone as root. Installs system packages,
-# node modules, builds, builds the base and code-interpreter templates once (cached), then runs every test
+# node modules, builds, builds the base, code-interpreter and desktop templates once (cached), then runs every test
 # against real runsc sandboxes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,7 @@ fi
 npm run build --silent
 bash scripts/build-base-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 bash scripts/build-code-interpreter-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
+bash scripts/build-desktop-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 shopt -s nullglob
 files=(packages/*/test/*.test.ts test/*.test.ts)
 # Sandboxes are heavy on 2 cores: test files run one at a time. A file that hangs fails after
