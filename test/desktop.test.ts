@@ -1,0 +1,293 @@
+// Computer use: the unmodified @e2b/desktop SDK (2.4.0) drives the `desktop` template on a real
+// aenv-server — screen, mouse, keyboard, apps, a browser, the noVNC live view through the
+// proxy, hibernation while watched, and a fork of a desktop with windows open.
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { Sandbox } from "@e2b/desktop";
+import { WebSocket } from "ws";
+import {
+  cleanupDataDir,
+  getViaHost,
+  ROOT,
+  startServer,
+  TEMPLATES_DIR,
+  type TestServer,
+  untilLogLine,
+  useE2b,
+  waitFor,
+} from "./helpers/server.js";
+
+/** Where the suite leaves the screenshots it takes, to be looked at. */
+const OUT = process.env.AENV_TEST_OUTPUT_DIR ?? join(ROOT, "tmp", "test-output");
+/** The SDK's default resolution, the one the template's warm image runs. */
+const W = 1024;
+const H = 768;
+/** Seconds idle before a sandbox is frozen: short, so the watched-desktop test can see one. */
+const IDLE_S = 3;
+
+let server: TestServer;
+let desk: Sandbox;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether the host's freezer holds the sandbox's cgroup now (v2, else v1). */
+function frozen(id: string): () => boolean {
+  const v2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
+  const root = v2 ? "/sys/fs/cgroup/aenv" : "/sys/fs/cgroup/freezer/aenv";
+  return () => {
+    const dir = readdirSync(root).find((d) => d.startsWith(id));
+    if (!dir) return false;
+    return v2
+      ? /^frozen 1$/m.test(readFileSync(join(root, dir, "cgroup.events"), "utf8"))
+      : readFileSync(join(root, dir, "freezer.state"), "utf8").trim() === "FROZEN";
+  };
+}
+
+function pngSize(b: Uint8Array): { width: number; height: number } {
+  const sig = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+  assert.ok(Buffer.from(b.subarray(0, 8)).equals(sig), "a PNG");
+  const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  return { width: v.getUint32(16), height: v.getUint32(20) };
+}
+
+/** The visible windows' titles, as wmctrl lists them. */
+async function windowTitles(s: Sandbox): Promise<string[]> {
+  const r = await s.commands.run("wmctrl -l");
+  return r.stdout
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => l.split(/\s+/).slice(3).join(" "));
+}
+
+async function untilWindow(s: Sandbox, pattern: RegExp, timeoutMs: number): Promise<string[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const titles = await windowTitles(s);
+    if (titles.some((t) => pattern.test(t))) return titles;
+    if (Date.now() > deadline)
+      throw new Error(`no window like ${pattern} within ${timeoutMs} ms: ${titles.join(" | ")}`);
+    await sleep(500);
+  }
+}
+
+/** The desktop's warm images (of this revision) in the templates dir now. */
+function warmDirs(): string[] {
+  const { revision } = JSON.parse(readFileSync(join(TEMPLATES_DIR, "desktop", "template.json"), "utf8"));
+  const warm = join(TEMPLATES_DIR, ".warm");
+  return existsSync(warm) ? readdirSync(warm).filter((n) => n.startsWith(`desktop-r${revision}-`)) : [];
+}
+
+/**
+ * Until the server has the desktop's warm image. It captures one at start (a log line) unless
+ * one for its runtime is on disk, which it takes silently: then no new one appears.
+ */
+async function untilWarmImage(s: TestServer, before: string[]): Promise<void> {
+  const t0 = Date.now();
+  for (;;) {
+    if (
+      s.logs().includes('"template":"desktop"') &&
+      /"template":"desktop"[^\n]*"template warm image ready"/.test(s.logs())
+    )
+      return;
+    const fresh = warmDirs().some((n) => !before.includes(n));
+    if (!fresh && before.length > 0 && Date.now() - t0 > 10_000) return;
+    if (Date.now() - t0 > 300_000) throw new Error("no warm image of the desktop template within 300 s");
+    await sleep(200);
+  }
+}
+
+before(async () => {
+  assert.ok(
+    existsSync(join(TEMPLATES_DIR, "desktop", "template.json")),
+    `no desktop template in ${TEMPLATES_DIR}: run scripts/build-desktop-template.sh ${TEMPLATES_DIR}`,
+  );
+  mkdirSync(OUT, { recursive: true });
+  const warmBefore = warmDirs();
+  server = await startServer({ env: { AENV_HIBERNATE_AFTER: String(IDLE_S) } });
+  useE2b(server);
+  // The server captures the template's warm image (desktop up) at start: creates restore it.
+  await untilWarmImage(server, warmBefore);
+});
+
+after(async () => {
+  await desk?.kill().catch(() => {});
+  await server?.stop();
+  if (server) cleanupDataDir(server);
+});
+
+test("create: a restore of the warm image, the desktop up at once at the SDK's default size", async () => {
+  const t0 = Date.now();
+  desk = await Sandbox.create({ timeoutMs: 600_000 });
+  const created = Date.now() - t0;
+  const shot = await desk.screenshot();
+  const first = Date.now() - t0;
+  assert.deepEqual(pngSize(shot), { width: W, height: H });
+  writeFileSync(join(OUT, "desktop-first.png"), shot);
+  assert.equal((await desk.getInfo()).templateId, "desktop");
+  // Restored from the warm image (or its pool), whose desktop was already up.
+  await untilLogLine(server, ['"sandbox created"', desk.sandboxId, '"from":"image"']);
+  // The session's panel, desktop and window manager have windows on the screen.
+  assert.ok((await windowTitles(desk)).includes("Desktop"));
+  assert.deepEqual(await desk.getScreenSize(), { width: W, height: H });
+  console.log(`desktop: create ${created} ms, first screenshot ${first} ms after create started`);
+});
+
+test("create with a resolution: the screenshot has that size", async () => {
+  const s = await Sandbox.create({ resolution: [1280, 800], timeoutMs: 120_000 });
+  try {
+    assert.deepEqual(pngSize(await s.screenshot()), { width: 1280, height: 800 });
+    assert.deepEqual(await s.getScreenSize(), { width: 1280, height: 800 });
+    // A new session on the new screen.
+    await untilWindow(s, /^Desktop$/, 30_000);
+  } finally {
+    await s.kill();
+  }
+});
+
+test("mouse moves read back with getCursorPosition; clicks and scrolls run", async () => {
+  await desk.moveMouse(321, 234);
+  assert.deepEqual(await desk.getCursorPosition(), { x: 321, y: 234 });
+  await desk.moveMouse(W - 1, H - 1);
+  assert.deepEqual(await desk.getCursorPosition(), { x: W - 1, y: H - 1 });
+  await desk.leftClick(W / 2, H / 2);
+  await desk.rightClick();
+  await desk.press("escape");
+  await desk.scroll("down", 2);
+});
+
+test("the browser opens a page served inside the sandbox (window title checked)", async () => {
+  await desk.files.write("/home/user/site/index.html", "<title>aenv desktop page</title><h1>Hello from aenv</h1>");
+  await desk.files.write(
+    "/home/user/site/form.html",
+    '<title>aenv form</title><form action="/submit"><input name="text" autofocus></form>',
+  );
+  await desk.commands.run("cd /home/user/site && python3 -m http.server 8000 >/tmp/http.log 2>&1", {
+    background: true,
+    timeoutMs: 0,
+  });
+  await desk.commands.run(
+    "for i in $(seq 50); do curl -sf -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.1; done; exit 1",
+  );
+  await desk.open("http://127.0.0.1:8000/");
+  await untilWindow(desk, /aenv desktop page/, 90_000);
+  const wins = await desk.getApplicationWindows("firefox");
+  const titles = await Promise.all(wins.map((w) => desk.getWindowTitle(w)));
+  assert.ok(
+    titles.some((t) => /aenv desktop page/.test(t)),
+    `firefox windows: ${titles.join(" | ")}`,
+  );
+  // Let it paint, then keep a look at the whole desktop.
+  await sleep(2000);
+  writeFileSync(join(OUT, "desktop-browser.png"), await desk.screenshot());
+});
+
+test("an app launched and typed into: its effect is seen from a command", async () => {
+  await desk.launch("firefox", "http://127.0.0.1:8000/form.html");
+  await untilWindow(desk, /aenv form/, 60_000);
+  const focused = await desk.getWindowTitle(await desk.getCurrentWindowId());
+  assert.match(focused, /aenv form/);
+  await sleep(1000);
+  await desk.write("typed-by-the-sdk");
+  await desk.press("enter");
+  // The form's submission reaches the server inside the sandbox.
+  const deadline = Date.now() + 20_000;
+  let log = "";
+  while (Date.now() < deadline && !log.includes("/submit?text=typed-by-the-sdk")) {
+    log = (await desk.commands.run("cat /tmp/http.log")).stdout;
+    await sleep(300);
+  }
+  assert.match(log, /GET \/submit\?text=typed-by-the-sdk /);
+});
+
+/** Opens noVNC's WebSocket at `path` (Host `host`) as its page does: resolves once upgraded. */
+function openViewer(host: string, path: string): Promise<WebSocket> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`ws://127.0.0.1:${server.port}${path}`, ["binary"], { headers: { host } });
+    const timer = setTimeout(() => reject(new Error(`no WebSocket upgrade on ${host}${path}`)), 15_000);
+    ws.once("unexpected-response", (_req, res) => reject(new Error(`${host}${path}: HTTP ${res.statusCode}`)));
+    ws.once("open", () => {
+      clearTimeout(timer);
+      resolve(ws);
+    });
+    ws.once("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+  });
+}
+
+test("the live view: noVNC's page and its WebSocket through the proxy (host and path forms)", async () => {
+  await desk.stream.start();
+  const url = new URL(desk.stream.getUrl());
+  assert.equal(url.host, desk.getHost(6080));
+  assert.equal(url.pathname, "/vnc.html");
+  assert.equal(url.searchParams.get("autoconnect"), "true");
+  const page = await getViaHost(server, url.host, `${url.pathname}${url.search}`);
+  assert.equal(page.status, 200);
+  assert.match(page.body, /noVNC/);
+  const viaPath = await fetch(`${server.url}/proxy/${desk.sandboxId}/6080/vnc.html`);
+  assert.equal(viaPath.status, 200);
+  assert.match(await viaPath.text(), /noVNC/);
+  // noVNC connects to ws(s)://<its host>/<path>, path "websockify" unless the page is told.
+  for (const [host, path] of [
+    [url.host, "/websockify"],
+    [new URL(server.url).host, `/proxy/${desk.sandboxId}/6080/websockify`],
+  ] as const) {
+    const ws = await openViewer(host, path);
+    assert.equal(ws.protocol, "binary", "websockify took noVNC's subprotocol");
+    ws.close();
+  }
+});
+
+test("hibernation: an idle desktop is frozen, one watched through VNC is not", async () => {
+  const isFrozen = frozen(desk.sandboxId);
+  await desk.stream.stop();
+  await desk.commands.run("pkill -f '[h]ttp.server'; pkill -x firefox-esr; true");
+  await waitFor("an idle desktop frozen", isFrozen, 60_000);
+  // A screenshot thaws it, as any use does.
+  assert.deepEqual(pngSize(await desk.screenshot()), { width: W, height: H });
+  await desk.stream.start();
+  const ws = await openViewer(desk.getHost(6080), "/websockify");
+  try {
+    for (let i = 0; i < IDLE_S * 3 * 10; i++) {
+      assert.ok(!isFrozen(), "a desktop with a VNC viewer must not be frozen");
+      await sleep(100);
+    }
+  } finally {
+    ws.close();
+  }
+  await desk.stream.stop();
+  await waitFor("frozen again once the viewer left", isFrozen, 60_000);
+});
+
+test("fork of a desktop with windows open: children show the same windows and diverge", async () => {
+  const parentWindows = (await windowTitles(desk)).sort();
+  const kids = (await desk.fork({ count: 2 })) as Array<Sandbox | Error>;
+  const children: Sandbox[] = [];
+  try {
+    for (const k of kids) {
+      assert.ok(!(k instanceof Error), `child failed: ${(k as Error).message}`);
+      children.push(k as Sandbox);
+    }
+    for (const [n, c] of children.entries()) {
+      assert.deepEqual((await windowTitles(c)).sort(), parentWindows, `child ${n} shows the parent's windows`);
+      assert.deepEqual(pngSize(await c.screenshot()), { width: W, height: H });
+      assert.ok((await c.getApplicationWindows("firefox")).length >= 1);
+    }
+    const [c0, c1] = children as [Sandbox, Sandbox];
+    // Each child diverges: a window opened in one is not in the other nor in the parent.
+    await c0.commands.run("xmessage -title only-in-child-0 forked >/dev/null 2>&1", { background: true, timeoutMs: 0 });
+    await untilWindow(c0, /only-in-child-0/, 30_000);
+    await c1.moveMouse(10, 20);
+    await desk.moveMouse(30, 40);
+    assert.ok(!(await windowTitles(c1)).includes("only-in-child-0"));
+    assert.ok(!(await windowTitles(desk)).includes("only-in-child-0"));
+    assert.deepEqual(await c1.getCursorPosition(), { x: 10, y: 20 });
+    assert.deepEqual(await desk.getCursorPosition(), { x: 30, y: 40 });
+    writeFileSync(join(OUT, "desktop-fork-child.png"), await c0.screenshot());
+  } finally {
+    await Promise.all(children.map((c) => c.kill().catch(() => false)));
+  }
+});
