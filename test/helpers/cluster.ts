@@ -2,7 +2,7 @@
 // their own data dirs, templates dirs (at other paths, as on separate hosts), namespace
 // prefixes and slot ranges over one shared repository, and aenv-gateway processes.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { TEST_REPOSITORY_KEY } from "./repository.js";
@@ -74,8 +74,8 @@ export class TestCluster {
   /**
    * A node of its own: data dir, templates dir, network. `emptyTemplates` starts it with no
    * template at all (a host that joins the cluster empty: it fetches what it needs from the
-   * repository); otherwise its templates dir holds the test templates (hard links of the
-   * shared ones, at a path of its own).
+   * repository); otherwise its templates dir holds the `base` test template (hard links of
+   * the shared one, at a path of its own).
    */
   async startNode(
     id: string,
@@ -86,11 +86,10 @@ export class TestCluster {
     const templatesDir = mkdtempSync(`/var/tmp/aenv-cluster-templates-${id}-`);
     this.templateDirs.push(templatesDir);
     if (!opts.emptyTemplates) {
-      for (const name of readdirSync(TEMPLATES_DIR)) {
-        if (name.startsWith(".")) continue; // warm images, blobs, uploads: each node makes its own
-        const r = spawnSync("cp", ["-al", join(TEMPLATES_DIR, name), join(templatesDir, name)]);
-        if (r.status !== 0) throw new Error(`copying template ${name}: ${r.stderr}`);
-      }
+      // base only (its warm images, blobs and uploads each node makes itself): a node commits
+      // the templates it joins with to the repository, and the others are gigabytes.
+      const r = spawnSync("cp", ["-al", join(TEMPLATES_DIR, "base"), join(templatesDir, "base")]);
+      if (r.status !== 0) throw new Error(`copying template base: ${r.stderr}`);
     }
     // extraEnv may name the node's network itself (the cleanup in close() uses it too).
     const net = {
