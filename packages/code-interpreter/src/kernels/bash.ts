@@ -19,8 +19,9 @@ function heldTail(buf: string, marker: string): number {
 }
 
 /**
- * Splits one output stream of a cell at its end marker, which the shell writes as "\n" +
- * marker in one write: the newline before it is ours, never the cell's.
+ * Splits one output stream of a cell at its end marker. The marker is written alone, with no
+ * newline of ours before it: a read may return part of what one write put in the pipe (seen
+ * in gVisor), so a newline written with the marker could reach the cell's output first.
  */
 class MarkedStream {
   private buf = "";
@@ -35,7 +36,7 @@ class MarkedStream {
     this.buf += chunk;
     const i = this.buf.indexOf(this.marker);
     if (i >= 0) {
-      const before = this.buf.slice(0, i).replace(/\n$/, "");
+      const before = this.buf.slice(0, i);
       if (before) this.emit(before);
       this.rest = this.buf.slice(i + this.marker.length);
       this.ended = true;
@@ -130,7 +131,7 @@ export class BashKernel implements Kernel {
       p.stderr.on("data", onErr);
       p.once("exit", onExit);
       signal?.addEventListener("abort", onAbort, { once: true });
-      p.stdin.write(`. ${shQuote(file)} </dev/null; printf '\\n%s %d\\n' ${mark} $?; printf '\\n%s\\n' ${mark} >&2\n`);
+      p.stdin.write(`. ${shQuote(file)} </dev/null; printf '%s %d\\n' ${mark} $?; printf '%s\\n' ${mark} >&2\n`);
     });
   }
 
