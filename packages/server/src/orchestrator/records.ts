@@ -1,8 +1,11 @@
 import type { ServerConfig } from "../config.js";
 import { InvalidRequestError } from "../errors.js";
 import type { NetworkSpec } from "../network/policy.js";
-import { newClientId, newToken } from "../state/ids.js";
+import type { NodePaths } from "../node-paths.js";
+import { newClientId, newSandboxId, newToken } from "../state/ids.js";
 import type { SandboxRecord } from "../state/store.js";
+import type { Template } from "../state/template-catalog.js";
+import type { Live } from "./registry.js";
 import { runtimeIdFor } from "./runner.js";
 
 /** What a client asks for when it creates a sandbox (from any template source). */
@@ -94,4 +97,23 @@ export function newSandboxRecord(
     rootfs: o.rootfs,
     runtimeDir: o.runtimeDir,
   };
+}
+
+/**
+ * A sandbox of a template at its own sizing, known to nobody but its caller (never stored or
+ * listed): what a warm image is captured from and what the warm pool holds.
+ */
+export function templateSandbox(cfg: ServerConfig, paths: NodePaths, runtimeDir: string, tpl: Template): Live {
+  const id = newSandboxId();
+  const rec = newSandboxRecord(cfg, {
+    id,
+    dir: paths.sandbox(id),
+    templateId: tpl.id,
+    alias: tpl.name,
+    rootfs: tpl.rootfs,
+    runtimeDir,
+    req: { templateID: tpl.id },
+    sizing: tpl,
+  });
+  return { rec, op: Promise.resolve(), ephemeral: true };
 }

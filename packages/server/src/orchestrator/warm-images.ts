@@ -3,18 +3,16 @@ import { dirname } from "node:path";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import { newSandboxId } from "../state/ids.js";
 import { type Template, type TemplateStore, usable } from "../state/template-catalog.js";
 import { countWarmImage } from "../telemetry/prometheus.js";
 import { commitDir } from "../util/fsync.js";
 import { runLoginShellOnce } from "./envd-process.js";
-import { newSandboxRecord } from "./records.js";
-import type { Live } from "./registry.js";
+import { templateSandbox } from "./records.js";
 import type { SandboxRunner } from "./runner.js";
 import { runStartCommand } from "./start-command.js";
 
 /** Warm images are per revision: a tag can start an older build than the current one. */
-function revisionKey(tpl: Pick<Template, "id" | "revision">): string {
+export function revisionKey(tpl: Pick<Template, "id" | "revision">): string {
   return `${tpl.id}-r${tpl.revision}`;
 }
 
@@ -156,18 +154,7 @@ export class WarmImages {
   }
 
   private async capture(tpl: Template, finalDir: string, onLog?: (line: string) => void): Promise<void> {
-    const id = newSandboxId();
-    const rec = newSandboxRecord(this.d.cfg, {
-      id,
-      dir: this.d.paths.sandbox(id),
-      templateId: tpl.id,
-      alias: tpl.name,
-      rootfs: tpl.rootfs,
-      runtimeDir: this.d.runtimeDir,
-      req: { templateID: tpl.id },
-      sizing: tpl,
-    });
-    const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
+    const live = templateSandbox(this.d.cfg, this.d.paths, this.d.runtimeDir, tpl);
     const runner = this.d.runner;
     try {
       // No token: the create that restores this image sets one.

@@ -2,14 +2,13 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
-import { newSandboxId } from "../state/ids.js";
 import type { Template } from "../state/template-catalog.js";
 import { envdRequest } from "./envd-client.js";
 import { runLoginShellOnce } from "./envd-process.js";
-import { newSandboxRecord } from "./records.js";
+import { templateSandbox } from "./records.js";
 import type { Live } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
-import type { WarmImages } from "./warm-images.js";
+import { revisionKey, type WarmImages } from "./warm-images.js";
 
 export interface WarmPoolDeps {
   cfg: ServerConfig;
@@ -48,8 +47,6 @@ const REFILL_DELAY_MS = 1000;
 /** A template nobody created from for this long keeps no pool. */
 const POOL_IDLE_MS = 10 * 60_000;
 
-const key = (tpl: Pick<Template, "id" | "revision">) => `${tpl.id}-r${tpl.revision}`;
-
 /**
  * Per template, a few sandboxes restored from its warm image before anyone asks, frozen (no
  * CPU) while they wait. A create takes one and only has to thaw it, apply its network policy
@@ -80,7 +77,7 @@ export class WarmPool {
   /** A pooled sandbox of this template (its revision), or undefined; asks for a refill either way. */
   take(tpl: Template): Pooled | undefined {
     if (!this.enabled || this.closed) return undefined;
-    const k = key(tpl);
+    const k = revisionKey(tpl);
     const now = Date.now();
     // The rate window's creates, and always the last one (the pool's idle clock).
     const recent = (this.creates.get(k) ?? []).filter((t) => now - t < RATE_WINDOW_MS);
@@ -150,24 +147,14 @@ export class WarmPool {
   private async restoreOne(tpl: Template): Promise<Pooled | undefined> {
     const image = this.d.warmImages.take(tpl);
     if (!image) return undefined;
-    const id = newSandboxId();
-    const rec = newSandboxRecord(this.d.cfg, {
-      id,
-      dir: this.d.paths.sandbox(id),
-      templateId: tpl.id,
-      alias: tpl.name,
-      rootfs: tpl.rootfs,
-      runtimeDir: this.d.runtimeDir,
-      req: { templateID: tpl.id },
-      sizing: tpl,
-    });
-    const live: Live = { rec, op: Promise.resolve(), ephemeral: true };
+    const live = templateSandbox(this.d.cfg, this.d.paths, this.d.runtimeDir, tpl);
+    const { rec } = live;
     try {
       await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
       if (live.slot) await prime(live.slot.slotIp);
       await this.d.driver.freeze?.(rec.runtimeId);
       live.hibernated = true;
-      return { live, revision: key(tpl) };
+      return { live, revision: revisionKey(tpl) };
     } catch (err) {
       this.d.log.warn({ err, template: tpl.id }, "warm pool restore failed");
       await this.d.runner.remove(live, true).catch(() => {});
