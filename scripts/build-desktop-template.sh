@@ -14,7 +14,7 @@ id=desktop
 t="$dir/$id"
 # Bump when the package install changes; a change to the setup after it (this script) is
 # applied to the installed tree without installing again.
-REVISION=1
+REVISION=2
 # xdpyinfo (x11-utils) is the SDK's "X is up" check, xrandr (x11-xserver-utils) its screen
 # size, netstat (net-tools) its "noVNC listens" check, gtk-launch (libgtk-3-bin) its launch(),
 # xdg-open (xdg-utils) its open().
@@ -64,6 +64,9 @@ else
   chroot "$r" sh -c "cd /tmp && apt-get download -q novnc" >/dev/null 2>&1
   dpkg-deb -x "$r"/tmp/novnc_*.deb "$tmp/novnc"
   mv "$tmp/novnc/usr/share/novnc" "$r/opt/noVNC"
+  # noVNC's page reads its version from package.json (a git checkout has one, the package not).
+  v=$(dpkg-deb -f "$r"/tmp/novnc_*.deb Version | sed 's/^[0-9]*://; s/[-+].*//')
+  printf '{"name":"@novnc/novnc","version":"%s"}\n' "$v" > "$r/opt/noVNC/package.json"
   rm -f "$r"/tmp/novnc_*.deb
   for b in Xvfb xdpyinfo xrandr xdotool scrot wmctrl x11vnc websockify xterm startxfce4 xfdesktop \
     firefox-esr gtk-launch xdg-open netstat dbus-launch; do
@@ -185,8 +188,19 @@ pgrep -x xfce4-session >/dev/null && exit 0
 xset s off -dpms 2>/dev/null
 exec /usr/bin/startxfce4 "$@"
 EOF
+# The SDK's `stream.start()` runs x11vnc in its default single-threaded loop. Under gVisor that
+# loop keeps x11vnc at ~85 % of a CPU and it accepts a new client only every 1-6 s, often past
+# websockify's patience (noVNC stays blank). With -threads the listener has its own thread:
+# a client gets the RFB greeting in ~0.1 s and x11vnc idles at ~7 %.
+cat > "$r/usr/local/bin/x11vnc" <<'EOF'
+#!/bin/sh
+case " $* " in
+*" -threads "* | *" -nothreads "* | *" -storepasswd "*) exec /usr/bin/x11vnc "$@" ;;
+esac
+exec /usr/bin/x11vnc -threads "$@"
+EOF
 chmod 0755 "$r/usr/local/bin/aenv-desktop-start" "$r/usr/local/bin/Xvfb" "$r/usr/local/bin/xdpyinfo" \
-  "$r/usr/local/bin/startxfce4"
+  "$r/usr/local/bin/startxfce4" "$r/usr/local/bin/x11vnc"
 echo "$setup_hash" > "$r/$opt/setup.hash"
 # shellcheck source=lib/pack-oci.sh
 . "$here/lib/pack-oci.sh"

@@ -6,7 +6,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Sandbox } from "@e2b/desktop";
+import type { Page } from "playwright-core";
 import { WebSocket } from "ws";
+import { openBrowser } from "./helpers/browser.js";
 import {
   cleanupDataDir,
   getViaHost,
@@ -201,6 +203,61 @@ test("an app launched and typed into: its effect is seen from a command", async 
   assert.match(log, /GET \/submit\?text=typed-by-the-sdk /);
 });
 
+/** The first binary message on a viewer's WebSocket, as text. */
+function firstMessage(ws: WebSocket, timeoutMs = 10_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no message within ${timeoutMs} ms`)), timeoutMs);
+    ws.once("message", (m: Buffer) => {
+      clearTimeout(timer);
+      resolve(m.toString("latin1"));
+    });
+  });
+}
+
+interface CanvasDiff {
+  width: number;
+  height: number;
+  /** Mean absolute difference per channel (0-255). */
+  diff: number;
+}
+
+/** Mean absolute difference per channel between noVNC's canvas and a PNG, in the page. */
+function canvasDiff(page: Page, png: Uint8Array): Promise<CanvasDiff> {
+  return page.evaluate(async (b64) => {
+    const canvas = document.querySelector<HTMLCanvasElement>("#noVNC_container canvas");
+    if (!canvas) return { width: 0, height: 0, diff: 255 };
+    const img = new Image();
+    img.src = `data:image/png;base64,${b64}`;
+    await img.decode();
+    const ref = document.createElement("canvas");
+    ref.width = canvas.width;
+    ref.height = canvas.height;
+    const rc = ref.getContext("2d");
+    const cc = canvas.getContext("2d");
+    if (!rc || !cc) return { width: canvas.width, height: canvas.height, diff: 255 };
+    rc.drawImage(img, 0, 0);
+    const a = cc.getImageData(0, 0, canvas.width, canvas.height).data;
+    const r = rc.getImageData(0, 0, canvas.width, canvas.height).data;
+    let sum = 0;
+    for (let i = 0; i < a.length; i += 4) {
+      sum += Math.abs(a[i]! - r[i]!) + Math.abs(a[i + 1]! - r[i + 1]!) + Math.abs(a[i + 2]! - r[i + 2]!);
+    }
+    return { width: canvas.width, height: canvas.height, diff: sum / ((a.length / 4) * 3) };
+  }, Buffer.from(png).toString("base64"));
+}
+
+/** Until noVNC's canvas shows what the PNG shows (a clock may tick between them: not equal). */
+async function untilCanvasLike(page: Page, png: Uint8Array, timeoutMs: number): Promise<CanvasDiff> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const m = await canvasDiff(page, png);
+    if (m.diff < 3) return m;
+    if (Date.now() > deadline)
+      assert.fail(`noVNC's canvas (${m.width}x${m.height}) differs from the screenshot by ${m.diff.toFixed(1)}`);
+    await sleep(300);
+  }
+}
+
 /** Opens noVNC's WebSocket at `path` (Host `host`) as its page does: resolves once upgraded. */
 function openViewer(host: string, path: string): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
@@ -237,7 +294,45 @@ test("the live view: noVNC's page and its WebSocket through the proxy (host and 
   ] as const) {
     const ws = await openViewer(host, path);
     assert.equal(ws.protocol, "binary", "websockify took noVNC's subprotocol");
+    // x11vnc's greeting, through websockify and the proxy: the start of every viewer's session.
+    assert.match(await firstMessage(ws), /^RFB 003\.00[3-8]\n$/);
     ws.close();
+  }
+});
+
+test("the live view in a browser: noVNC in Chromium shows the screen the SDK sees, and follows it", async () => {
+  await desk.stream.stop();
+  await desk.stream.start();
+  const url = new URL(desk.stream.getUrl());
+  // The SDK's link is https; this server speaks plain HTTP (deployment.md puts TLS in front).
+  url.protocol = "http:";
+  const b = await openBrowser();
+  try {
+    await b.page.goto(url.toString());
+    await b.page.waitForFunction(
+      () => /Connected/.test(document.getElementById("noVNC_status")?.textContent ?? ""),
+      undefined,
+      { timeout: 30_000 },
+    );
+    const before = await desk.screenshot();
+    const still = await untilCanvasLike(b.page, before, 15_000);
+    assert.deepEqual([still.width, still.height], [W, H]);
+    // A window opens: the page follows the screen away from the first picture.
+    await desk.commands.run("xmessage -geometry 800x600+100+80 'aenv live view' >/dev/null 2>&1 &");
+    await untilWindow(desk, /xmessage/, 15_000);
+    await sleep(500);
+    const after = await desk.screenshot();
+    const moved = await untilCanvasLike(b.page, after, 15_000);
+    const away = (await canvasDiff(b.page, before)).diff;
+    assert.ok(
+      away > moved.diff + 0.5,
+      `the view did not follow: ${away} from the first picture, ${moved.diff} from the new`,
+    );
+    writeFileSync(join(OUT, "desktop-live-view.png"), await b.page.screenshot());
+    assert.deepEqual(b.errors, []);
+  } finally {
+    await b.close();
+    await desk.commands.run("pkill -x xmessage; true");
   }
 });
 
