@@ -76,7 +76,7 @@ echo "$svc_hash" > "$tmp/rootfs/$opt/service.hash"
 pack_oci "$tmp/rootfs" "$tmp/oci" org.aenv.code-interpreter.packages "$PACKAGES_REVISION"
 rm -rf "$tmp/rootfs"
 node "$here/../packages/server/bin/aenv-server.js" import-template --templates-dir "$dir" \
-  --id "$id" --name "$id" \
+  --id "$id" --name "$id" --alias code-interpreter \
   --start-cmd "while :; do node /$opt/server.cjs >>/tmp/code-interpreter.log 2>&1; sleep 1; done" \
   --ready-cmd "curl -sf -o /dev/null http://127.0.0.1:49999/health" "oci:$tmp/oci:latest"
 cleanup "$tmp"; trap - EXIT

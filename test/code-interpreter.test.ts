@@ -43,6 +43,20 @@ describe("cells", () => {
     assert.ok(second.executionCount !== undefined && second.executionCount >= 2);
   });
 
+  test("the alias `code-interpreter` starts code-interpreter-v1 and is listed with it", async () => {
+    const byAlias = await Sandbox.create("code-interpreter");
+    try {
+      assert.equal((await byAlias.runCode("1+1")).text, "2");
+      // E2B answers with the template's ID, whatever name it was started by.
+      assert.equal((await byAlias.getInfo()).templateId, "code-interpreter-v1");
+    } finally {
+      await byAlias.kill();
+    }
+    const list = (await server.api("GET", "/templates")).body as Array<{ templateID: string; aliases: string[] }>;
+    const tpl = list.find((t) => t.templateID === "code-interpreter-v1");
+    assert.deepEqual(tpl?.aliases, ["code-interpreter-v1", "code-interpreter"]);
+  });
+
   test("output streams to the callbacks as the cell produces it", async () => {
     const seen: Array<{ line: string; at: number }> = [];
     const t0 = Date.now();

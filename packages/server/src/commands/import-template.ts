@@ -10,7 +10,7 @@ import { TemplateSync } from "../templates/sync.js";
 
 const HELP = `aenv-server import-template — make a template from an image, offline (no server needed)
 
-Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR]
+Usage: aenv-server import-template --name NAME [--id ID] [--alias NAME]... [--templates-dir DIR]
                                    [--start-cmd CMD] [--ready-cmd CMD]
                                    [--memory-mb MB] [--cpu-count N]
                                    [--config FILE] [--data-dir DIR] [--no-commit] IMAGE
@@ -18,6 +18,7 @@ Usage: aenv-server import-template --name NAME [--id ID] [--templates-dir DIR]
   IMAGE  a registry reference (host/repo:tag), oci:DIR[:tag], oci-archive:FILE[:tag]
          or docker-archive:FILE
   Env, workdir and user come from its config (root when it names none; a named one must exist).
+  --alias  a further name the template answers to (repeatable; replaces the last import's)
   --start-cmd, --ready-cmd  the template's start and ready commands (running in its warm image)
   --memory-mb, --cpu-count  its sandboxes' size (default: kept from the last import, else 1024, 2)
   --templates-dir  default AENV_TEMPLATES_DIR, else /var/lib/aenv/templates
@@ -34,6 +35,7 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
     options: {
       name: { type: "string" },
       id: { type: "string" },
+      alias: { type: "string", multiple: true },
       "templates-dir": { type: "string" },
       "start-cmd": { type: "string" },
       "ready-cmd": { type: "string" },
@@ -73,6 +75,7 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
       ref: positionals[0] as string,
       name: values.name,
       ...(values.id ? { id: values.id } : {}),
+      ...(values.alias ? { aliases: values.alias } : {}),
       ...(values["start-cmd"] ? { startCmd: values["start-cmd"] } : {}),
       ...(values["ready-cmd"] ? { readyCmd: values["ready-cmd"] } : {}),
       ...size,

@@ -10,6 +10,11 @@ const TemplateFile = z.object({
   id: z.string(),
   /** Primary alias. */
   name: z.string(),
+  /**
+   * Further names the template answers to wherever a template is named (E2B aliases), e.g.
+   * `code-interpreter` for `code-interpreter-v1`, as E2B's own catalog has it.
+   */
+  aliases: z.array(z.string()).default([]),
   user: z.string().default("user"),
   workdir: z.string().default("/home/user"),
   env: z.record(z.string(), z.string()).default({}),
@@ -86,18 +91,20 @@ function writeAtomic(dir: string, name: string, data: unknown): void {
 export class TemplateStore {
   constructor(readonly dir: string) {}
 
-  /** By ID, name, or `name:tag`. */
+  /** By ID, name, alias, or `name:tag` (`alias:tag`). An ID wins over a name, a name over an alias. */
   get(ref: string): Template | undefined {
     const all = this.list();
-    const direct = all.find((t) => t.id === ref) ?? all.find((t) => t.name === ref);
+    const named = (name: string) =>
+      all.find((t) => t.id === name) ?? all.find((t) => t.name === name) ?? all.find((t) => t.aliases.includes(name));
+    const direct = named(ref);
     if (direct) return direct;
     const i = ref.lastIndexOf(":");
     if (i <= 0) return undefined;
     const [name, tag] = [ref.slice(0, i), ref.slice(i + 1)];
-    const t = all.find((x) => (x.name === name || x.id === name) && x.tags.some((y) => y.tag === tag));
+    const t = named(name);
     const buildId = t?.tags.find((x) => x.tag === tag)?.buildId;
-    if (!t || !buildId || buildId === t.buildId) return t;
-    return this.readBuild(t, buildId);
+    if (!t || !buildId) return undefined;
+    return buildId === t.buildId ? t : this.readBuild(t, buildId);
   }
 
   /**
@@ -115,7 +122,7 @@ export class TemplateStore {
     if (!SAFE_NAME.test(buildId)) return undefined;
     const b = readTemplateFile(join(t.dir, "builds", `${buildId}.template.json`));
     if (!b || b.id !== t.id) return undefined;
-    return { ...b, name: t.name, tags: t.tags, dir: t.dir, rootfs: join(t.dir, b.rootfsDir) };
+    return { ...b, name: t.name, aliases: t.aliases, tags: t.tags, dir: t.dir, rootfs: join(t.dir, b.rootfsDir) };
   }
 
   /** Every template folder, including ones still building or failed. */

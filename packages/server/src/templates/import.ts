@@ -31,6 +31,8 @@ export async function importTemplate(opts: {
   ref: string;
   name: string;
   id?: string;
+  /** Further names it answers to (replacing those of the last import; kept when not given). */
+  aliases?: string[];
   cpuCount?: number;
   memoryMB?: number;
   /** The template's start and ready commands (kept from the last import when not given). */
@@ -41,6 +43,12 @@ export async function importTemplate(opts: {
   if (!validTemplateName(opts.name)) throw new Error(`invalid template name '${opts.name}'`);
   const existing = opts.templates.get(opts.id ?? opts.name);
   const id = existing?.id ?? opts.id ?? newTemplateId();
+  for (const alias of opts.aliases ?? []) {
+    if (!validTemplateName(alias)) throw new Error(`invalid template alias '${alias}'`);
+    const other = opts.templates.get(alias);
+    if (other && other.id !== id)
+      throw new Error(`alias '${alias}' is taken by template '${other.name}' (${other.id})`);
+  }
   const revision = (existing?.revision ?? 0) + 1;
   const rootfsDir = `rootfs-r${revision}`;
   const dir = join(opts.templates.dir, id);
@@ -60,6 +68,7 @@ export async function importTemplate(opts: {
   return opts.templates.save({
     id,
     name: opts.name,
+    aliases: [...new Set(opts.aliases ?? existing?.aliases ?? [])].filter((a) => a !== opts.name),
     revision,
     rootfsDir,
     user,

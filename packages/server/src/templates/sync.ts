@@ -184,7 +184,11 @@ export class TemplateSync {
     const found = (await this.d.repository.listFresh())
       .map((m) => ({ m, meta: templateMetaOf(m, this.reject) }))
       .filter((x): x is { m: Manifest; meta: TemplateMeta } => x.meta !== undefined)
-      .filter(({ meta }) => meta.template.id === ref || meta.template.name === ref)
+      .filter(({ meta }) => {
+        const t = meta.template;
+        // A manifest from an older server has no aliases.
+        return t.id === ref || t.name === ref || (Array.isArray(t.aliases) && t.aliases.includes(ref));
+      })
       .sort((a, b) => b.meta.template.revision - a.meta.template.revision)[0];
     if (!found) return undefined;
     const data = found.meta.template;

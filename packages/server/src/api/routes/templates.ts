@@ -11,6 +11,11 @@ import type { ContextFiles } from "../../templates/context-files.js";
 import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../templates/spec.js";
 import { paginate } from "../list-filter.js";
 
+/** Every name a template answers to, its primary one first (E2B's `aliases` and `names`). */
+function namesOf(t: Pick<Template, "name" | "aliases">): string[] {
+  return [t.name, ...t.aliases];
+}
+
 /** E2B `Template`: the fields the SDK and CLIs read. */
 function templateInfo(t: Template) {
   const created = t.createdAt ?? new Date(0).toISOString();
@@ -21,8 +26,8 @@ function templateInfo(t: Template) {
     memoryMB: t.memoryMB,
     diskSizeMB: t.diskSizeMB,
     public: false,
-    aliases: [t.name],
-    names: [t.name],
+    aliases: namesOf(t),
+    names: namesOf(t),
     createdAt: created,
     updatedAt: t.updatedAt ?? created,
     createdBy: null,
@@ -92,8 +97,8 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
       templateID: t.id,
       buildID: t.buildId,
       public: false,
-      names: [t.name],
-      aliases: [t.name],
+      names: namesOf(t),
+      aliases: namesOf(t),
       tags,
     });
   };
