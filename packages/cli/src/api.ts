@@ -1,12 +1,16 @@
-import type {
-  BuildStatus,
-  ErrorBody,
-  ForkResult,
-  ListedSandbox,
-  SandboxCreated,
-  SnapshotInfo,
-  TemplateInfo,
+import {
+  type BuildStatus,
+  E2B_SANDBOX_ID_HEADER,
+  E2B_SANDBOX_PORT_HEADER,
+  type ErrorBody,
+  type ForkResult,
+  type ListedSandbox,
+  type SandboxCreated,
+  type SnapshotInfo,
+  type TemplateInfo,
+  TRAFFIC_TOKEN_HEADER,
 } from "@aenv/protocol";
+import { CODE_INTERPRETER_PORT, type ExecuteRequest } from "@aenv/protocol/code-interpreter";
 import type { ColdSandboxBody, NewSandboxBody } from "@aenv/protocol/rest";
 import { Sandbox } from "e2b";
 import type { ResolvedConfig } from "./config.js";
@@ -27,6 +31,20 @@ export class ApiError extends CliError {
   }
 }
 
+/** A failed answer as one error: the server's (or proxy's, or service's) message, else its status. */
+function httpError(r: Response, text: string): ApiError {
+  let msg = text.trim();
+  try {
+    // A body from the server is ErrorBody; anything in between (a proxy) may answer otherwise.
+    const j = JSON.parse(text) as Partial<Record<keyof ErrorBody, unknown>>;
+    if (typeof j.message === "string") msg = j.message;
+  } catch {
+    // not JSON: keep the text
+  }
+  if (r.status === 401 || r.status === 403) msg = `${msg || "unauthorized"} (check 'aenv auth' or AENV_API_KEY)`;
+  return new ApiError(r.status, `${msg.split("\n")[0] || r.statusText} (HTTP ${r.status})`);
+}
+
 /** The control-plane calls the e2b SDK lacks (or hides), over plain fetch. */
 export class Api {
   constructor(readonly cfg: ResolvedConfig) {}
@@ -36,36 +54,29 @@ export class Api {
     return this.cfg.apiKey;
   }
 
-  async request<T>(method: string, path: string, body?: unknown, timeoutMs = 120_000): Promise<T> {
-    let r: Response;
+  /** fetch on this server; a server that cannot be reached is one line saying so. */
+  private async send(path: string, init: RequestInit): Promise<Response> {
     try {
-      r = await fetch(`${this.cfg.apiUrl}${path}`, {
-        method,
-        headers: {
-          "x-api-key": this.key(),
-          ...(body !== undefined ? { "content-type": "application/json" } : {}),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
-      });
+      return await fetch(`${this.cfg.apiUrl}${path}`, init);
     } catch (e) {
       const cause = (e as { cause?: { code?: string; message?: string } }).cause;
       const why = cause?.code ?? cause?.message ?? (e as Error).message;
       throw new CliError(`cannot reach ${this.cfg.apiUrl}: ${why}`);
     }
+  }
+
+  async request<T>(method: string, path: string, body?: unknown, timeoutMs = 120_000): Promise<T> {
+    const r = await this.send(path, {
+      method,
+      headers: {
+        "x-api-key": this.key(),
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     const text = await r.text();
-    if (!r.ok) {
-      let msg = text.trim();
-      try {
-        // A body from the server is ErrorBody; anything in between (a proxy) may answer otherwise.
-        const j = JSON.parse(text) as Partial<Record<keyof ErrorBody, unknown>>;
-        if (typeof j.message === "string") msg = j.message;
-      } catch {
-        // not JSON: keep the text
-      }
-      if (r.status === 401 || r.status === 403) msg = `${msg || "unauthorized"} (check 'aenv auth' or AENV_API_KEY)`;
-      throw new ApiError(r.status, `${msg.split("\n")[0] || r.statusText} (HTTP ${r.status})`);
-    }
+    if (!r.ok) throw httpError(r, text);
     return (text ? JSON.parse(text) : undefined) as T;
   }
 
@@ -126,6 +137,29 @@ export class Api {
   createCold(o: ColdOptions): Promise<SandboxCreated> {
     // The first start of an image pulls it: allow for a slow registry.
     return this.request("POST", "/sandboxes-cold", o, 30 * 60_000);
+  }
+
+  /**
+   * POST /execute of the code-interpreter service (port 49999) through the server's proxy, as
+   * @e2b/code-interpreter sends it: routed by E2B's headers, with the sandbox's envd access
+   * token (the service knows the sandbox by it) and its traffic token when it has them.
+   * Answers the NDJSON stream of the cell's lines.
+   */
+  async execute(sbx: SandboxCreated, body: ExecuteRequest, signal: AbortSignal): Promise<ReadableStream<Uint8Array>> {
+    const r = await this.send("/execute", {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        [E2B_SANDBOX_ID_HEADER]: sbx.sandboxID,
+        [E2B_SANDBOX_PORT_HEADER]: String(CODE_INTERPRETER_PORT),
+        ...(sbx.envdAccessToken ? { "x-access-token": sbx.envdAccessToken } : {}),
+        ...(sbx.trafficAccessToken ? { [TRAFFIC_TOKEN_HEADER]: sbx.trafficAccessToken } : {}),
+      },
+      body: JSON.stringify(body),
+      signal,
+    });
+    if (!r.ok || !r.body) throw httpError(r, await r.text());
+    return r.body;
   }
 
   /** An e2b SDK handle for sandbox traffic (commands, pty, files), pointed at this server. */

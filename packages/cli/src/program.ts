@@ -3,6 +3,7 @@ import { registerAuth } from "./commands/auth.js";
 import { registerBuild } from "./commands/build.js";
 import { registerCompletion } from "./commands/completion.js";
 import { registerFiles } from "./commands/files.js";
+import { registerRunCode } from "./commands/run-code.js";
 import { registerSandboxes } from "./commands/sandboxes.js";
 import { registerShell } from "./commands/shell.js";
 import { registerSnapshots } from "./commands/snapshots.js";
@@ -40,6 +41,7 @@ export function buildProgram(io: ProgramIO = {}): Command {
   registerSandboxes(program, ctx);
   registerShell(program, ctx);
   registerFiles(program, ctx);
+  registerRunCode(program, ctx);
   registerSnapshots(program, ctx);
   registerTemplates(program, ctx);
   registerBuild(program, ctx);

@@ -8,6 +8,7 @@ export const SANDBOX_ARG = [
   "connect",
   "cn",
   "exec",
+  "run-code",
   "upload",
   "download",
   "pause",
