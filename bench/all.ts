@@ -14,6 +14,7 @@ const BENCHMARKS = [
   "repository.ts",
   "cluster.ts",
   "rollouts.ts",
+  "code-interpreter.ts",
   "density.ts",
 ];
 

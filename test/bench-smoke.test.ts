@@ -87,6 +87,18 @@ test("every benchmark runs once with tiny settings, raw column included", async 
       assert.ok(side?.steps.length, "density: a step on each side");
       for (const st of side.steps) assert.equal(st.answered, st.sandboxes);
     }
+    const ci = JSON.parse(readFileSync(join(out, "code-interpreter-latest.json"), "utf8")) as {
+      createToFirstRun?: { n: number };
+      runRoundTrip?: { local?: { n: number } };
+      rl?: { fork?: { children: number; childrenMatching: number }; fresh?: { sandboxes: number } };
+      errors: string[];
+    };
+    assert.deepEqual(ci.errors, []);
+    assert.ok(ci.createToFirstRun?.n, "code interpreter: create → first runCode");
+    assert.ok(ci.runRoundTrip?.local?.n, "code interpreter: the local kernel's baseline");
+    const fork = ci.rl?.fork;
+    assert.ok(fork && fork.children > 0 && fork.childrenMatching === fork.children, "code interpreter: fork children");
+    assert.ok(ci.rl?.fresh?.sandboxes, "code interpreter: fresh sandboxes");
   } finally {
     rmSync(out, { recursive: true, force: true });
   }
