@@ -15,6 +15,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { mkdtempSync, rmdirSync } from "node:fs";
 import WebSocket from "ws";
+import { jupyterServerArgs } from "../packages/code-interpreter/src/jupyter.js";
 import { freePort } from "../test/helpers/server.js";
 
 interface JupyterMsg {
@@ -62,20 +63,10 @@ export class LocalJupyter {
     const mnt = mkdtempSync("/var/tmp/aenv-bench-jupyter-");
     this.mnt = mnt;
     const root = `${mnt}/m`;
+    // The service's own flags, plus allow_root: the baseline runs as root in its chroot.
     const jupyterArgs = [
-      "-m",
-      "jupyter_server",
-      "--ServerApp.ip=127.0.0.1",
-      `--ServerApp.port=${this.port}`,
-      "--ServerApp.port_retries=0",
-      `--ServerApp.token=${this.token}`,
-      "--ServerApp.open_browser=False",
+      ...jupyterServerArgs(this.port, this.token, "/tmp/aenv-jupyter"),
       "--ServerApp.allow_root=True",
-      "--ServerApp.root_dir=/",
-      "--KernelManager.transport=ipc",
-      "--KernelManager.ip=/tmp/aenv-jupyter/kernel",
-      "--ServerApp.iopub_data_rate_limit=1e12",
-      "--ServerApp.iopub_msg_rate_limit=1e9",
     ];
     const script = [
       "set -e",

@@ -3,6 +3,31 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 
 /**
+ * jupyter-server's command line (after `python3`) as the service runs it; the benchmark's local
+ * baseline runs the same one.
+ */
+export function jupyterServerArgs(port: number, token: string, ipcDir: string): string[] {
+  return [
+    "-m",
+    "jupyter_server",
+    "--ServerApp.ip=127.0.0.1",
+    `--ServerApp.port=${port}`,
+    "--ServerApp.port_retries=0",
+    `--ServerApp.token=${token}`,
+    "--ServerApp.open_browser=False",
+    "--ServerApp.root_dir=/",
+    // Kernels talk to the server over unix sockets, not loopback TCP: runsc resets TCP
+    // connections when it checkpoints (a warm image, a pause, a fork), and ZeroMQ over a
+    // reset connection crashed jupyter-server and its kernels in restored sandboxes.
+    "--KernelManager.transport=ipc",
+    `--KernelManager.ip=${ipcDir}/kernel`,
+    // Output is streamed to the client as it comes; the service caps it per cell instead.
+    "--ServerApp.iopub_data_rate_limit=1e12",
+    "--ServerApp.iopub_msg_rate_limit=1e9",
+  ];
+}
+
+/**
  * A jupyter-server on loopback: it owns the Python kernels (start, interrupt, restart and the
  * automatic restart of a kernel that died) and relays their messages over WebSocket, so the
  * service needs no ZeroMQ of its own.
@@ -28,24 +53,7 @@ export class JupyterServer {
 
   async start(log: (m: string) => void): Promise<void> {
     mkdirSync(this.ipcDir, { recursive: true, mode: 0o700 });
-    const args = [
-      "-m",
-      "jupyter_server",
-      "--ServerApp.ip=127.0.0.1",
-      `--ServerApp.port=${this.port}`,
-      "--ServerApp.port_retries=0",
-      `--ServerApp.token=${this.token}`,
-      "--ServerApp.open_browser=False",
-      "--ServerApp.root_dir=/",
-      // Kernels talk to the server over unix sockets, not loopback TCP: runsc resets TCP
-      // connections when it checkpoints (a warm image, a pause, a fork), and ZeroMQ over a
-      // reset connection crashed jupyter-server and its kernels in restored sandboxes.
-      "--KernelManager.transport=ipc",
-      `--KernelManager.ip=${this.ipcDir}/kernel`,
-      // Output is streamed to the client as it comes; the service caps it per cell instead.
-      "--ServerApp.iopub_data_rate_limit=1e12",
-      "--ServerApp.iopub_msg_rate_limit=1e9",
-    ];
+    const args = jupyterServerArgs(this.port, this.token, this.ipcDir);
     const proc = spawn("python3", args, {
       stdio: ["ignore", "inherit", "inherit"],
       env: { ...process.env, PYDEVD_DISABLE_FILE_VALIDATION: "1" },
