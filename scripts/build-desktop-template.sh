@@ -192,12 +192,37 @@ EOF
 # loop keeps x11vnc at ~85 % of a CPU and it accepts a new client only every 1-6 s, often past
 # websockify's patience (noVNC stays blank). With -threads the listener has its own thread:
 # a client gets the RFB greeting in ~0.1 s and x11vnc idles at ~7 %.
+# But threaded x11vnc hangs for good in its SIGTERM handler when a viewer is connected (three
+# threads asleep), so the SDK's stream.stop() (`pkill x11vnc`) left it running and the next
+# stream.start() failed with "Stream is already running". So a watcher goes with each x11vnc:
+# it is this script too (the same process name, so the same pkill reaches it) and, told to stop,
+# kills its x11vnc outright.
 cat > "$r/usr/local/bin/x11vnc" <<'EOF'
-#!/bin/sh
+#!/bin/bash
+if [ -n "${AENV_X11VNC_WATCH:-}" ]; then
+  pid=$AENV_X11VNC_WATCH
+  trap 'kill -KILL "$pid" 2>/dev/null; exit 0' TERM INT HUP
+  # A zombie counts as gone: nothing may reap it, and a watcher left behind would read as a
+  # running stream.
+  while grep -qs '^State:[[:space:]]*[^Z]' "/proc/$pid/status"; do sleep 0.5 & wait $!; done
+  exit 0
+fi
+case " $* " in *" -storepasswd "*) exec /usr/bin/x11vnc "$@" ;; esac
+threads=-threads
+case " $* " in *" -threads "* | *" -nothreads "*) threads= ;; esac
 case " $* " in
-*" -threads "* | *" -nothreads "* | *" -storepasswd "*) exec /usr/bin/x11vnc "$@" ;;
+*" -bg "*)
+  # x11vnc goes to the background itself once it listens; its daemon is the newest x11vnc.
+  /usr/bin/x11vnc $threads "$@" || exit
+  pid=$(pgrep -n -f '^/usr/bin/x11vnc ') || exit 0
+  AENV_X11VNC_WATCH=$pid setsid "$0" </dev/null >/dev/null 2>&1 &
+  exit 0
+  ;;
 esac
-exec /usr/bin/x11vnc -threads "$@"
+/usr/bin/x11vnc $threads "$@" &
+pid=$!
+trap 'kill -KILL "$pid" 2>/dev/null; exit 143' TERM INT HUP
+wait "$pid"
 EOF
 chmod 0755 "$r/usr/local/bin/aenv-desktop-start" "$r/usr/local/bin/Xvfb" "$r/usr/local/bin/xdpyinfo" \
   "$r/usr/local/bin/startxfce4" "$r/usr/local/bin/x11vnc"

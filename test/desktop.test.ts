@@ -300,6 +300,17 @@ test("the live view: noVNC's page and its WebSocket through the proxy (host and 
   }
 });
 
+test("stream.stop() with a viewer connected ends the stream: a new stream.start() starts", async () => {
+  for (let round = 0; round < 2; round++) {
+    const ws = await openViewer(desk.getHost(6080), "/websockify");
+    ws.on("error", () => {});
+    assert.match(await firstMessage(ws), /^RFB 003\.00[3-8]\n$/);
+    await desk.stream.stop();
+    ws.terminate();
+    await desk.stream.start();
+  }
+});
+
 test("the live view in a browser: noVNC in Chromium shows the screen the SDK sees, and follows it", async () => {
   await desk.stream.stop();
   await desk.stream.start();
