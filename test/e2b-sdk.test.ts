@@ -2,9 +2,17 @@
 // real aenv-server whose sandboxes are real runsc sandboxes.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError, TimeoutError } from "e2b";
+import {
+  CommandExitError,
+  FileNotFoundError,
+  FilesystemEventType,
+  NotFoundError,
+  Sandbox,
+  SandboxError,
+  TimeoutError,
+} from "e2b";
 import { untilListening, untilTrue } from "./helpers/sandbox.js";
-import { cleanupDataDir, getViaHost, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, getViaHost, startServer, type TestServer, useE2b, waitFor } from "./helpers/server.js";
 
 let server: TestServer;
 let sbx: Sandbox;
@@ -300,6 +308,44 @@ describe("files", () => {
       events.some((e) => e.endsWith("d/inner.txt")),
       events.join(","),
     );
+  });
+
+  test("an upload into a watched directory reads as E2B's envd: CREATE, CHMOD, WRITE", async () => {
+    // E2B's Python SDK (test_watch_iterated) counts three events for a new file: its envd
+    // creates the file in place, chowns it to the user, then writes it.
+    await sbx.files.makeDir("/home/user/watched-up");
+    const events: { type: FilesystemEventType; name: string }[] = [];
+    const w = await sbx.files.watchDir("/home/user/watched-up", (e) => {
+      events.push({ type: e.type, name: e.name });
+    });
+    // Events come in order: once a later marker's CREATE is in, the upload's are all in.
+    const through = async (marker: string) => {
+      await sbx.files.makeDir(`/home/user/watched-up/${marker}`);
+      await waitFor(`${marker} created`, () =>
+        events.some((e) => e.name === marker && e.type === FilesystemEventType.CREATE),
+      );
+    };
+    const of = (name: string) => events.filter((e) => e.name === name).map((e) => e.type);
+    await sbx.files.write("/home/user/watched-up/up.txt", "This file will be watched.");
+    await through("m1");
+    assert.deepEqual(of("up.txt"), [FilesystemEventType.CREATE, FilesystemEventType.CHMOD, FilesystemEventType.WRITE]);
+    // over an existing file: the chown, then the truncation and the data (one WRITE or two)
+    events.length = 0;
+    await sbx.files.write("/home/user/watched-up/up.txt", "This file has been modified.");
+    await through("m2");
+    const again = of("up.txt");
+    assert.equal(again[0], FilesystemEventType.CHMOD, JSON.stringify(again));
+    assert.ok(again.length >= 2 && again.slice(1).every((t) => t === FilesystemEventType.WRITE), JSON.stringify(again));
+    await w.stop();
+    assert.equal(await sbx.files.read("/home/user/watched-up/up.txt"), "This file has been modified.");
+    const info = await sbx.files.getInfo("/home/user/watched-up/up.txt");
+    assert.equal(info.owner, "user");
+    // written in place, the file keeps its xattrs: an upload still replaces its metadata set
+    await sbx.files.write("/home/user/watched-up/up.txt", "m", { metadata: { a: "1", b: "2" } });
+    await sbx.files.write("/home/user/watched-up/up.txt", "m", { metadata: { b: "3" } });
+    assert.deepEqual((await sbx.files.getInfo("/home/user/watched-up/up.txt")).metadata, { b: "3" });
+    await sbx.files.write("/home/user/watched-up/up.txt", "m");
+    assert.equal((await sbx.files.getInfo("/home/user/watched-up/up.txt")).metadata, undefined);
   });
 
   test("signed upload and download URLs work as the SDK gives them, without the access token", async () => {

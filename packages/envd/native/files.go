@@ -7,9 +7,6 @@ import (
 	"bufio"
 	"compress/gzip"
 	"compress/zlib"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -129,8 +126,7 @@ func handleUpload(env *Env, w http.ResponseWriter, r *http.Request) error {
 func finish(target string, meta map[string]string) written {
 	wr := written{Path: target, Name: filepath.Base(target), Type: "file"}
 	if len(meta) > 0 {
-		setMetadata(target, meta) // best effort: a filesystem without user xattrs
-		wr.Metadata = meta
+		wr.Metadata = meta // written with the file (writeUpload)
 	}
 	return wr
 }
@@ -159,7 +155,7 @@ func uploadOctetStream(env *Env, r *http.Request, u *User, q url.Values, meta ma
 	default:
 		return nil, httpErr(400, "unsupported content encoding '"+r.Header.Get("Content-Encoding")+"'")
 	}
-	if err := writeFileAtomic(target, src, u); err != nil {
+	if err := writeUpload(target, src, u, meta); err != nil {
 		return nil, err
 	}
 	return []written{finish(target, meta)}, nil
@@ -219,7 +215,7 @@ func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary 
 			return nil, httpErr(400, "duplicate path '"+target+"' in upload")
 		}
 		seen[target] = true
-		if err := writeFileAtomic(target, src, u); err != nil {
+		if err := writeUpload(target, src, u, meta); err != nil {
 			return nil, err
 		}
 		out = append(out, finish(target, meta))
@@ -228,123 +224,6 @@ func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary 
 		return nil, httpErr(400, "no file parts in multipart body")
 	}
 	return out, nil
-}
-
-func tempNameFor(base string) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "." + base + ".envd-" + hex.EncodeToString(b[:]) + ".tmp"
-}
-
-// chownIfRoot gives p to u when envd runs as root (best effort: foreign filesystems).
-func chownIfRoot(p string, u *User) {
-	if os.Geteuid() == 0 {
-		os.Lchown(p, u.UID, u.GID)
-	}
-}
-
-// mkdirpOwned creates dir and its missing parents, each owned by u.
-func mkdirpOwned(dir string, u *User) error {
-	st, err := os.Stat(dir)
-	if err == nil {
-		if !st.IsDir() {
-			return syscall.ENOTDIR
-		}
-		return nil
-	}
-	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirpOwned(parent, u); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if os.IsExist(err) {
-			if st, e := os.Stat(dir); e == nil && st.IsDir() {
-				return nil
-			}
-		}
-		return err
-	}
-	chownIfRoot(dir, u)
-	return nil
-}
-
-// finalTarget is where a write to target lands (a symlink is followed; a dangling one is
-// replaced) and the mode of the file it replaces (-1 when new).
-func finalTarget(target string, depth int) (string, os.FileMode, error) {
-	st, err := os.Lstat(target)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return target, 0, nil
-		}
-		return "", 0, err
-	}
-	if st.Mode()&os.ModeSymlink != 0 && depth < 40 {
-		real, err := filepath.EvalSymlinks(target)
-		if err != nil {
-			return target, 0, nil
-		}
-		return finalTarget(real, depth+1)
-	}
-	if st.IsDir() {
-		return "", 0, httpErr(400, "path '"+target+"' is a directory")
-	}
-	return target, st.Mode().Perm() | st.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) | 1<<31, nil
-}
-
-// writeFileAtomic writes src to a temp file beside target, then renames it over target: no
-// half-written files. The file ends up owned by u; an existing file's mode is kept.
-func writeFileAtomic(target string, src io.Reader, u *User) (err error) {
-	if e := mkdirpOwned(filepath.Dir(target), u); e != nil {
-		if n := errnoOf(e); n == syscall.EEXIST || n == syscall.ENOTDIR {
-			return httpErr(400, "cannot create parent directory of '"+target+"': a path component is not a directory")
-		}
-		return fileWriteError(target, e)
-	}
-	dest, mode, e := finalTarget(target, 0)
-	if e != nil {
-		if _, ok := e.(*HTTPError); ok {
-			return e
-		}
-		return fileWriteError(target, e)
-	}
-	perm := os.FileMode(0o644)
-	keep := mode&(1<<31) != 0
-	if keep {
-		perm = mode &^ (1 << 31)
-	}
-	tmp := filepath.Join(filepath.Dir(dest), tempNameFor(filepath.Base(dest)))
-	f, e := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm&os.ModePerm)
-	if e != nil {
-		return fileWriteError(target, e)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if e := copyLarge(f, src); e != nil {
-		var pe *os.PathError
-		if errors.As(e, &pe) {
-			return fileWriteError(target, e)
-		}
-		if e == gzip.ErrChecksum || e == gzip.ErrHeader || e == zlib.ErrChecksum || e == zlib.ErrHeader || strings.Contains(e.Error(), "flate") {
-			return httpErr(400, "invalid compressed body: "+e.Error())
-		}
-		return httpErr(400, "reading the upload: "+e.Error())
-	}
-	if e := f.Close(); e != nil {
-		return fileWriteError(target, e)
-	}
-	if keep {
-		os.Chmod(tmp, perm) // umask and setuid bits
-	}
-	chownIfRoot(tmp, u)
-	if e := os.Rename(tmp, dest); e != nil {
-		return fileWriteError(target, e)
-	}
-	return nil
 }
 
 func fileWriteError(target string, err error) error {

@@ -22,6 +22,17 @@ func setMetadata(p string, meta map[string]string) error {
 	return nil
 }
 
+// replaceMetadata makes meta p's whole set: keys it lacks are removed (an upload over a file
+// replaces its metadata, as E2B's envd does), then meta is written.
+func replaceMetadata(p string, meta map[string]string) error {
+	for k := range getMetadata(p) {
+		if _, keep := meta[k]; !keep {
+			syscall.Removexattr(p, metaPrefix+k)
+		}
+	}
+	return setMetadata(p, meta)
+}
+
 // getMetadata reads p's `user.e2b.*` xattrs (without following a symlink); nil when none.
 func getMetadata(p string) map[string]string {
 	size, err := syscall.Listxattr(p, nil)

@@ -7,14 +7,13 @@ package main
 //
 // Events are classified as E2B's envd reports them, with lstat and a cache of what was seen:
 // created/deleted/moved + exists → CREATE; gone → RENAME when the same inode shows up among
-// the events queued with it (or its MOVED_TO), else REMOVE; modified/attributes → CHMOD when
-// only the mode changed, else WRITE. envd's own upload temp files are hidden; their rename
-// onto the target reads as a write (CREATE first when the file is new).
+// the events queued with it (or its MOVED_TO), else REMOVE; attributes → CHMOD; modified →
+// WRITE. An upload writes in place (upload_write.go), so it reads as E2B's: CREATE, CHMOD,
+// WRITE.
 
 import (
 	"log"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,18 +25,6 @@ const watchMask = syscall.IN_ATTRIB | syscall.IN_CREATE | syscall.IN_MODIFY | sy
 
 // Directories one watcher watches at most.
 const maxWatchedDirs = 8192
-
-// Upload temp files (`.<name>.envd-<12 hex>.tmp`, see tempNameFor in files.go).
-var uploadTempRe = regexp.MustCompile(`^\.(.+)\.envd-[0-9a-f]{12}\.tmp$`)
-
-// uploadTargetOf is the name an envd temp file is for ("", false when it is not one).
-func uploadTargetOf(name string) (string, bool) {
-	m := uploadTempRe.FindStringSubmatch(name)
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
-}
 
 // ---- the shared inotify instance ----
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	fspb "aenv/envd/gen/filesystem"
 )
@@ -56,15 +55,14 @@ type dirWatcher struct {
 	stop   chan struct{}
 
 	// the processing goroutine's (and start's, before it runs)
-	cache   map[string]watchKnown
-	uploads map[string]time.Time // targets of envd uploads in flight (temp file seen)
+	cache map[string]watchKnown
 }
 
 func newDirWatcher(root string, recursive, includeEntry bool, users *UserDb, onEvent func(*fspb.FilesystemEvent)) *dirWatcher {
 	return &dirWatcher{
 		root: root, recursive: recursive, includeEntry: includeEntry, users: users, onEvent: onEvent,
 		dirs: map[string]int32{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		cache: map[string]watchKnown{}, uploads: map[string]time.Time{},
+		cache: map[string]watchKnown{},
 	}
 }
 
@@ -266,35 +264,20 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 		}
 		return
 	}
-	if target, ok := uploadTargetOf(ev.name); ok {
-		// envd's own upload temp file: hidden; its rename onto the target is reported instead
-		if len(w.uploads) > 1000 {
-			for k, t := range w.uploads {
-				if time.Since(t) > time.Minute {
-					delete(w.uploads, k)
-				}
-			}
-		}
-		w.uploads[filepath.Join(ev.dir, target)] = time.Now()
-		return
-	}
 	full := filepath.Join(ev.dir, ev.name)
 	st, _ := lstatT(full)
 	prev, hadPrev := w.cache[full]
 	if ev.isChange() {
-		if st == nil {
-			return
+		// (reported even when the file is already gone, as E2B's envd, which stats nothing)
+		if st != nil {
+			w.cache[full] = knownOf(st)
 		}
-		w.cache[full] = knownOf(st)
-		chmodOnly := hadPrev && prev.mode != st.Mode && prev.mtimeMs == mtimeMs(st) && prev.size == st.Size
-		if hadPrev && prev.isDir && isDirMode(st.Mode) {
-			// a directory's mtime and size follow its contents, which its parent's events do not
-			// track: only the mode tells a chmod
-			chmodOnly = prev.mode != st.Mode
-		}
-		if chmodOnly {
+		// as fsnotify reads inotify for E2B's envd: attributes (mode, owner, times, xattrs) →
+		// CHMOD, contents → WRITE
+		if ev.mask&syscall.IN_ATTRIB != 0 {
 			w.emit(full, fspb.EventType_EVENT_TYPE_CHMOD, st)
-		} else {
+		}
+		if ev.mask&syscall.IN_MODIFY != 0 {
 			w.emit(full, fspb.EventType_EVENT_TYPE_WRITE, st)
 		}
 		return
@@ -303,17 +286,6 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 		w.cache[full] = knownOf(st)
 		if hadPrev && prev.isDir && (prev.ino != st.Ino || !isDirMode(st.Mode)) {
 			w.dropDir(full, -1)
-		}
-		if at, ok := w.uploads[full]; ok {
-			delete(w.uploads, full)
-			if time.Since(at) < time.Minute {
-				// an upload committed: like an in-place write (CREATE first when the file is new)
-				if !hadPrev {
-					w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
-				}
-				w.emit(full, fspb.EventType_EVENT_TYPE_WRITE, st)
-				return
-			}
 		}
 		w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
 		if w.recursive && isDirMode(st.Mode) {

@@ -209,10 +209,10 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
       });
       await handle.stop();
       if (process.env.ENVD_TEST_VERBOSE) console.log(JSON.stringify(events));
-      assert.ok(!events.some((e) => e.name.includes(".envd-")), "upload temp files are hidden");
+      // an upload writes in place, then owns the file to the user, as E2B's envd
       assert.deepEqual(
         events.filter((e) => e.name === "one.txt").map((e) => e.type),
-        [FilesystemEventType.CREATE, FilesystemEventType.WRITE, FilesystemEventType.REMOVE],
+        [FilesystemEventType.CREATE, FilesystemEventType.CHMOD, FilesystemEventType.WRITE, FilesystemEventType.REMOVE],
       );
 
       // includeEntry + deadline ends the stream
