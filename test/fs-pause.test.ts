@@ -231,10 +231,17 @@ describe("filesystem-only pause", () => {
       assert.equal(r.status, 502, r.body);
       assert.match(r.body, /filesystem only/);
       assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused");
+      // connect with memory: false (the newer SDKs' cold boot) boots a filesystem pause afresh
+      const cold = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/connect`, { memory: false, timeout: 60 });
+      assert.equal(cold.status, 201, JSON.stringify(cold.body));
+      assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "running");
       const back = await Sandbox.connect(s.sandboxId);
       await back.pause();
       const refused = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/connect`, { memory: false, timeout: 60 });
       assert.equal(refused.status, 400, JSON.stringify(refused.body));
+      // E2B's error shape, saying why
+      assert.equal((refused.body as { code?: unknown }).code, 400, JSON.stringify(refused.body));
+      assert.match(String((refused.body as { message?: unknown }).message), /without memory is not supported/);
       assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused");
     } finally {
       await Sandbox.kill(s.sandboxId).catch(() => {});
