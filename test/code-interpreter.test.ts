@@ -5,7 +5,17 @@ import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { NotFoundError, Sandbox, SandboxError, Template, TimeoutError } from "@e2b/code-interpreter";
+import {
+  type BarChart,
+  type LineChart,
+  NotFoundError,
+  type PieChart,
+  Sandbox,
+  SandboxError,
+  type ScatterChart,
+  Template,
+  TimeoutError,
+} from "@e2b/code-interpreter";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
@@ -97,6 +107,91 @@ describe("cells", () => {
     const df = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})");
     assert.match(df.results[0]?.html ?? "", /<table/);
     assert.match(df.text ?? "", /a\s+b/);
+  });
+
+  test("matplotlib figures come with their chart: line, scatter, bar and pie charts with their data", async () => {
+    const line = await sbx.runCode(
+      [
+        "import matplotlib.pyplot as plt",
+        "plt.figure()",
+        "plt.plot([0, 1, 2], [0, 1, 4], label='squares')",
+        "plt.plot([0, 1, 2], [2, 1, 0], label='down')",
+        "plt.title('Growth')",
+        "plt.xlabel('Time (s)')",
+        "plt.ylabel('Size')",
+        "plt.show()",
+      ].join("\n"),
+    );
+    const lc = line.results.find((r) => r.chart)?.chart as LineChart | undefined;
+    assert.ok(lc, `no chart in ${JSON.stringify(line.results.map((r) => r.formats()))}`);
+    assert.ok(line.results.find((r) => r.chart)?.png, "the chart's result has the PNG too");
+    assert.equal(String(lc.type), "line");
+    assert.equal(lc.title, "Growth");
+    assert.deepEqual([lc.x_label, lc.x_unit, lc.y_label, lc.x_scale], ["Time (s)", "s", "Size", "linear"]);
+    assert.deepEqual(
+      lc.elements.map((e) => [e.label, e.points]),
+      [
+        [
+          "squares",
+          [
+            [0, 0],
+            [1, 1],
+            [2, 4],
+          ],
+        ],
+        [
+          "down",
+          [
+            [0, 2],
+            [1, 1],
+            [2, 0],
+          ],
+        ],
+      ],
+    );
+    assert.ok(lc.x_ticks.includes(1) && lc.x_tick_labels.length === lc.x_ticks.length, JSON.stringify(lc));
+
+    const bar = await sbx.runCode(
+      "import matplotlib.pyplot as plt\nplt.bar(['A', 'B', 'C'], [3, 5, 2], label='Sales')\nplt.title('Per team')\nplt.show()",
+    );
+    const bc = bar.results.find((r) => r.chart)?.chart as BarChart | undefined;
+    assert.ok(bc, `no chart in ${JSON.stringify(bar.results.map((r) => r.formats()))}`);
+    assert.equal(String(bc.type), "bar");
+    assert.equal(bc.title, "Per team");
+    assert.deepEqual(
+      bc.elements.map((e) => [e.label, e.value, e.group]),
+      [
+        ["A", 3, "Sales"],
+        ["B", 5, "Sales"],
+        ["C", 2, "Sales"],
+      ],
+    );
+    const scatter = await sbx.runCode(
+      "import matplotlib.pyplot as plt\nplt.scatter([1, 2], [5, 7], label='pts')\nplt.show()",
+    );
+    const sc = scatter.results.find((r) => r.chart)?.chart as ScatterChart | undefined;
+    assert.equal(String(sc?.type), "scatter");
+    assert.deepEqual(sc?.elements, [
+      {
+        label: "pts",
+        points: [
+          [1, 5],
+          [2, 7],
+        ],
+      },
+    ]);
+    const pie = await sbx.runCode("import matplotlib.pyplot as plt\nplt.pie([1, 3], labels=['x', 'y'])\nplt.show()");
+    const pc = pie.results.find((r) => r.chart)?.chart as PieChart | undefined;
+    assert.deepEqual(
+      pc?.elements.map((e) => [e.label, e.angle, e.radius]),
+      [
+        ["x", 90, 1],
+        ["y", 270, 1],
+      ],
+    );
+    // A figure with nothing drawn has no chart; the cell's other results are unchanged.
+    const blank = await sbx.runCode("import matplotlib.pyplot as plt\nplt.figure()\nplt.show()");
+    assert.ok(blank.results.every((r) => r.chart === undefined));
   });
 
   test("per-run env vars are set for that cell only; the sandbox's own are always there", async () => {

@@ -18,6 +18,8 @@ for (const [entry, out] of [
     target: "node18",
     // ws's optional native helpers are not installed: it falls back to JavaScript.
     external: ["bufferutil", "utf-8-validate"],
+    // Python the service sends to its kernels (kernels/charts.py) is kept in .py files.
+    loader: { ".py": "text" },
     charset: "ascii",
     legalComments: "none",
     logLevel: "warning",

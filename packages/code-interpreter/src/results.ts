@@ -1,7 +1,11 @@
 import type { ExecuteLine, ResultFields } from "@aenv/protocol/code-interpreter";
 
+/** What kernels/charts.py registers for a matplotlib figure's chart data (its MIME_TYPE). */
+export const CHART_MIME = "application/vnd.aenv.chart+json";
+
 /** MIME types with a field of their own in the SDK's `Result`; others keep their MIME type as key. */
 const FIELDS: Record<string, keyof ResultFields> = {
+  [CHART_MIME]: "chart",
   "text/plain": "text",
   "text/html": "html",
   "text/markdown": "markdown",

@@ -55,6 +55,11 @@ export interface ResultFields {
   latex?: string;
   json?: unknown;
   javascript?: string;
+  /**
+   * The chart a matplotlib figure shows, in the SDK's `ChartTypes` shape (`type` line,
+   * scatter, bar, pie, unknown or superchart; title, axes and elements).
+   */
+  chart?: Record<string, unknown>;
   [mime: string]: unknown;
 }
 

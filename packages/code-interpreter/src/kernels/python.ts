@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import WebSocket from "ws";
 import type { JupyterServer } from "../jupyter.js";
 import { now, resultLine } from "../results.js";
+import CHARTS_PY from "./charts.py";
 import { type Kernel, Queue, type Sink } from "./kernel.js";
 
 interface JupyterMsg {
@@ -194,10 +195,19 @@ export class PythonKernel implements Kernel {
     });
   }
 
-  /** What a fresh (or restarted) kernel needs: its folder and the sandbox's variables. */
+  /**
+   * What a fresh (or restarted) kernel needs: its folder, the chart formatter for matplotlib
+   * figures (charts.py, in a namespace of its own) and the sandbox's variables.
+   */
   private async setup(): Promise<void> {
     this.needsSetup = false;
-    await this.run(`import os as __aenv_os\n__aenv_os.chdir(${pyStr(this.cwd)})`, undefined);
+    await this.run(
+      [
+        `import os as __aenv_os\n__aenv_os.chdir(${pyStr(this.cwd)})`,
+        `exec(compile(${pyStr(CHARTS_PY)}, "<aenv charts>", "exec"), {"__name__": "__aenv_charts__"})`,
+      ].join("\n"),
+      undefined,
+    );
     if (Object.keys(this.sandboxEnv).length) await this.applyEnv(this.sandboxEnv);
   }
 
