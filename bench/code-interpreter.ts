@@ -312,7 +312,18 @@ async function forkSide(s: TestServer, report: CodeInterpreterReport): Promise<F
         live.add(k);
       }
     }
-    const answers = await Promise.all(kids.map((k) => runText(k, USE)));
+    // A child's first connection to the service is sometimes closed unanswered (a known
+    // fault, docs/templates.md): such a child is asked once more, counted, and its retry timed.
+    let retried = 0;
+    const answers = await Promise.all(
+      kids.map((k) =>
+        runText(k, USE).catch((err: Error) => {
+          retried++;
+          log(`fork child ${k.sandboxId}: first cell failed (${err.message}); asking again`);
+          return runText(k, USE);
+        }),
+      ),
+    );
     const forkUntilAnsweredMs = performance.now() - t1;
     const totalMs = performance.now() - t0;
     const up = await memAvailableMiB();
@@ -330,6 +341,7 @@ async function forkSide(s: TestServer, report: CodeInterpreterReport): Promise<F
       totalMs,
       children: kids.length,
       childrenMatching: matching,
+      childrenRetried: retried,
       memAvailableDropMiBPerSandbox: (before - up) / (kids.length + 1),
     };
   } finally {
