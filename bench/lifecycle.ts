@@ -18,6 +18,7 @@ import { Sandbox } from "e2b";
 import { startServer, type TestServer, untilCommitted, useE2b } from "../test/helpers/server.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { RawRunsc } from "./raw-runsc.js";
+import { untilOthersGone } from "./settle.js";
 import { mean } from "./stats.js";
 
 const DIRTY = (process.env.BENCH_DIRTY_MB ?? "10,100,500").split(",").map(Number);
@@ -98,7 +99,7 @@ async function aenvCase(server: TestServer, label: string, prepare: (s: Sandbox)
       written.push(performance.now() - t);
       image = dirBytes(imageDir);
       // Its runtime gone: the resume restores the image, as after any longer pause.
-      await settled(server);
+      await untilOthersGone(server);
       resumes.push(
         await ms(async () => {
           await s.connect();
@@ -200,20 +201,10 @@ async function rawCase(raw: RawRunsc, label: string, prepare: (id: string) => Pr
   }
 }
 
-/** Until the server's earlier sandboxes are gone (their runsc delete runs after kill answers), at most 30 s. */
-async function settled(server: TestServer): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    const left = execFileSync("runsc", [`--root=${server.dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
-    if (!left.trim()) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
 async function forkCase(server: TestServer, n: number, raw: RawRunsc): Promise<void> {
   const label = `fork ×${n} (10 MiB dirty)`;
   // The previous case's teardown (runsc delete, 1-2 s of CPU each) must not run beside this one.
-  await settled(server);
+  await untilOthersGone(server);
   const p = await Sandbox.create({ timeoutMs: 600_000 });
   const kids: Sandbox[] = [];
   try {
