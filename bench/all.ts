@@ -16,6 +16,7 @@ const BENCHMARKS = [
   "rollouts.ts",
   "code-interpreter.ts",
   "density.ts",
+  "desktop.ts",
 ];
 
 function runOne(file: string): Promise<number> {
