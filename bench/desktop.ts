@@ -2,13 +2,13 @@
  * Computer use: the unmodified @e2b/desktop SDK against a real aenv-server and the `desktop`
  * template, restored from its warm image (the warm pool off: every create is a restore).
  *
- * 1. create → first `screenshot()`, each desktop killed after (untimed), after 1 warm-up;
- * 2. `screenshot()` round trips on one desktop;
- * 3. `fork({count: N})` of that desktop with Firefox open on a page served inside it
- *    (`python3 -m http.server`), until every child's `screenshot()` answered;
- * 4. memory of K idle desktops on the host, as bench/run.ts and bench/density.ts measure a
+ * 1. memory of K idle desktops on the host, as bench/run.ts and bench/density.ts measure a
  *    sandbox (PSS of its runsc processes, MemAvailable drop): running, frozen by hibernation,
- *    and saved to disk by the idle save.
+ *    and saved to disk by the idle save (first: later steps leave memory the server frees late);
+ * 2. create → first `screenshot()`, each desktop killed after (untimed), after 1 warm-up;
+ * 3. `screenshot()` round trips on one desktop;
+ * 4. `fork({count: N})` of that desktop with Firefox open on a page served inside it
+ *    (`python3 -m http.server`), until every child's `screenshot()` answered.
  *
  *   node --import tsx bench/desktop.ts        (part of `npm run bench`)
  *
@@ -275,6 +275,21 @@ async function memAvailableMiB(reads = 4): Promise<number> {
   return mean(v);
 }
 
+/**
+ * MemAvailable once it stops moving (3 reads a second apart within 8 MiB, at most 30 s): what
+ * a server frees after a kill (a fork's image, a data folder) goes on after its runsc is gone.
+ */
+async function memAvailableSettledMiB(): Promise<number> {
+  const v: number[] = [];
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    v.push(memAvailableKiB() / 1024);
+    const last = v.slice(-3);
+    if ((last.length === 3 && Math.max(...last) - Math.min(...last) < 8) || Date.now() > deadline) return mean(last);
+    await sleep(1000);
+  }
+}
+
 async function reading(ids: string[], before: number): Promise<MemReading> {
   const pss = sandboxesPss(ids);
   const avail = await memAvailableMiB();
@@ -290,8 +305,7 @@ async function reading(ids: string[], before: number): Promise<MemReading> {
 
 async function idleMemory(s: TestServer, r: Report): Promise<void> {
   await untilOthersGone(s);
-  await sleep(1500);
-  const before = await memAvailableMiB();
+  const before = await memAvailableSettledMiB();
   const mem: NonNullable<Report["memory"]> = { k: MEM_K, memAvailableBeforeMiB: before };
   r.memory = mem;
   const desks: Sandbox[] = [];
@@ -334,8 +348,7 @@ async function idleMemory(s: TestServer, r: Report): Promise<void> {
     await kill(...desks);
   }
   await untilOthersGone(s);
-  await sleep(1500);
-  mem.memAvailableAfterMiB = await memAvailableMiB();
+  mem.memAvailableAfterMiB = await memAvailableSettledMiB();
 }
 
 // ---- the report -------------------------------------------------------------------------------
@@ -458,6 +471,8 @@ async function main(): Promise<number> {
     log("waiting for the desktop's warm image");
     await untilWarmImage(s, warmBefore);
 
+    // Memory first: what the other steps leave behind is freed by the server for a while after.
+    await step(report, "idle memory", () => idleMemory(s, report));
     await step(report, "create → first screenshot", () => createToFirstScreenshot(s, report));
     await step(report, "screenshot round trips, then fork with Firefox open", async () => {
       await untilOthersGone(s);
@@ -469,7 +484,6 @@ async function main(): Promise<number> {
         await kill(d);
       }
     });
-    await step(report, "idle memory", () => idleMemory(s, report));
   } catch (err) {
     report.errors.push((err as Error).message);
   } finally {
