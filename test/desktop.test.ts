@@ -397,3 +397,22 @@ test("fork of a desktop with windows open: children show the same windows and di
     await Promise.all(children.map((c) => c.kill().catch(() => false)));
   }
 });
+
+test("snapshot of a desktop with windows open: a sandbox started from it shows them and is its own", async () => {
+  const windows = (await windowTitles(desk)).sort();
+  const snap = await desk.createSnapshot();
+  let copy: Sandbox | undefined;
+  try {
+    copy = await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000 });
+    assert.notEqual(copy.sandboxId, desk.sandboxId);
+    assert.deepEqual((await windowTitles(copy)).sort(), windows);
+    assert.deepEqual(pngSize(await copy.screenshot()), { width: W, height: H });
+    await copy.moveMouse(50, 60);
+    await desk.moveMouse(70, 80);
+    assert.deepEqual(await copy.getCursorPosition(), { x: 50, y: 60 });
+    assert.deepEqual(await desk.getCursorPosition(), { x: 70, y: 80 });
+  } finally {
+    await copy?.kill().catch(() => false);
+    await Sandbox.deleteSnapshot(snap.snapshotId).catch(() => false);
+  }
+});
