@@ -313,9 +313,16 @@ describe("cli: interactive shell through tmux", {
     tmux("send-keys", "-t", session, "stty size", "Enter");
     await waitFor(/^40 120\s*$/m, "initial size");
     assert.equal(tmux("resize-window", "-t", session, "-x", "100", "-y", "30").status, 0);
-    await new Promise((r) => setTimeout(r, 500));
-    tmux("send-keys", "-t", session, "clear; stty size", "Enter");
-    await waitFor(/^30 100\s*$/m, "resized size");
+    // The new size reaches the sandbox's terminal a moment later: ask again until it shows.
+    for (const until = Date.now() + 20_000; ; ) {
+      tmux("send-keys", "-t", session, "clear; stty size", "Enter");
+      try {
+        await waitFor(/^30 100\s*$/m, "resized size", 2_000);
+        break;
+      } catch (e) {
+        if (Date.now() > until) throw e;
+      }
+    }
     tmux("send-keys", "-t", session, "exit 3", "Enter");
     const deadline = Date.now() + 15_000;
     let rc = "";

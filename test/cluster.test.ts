@@ -132,7 +132,7 @@ describe("a cluster of nodes behind two gateways", () => {
     const again = await (nodes.get(home) as TestServer).restart();
     nodes.set(home, again);
     assert.match(again.logs(), /resumed on another node; local copy dropped/);
-    await new Promise((r) => setTimeout(r, 2500)); // a heartbeat of the restarted node
+    await cluster.nextHeartbeat(home); // it had the chance to take the route back
     assert.equal(await ownerOf(s.sandboxId), other);
     assert.equal((await again.api("GET", `/sandboxes/${s.sandboxId}`)).status, 404, "not held by the old node");
     const listed = (await gw(g1(), "GET", "/v2/sandboxes")).body as Array<{ sandboxID: string }>;

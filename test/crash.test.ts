@@ -119,8 +119,15 @@ test("SIGKILL in the middle of a fork leaves the parent usable, no half-started 
     async (first) => {
       const p = await Sandbox.create();
       await p.files.write("/home/user/mark", "marked\n");
-      void first.api("POST", `/sandboxes/${p.sandboxId}/fork`, { count: 3 }).catch(() => {});
-      await sleep(1200);
+      let answered = false;
+      void first
+        .api("POST", `/sandboxes/${p.sandboxId}/fork`, { count: 3 })
+        .catch(() => {})
+        .finally(() => (answered = true));
+      // The crash comes once the fork's capture is on disk (or, should it all be over first,
+      // once the fork answered).
+      const forks = join(first.dataDir, "forks");
+      while (!answered && !(existsSync(forks) && readdirSync(forks).length > 0)) await sleep(10);
       return p.sandboxId;
     },
     async (second, parent) => {

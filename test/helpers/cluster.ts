@@ -146,6 +146,25 @@ export class TestCluster {
     }
   }
 
+  /** Resolves after a heartbeat of the node that began after the call (its key's updatedAt moved). */
+  async nextHeartbeat(id: string, timeoutMs = 15_000): Promise<void> {
+    const c = new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
+    const stamp = async () => {
+      const raw = await c.get(`aenv:node:${id}`);
+      return raw ? Number((JSON.parse(raw) as { updatedAt?: number }).updatedAt ?? 0) : 0;
+    };
+    try {
+      const first = await stamp();
+      const deadline = Date.now() + timeoutMs;
+      while ((await stamp()) <= first) {
+        if (Date.now() > deadline) throw new Error(`no heartbeat of ${id} in ${timeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      c.disconnect();
+    }
+  }
+
   async close(): Promise<void> {
     for (const g of this.gateways) g.proc.kill("SIGKILL");
     await Promise.all([...this.nodes.values()].map(async (s) => (alive(s) ? s.crash() : undefined)));
