@@ -10,7 +10,8 @@ import { TestCluster, via } from "./helpers/cluster.js";
 import { TEST_REPOSITORY_KEY } from "./helpers/repository.js";
 import { startServer, TEMPLATES_DIR } from "./helpers/server.js";
 
-const cluster = new TestCluster("aeq");
+// Its one node is started here, on the test's own network (the cluster names none).
+const cluster = new TestCluster();
 let gateway = "";
 let templatesDir = "";
 
