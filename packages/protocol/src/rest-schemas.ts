@@ -14,6 +14,12 @@ const networkRules = z.record(
   z.array(z.object({ transform: z.object({ headers: stringMap.optional() }).optional() })).max(16),
 );
 
+/**
+ * E2B `SandboxEgressProxyConfig` (null: none). Fields are checked by the server
+ * (network/egress-proxy-config.ts) so that each bad value gets its own message.
+ */
+const egressProxy = z.unknown().optional();
+
 /** E2B `SandboxNetworkConfig`; the server checks entries (network/policy.ts). */
 /**
  * What one sandbox may ask for, in vCPUs and MiB: the bounds of a cold start's and a
@@ -36,7 +42,7 @@ export const NetworkConfig = z.object({
   rules: networkRules.optional(),
   allowPublicTraffic: z.boolean().optional(),
   maskRequestHost: z.string().max(300).optional(),
-  egressProxy: z.unknown().optional(),
+  egressProxy,
   httpsPorts: z.array(z.number().int().min(1).max(65535)).max(64).optional(),
 });
 export type NetworkConfig = z.infer<typeof NetworkConfig>;
@@ -46,7 +52,7 @@ export const NetworkUpdate = z.object({
   allowOut: destinations.optional(),
   denyOut: destinations.optional(),
   rules: networkRules.optional(),
-  egressProxy: z.unknown().optional(),
+  egressProxy,
   allow_internet_access: z.boolean().optional(),
 });
 export type NetworkUpdate = z.infer<typeof NetworkUpdate>;
@@ -61,6 +67,11 @@ const SandboxOptions = z.looseObject({
   autoPause: z.boolean().optional(),
   autoResume: z.object({ enabled: z.boolean() }).optional(),
   network: NetworkConfig.optional(),
+  /** E2B `SandboxIam` (workload identity): refused by the server when it names tokens. */
+  iam: z
+    .object({ tokens: z.record(z.string(), z.unknown()).optional() })
+    .nullable()
+    .optional(),
 });
 export type SandboxOptions = z.infer<typeof SandboxOptions>;
 

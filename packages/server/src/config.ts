@@ -460,6 +460,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       str("AENV_EGRESS_HOSTS", "network.egress_hosts"),
       str("AENV_EGRESS_UPSTREAM_CA_FILE", "network.egress_upstream_ca_file"),
       str("AENV_EGRESS_CA_DIR", "network.egress_ca_dir"),
+      str("AENV_EGRESS_PROXY_ALLOWED", "network.egress_proxy_allowed"),
     ),
     ...(cluster ? { cluster } : {}),
     configFile,

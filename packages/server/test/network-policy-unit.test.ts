@@ -36,7 +36,10 @@ test("wildcards match subdomains at any depth, not the apex; exact rules win ove
 
 test("validation refuses what is not enforced and deny rules by name", () => {
   assert.throws(() => validateNetworkSpec({ denyOut: ["example.com"] }), /domain names are not supported/);
-  assert.throws(() => validateNetworkSpec({ egressProxy: { address: "p:1080" } }), /egressProxy/);
+  assert.throws(
+    () => validateNetworkSpec({ egressProxy: { address: "p.example:1080" }, rules: { "a.com": [] } }),
+    /egressProxy cannot be combined with network.rules/,
+  );
   assert.throws(() => validateNetworkSpec({ httpsPorts: [8443] }), /httpsPorts/);
   assert.throws(() => validateNetworkSpec({ rules: { "a.com": [{ transform: { headers: { "bad header": "x" } } }] } }));
   assert.throws(() => validateNetworkSpec({ maskRequestHost: "a\r\nb" }));
@@ -50,7 +53,9 @@ test("allow_internet_access: false is denyOut 0.0.0.0/0", () => {
     denyCidrs: [],
     allowDomains: ["x.com"],
     ruleDomains: [],
+    tunnel: false,
   });
+  assert.equal(compileEgress({ egressProxy: { address: "p.example:1080" } }, true).tunnel, true);
   assert.ok(inCidrs("10.9.8.7", ["10.0.0.0/8"]));
   assert.ok(!inCidrs("11.0.0.1", ["10.0.0.0/8"]));
   assert.ok(inCidrs("1.2.3.4", ["0.0.0.0/0"]));

@@ -5,6 +5,8 @@ import {
   type SandboxDetail,
   type SnapshotInfo,
 } from "@aenv/protocol";
+import { publicEgressProxy } from "../network/egress-proxy-config.js";
+import type { NetworkSpec } from "../network/policy.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 
 export interface SerializeContext {
@@ -61,6 +63,12 @@ export function sandboxListed(r: SandboxRecord, place?: SandboxPlace): ListedSan
   };
 }
 
+/** A sandbox's network settings as answers show them: a proxy's password never leaves the server. */
+function publicNetwork(n: NetworkSpec) {
+  const { egressProxy, ...rest } = n;
+  return egressProxy ? { ...rest, egressProxy: publicEgressProxy(egressProxy) } : rest;
+}
+
 /** `SandboxDetail` (GET /sandboxes/{id}). */
 export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext, place?: SandboxPlace): SandboxDetail {
   return {
@@ -69,7 +77,7 @@ export function sandboxDetail(r: SandboxRecord, ctx: SerializeContext, place?: S
     domain: ctx.domain,
     allowInternetAccess: r.allowInternet,
     lifecycle: lifecycle(r),
-    ...(r.network ? { network: r.network } : {}),
+    ...(r.network ? { network: publicNetwork(r.network) } : {}),
   };
 }
 

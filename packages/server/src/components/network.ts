@@ -6,6 +6,9 @@ import type { ServerConfig } from "../config.js";
 import { EgressCa } from "../network/egress-ca.js";
 import { EgressProxy } from "../network/egress-proxy.js";
 import { HeaderRewriter } from "../network/egress-rewriter.js";
+import { EgressTunnel } from "../network/egress-tunnel.js";
+import { HostAddresses } from "../network/host-addresses.js";
+import { inCidrs } from "../network/policy.js";
 import { SlotPool } from "../network/slots.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { SecretStore } from "../secrets/store.js";
@@ -44,25 +47,45 @@ export interface EgressDeps {
  */
 export async function startEgress(d: EgressDeps, keepSlots: number[]): Promise<Component> {
   const { cfg, log } = d;
+  const upstreamCa = cfg.egress.upstreamCaFile ? readFileSync(cfg.egress.upstreamCaFile, "utf8") : undefined;
+  // A user's proxy is dialled from the host: not at the host itself or a denied range, unless
+  // the operator allowed that network for proxies.
+  const host = new HostAddresses([cfg.slotCidr]);
+  const userProxy = {
+    permitted: (ip: string) =>
+      inCidrs(ip, cfg.egress.proxyAllowed) || (!host.has(ip) && !inCidrs(ip, cfg.egress.deniedRanges)),
+    ...(upstreamCa ? { ca: upstreamCa } : {}),
+  };
+  const tunnel = new EgressTunnel({
+    log: log.child({ component: "egress" }),
+    sandboxFor: (ip) => d.orch.egressSandbox(ip),
+    denied: cfg.egress.deniedRanges,
+    slotCidr: cfg.slotCidr,
+    proxyPermitted: userProxy.permitted,
+    ...(upstreamCa ? { proxyCa: upstreamCa } : {}),
+  });
   const egress = new EgressProxy({
     log: log.child({ component: "egress" }),
     sandboxFor: (ip) => d.orch.egressSandbox(ip),
     denied: cfg.egress.deniedRanges,
     slotCidr: cfg.slotCidr,
     hosts: cfg.egress.hosts,
+    userProxy,
     rewriter: new HeaderRewriter({
       ca: d.egressCa,
       secret: (name, host) => d.secrets.use(name, host),
       log: log.child({ component: "egress" }),
-      ...(cfg.egress.upstreamCaFile ? { extraUpstreamCa: readFileSync(cfg.egress.upstreamCaFile, "utf8") } : {}),
+      ...(upstreamCa ? { extraUpstreamCa: upstreamCa } : {}),
     }),
   });
   const proxyPorts = await egress.listen();
+  const tunnelPort = await tunnel.listen();
   await d.slots.init(keepSlots, {
     denied: cfg.egress.deniedRanges,
     resolvers: d.resolv.servers.filter((s) => isIPv4(s)),
     proxyPorts,
+    tunnelPort,
   });
   await d.orch.reapplyNetwork();
-  return { stop: () => egress.close() };
+  return { stop: async () => void (await Promise.all([egress.close(), tunnel.close()])) };
 }

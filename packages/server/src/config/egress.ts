@@ -12,6 +12,11 @@ export interface EgressConfig {
   upstreamCaFile?: string;
   /** The egress proxy's own CA (key and certificate); nodes of a cluster should share one. */
   caDir?: string;
+  /**
+   * Networks a sandbox's own egressProxy may be at although they are denied or the host's
+   * (a proxy the operator runs next to the server); elsewhere such an address is refused.
+   */
+  proxyAllowed: string[];
 }
 
 /**
@@ -37,19 +42,19 @@ export function egressConfig(
   hosts: string | undefined,
   caFile: string | undefined,
   caDir: string | undefined,
+  proxyAllowed?: string,
 ): EgressConfig {
-  const deniedRanges =
-    denied === undefined
-      ? DEFAULT_DENIED_RANGES
-      : denied
-          .split(",")
-          .map((c) => c.trim())
-          .filter(Boolean)
-          .map((c) => {
-            const n = normaliseCidr(c);
-            if (!n) throw new ConfigError(`network denied ranges: '${c}' is not an IPv4 address or CIDR`);
-            return n;
-          });
+  const cidrs = (what: string, list: string) =>
+    list
+      .split(",")
+      .map((c) => c.trim())
+      .filter(Boolean)
+      .map((c) => {
+        const n = normaliseCidr(c);
+        if (!n) throw new ConfigError(`network ${what}: '${c}' is not an IPv4 address or CIDR`);
+        return n;
+      });
+  const deniedRanges = denied === undefined ? DEFAULT_DENIED_RANGES : cidrs("denied ranges", denied);
   const map: Record<string, string[]> = {};
   for (const pair of (hosts ?? "")
     .split(",")
@@ -60,5 +65,11 @@ export function egressConfig(
     const key = name.toLowerCase();
     map[key] = [...(map[key] ?? []), ip];
   }
-  return { deniedRanges, hosts: map, ...(caFile ? { upstreamCaFile: caFile } : {}), ...(caDir ? { caDir } : {}) };
+  return {
+    deniedRanges,
+    hosts: map,
+    proxyAllowed: cidrs("egress proxy allowed", proxyAllowed ?? ""),
+    ...(caFile ? { upstreamCaFile: caFile } : {}),
+    ...(caDir ? { caDir } : {}),
+  };
 }

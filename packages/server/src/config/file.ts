@@ -25,6 +25,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "network.egress_hosts": "string",
   "network.egress_upstream_ca_file": "string",
   "network.egress_ca_dir": "string",
+  "network.egress_proxy_allowed": "string",
   "sandbox.default_timeout_secs": "int",
   "sandbox.max_timeout_secs": "int",
   "sandbox.max_sandboxes": "int",

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { parseClientHelloSni, parseHttpHost } from "./client-hello.js";
 import { HostAddresses } from "./host-addresses.js";
 import { domainMatches, type EgressPolicy, inCidrs, type NetworkSpec, rulesFor } from "./policy.js";
+import { dialThroughProxy } from "./proxy-dial.js";
 
 /** What the proxy needs to know about the sandbox behind a connection. */
 export interface EgressSandbox {
@@ -38,6 +39,8 @@ export interface EgressProxyOptions {
   /** Static answers before DNS. */
   hosts: Record<string, string[]>;
   rewriter?: EgressRewriter;
+  /** How a sandbox's own egressProxy is reached: whether an address may be, extra TLS roots. */
+  userProxy?: { permitted(ip: string): boolean; ca?: string };
 }
 
 const SNIFF_LIMIT = 16_384;
@@ -151,6 +154,21 @@ export class EgressProxy {
       this.o.rewriter.handle({ socket, head, tls, host, sandbox, addresses });
       return;
     }
+    const proxy = sandbox.spec?.egressProxy;
+    if (proxy) {
+      // Through the user's proxy by name (the proxy resolves it), once the checks above passed.
+      const up = await dialThroughProxy(
+        proxy,
+        { host, port: tls ? 443 : 80 },
+        this.o.userProxy ?? { permitted: () => false },
+      );
+      this.sockets.add(up.socket);
+      up.socket.on("close", () => this.sockets.delete(up.socket));
+      up.socket.write(head);
+      if (up.head.length > 0) socket.write(up.head);
+      this.pipe(socket, up.socket);
+      return;
+    }
     const upstream = connect({ host: addresses[0] as string, port: tls ? 443 : 80 });
     this.sockets.add(upstream);
     upstream.on("close", () => {
@@ -166,5 +184,20 @@ export class EgressProxy {
       upstream.pipe(socket);
       socket.resume();
     });
+  }
+
+  private pipe(socket: Socket, upstream: Socket): void {
+    if (socket.destroyed) {
+      upstream.destroy();
+      return;
+    }
+    upstream.on("close", () => socket.destroy());
+    upstream.on("error", () => upstream.destroy());
+    socket.on("close", () => upstream.destroy());
+    socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
+    socket.pipe(upstream);
+    upstream.pipe(socket);
+    socket.resume();
+    upstream.resume();
   }
 }

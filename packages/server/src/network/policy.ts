@@ -1,5 +1,6 @@
 import { isIPv4, isIPv6 } from "node:net";
 import { InvalidRequestError } from "../errors.js";
+import { type EgressProxySpec, validateEgressProxy } from "./egress-proxy-config.js";
 
 /**
  * A sandbox's network settings as the client gave them (E2B `SandboxNetworkConfig`), kept in
@@ -14,6 +15,8 @@ export interface NetworkSpec {
   allowPublicTraffic?: boolean;
   /** Host header sent to sandbox ports instead of the client's; `${PORT}` is replaced. */
   maskRequestHost?: string;
+  /** The user's proxy allowed TCP leaves through (host side only; answers leave out the password). */
+  egressProxy?: EgressProxySpec;
 }
 
 export interface NetworkRule {
@@ -30,6 +33,8 @@ export interface EgressPolicy {
   allowDomains: string[];
   /** Domain patterns whose HTTP(S) requests get headers injected (they must be allowed too). */
   ruleDomains: string[];
+  /** Allowed TCP leaves through the sandbox's egressProxy (the host redirects it to the tunnel). */
+  tunnel: boolean;
 }
 
 export const ALL_TRAFFIC = "0.0.0.0/0";
@@ -114,11 +119,15 @@ export function validateNetworkSpec(raw: {
   egressProxy?: unknown;
   httpsPorts?: number[];
 }): NetworkSpec {
-  if (raw.egressProxy !== undefined && raw.egressProxy !== null) {
-    throw new InvalidRequestError("network.egressProxy (a SOCKS5 proxy of your own) is not supported by this server");
+  const egressProxy = validateEgressProxy(raw.egressProxy);
+  if (egressProxy && raw.rules && Object.keys(raw.rules).length > 0) {
+    // The header rewriter opens its upstream connections itself: they would bypass the proxy.
+    throw new InvalidRequestError("network.egressProxy cannot be combined with network.rules on this server");
   }
   if (raw.httpsPorts !== undefined && raw.httpsPorts.length > 0) {
-    throw new InvalidRequestError("network.httpsPorts is not supported by this server");
+    throw new InvalidRequestError(
+      "network.httpsPorts is not supported by this server: sandbox ports are reached over plain HTTP only",
+    );
   }
   const list = (name: "allowOut" | "denyOut", v: string[] | undefined): string[] | undefined => {
     if (v === undefined) return undefined;
@@ -169,6 +178,7 @@ export function validateNetworkSpec(raw: {
     }
     spec.maskRequestHost = raw.maskRequestHost;
   }
+  if (egressProxy) spec.egressProxy = egressProxy;
   return spec;
 }
 
@@ -191,6 +201,7 @@ export function compileEgress(spec: NetworkSpec | undefined, allowInternet: bool
     denyCidrs: [...new Set(denyCidrs)],
     allowDomains: [...new Set(allowDomains)],
     ruleDomains: Object.keys(spec?.rules ?? {}),
+    tunnel: spec?.egressProxy !== undefined,
   };
 }
 

@@ -9,6 +9,8 @@ export interface EgressGuard {
   resolvers: string[];
   /** Host ports of the egress proxy (plain HTTP, TLS) for domain rules; absent: no domain rules. */
   proxyPorts?: { http: number; tls: number };
+  /** Host port of the egress tunnel (network.egressProxy); absent: no sandbox may name a proxy. */
+  tunnelPort?: number;
 }
 
 const set = (xs: string[]) => `{ ${xs.join(", ")} }`;

@@ -38,6 +38,8 @@ export class SlotPool {
   private readonly inUse = new Map<number, Slot>();
   /** The router table each slot holds now, as this process set it. */
   private readonly tables = new Map<number, string>();
+  /** Slots whose new TCP the host redirects to the egress tunnel (their sandbox names a proxy). */
+  private readonly tunneled = new Set<number>();
   private guard: EgressGuard = { denied: [], resolvers: [] };
   private next = 0;
   private refilling: Promise<void> | undefined;
@@ -78,6 +80,27 @@ export class SlotPool {
       ? `iifname "${this.prefix}-h*" ip daddr ${this.cidr} tcp dport { ${proxy.http}, ${proxy.tls} } accept;
   tcp dport { ${proxy.http}, ${proxy.tls} } drop;`
       : "";
+    const tunnel = this.guard.tunnelPort;
+    // Redirected connections only (ct status dnat): a slot dialling the port itself is dropped.
+    const tunnelIn = tunnel
+      ? `iifname "${this.prefix}-h*" ip daddr ${this.cidr} tcp dport ${tunnel} ct status dnat accept;
+  tcp dport ${tunnel} drop;`
+      : "";
+    const resolvers =
+      this.guard.resolvers.length > 0 ? `ip daddr { ${this.guard.resolvers.join(", ")} } tcp dport 53 return;` : "";
+    // New TCP from a tunneled slot to anywhere but the host goes to the tunnel, at the slot
+    // link's host end (redirect takes the incoming link's address). Its router let it out.
+    const tunnelNat = tunnel
+      ? `chain tunnel {
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname != "${this.prefix}-h*" return;
+    ip saddr != @tunneled return;
+    fib daddr type local return;
+    ${resolvers}
+    meta l4proto tcp redirect to :${tunnel};
+  }`
+      : "";
+    this.tunneled.clear();
     await this.cleanupAll(new Set(keep));
     for (const index of keep) this.inUse.set(index, this.describe(index));
     await exec("sysctl", ["-qw", "net.ipv4.ip_forward=1"]);
@@ -86,9 +109,12 @@ export class SlotPool {
 table inet ${this.prefix}-host
 delete table inet ${this.prefix}-host
 table inet ${this.prefix}-host {
+  set tunneled { type ipv4_addr; }
+  ${tunnelNat}
   chain guard_in {
   type filter hook input priority filter; policy accept;
   ${proxyIn}
+  ${tunnelIn}
   iifname "${this.prefix}-h*" ct state new drop;
   }
   chain guard_fwd {
@@ -138,6 +164,7 @@ table inet ${this.prefix}-host {
   }
 
   async applyPolicy(slot: Slot, policy: EgressPolicy): Promise<void> {
+    await this.setTunnel(slot, policy.tunnel);
     const table = routerTable(this.cidr, slot.hostIp, policy, this.guard);
     // Reused slots usually keep their table: skipping the nft process saves ~30 ms a start.
     if (this.tables.get(slot.index) === table) return;
@@ -146,9 +173,25 @@ table inet ${this.prefix}-host {
     this.tables.set(slot.index, table);
   }
 
+  /**
+   * Puts the slot's address in or out of the host's tunneled set. Without a tunnel port (no
+   * listener) a proxy cannot be honoured: refused rather than letting traffic out directly.
+   */
+  private async setTunnel(slot: Slot, on: boolean): Promise<void> {
+    if (on === this.tunneled.has(slot.index)) return;
+    if (on && !this.guard.tunnelPort) throw new Error("the egress tunnel is not running");
+    const verb = on ? "add" : "delete";
+    await exec("nft", [verb, "element", "inet", `${this.prefix}-host`, "tunneled", `{ ${slot.slotIp} }`], {
+      allowFail: !on,
+    });
+    if (on) this.tunneled.add(slot.index);
+    else this.tunneled.delete(slot.index);
+  }
+
   /** Gives a slot back. netstack took the guest address off eth0, so it is re-applied first. */
   async release(slot: Slot): Promise<void> {
     this.inUse.delete(slot.index);
+    await this.setTunnel(slot, false);
     try {
       await exec("ip", ["-n", slot.sandboxNetns, "-batch", "-"], {
         input: [
@@ -167,6 +210,7 @@ table inet ${this.prefix}-host {
 
   async destroy(slot: Slot): Promise<void> {
     this.inUse.delete(slot.index);
+    await this.setTunnel(slot, false).catch(() => undefined);
     this.tables.delete(slot.index);
     // -force: each step runs even if an earlier one failed (a half-made slot).
     await exec("ip", ["-force", "-batch", "-"], {

@@ -75,6 +75,12 @@ function networkSpec(raw: Parameters<typeof validateNetworkSpec>[0], bindingOf: 
 
 /** The E2B body fields every create shares, as the orchestrator takes them. */
 function sandboxOptions(b: SandboxOptions, bindingOf: BindingOf) {
+  // An empty tokens map asks for nothing (E2B: a non-empty map enables workload identity).
+  if (Object.keys(b.iam?.tokens ?? {}).length > 0) {
+    throw new InvalidRequestError(
+      "iam: workload identity tokens are not supported by this server (it is no JWT-SVID issuer)",
+    );
+  }
   return {
     timeoutS: b.timeout,
     metadata: b.metadata,
