@@ -7,7 +7,8 @@ import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { createServer, type RequestListener, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
 import { connectProxy, socks5Proxy, type TestProxy } from "./helpers/proxies.js";
@@ -22,6 +23,7 @@ const PASS = `pw-${randomBytes(12).toString("hex")}`;
 const certDir = mkdtempSync("/tmp/aeep-cert-");
 let server: TestServer;
 let target: Server;
+let tlsTarget: Server;
 let socks: TestProxy;
 let http: TestProxy;
 let https: TestProxy;
@@ -35,23 +37,27 @@ function sh(cmd: string): string {
 before(async () => {
   sh(`ip route replace blackhole ${NET}`);
   sh(
-    `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout ${certDir}/key.pem -out ${certDir}/cert.pem 2>/dev/null`,
+    `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1,DNS:target.test -keyout ${certDir}/key.pem -out ${certDir}/cert.pem 2>/dev/null`,
   );
-  target = createServer((req, res) => res.end(`target host=${req.headers.host}`));
-  target.listen(0, "127.0.0.1");
-  await once(target, "listening");
-  const tport = (target.address() as { port: number }).port;
-  socks = await socks5Proxy(USER, PASS, tport);
-  http = await connectProxy(USER, PASS, tport);
   const tls = { key: readFileSync(`${certDir}/key.pem`, "utf8"), cert: readFileSync(`${certDir}/cert.pem`, "utf8") };
-  https = await connectProxy(USER, PASS, tport, tls);
-  notAllowed = await socks5Proxy(USER, PASS, tport, "127.0.0.2");
+  // The target: its Host, and the header network rules inject on /hdr. Port 443 is asked for TLS.
+  const answer: RequestListener = (req, res) =>
+    res.end(req.url === "/hdr" ? `x-injected=${req.headers["x-injected"]}` : `target host=${req.headers.host}`);
+  target = createServer(answer).listen(0, "127.0.0.1");
+  tlsTarget = createHttpsServer(tls, answer).listen(0, "127.0.0.1");
+  await Promise.all([once(target, "listening"), once(tlsTarget, "listening")]);
+  const portOf = (s: Server) => (s.address() as { port: number }).port;
+  const targetFor = (port: number) => (port === 443 ? portOf(tlsTarget) : portOf(target));
+  socks = await socks5Proxy(USER, PASS, targetFor);
+  http = await connectProxy(USER, PASS, targetFor);
+  https = await connectProxy(USER, PASS, targetFor, tls);
+  notAllowed = await socks5Proxy(USER, PASS, targetFor, "127.0.0.2");
   server = await startServer({
     env: {
       AENV_EGRESS_HOSTS: `target.test=${BY_IP}`,
       // The proxies are on the host's loopback: the operator allows proxies there.
       AENV_EGRESS_PROXY_ALLOWED: "127.0.0.1/32",
-      // The TLS proxy's self-signed certificate.
+      // The TLS proxy's and the TLS target's self-signed certificate.
       AENV_EGRESS_UPSTREAM_CA_FILE: `${certDir}/cert.pem`,
     },
   });
@@ -63,6 +69,7 @@ after(async () => {
   if (server) cleanupDataDir(server);
   await Promise.all([socks?.close(), http?.close(), https?.close(), notAllowed?.close()]);
   target?.close();
+  tlsTarget?.close();
   sh(`ip route del blackhole ${NET} 2>/dev/null; true`);
   rmSync(certDir, { recursive: true, force: true });
 });
@@ -144,6 +151,29 @@ test("wrong proxy credentials fail the connection (no direct fallback)", async (
     } finally {
       await s.kill();
     }
+  }
+});
+
+test("network rules still apply: headers are injected, then the request goes through the proxy", async () => {
+  const s = await Sandbox.create({
+    network: {
+      denyOut: ["0.0.0.0/0"],
+      allowOut: ["target.test"],
+      rules: { "target.test": [{ transform: { headers: { "x-injected": "yes" } } }] },
+      egressProxy: { address: proxyAt(http, "http://"), username: USER, password: PASS },
+    },
+  });
+  try {
+    for (const [url, port] of [
+      ["http://target.test/hdr", 80],
+      ["https://target.test/hdr", 443],
+    ] as const) {
+      const resolve = `--resolve target.test:${port}:${DIALLED}`;
+      assert.equal(await fetchIn(s, `${resolve} ${url}`), "x-injected=yes", url);
+      assert.deepEqual(http.seen.at(-1), { target: `target.test:${port}`, authOk: true, user: USER });
+    }
+  } finally {
+    await s.kill();
   }
 });
 
@@ -237,10 +267,6 @@ test("bad egressProxy values and what is not supported (httpsPorts, iam tokens) 
   const refused: Array<[Record<string, unknown>, RegExp]> = [
     [{ network: { httpsPorts: [8443] } }, /httpsPorts is not supported/],
     [{ iam: { tokens: { aws: { audience: "sts.amazonaws.com", tokenType: "JWT-SVID" } } } }, /iam: workload identity/],
-    [
-      { network: { egressProxy: { address: proxyAt(socks) }, rules: { "a.test": [] } } },
-      /cannot be combined with network.rules/,
-    ],
   ];
   for (const [extra, message] of refused) {
     const r = await server.api("POST", "/sandboxes", { templateID: "base", ...extra });

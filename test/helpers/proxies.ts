@@ -1,7 +1,7 @@
 // Minimal user-side proxies for egressProxy tests: a SOCKS5 server (RFC 1928/1929) and an
 // HTTP CONNECT server (optionally over TLS), each with one username/password, on loopback.
-// Whatever destination they are asked for, they connect to one local target: a test sees
-// what the proxy was asked, and the bytes only arrive if they went through it.
+// Whatever destination they are asked for, they connect to a local target (chosen by the
+// asked port): a test sees what the proxy was asked, and the bytes only arrive through it.
 import { once } from "node:events";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { createServer as createTlsServer } from "node:tls";
@@ -33,6 +33,9 @@ async function listen(server: Server, sockets: Set<Socket>, seen: ProxySeen[], h
     },
   };
 }
+
+/** The local port a proxy connects to for a requested destination port. */
+export type TargetFor = (port: number) => number;
 
 function toTarget(client: Socket, targetPort: number, head: Buffer, reply: Buffer, sockets: Set<Socket>): void {
   const up = connect({ host: "127.0.0.1", port: targetPort }, () => {
@@ -71,7 +74,7 @@ function reader(socket: Socket) {
 }
 
 /** `host`: a loopback address to listen at. */
-export function socks5Proxy(user: string, pass: string, targetPort: number, host = "127.0.0.1"): Promise<TestProxy> {
+export function socks5Proxy(user: string, pass: string, targetFor: TargetFor, host = "127.0.0.1"): Promise<TestProxy> {
   const seen: ProxySeen[] = [];
   const sockets = new Set<Socket>();
   const server = createServer((c) => {
@@ -110,7 +113,7 @@ export function socks5Proxy(user: string, pass: string, targetPort: number, host
       const port = req.readUInt16BE(req.length - 2);
       seen.push({ target: `${host}:${port}`, authOk, user: u });
       c.pause();
-      toTarget(c, targetPort, Buffer.alloc(0), Buffer.from([5, 0, 0, 1, 0, 0, 0, 0, 0, 0]), sockets);
+      toTarget(c, targetFor(port), Buffer.alloc(0), Buffer.from([5, 0, 0, 1, 0, 0, 0, 0, 0, 0]), sockets);
     })().catch(() => c.destroy());
   });
   return listen(server, sockets, seen, host);
@@ -119,7 +122,7 @@ export function socks5Proxy(user: string, pass: string, targetPort: number, host
 export function connectProxy(
   user: string,
   pass: string,
-  targetPort: number,
+  targetFor: TargetFor,
   tls?: { key: string; cert: string },
 ): Promise<TestProxy> {
   const seen: ProxySeen[] = [];
@@ -146,7 +149,13 @@ export function connectProxy(
         return;
       }
       c.pause();
-      toTarget(c, targetPort, Buffer.alloc(0), Buffer.from("HTTP/1.1 200 Connection established\r\n\r\n"), sockets);
+      toTarget(
+        c,
+        targetFor(Number(target.split(":").pop())),
+        Buffer.alloc(0),
+        Buffer.from("HTTP/1.1 200 Connection established\r\n\r\n"),
+        sockets,
+      );
     })().catch(() => c.destroy());
   };
   const server = tls ? createTlsServer({ key: tls.key, cert: tls.cert }, handle) : createServer(handle);

@@ -9,6 +9,7 @@ import { HeaderRewriter } from "../network/egress-rewriter.js";
 import { EgressTunnel } from "../network/egress-tunnel.js";
 import { HostAddresses } from "../network/host-addresses.js";
 import { inCidrs } from "../network/policy.js";
+import { dialThroughProxy } from "../network/proxy-dial.js";
 import { SlotPool } from "../network/slots.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { SecretStore } from "../secrets/store.js";
@@ -76,6 +77,15 @@ export async function startEgress(d: EgressDeps, keepSlots: number[]): Promise<C
       secret: (name, host) => d.secrets.use(name, host),
       log: log.child({ component: "egress" }),
       ...(upstreamCa ? { extraUpstreamCa: upstreamCa } : {}),
+      via: (sandbox, name, port) => {
+        const proxy = sandbox.spec?.egressProxy;
+        if (!proxy) return undefined;
+        return dialThroughProxy(proxy, { host: name, port }, userProxy).then(({ socket, head }) => {
+          // Whatever the proxy sent past its answer is the upstream's: read first.
+          if (head.length > 0) socket.unshift(head);
+          return socket;
+        });
+      },
     }),
   });
   const proxyPorts = await egress.listen();

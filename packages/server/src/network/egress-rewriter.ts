@@ -3,6 +3,7 @@ import {
   request as httpRequest,
   type IncomingMessage,
   type OutgoingHttpHeaders,
+  type RequestOptions,
   type ServerResponse,
 } from "node:http";
 import { request as httpsRequest } from "node:https";
@@ -64,7 +65,16 @@ export class HeaderRewriter implements EgressRewriter {
   private readonly conns = new WeakMap<object, Conn>();
   private readonly upstreamCa: string[] | undefined;
 
-  constructor(private readonly o: { ca: EgressCa; secret: SecretValue; log: Logger; extraUpstreamCa?: string }) {
+  constructor(
+    private readonly o: {
+      ca: EgressCa;
+      secret: SecretValue;
+      log: Logger;
+      extraUpstreamCa?: string;
+      /** A connection to host:port through the sandbox's own egressProxy; undefined: it has none. */
+      via?: (sandbox: EgressSandbox, host: string, port: number) => Promise<Socket> | undefined;
+    },
+  ) {
     this.upstreamCa = o.extraUpstreamCa ? [...rootCertificates, o.extraUpstreamCa] : undefined;
     this.server.headersTimeout = 60_000;
     this.server.keepAliveTimeout = 5_000;
@@ -197,9 +207,28 @@ export class HeaderRewriter implements EgressRewriter {
       headers,
       agent: false as const,
     };
-    const up = conn.tls
-      ? httpsRequest({ ...opts, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) })
-      : httpRequest(opts);
+    const tunnel = this.o.via?.(conn.sandbox, conn.host, conn.tls ? 443 : 80);
+    const up = tunnel
+      ? // Through the user's proxy: node:http takes the socket (TLS inside the tunnel) when it is open.
+        // (No agent at all: node:http only calls createConnection without one.)
+        httpRequest({
+          ...opts,
+          agent: undefined,
+          createConnection: ((_o: unknown, done: (err: Error | null, s?: Socket) => void) => {
+            tunnel.then(
+              (raw) => {
+                done(null, this.overTunnel(raw, conn));
+                // The dial left it paused; node:http attaches its reader first (next tick).
+                raw.resume();
+              },
+              (err: Error) => done(err),
+            );
+            return undefined;
+          }) as unknown as RequestOptions["createConnection"],
+        })
+      : conn.tls
+        ? httpsRequest({ ...opts, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) })
+        : httpRequest(opts);
     up.on("response", (ur) => {
       const out: OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(ur.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
@@ -260,16 +289,40 @@ export class HeaderRewriter implements EgressRewriter {
     const text = `${lines.join("\r\n")}\r\n`;
     const port = conn.tls ? 443 : 80;
     const host = conn.addresses[0] as string;
+    const tunnel = this.o.via?.(conn.sandbox, conn.host, port);
+    if (tunnel) {
+      tunnel.then(
+        (raw) => this.bridge(this.overTunnel(raw, conn), socket, text, head, conn.tls ? "secureConnect" : undefined),
+        () => socket.destroy(),
+      );
+      return;
+    }
     const up = conn.tls
       ? tlsConnect({ host, port, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) })
       : netConnect({ host, port });
-    up.once(conn.tls ? "secureConnect" : "connect", () => {
+    this.bridge(up, socket, text, head, conn.tls ? "secureConnect" : "connect");
+  }
+
+  /** A tunnel through the user's proxy as the upstream: TLS to the name inside it where the sandbox used TLS. */
+  private overTunnel(raw: Socket, conn: Conn): Socket {
+    if (!conn.tls) return raw;
+    const t = tlsConnect({ socket: raw, servername: conn.host, ...(this.upstreamCa ? { ca: this.upstreamCa } : {}) });
+    raw.on("close", () => t.destroy());
+    raw.resume();
+    return t;
+  }
+
+  /** Sends an upgrade's handshake upstream once `until` happened (undefined: it is open), then bytes both ways. */
+  private bridge(up: Socket, socket: Socket, text: string, head: Buffer, until?: "connect" | "secureConnect"): void {
+    const start = () => {
       // latin1, as node:http writes header values: one byte per character, never a line break.
       up.write(`${text}\r\n`, "latin1");
       if (head.length) up.write(head);
       up.pipe(socket);
       socket.pipe(up);
-    });
+    };
+    if (until) up.once(until, start);
+    else start();
     up.on("error", () => socket.destroy());
     socket.on("error", () => up.destroy());
     socket.on("close", () => up.destroy());

@@ -120,10 +120,6 @@ export function validateNetworkSpec(raw: {
   httpsPorts?: number[];
 }): NetworkSpec {
   const egressProxy = validateEgressProxy(raw.egressProxy);
-  if (egressProxy && raw.rules && Object.keys(raw.rules).length > 0) {
-    // The header rewriter opens its upstream connections itself: they would bypass the proxy.
-    throw new InvalidRequestError("network.egressProxy cannot be combined with network.rules on this server");
-  }
   if (raw.httpsPorts !== undefined && raw.httpsPorts.length > 0) {
     throw new InvalidRequestError(
       "network.httpsPorts is not supported by this server: sandbox ports are reached over plain HTTP only",
