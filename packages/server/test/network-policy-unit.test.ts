@@ -37,7 +37,8 @@ test("wildcards match subdomains at any depth, not the apex; exact rules win ove
 test("validation refuses what is not enforced and deny rules by name", () => {
   assert.throws(() => validateNetworkSpec({ denyOut: ["example.com"] }), /domain names are not supported/);
   assert.throws(() => validateNetworkSpec({ egressProxy: { address: "p.example" } }), /egressProxy.*port is missing/);
-  assert.throws(() => validateNetworkSpec({ httpsPorts: [8443] }), /httpsPorts/);
+  assert.throws(() => validateNetworkSpec({ httpsPorts: [8443, 49983] }), /httpsPorts: the envd port/);
+  assert.deepEqual(validateNetworkSpec({ httpsPorts: [8443, 443, 8443] }), { httpsPorts: [443, 8443] });
   assert.throws(() => validateNetworkSpec({ rules: { "a.com": [{ transform: { headers: { "bad header": "x" } } }] } }));
   assert.throws(() => validateNetworkSpec({ maskRequestHost: "a\r\nb" }));
   assert.deepEqual(validateNetworkSpec({ allowOut: ["1.2.3.4", "A.com"] }), { allowOut: ["1.2.3.4/32", "a.com"] });

@@ -1,4 +1,5 @@
 import { isIPv4, isIPv6 } from "node:net";
+import { ENVD_PORT } from "@aenv/protocol";
 import { InvalidRequestError } from "../errors.js";
 import { type EgressProxySpec, validateEgressProxy } from "./egress-proxy-config.js";
 
@@ -17,6 +18,8 @@ export interface NetworkSpec {
   maskRequestHost?: string;
   /** The user's proxy allowed TCP leaves through (host side only; answers leave out the password). */
   egressProxy?: EgressProxySpec;
+  /** Sandbox ports the proxy reaches over TLS (certificates not verified), not plain HTTP. */
+  httpsPorts?: number[];
 }
 
 export interface NetworkRule {
@@ -120,10 +123,8 @@ export function validateNetworkSpec(raw: {
   httpsPorts?: number[];
 }): NetworkSpec {
   const egressProxy = validateEgressProxy(raw.egressProxy);
-  if (raw.httpsPorts !== undefined && raw.httpsPorts.length > 0) {
-    throw new InvalidRequestError(
-      "network.httpsPorts is not supported by this server: sandbox ports are reached over plain HTTP only",
-    );
+  if (raw.httpsPorts?.includes(ENVD_PORT)) {
+    throw new InvalidRequestError(`network.httpsPorts: the envd port (${ENVD_PORT}) cannot be listed`);
   }
   const list = (name: "allowOut" | "denyOut", v: string[] | undefined): string[] | undefined => {
     if (v === undefined) return undefined;
@@ -175,6 +176,7 @@ export function validateNetworkSpec(raw: {
     spec.maskRequestHost = raw.maskRequestHost;
   }
   if (egressProxy) spec.egressProxy = egressProxy;
+  if (raw.httpsPorts && raw.httpsPorts.length > 0) spec.httpsPorts = [...new Set(raw.httpsPorts)].sort((a, b) => a - b);
   return spec;
 }
 

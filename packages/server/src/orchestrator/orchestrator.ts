@@ -374,6 +374,7 @@ export class Orchestrator {
     return {
       ...(rec.trafficToken ? { trafficToken: rec.trafficToken } : {}),
       ...(rec.network?.maskRequestHost ? { maskRequestHost: rec.network.maskRequestHost } : {}),
+      ...(rec.network?.httpsPorts ? { httpsPorts: rec.network.httpsPorts } : {}),
       envdTokens: { client: rec.envdToken, envd: envdTokenOf(rec) },
     };
   }

@@ -46,7 +46,7 @@ export class SandboxNetwork {
 
   /**
    * PUT /sandboxes/{id}/network: replaces the outbound rules (omitted fields are cleared;
-   * allowPublicTraffic and maskRequestHost are creation-time settings and stay). Applied to
+   * allowPublicTraffic, maskRequestHost and httpsPorts are creation-time settings and stay). Applied to
    * the running slot at once; a paused sandbox gets them when it resumes.
    */
   update(id: string, update: NetworkSpec, allowInternet: boolean | undefined): Promise<void> {
@@ -59,6 +59,7 @@ export class SandboxNetwork {
       const next: NetworkSpec = { ...update };
       if (rec.network?.allowPublicTraffic !== undefined) next.allowPublicTraffic = rec.network.allowPublicTraffic;
       if (rec.network?.maskRequestHost !== undefined) next.maskRequestHost = rec.network.maskRequestHost;
+      if (rec.network?.httpsPorts !== undefined) next.httpsPorts = rec.network.httpsPorts;
       rec.network = next;
       rec.allowInternet = allowInternet ?? true;
       this.d.store.put(rec);

@@ -1,6 +1,8 @@
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import { connect as tlsConnect } from "node:tls";
 import { ENVD_PORT, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
@@ -34,6 +36,8 @@ export interface SandboxAccess {
   /** Set with allowPublicTraffic: false; required on every port but envd's. */
   trafficToken?: string;
   maskRequestHost?: string;
+  /** Ports that serve HTTPS: reached over TLS, their certificates not verified (E2B's httpsPorts). */
+  httpsPorts?: number[];
   /** Its envd tokens: what clients present, what envd holds. */
   envdTokens?: EnvdTokens;
 }
@@ -91,6 +95,8 @@ export class SandboxProxy {
   // request to its successor. A checkpoint drops them (runsc --net-disconnect-ok); a
   // bodiless request that fails on a reused socket is retried once.
   private readonly agents = new Map<string, { ip: string; agent: Agent }>();
+  /** The same for httpsPorts (TLS sessions are per sandbox too). */
+  private readonly tlsAgents = new Map<string, { ip: string; agent: HttpsAgent }>();
   /** Open upstream sockets per sandbox, cut before a capture. */
   private readonly active = new Map<string, Set<{ destroy(): void }>>();
 
@@ -159,14 +165,17 @@ export class SandboxProxy {
 
   private forward(req: IncomingMessage, res: ServerResponse, t: ProxyTarget, to: Routed, mayRetry: boolean): void {
     const { ip } = to;
-    const up = request({
+    const opts = {
       host: ip,
       port: t.port,
       method: req.method,
       path: t.path,
       headers: upstreamHeaders(req, false, this.upstreamOptions(t, to)),
-      agent: this.agentFor(t.sandboxId, ip),
-    });
+    };
+    const up = this.servesTls(t)
+      ? // The sandbox's own certificate (self-signed, most often): not verified, as on E2B.
+        httpsRequest({ ...opts, agent: this.tlsAgentFor(t.sandboxId, ip), rejectUnauthorized: false })
+      : request({ ...opts, agent: this.agentFor(t.sandboxId, ip) });
     this.track(t.sandboxId, up);
     let retried = false;
     up.on("response", (ur) => {
@@ -241,10 +250,13 @@ export class SandboxProxy {
   }
 
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget, to: Routed): void {
-    const upstream: Socket = netConnect({ host: to.ip, port: t.port });
+    const tls = this.servesTls(t);
+    const upstream: Socket = tls
+      ? tlsConnect({ host: to.ip, port: t.port, rejectUnauthorized: false, ALPNProtocols: ["http/1.1"] })
+      : netConnect({ host: to.ip, port: t.port });
     this.track(t.sandboxId, upstream);
     let connected = false;
-    upstream.on("connect", () => {
+    upstream.on(tls ? "secureConnect" : "connect", () => {
       connected = true;
       const headers = upstreamHeaders(req, true, this.upstreamOptions(t, to));
       let head_ = `${req.method} ${t.path} HTTP/1.1\r\n`;
@@ -291,6 +303,19 @@ export class SandboxProxy {
     };
   }
 
+  private servesTls(t: ProxyTarget): boolean {
+    return this.routes.access(t.sandboxId)?.httpsPorts?.includes(t.port) ?? false;
+  }
+
+  private tlsAgentFor(id: string, ip: string): HttpsAgent {
+    const cur = this.tlsAgents.get(id);
+    if (cur && cur.ip === ip) return cur.agent;
+    cur?.agent.destroy();
+    const agent = new HttpsAgent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
+    this.tlsAgents.set(id, { ip, agent });
+    return agent;
+  }
+
   private agentFor(id: string, ip: string): Agent {
     const cur = this.agents.get(id);
     if (cur && cur.ip === ip) return cur.agent;
@@ -309,13 +334,16 @@ export class SandboxProxy {
   forget(id: string): void {
     this.agents.get(id)?.agent.destroy();
     this.agents.delete(id);
+    this.tlsAgents.get(id)?.agent.destroy();
+    this.tlsAgents.delete(id);
     const set = this.active.get(id);
     if (set) for (const s of [...set]) s.destroy();
     this.active.delete(id);
   }
 
   close(): void {
-    for (const { agent } of this.agents.values()) agent.destroy();
+    for (const { agent } of [...this.agents.values(), ...this.tlsAgents.values()]) agent.destroy();
     this.agents.clear();
+    this.tlsAgents.clear();
   }
 }
