@@ -246,7 +246,7 @@ test("the proxy's credentials are not in the sandbox nor in API answers", async 
   }
 });
 
-test("bad egressProxy values and what is not supported (httpsPorts, iam tokens) are 400s with a message", async () => {
+test("bad egressProxy values, the envd port in httpsPorts and iam tokens are 400s with a message", async () => {
   const cases: Array<[unknown, RegExp]> = [
     [{ address: "ftp://proxy.example.com:21" }, /scheme 'ftp'/],
     [{ address: ":1080" }, /host is missing/],
@@ -265,7 +265,7 @@ test("bad egressProxy values and what is not supported (httpsPorts, iam tokens) 
     assert.match(body.message, message);
   }
   const refused: Array<[Record<string, unknown>, RegExp]> = [
-    [{ network: { httpsPorts: [8443] } }, /httpsPorts is not supported/],
+    [{ network: { httpsPorts: [49983] } }, /httpsPorts: the envd port/],
     [{ iam: { tokens: { aws: { audience: "sts.amazonaws.com", tokenType: "JWT-SVID" } } } }, /iam: workload identity/],
   ];
   for (const [extra, message] of refused) {
