@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, statfsSync } from "node:fs";
 import { availableParallelism, hostname, totalmem } from "node:os";
 import { join } from "node:path";
+import { parseRedisTarget, type RedisTarget, RedisTargetError } from "./cluster/redis-target.js";
 import { type EgressConfig, egressConfig } from "./config/egress.js";
 import { readConfigFile, type Value } from "./config/file.js";
 import { ConfigError, parseBool, parseBytes, parseInt10, parseListen } from "./config/values.js";
@@ -166,8 +167,8 @@ export interface ServerConfig {
 }
 
 export interface ClusterConfig {
-  /** redis://HOST:PORT */
-  redisUrl: string;
+  /** The cluster's Redis: a URL, or a primary found through Sentinel. */
+  redis: RedisTarget;
   nodeId: string;
   /** Where gateways reach this node (default http://LISTEN). */
   advertiseUrl: string;
@@ -175,6 +176,9 @@ export interface ClusterConfig {
 
 export interface CliArgs {
   cluster?: string;
+  /** --cluster-sentinels HOST:PORT,… and --cluster-master NAME: Redis through Sentinel. */
+  clusterSentinels?: string;
+  clusterMaster?: string;
   nodeId?: string;
   advertiseUrl?: string;
   listen?: string;
@@ -367,16 +371,27 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     pauseCommitDelayS: int("AENV_PAUSE_COMMIT_DELAY", "repository.pause_commit_delay_secs", 60),
     key: resolveRepositoryKey(dataDir, env),
   };
-  const redisUrl = args.cluster ?? str("AENV_CLUSTER", "cluster.redis");
+  let redis: RedisTarget | undefined;
+  try {
+    redis = parseRedisTarget({
+      url: args.cluster ?? str("AENV_CLUSTER", "cluster.redis"),
+      sentinels: args.clusterSentinels ?? str("AENV_CLUSTER_SENTINELS", "cluster.sentinels"),
+      masterName: args.clusterMaster ?? str("AENV_CLUSTER_MASTER", "cluster.master_name"),
+      // Secrets: from the environment only, never a flag (visible in ps) or the config file.
+      password: env.AENV_CLUSTER_PASSWORD || undefined,
+      sentinelPassword: env.AENV_CLUSTER_SENTINEL_PASSWORD || undefined,
+    });
+  } catch (err) {
+    if (err instanceof RedisTargetError) throw new ConfigError(err.message);
+    throw err;
+  }
   let cluster: ClusterConfig | undefined;
-  if (redisUrl) {
-    if (!/^rediss?:\/\/[^\s]+$/.test(redisUrl))
-      throw new ConfigError(`--cluster expects redis://HOST:PORT, got "${redisUrl}"`);
+  if (redis) {
     const nodeId = args.nodeId ?? str("AENV_NODE_ID", "cluster.node_id") ?? hostname();
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(nodeId)) throw new ConfigError(`invalid node ID "${nodeId}"`);
     const advertiseHost = host === "0.0.0.0" ? "127.0.0.1" : host;
     cluster = {
-      redisUrl,
+      redis,
       nodeId,
       advertiseUrl:
         args.advertiseUrl ?? str("AENV_ADVERTISE_URL", "cluster.advertise_url") ?? `http://${advertiseHost}:${port}`,

@@ -9,7 +9,8 @@ import { BackendUnavailableError } from "./storage/repository/backend.js";
 const HELP = `aenv-server — E2B-compatible sandbox server on gVisor
 
 Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--templates-dir DIR] [--domain DOMAIN]
-                   [--cluster redis://HOST:PORT --node-id NAME [--advertise-url URL]]
+                   [--cluster redis://HOST:PORT | --cluster-sentinels HOST:PORT,... --cluster-master NAME]
+                   [--node-id NAME] [--advertise-url URL]
        aenv-server gc [--dry-run] [--grace SECONDS]        garbage-collect the snapshot repository
        aenv-server import-template --name NAME IMAGE       a template from an image, offline
 
@@ -23,6 +24,10 @@ Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--temp
                    (default localhost:PORT)
   --cluster        join a cluster whose state is in this Redis (AENV_CLUSTER); SIGTERM then
                    drains (pauses sandboxes into the shared repository) instead of killing
+  --cluster-sentinels, --cluster-master
+                   instead of --cluster: the Redis Sentinels to ask and the master name they
+                   monitor (AENV_CLUSTER_SENTINELS, AENV_CLUSTER_MASTER); passwords from
+                   AENV_CLUSTER_PASSWORD and AENV_CLUSTER_SENTINEL_PASSWORD
   --node-id        this node's ID in the cluster (AENV_NODE_ID, default the host name)
   --advertise-url  where gateways reach this node (AENV_ADVERTISE_URL, default http://LISTEN)
 
@@ -57,6 +62,8 @@ async function main(): Promise<void> {
     options: {
       listen: { type: "string" },
       cluster: { type: "string" },
+      "cluster-sentinels": { type: "string" },
+      "cluster-master": { type: "string" },
       "node-id": { type: "string" },
       "advertise-url": { type: "string" },
       "data-dir": { type: "string" },
@@ -79,6 +86,8 @@ async function main(): Promise<void> {
       domain: values.domain,
       config: values.config,
       cluster: values.cluster,
+      clusterSentinels: values["cluster-sentinels"],
+      clusterMaster: values["cluster-master"],
       nodeId: values["node-id"],
       advertiseUrl: values["advertise-url"],
     });

@@ -1,7 +1,7 @@
-import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
 import { NodeAgent } from "../cluster/node-agent.js";
+import { describeRedisTarget, openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { Component } from "./component.js";
@@ -18,11 +18,8 @@ export async function joinCluster(
   orch: Orchestrator,
   log: Logger,
 ): Promise<ClusterMember> {
-  // Loaded here: a single node (the common case) never needs the client (~0.1 s to load).
-  const { Redis: RedisClient } = await import("ioredis");
-  const redis: Redis = new RedisClient(c.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
-  redis.on("error", (err) => log.warn({ err: err.message }, "redis"));
-  await redis.connect();
+  // The client library is loaded there: a single node (the common case) never needs it (~0.1 s).
+  const redis = await openRedis(c.redis, log, { wait: true });
   const agent = new NodeAgent({
     redis,
     nodeId: c.nodeId,
@@ -39,7 +36,7 @@ export async function joinCluster(
   });
   orch.onStopped(() => agent.nudge());
   await agent.start();
-  log.info({ nodeId: c.nodeId, url: c.advertiseUrl }, "joined the cluster");
+  log.info({ nodeId: c.nodeId, url: c.advertiseUrl, redis: describeRedisTarget(c.redis) }, "joined the cluster");
   return {
     beat: () => agent.beat(),
     async stop() {

@@ -68,6 +68,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "repository.commit_templates": "bool",
   "repository.pause_commit_delay_secs": "int",
   "cluster.redis": "string",
+  "cluster.sentinels": "string",
+  "cluster.master_name": "string",
   "cluster.node_id": "string",
   "cluster.advertise_url": "string",
   "cache.dir": "string",

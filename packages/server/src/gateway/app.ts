@@ -20,10 +20,10 @@ import {
 } from "../telemetry/prometheus.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
-import { ClusterView } from "./cluster-view.js";
+import { ClusterView, StateUnavailableError } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
 import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
-import { SandboxCalls, trafficOf } from "./sandbox-calls.js";
+import { failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
 
 export interface GatewayOptions {
   redis: Redis;
@@ -110,8 +110,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
           countRequest(res, traffic ? "proxy" : "api");
           if (!traffic) requestDeadline(o.limits, req, res);
           dispatch(req, res, () => handler(req, res)).catch((err) => {
-            log.error({ err, url: req.url }, "gateway request failed");
-            sendError(res, 502, `gateway error: ${(err as Error).message}`);
+            const status = failureStatus(err);
+            if (status === 503) log.warn({ err: (err as Error).message, url: req.url }, "gateway request refused");
+            else log.error({ err, url: req.url }, "gateway request failed");
+            sendError(res, status, `gateway error: ${(err as Error).message}`);
           });
         },
         { trusted: (req) => keyOk(req, o.apiKey), onShed: countConnectionShed },
@@ -127,7 +129,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
         calls.nodeForTraffic(target.sandboxId, trafficOf(req, target.port)).then(
           (to) =>
             "status" in to ? fail(to.status, to.message) : forwardUpgrade(req, socket, head, to.node.url, o.limits),
-          (err: Error) => fail(502, `gateway error: ${err.message}`),
+          (err: Error) => fail(failureStatus(err), `gateway error: ${err.message}`),
         );
       });
       return server;
@@ -135,6 +137,11 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   });
 
   fastify.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
+    if (err instanceof StateUnavailableError) {
+      // A Redis outage or failover: nothing was placed, the client may retry.
+      req.log.warn({ err: err.message }, "gateway request refused");
+      return reply.status(503).header("retry-after", "1").send(errorBodyOf(503, err.message));
+    }
     const status = typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502;
     if (status >= 500) req.log.error({ err }, "gateway request failed");
     void reply.status(status).send(errorBodyOf(status, err.message));
@@ -180,7 +187,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     if (!placed) return reply.status(429).send(errorBodyOf(429, "no node has room for another sandbox"));
     if (placed.ans.status === 201) {
       const id = (JSON.parse(placed.ans.body.toString()) as Partial<SandboxCreated>).sandboxID;
-      if (id) await view.setOwner(id, placed.node.nodeID);
+      if (id) await calls.recordOwner(id, placed.node.nodeID);
     }
     return relayReply(reply, placed.ans);
   };

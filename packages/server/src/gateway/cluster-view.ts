@@ -1,6 +1,25 @@
 import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
 import { keys, type NodeInfo } from "../cluster/keys.js";
+import { isRedisUnavailable } from "../cluster/redis-target.js";
+
+/**
+ * The cluster's state cannot be read or written now (Redis down, or a failover under way):
+ * the gateway answers 503 and the client may retry. Nothing was placed or moved.
+ */
+export class StateUnavailableError extends Error {
+  constructor(cause: Error) {
+    super(`the cluster's state (Redis) is unavailable, retry shortly: ${cause.message}`);
+    this.name = "StateUnavailableError";
+  }
+}
+
+/** A Redis call whose connection trouble becomes StateUnavailableError; a script's bug stays itself. */
+function guard<T>(p: Promise<T>): Promise<T> {
+  return p.catch((err: unknown) => {
+    throw isRedisUnavailable(err) ? new StateUnavailableError(err as Error) : err;
+  });
+}
 
 /**
  * Reserves a create on a node, atomically. The node's published count is stale by up to a
@@ -51,9 +70,9 @@ export class ClusterView {
   constructor(private readonly redis: Redis) {}
 
   async nodes(): Promise<NodeInfo[]> {
-    const ids = await this.redis.smembers(keys.nodes);
+    const ids = await guard(this.redis.smembers(keys.nodes));
     if (!ids.length) return [];
-    const raw = await this.redis.mget(ids.map(keys.node));
+    const raw = await guard(this.redis.mget(ids.map(keys.node)));
     const out: NodeInfo[] = [];
     for (const r of raw) {
       if (!r) continue;
@@ -67,40 +86,40 @@ export class ClusterView {
   }
 
   async node(id: string): Promise<NodeInfo | undefined> {
-    const r = await this.redis.get(keys.node(id));
+    const r = await guard(this.redis.get(keys.node(id)));
     return r ? (JSON.parse(r) as NodeInfo) : undefined;
   }
 
   /** The live node that owns a sandbox; `dead` names an owner whose heartbeat expired. */
   async owner(sandboxId: string): Promise<{ node?: NodeInfo; dead?: string }> {
-    const id = await this.redis.get(keys.sandbox(sandboxId));
+    const id = await guard(this.redis.get(keys.sandbox(sandboxId)));
     if (!id) return {};
     const node = await this.node(id);
     return node ? { node } : { dead: id };
   }
 
   async setOwner(sandboxId: string, nodeId: string): Promise<void> {
-    await this.redis.set(keys.sandbox(sandboxId), nodeId);
+    await guard(this.redis.set(keys.sandbox(sandboxId), nodeId));
   }
 
   async dropOwner(sandboxId: string): Promise<void> {
-    await this.redis.del(keys.sandbox(sandboxId));
+    await guard(this.redis.del(keys.sandbox(sandboxId)));
   }
 
   /** Where a snapshot (by ID or name) was taken, for an hour: starts from it go there first. */
   async setSnapshotHolder(names: string[], nodeId: string): Promise<void> {
     const m = this.redis.multi();
     for (const n of names) m.set(keys.snapshot(n), nodeId, "EX", 3600);
-    await m.exec();
+    await guard(m.exec());
   }
 
   async snapshotHolder(name: string): Promise<string | undefined> {
-    return (await this.redis.get(keys.snapshot(name))) ?? undefined;
+    return (await guard(this.redis.get(keys.snapshot(name)))) ?? undefined;
   }
 
   /** The checkpoint key a node published, even after it died (what its images restore on). */
   async checkpointKeyOf(nodeId: string): Promise<string | undefined> {
-    return (await this.redis.hget(keys.checkpointKeys, nodeId)) ?? undefined;
+    return (await guard(this.redis.hget(keys.checkpointKeys, nodeId))) ?? undefined;
   }
 
   /**
@@ -131,25 +150,29 @@ export class ClusterView {
         const pick = load(a) <= load(b) ? a : b;
         tried.add(pick.nodeID);
         const member = randomBytes(8).toString("hex");
-        const ok = await this.redis.eval(
-          RESERVE,
-          3,
-          keys.node(pick.nodeID),
-          keys.reserved(pick.nodeID),
-          keys.answered(pick.nodeID),
-          member,
+        const ok = await guard(
+          this.redis.eval(
+            RESERVE,
+            3,
+            keys.node(pick.nodeID),
+            keys.reserved(pick.nodeID),
+            keys.answered(pick.nodeID),
+            member,
+          ),
         );
         if (ok === 1) {
           return {
             node: pick,
             release: async (created) => {
-              await this.redis.eval(
-                RELEASE,
-                2,
-                keys.reserved(pick.nodeID),
-                keys.answered(pick.nodeID),
-                member,
-                created ? "1" : "0",
+              await guard(
+                this.redis.eval(
+                  RELEASE,
+                  2,
+                  keys.reserved(pick.nodeID),
+                  keys.answered(pick.nodeID),
+                  member,
+                  created ? "1" : "0",
+                ),
               );
             },
           };
@@ -164,14 +187,14 @@ export class ClusterView {
     const token = randomBytes(8).toString("hex");
     const deadline = Date.now() + ttlMs;
     for (;;) {
-      const ok = await this.redis.set(keys.lock(name), token, "PX", ttlMs, "NX");
+      const ok = await guard(this.redis.set(keys.lock(name), token, "PX", ttlMs, "NX"));
       if (ok === "OK") break;
       if (Date.now() > deadline) throw new Error(`lock ${name} is held`);
       await new Promise((r) => setTimeout(r, 50));
     }
     return async () => {
-      const cur = await this.redis.get(keys.lock(name));
-      if (cur === token) await this.redis.del(keys.lock(name));
+      const cur = await guard(this.redis.get(keys.lock(name)));
+      if (cur === token) await guard(this.redis.del(keys.lock(name)));
     };
   }
 }

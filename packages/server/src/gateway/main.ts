@@ -1,15 +1,25 @@
 import { parseArgs } from "node:util";
-import { Redis } from "ioredis";
 import pino from "pino";
+import {
+  describeRedisTarget,
+  openRedis,
+  parseRedisTarget,
+  type RedisTarget,
+  RedisTargetError,
+} from "../cluster/redis-target.js";
 import { httpLimitsFromEnv, parseListen } from "../config.js";
 import { buildGateway } from "./app.js";
 
 const HELP = `aenv-gateway — one E2B endpoint in front of many aenv-server nodes
 
 Usage: aenv-gateway [--listen HOST:PORT] --cluster redis://HOST:PORT
+       aenv-gateway [--listen HOST:PORT] --cluster-sentinels HOST:PORT,... --cluster-master NAME
 
-  --listen   address to serve on (default 0.0.0.0:8080)
-  --cluster  the Redis the nodes register in (AENV_CLUSTER)
+  --listen             address to serve on (default 0.0.0.0:8080)
+  --cluster            the Redis the nodes register in (AENV_CLUSTER)
+  --cluster-sentinels  instead: the Redis Sentinels that know its primary (AENV_CLUSTER_SENTINELS)
+  --cluster-master     and the master name they monitor it under (AENV_CLUSTER_MASTER);
+                       passwords from AENV_CLUSTER_PASSWORD, AENV_CLUSTER_SENTINEL_PASSWORD
 
 Environment: AENV_API_KEY (the nodes' key; required), AENV_LOG_LEVEL; listener limits
 AENV_HEADERS_TIMEOUT, AENV_REQUEST_TIMEOUT, AENV_KEEP_ALIVE_TIMEOUT, AENV_IDLE_TIMEOUT,
@@ -21,6 +31,8 @@ async function main(): Promise<void> {
     options: {
       listen: { type: "string" },
       cluster: { type: "string" },
+      "cluster-sentinels": { type: "string" },
+      "cluster-master": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -28,21 +40,37 @@ async function main(): Promise<void> {
     console.log(HELP);
     return;
   }
-  const redisUrl = values.cluster ?? process.env.AENV_CLUSTER;
-  const apiKey = process.env.AENV_API_KEY;
-  if (!redisUrl || !apiKey) {
-    console.error("aenv-gateway: --cluster (or AENV_CLUSTER) and AENV_API_KEY are required");
+  const env = process.env;
+  let target: RedisTarget | undefined;
+  try {
+    target = parseRedisTarget({
+      url: values.cluster ?? (env.AENV_CLUSTER || undefined),
+      sentinels: values["cluster-sentinels"] ?? (env.AENV_CLUSTER_SENTINELS || undefined),
+      masterName: values["cluster-master"] ?? (env.AENV_CLUSTER_MASTER || undefined),
+      password: env.AENV_CLUSTER_PASSWORD || undefined,
+      sentinelPassword: env.AENV_CLUSTER_SENTINEL_PASSWORD || undefined,
+    });
+  } catch (err) {
+    if (!(err instanceof RedisTargetError)) throw err;
+    console.error(`aenv-gateway: ${err.message}`);
+    process.exit(2);
+  }
+  const apiKey = env.AENV_API_KEY;
+  if (!target || !apiKey) {
+    console.error(
+      "aenv-gateway: --cluster (AENV_CLUSTER) or --cluster-sentinels with --cluster-master, and AENV_API_KEY, are required",
+    );
     process.exit(2);
   }
   const { host, port } = parseListen(values.listen ?? "0.0.0.0:8080");
   const log = pino({ level: process.env.AENV_LOG_LEVEL ?? "info" });
   process.on("unhandledRejection", (reason) => log.error({ err: reason }, "BUG: unhandled promise rejection"));
   process.on("uncaughtException", (err) => log.error({ err }, "BUG: uncaught exception"));
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 2 });
-  redis.on("error", (err) => log.warn({ err: err.message }, "redis"));
+  // Not waited for: until Redis answers, /health says 503 and calls that need it get 503.
+  const redis = await openRedis(target, log, { wait: false });
   const app = buildGateway({ redis, apiKey, log, limits: httpLimitsFromEnv(process.env) });
   await app.listen({ host, port });
-  log.info({ host, port, redis: redisUrl }, "aenv-gateway ready");
+  log.info({ host, port, redis: describeRedisTarget(target) }, "aenv-gateway ready");
   const stop = async () => {
     await app.close();
     redis.disconnect();

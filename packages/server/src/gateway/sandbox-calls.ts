@@ -14,7 +14,7 @@ import type { NodeInfo } from "../cluster/keys.js";
 import { errorBodyOf } from "../http-errors.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
 import { SANDBOX_NOT_FOUND, trafficErrorBody } from "../proxy/target.js";
-import type { ClusterView } from "./cluster-view.js";
+import { type ClusterView, type Reservation, StateUnavailableError } from "./cluster-view.js";
 import { call, forward, sendError, sendJson } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
 
@@ -77,18 +77,41 @@ export class SandboxCalls {
       try {
         ans = await call(r.node.url, "POST", path, headers, body);
       } catch (err) {
-        await r.release(false);
+        await this.releaseQuietly(r, false);
         this.log.warn({ err: (err as Error).message, node: r.node.nodeID }, "node unreachable; trying another");
         exclude.push(r.node.nodeID);
         continue;
       }
-      await r.release(ans.status < 300);
+      // Past this point the node has answered: a sandbox it made exists, so losing Redis now
+      // must not turn that answer into a failure.
+      await this.releaseQuietly(r, ans.status < 300);
       if (ans.status === 429 || ans.status === 503) {
         exclude.push(r.node.nodeID);
         continue;
       }
       return { node: r.node, ans };
     }
+  }
+
+  /**
+   * Gives a reservation back without failing the call it served: if Redis is unreachable the
+   * reservation expires by itself (two minutes), and the node's next beat counts what it made.
+   */
+  private async releaseQuietly(r: Reservation, created: boolean): Promise<void> {
+    await r.release(created).catch((err: Error) => this.log.warn({ err: err.message }, "reservation not released"));
+  }
+
+  /**
+   * Records who owns a sandbox that now exists. Best effort: when Redis is unreachable or
+   * loses the write in a failover, the owning node's heartbeat writes the route within a beat
+   * (a route that is missing or names a dead node is the beat's to write).
+   */
+  async recordOwner(sandboxId: string, nodeId: string): Promise<void> {
+    await this.view
+      .setOwner(sandboxId, nodeId)
+      .catch((err: Error) =>
+        this.log.warn({ err: err.message, sandboxID: sandboxId }, "route not recorded; the node's heartbeat will"),
+      );
   }
 
   /** Placement for a start from `templateId`: a snapshot goes to the node that took it first. */
@@ -165,10 +188,13 @@ export class SandboxCalls {
         body,
       );
       if (!placed) return jsonAnswer(429, errorBodyOf(429, "no node has room to resume this sandbox"));
-      if (placed.ans.status < 300) await this.view.setOwner(id, placed.node.nodeID);
+      if (placed.ans.status < 300) await this.recordOwner(id, placed.node.nodeID);
       return placed.ans;
     } finally {
-      await unlock();
+      // The lock expires by itself; a resume that happened is not undone by failing to drop it.
+      await unlock().catch((err: Error) =>
+        this.log.warn({ err: err.message, sandboxID: id }, "resume lock not released"),
+      );
     }
   }
 
@@ -249,7 +275,7 @@ export class SandboxCalls {
         this.nodeForTraffic(id, traffic, to.node.nodeID).then(
           (again) =>
             "status" in again ? sendJson(res, again.status, failureBody(again)) : forward(req, res, again.node.url),
-          (e: Error) => sendError(res, 502, `gateway error: ${e.message}`),
+          (e: Error) => sendError(res, failureStatus(e), `gateway error: ${e.message}`),
         );
       },
     });
@@ -310,7 +336,7 @@ export class SandboxCalls {
       );
     }
     for (const [i, c] of children.entries()) {
-      if (c.sandbox?.sandboxID) await this.view.setOwner(c.sandbox.sandboxID, owners[i] as string);
+      if (c.sandbox?.sandboxID) await this.recordOwner(c.sandbox.sandboxID, owners[i] as string);
     }
     sendJson(res, 201, children);
   }
@@ -327,6 +353,11 @@ export class SandboxCalls {
     }
     relay(res, ans);
   }
+}
+
+/** 503 when the cluster's state is unreachable (retry), 502 for anything else that failed here. */
+export function failureStatus(err: unknown): number {
+  return err instanceof StateUnavailableError ? 503 : 502;
 }
 
 function jsonAnswer(status: number, body: unknown): NodeAnswer {
