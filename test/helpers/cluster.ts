@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { TEST_REPOSITORY_KEY } from "./repository.js";
+import { MASTER_NAME, SentinelGroup } from "./sentinel.js";
 import { cleanupDataDir, freePort, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./server.js";
 
 export const API_KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
@@ -53,14 +54,29 @@ export class TestCluster {
   private readonly templateDirs: string[] = [];
   redis!: ChildProcess;
   redisUrl = "";
+  /** With `start({ sentinel: true })`: the primary, replica and sentinels the cluster uses. */
+  sentinel?: SentinelGroup;
   repo = "";
+  /** How nodes (environment) and gateways (flags) reach the cluster's Redis. */
+  private redisEnv: Record<string, string> = {};
+  private gatewayRedisArgs: string[] = [];
 
   constructor(private readonly prefix = "aec") {}
 
-  async start(): Promise<void> {
-    const port = await freePort();
-    this.redisUrl = `redis://127.0.0.1:${port}`;
-    this.redis = await startRedis(port);
+  /** One redis-server at a URL, or (`sentinel`) a primary and replica behind three sentinels. */
+  async start(opts: { sentinel?: boolean } = {}): Promise<void> {
+    if (opts.sentinel) {
+      this.sentinel = new SentinelGroup();
+      await this.sentinel.start();
+      this.redisEnv = { AENV_CLUSTER_SENTINELS: this.sentinel.sentinels, AENV_CLUSTER_MASTER: MASTER_NAME };
+      this.gatewayRedisArgs = ["--cluster-sentinels", this.sentinel.sentinels, "--cluster-master", MASTER_NAME];
+    } else {
+      const port = await freePort();
+      this.redisUrl = `redis://127.0.0.1:${port}`;
+      this.redis = await startRedis(port);
+      this.redisEnv = { AENV_CLUSTER: this.redisUrl };
+      this.gatewayRedisArgs = ["--cluster", this.redisUrl];
+    }
     this.repo = mkdtempSync("/var/tmp/aenv-cluster-repo-");
   }
 
@@ -99,7 +115,7 @@ export class TestCluster {
     const s = await startServer({
       templatesDir,
       env: {
-        AENV_CLUSTER: this.redisUrl,
+        ...this.redisEnv,
         AENV_NODE_ID: id,
         AENV_REPOSITORY_PATH: this.repo,
         // Every node signs and checks the shared repository's entries with the same key.
@@ -118,7 +134,7 @@ export class TestCluster {
     const port = await freePort();
     const proc = spawn(
       process.execPath,
-      [join(ROOT, "packages/server/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, "--cluster", this.redisUrl],
+      [join(ROOT, "packages/server/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, ...this.gatewayRedisArgs],
       { env: { ...process.env, AENV_API_KEY: API_KEY, AENV_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
     );
     let out = "";
@@ -138,7 +154,7 @@ export class TestCluster {
 
   /** Which node owns a sandbox, as the cluster's Redis says ("" for none). */
   async ownerOf(id: string): Promise<string> {
-    const c = new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
+    const c = this.sentinel ? this.sentinel.client() : new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
     try {
       return (await c.get(`aenv:sbx:${id}`)) ?? "";
     } finally {
@@ -176,6 +192,7 @@ export class TestCluster {
       cleanupDataDir(s);
     }
     this.redis?.kill("SIGKILL");
+    this.sentinel?.close();
     if (this.repo) rmSync(this.repo, { recursive: true, force: true });
     for (const d of this.templateDirs) rmSync(d, { recursive: true, force: true });
   }

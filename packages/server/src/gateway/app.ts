@@ -184,7 +184,14 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const templateId = parseJson<{ templateID?: unknown }>(body)?.templateID;
     const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
     const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body);
-    if (!placed) return reply.status(429).send(errorBodyOf(429, "no node has room for another sandbox"));
+    if (!placed) {
+      // No room is 429; no node at all is an outage (all down or draining, or nodes not yet
+      // registered again after Redis lost their keys: they do within a heartbeat).
+      if (!(await view.nodes()).some((n) => n.status === "ready")) {
+        return reply.status(503).header("retry-after", "1").send(errorBodyOf(503, "no node is ready"));
+      }
+      return reply.status(429).send(errorBodyOf(429, "no node has room for another sandbox"));
+    }
     if (placed.ans.status === 201) {
       const id = (JSON.parse(placed.ans.body.toString()) as Partial<SandboxCreated>).sandboxID;
       if (id) await calls.recordOwner(id, placed.node.nodeID);
