@@ -19,7 +19,8 @@ need=()
 # downloads), and protobuf-compiler + protoc-gen-go regenerate its messages from the .proto files; zstd compresses snapshot
 # chunks and unpacks zstd image layers; docker-registry + skopeo serve the image tests' registry,
 # busybox-static is the tiny image those tests build; redis-server holds a cluster's state
-# (its tests start their own on a free port). systemd's systemd-analyze verifies the units in
+# (its tests start their own on a free port) and, as `redis-server CONF --sentinel` (what the
+# redis-sentinel package's command runs), the sentinels of test/cluster-sentinel.test.ts. systemd's systemd-analyze verifies the units in
 # deploy/systemd/ and kubectl renders the kustomize base in deploy/kubernetes/ (test/deploy.test.ts);
 # Debian's kubectl comes with kubernetes-client, skipped when a kubectl is already installed.
 # tini (-s, a subreaper) reaps the sandboxes' processes at once where PID 1 is slow to: runsc's

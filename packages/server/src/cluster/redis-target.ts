@@ -136,9 +136,10 @@ function optionsFor(t: RedisTarget): RedisOptions {
     name: t.masterName,
     ...(t.password ? { password: t.password } : {}),
     ...(t.sentinelPassword ? { sentinelPassword: t.sentinelPassword } : {}),
-    // Listens on the sentinels for +switch-master, so a failover that leaves the old primary
-    // reachable (a manual one, a partition) moves the connection too, not only a dead primary.
-    failoverDetector: true,
+    // Not ioredis's failoverDetector: its +switch-master subscription outlives the connection
+    // to a dead primary, and the message arriving while the client is reconnecting aborts
+    // that attempt and ends the client for good (seen here with the primary killed -9). A
+    // demoted primary that stays up answers writes READONLY, and the reconnect above follows.
   };
 }
 
