@@ -152,9 +152,14 @@ export class TestCluster {
     throw new Error(`gateway did not start:\n${out}`);
   }
 
+  /** A client of the cluster's Redis (through the sentinels when it has them), for the tests' own reads. */
+  private client(): Redis {
+    return this.sentinel ? this.sentinel.client() : new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
+  }
+
   /** Which node owns a sandbox, as the cluster's Redis says ("" for none). */
   async ownerOf(id: string): Promise<string> {
-    const c = this.sentinel ? this.sentinel.client() : new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
+    const c = this.client();
     try {
       return (await c.get(`aenv:sbx:${id}`)) ?? "";
     } finally {
@@ -164,7 +169,7 @@ export class TestCluster {
 
   /** Resolves after a heartbeat of the node that began after the call (its key's updatedAt moved). */
   async nextHeartbeat(id: string, timeoutMs = 15_000): Promise<void> {
-    const c = new Redis(this.redisUrl, { maxRetriesPerRequest: 5 });
+    const c = this.client();
     const stamp = async () => {
       const raw = await c.get(`aenv:node:${id}`);
       return raw ? Number((JSON.parse(raw) as { updatedAt?: number }).updatedAt ?? 0) : 0;
