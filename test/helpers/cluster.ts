@@ -50,6 +50,8 @@ export class TestCluster {
   readonly gateways: Gateway[] = [];
   /** Each node's namespace prefix and slot range: a server cleans up only its own. */
   private readonly nets = new Map<string, Record<string, string>>();
+  /** Nodes on the sim runtime: they leave no sandboxes or namespaces behind to clean up. */
+  private readonly simNodes = new Set<string>();
   private slot = 0;
   private readonly templateDirs: string[] = [];
   redis!: ChildProcess;
@@ -91,12 +93,14 @@ export class TestCluster {
    * A node of its own: data dir, templates dir, network. `emptyTemplates` starts it with no
    * template at all (a host that joins the cluster empty: it fetches what it needs from the
    * repository); otherwise its templates dir holds the `base` test template (hard links of
-   * the shared one, at a path of its own).
+   * the shared one, at a path of its own). `sim` runs it on the simulated runtime
+   * (runtime/sim/) with loopback slots 127.`sim.slotOctet`.0.0/16, its operations
+   * `sim.latencyScale` times as long as on runsc.
    */
   async startNode(
     id: string,
     extraEnv: Record<string, string> = {},
-    opts: { emptyTemplates?: boolean } = {},
+    opts: { emptyTemplates?: boolean; sim?: { slotOctet: number; latencyScale?: number } } = {},
   ): Promise<TestServer> {
     const n = this.slot++;
     const templatesDir = mkdtempSync(`/var/tmp/aenv-cluster-templates-${id}-`);
@@ -108,10 +112,15 @@ export class TestCluster {
       if (r.status !== 0) throw new Error(`copying template base: ${r.stderr}`);
     }
     // extraEnv may name the node's network itself (the cleanup in close() uses it too).
-    const net = {
-      AENV_NET_PREFIX: extraEnv.AENV_NET_PREFIX ?? `${this.prefix}${"abcdefgh"[n]}`,
-      AENV_SLOT_CIDR: extraEnv.AENV_SLOT_CIDR ?? `10.${210 + n}.0.0/16`,
-    };
+    const net = opts.sim
+      ? { AENV_NET_PREFIX: this.prefix.slice(0, 4), AENV_SLOT_CIDR: `127.${opts.sim.slotOctet}.0.0/16` }
+      : {
+          AENV_NET_PREFIX: extraEnv.AENV_NET_PREFIX ?? `${this.prefix}${"abcdefgh"[n]}`,
+          AENV_SLOT_CIDR: extraEnv.AENV_SLOT_CIDR ?? `10.${210 + n}.0.0/16`,
+        };
+    const sim: Record<string, string> = opts.sim
+      ? { AENV_RUNTIME_DRIVER: "sim", AENV_SIM_LATENCY_SCALE: String(opts.sim.latencyScale ?? 1) }
+      : {};
     const s = await startServer({
       templatesDir,
       env: {
@@ -122,10 +131,12 @@ export class TestCluster {
         AENV_REPOSITORY_KEY: TEST_REPOSITORY_KEY,
         AENV_GC_INTERVAL: "0",
         ...net,
+        ...sim,
         ...extraEnv,
       },
     });
     this.nodes.set(id, s);
+    if (opts.sim) this.simNodes.add(id);
     this.nets.set(id, net);
     return s;
   }
@@ -192,6 +203,10 @@ export class TestCluster {
     // Crashed nodes leave runsc sandboxes and namespaces: a plain server on each data dir, with
     // the node's own prefix, cleans them up.
     for (const [id, s] of this.nodes) {
+      if (this.simNodes.has(id)) {
+        cleanupDataDir(s);
+        continue;
+      }
       const again = await startServer({ dataDir: s.dataDir, env: { ...this.nets.get(id) } });
       await again.stop();
       cleanupDataDir(s);

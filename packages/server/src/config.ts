@@ -109,6 +109,13 @@ export interface ServerConfig {
   slotCidr: string;
   netPrefix: string;
   platform: string;
+  /**
+   * The runtime driver: "gvisor" (runsc), or "sim", sandboxes simulated in the node's process
+   * (runtime/sim/; scale tests of many nodes on one host), which needs a 127.X.0.0/16 slot range.
+   */
+  runtimeDriver: "gvisor" | "sim";
+  /** The sim driver's operation times, as a multiple of those measured on runsc (0: immediate). */
+  simLatencyScale: number;
   runscBinary: string;
   /** runsc's debug logs (a folder), for diagnosing the runtime; unset: none. */
   runscDebugLog?: string;
@@ -400,6 +407,26 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     repository.pauseCommitDelayS = Math.min(repository.pauseCommitDelayS, 1);
   }
   checkEnvdSetting(str("AENV_ENVD", "runtime.envd"));
+  const runtimeDriver = str("AENV_RUNTIME_DRIVER", "runtime.driver") ?? "gvisor";
+  if (runtimeDriver !== "gvisor" && runtimeDriver !== "sim") {
+    throw new ConfigError(`runtime.driver (AENV_RUNTIME_DRIVER) must be gvisor or sim, got "${runtimeDriver}"`);
+  }
+  const slotCidr =
+    str("AENV_SLOT_CIDR", "network.slot_cidr") ?? (runtimeDriver === "sim" ? "127.201.0.0/16" : "10.201.0.0/16");
+  if (runtimeDriver === "sim" && !/^127\.\d+\.0\.0\/16$/.test(slotCidr)) {
+    throw new ConfigError(
+      `the sim runtime's envds listen on loopback: network.slot_cidr (AENV_SLOT_CIDR) must be 127.X.0.0/16, got "${slotCidr}"`,
+    );
+  }
+  const scaleText = env.AENV_SIM_LATENCY_SCALE;
+  const simLatencyScale = scaleText
+    ? Number(scaleText)
+    : ((file.get("runtime.sim_latency_scale") as number | undefined) ?? 1);
+  if (!Number.isFinite(simLatencyScale) || simLatencyScale < 0) {
+    throw new ConfigError(
+      `runtime.sim_latency_scale (AENV_SIM_LATENCY_SCALE) must be a number >= 0, got "${scaleText}"`,
+    );
+  }
 
   return {
     host,
@@ -409,9 +436,11 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       args.templatesDir ?? str("AENV_TEMPLATES_DIR", "templates_dir") ?? new NodePaths(dataDir).templatesDir,
     apiKey: resolveApiKey(dataDir, env),
     domain: args.domain ?? str("AENV_DOMAIN", "domain") ?? `localhost:${port}`,
-    slotCidr: str("AENV_SLOT_CIDR", "network.slot_cidr") ?? "10.201.0.0/16",
+    slotCidr,
     netPrefix: str("AENV_NET_PREFIX", "network.net_prefix") ?? "aenv",
     platform: str("AENV_RUNSC_PLATFORM", "runtime.platform") ?? "auto",
+    runtimeDriver,
+    simLatencyScale,
     runscBinary: str("AENV_RUNSC", "runtime.runsc") ?? "runsc",
     runscDebugLog: str("AENV_RUNSC_DEBUG_LOG", "runtime.debug_log"),
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",

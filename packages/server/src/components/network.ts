@@ -8,21 +8,28 @@ import { EgressProxy } from "../network/egress-proxy.js";
 import { HeaderRewriter } from "../network/egress-rewriter.js";
 import { EgressTunnel } from "../network/egress-tunnel.js";
 import { HostAddresses } from "../network/host-addresses.js";
+import { LoopbackSlots } from "../network/loopback-slots.js";
 import { inCidrs } from "../network/policy.js";
 import { dialThroughProxy } from "../network/proxy-dial.js";
-import { SlotPool } from "../network/slots.js";
+import { type SlotAllocator, SlotPool } from "../network/slots.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { SecretStore } from "../secrets/store.js";
 import type { Component } from "./component.js";
 import type { writeResolvConf } from "./host-dirs.js";
 
 export interface Slots extends Component {
-  slots: SlotPool;
+  slots: SlotAllocator;
 }
 
-/** The pool of sandbox network slots; set up by startEgress, once the proxy's ports are known. */
+/**
+ * The pool of sandbox network slots; set up by startEgress, once the proxy's ports are known.
+ * Simulated sandboxes get loopback addresses instead (no namespaces: see LoopbackSlots).
+ */
 export function openSlots(cfg: ServerConfig, log: Logger): Slots {
-  const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
+  const slots =
+    cfg.runtimeDriver === "sim"
+      ? new LoopbackSlots(cfg.slotCidr, cfg.netPrefix)
+      : new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
   return { slots, stop: () => slots.close() };
 }
 
@@ -37,7 +44,7 @@ export interface EgressDeps {
   orch: Orchestrator;
   secrets: SecretStore;
   egressCa: EgressCa;
-  slots: SlotPool;
+  slots: SlotAllocator;
   resolv: ReturnType<typeof writeResolvConf>;
 }
 

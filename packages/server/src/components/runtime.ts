@@ -1,18 +1,27 @@
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import type { RuntimeInfo } from "../runtime/driver.js";
+import type { RuntimeDriver, RuntimeInfo } from "../runtime/driver.js";
 import { GvisorDriver } from "../runtime/gvisor/driver.js";
+import { SimDriver } from "../runtime/sim/driver.js";
 import type { Component } from "./component.js";
 
 export interface Runtime extends Component {
-  driver: GvisorDriver;
-  /** The runtime's probe, in flight: it starts a throwaway sandbox (~0.4 s). */
+  driver: RuntimeDriver;
+  /** The runtime's probe, in flight: gVisor's starts a throwaway sandbox (~0.4 s). */
   probing: Promise<RuntimeInfo>;
 }
 
-/** The sandbox runtime, its probe started: the steps up to the orchestrator go on meanwhile. */
+/** The sandbox runtime the config names, its probe started: the steps up to the orchestrator go on meanwhile. */
 export function startRuntime(cfg: ServerConfig, paths: NodePaths, log: Logger): Runtime {
+  if (cfg.runtimeDriver === "sim") {
+    const driver = new SimDriver({ latencyScale: cfg.simLatencyScale });
+    log.warn(
+      { latencyScale: cfg.simLatencyScale },
+      "runtime driver 'sim': sandboxes are simulated, nothing runs in them",
+    );
+    return { driver, probing: driver.probe(), async stop() {} };
+  }
   const driver = new GvisorDriver({
     binary: cfg.runscBinary,
     stateDir: paths.runtimeState,

@@ -14,6 +14,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   domain: "string",
   log_level: "string",
   "runtime.debug_log": "string",
+  "runtime.driver": "string",
+  "runtime.sim_latency_scale": "number",
   "runtime.platform": "string",
   "runtime.runsc": "string",
   "runtime.stale_warm_image_secs": "int",

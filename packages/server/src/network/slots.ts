@@ -28,11 +28,24 @@ const MTU = 65000;
 
 const DEFAULT_POLICY = compileEgress(undefined, true);
 
+/** What the orchestrator needs of sandbox network slots (SlotPool; LoopbackSlots for the sim driver). */
+export interface SlotAllocator {
+  /** Whether a slot's network still exists (a sandbox that outlived a server crash uses it). */
+  exists(index: number): boolean;
+  describe(index: number): Slot;
+  /** Removes what a previous run left, except the kept slots, and sets up the host side. */
+  init(keep?: number[], guard?: EgressGuard): Promise<void>;
+  acquire(policy: EgressPolicy): Promise<Slot>;
+  applyPolicy(slot: Slot, policy: EgressPolicy): Promise<void>;
+  release(slot: Slot): Promise<void>;
+  close(): Promise<void>;
+}
+
 /**
  * Allocates per-sandbox network slots and keeps a small pool of prepared ones, so that
  * creating a sandbox does not pay for namespace setup (~60 ms of `ip` calls).
  */
-export class SlotPool {
+export class SlotPool implements SlotAllocator {
   private readonly base: number;
   private readonly free: Slot[] = [];
   private readonly inUse = new Map<number, Slot>();

@@ -5,7 +5,7 @@ import type { ServerConfig } from "../config.js";
 import { InvalidRequestError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import type { NetworkSpec } from "../network/policy.js";
-import type { SlotPool } from "../network/slots.js";
+import type { SlotAllocator } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxAccess } from "../proxy/proxy.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
@@ -48,7 +48,7 @@ export interface OrchestratorDeps {
   store: StateStore;
   templates: TemplateStore;
   driver: RuntimeDriver;
-  slots: SlotPool;
+  slots: SlotAllocator;
   log: Logger;
   /** The /.aenv folder new sandboxes get (envd and its tools); template build sandboxes too. */
   runtimeDir: string;

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
-import type { SlotPool } from "../network/slots.js";
+import type { SlotAllocator } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { StateStore } from "../state/store.js";
 import { pauseClaimName, pauseManifestId } from "../storage/repository/manifest-kinds.js";
@@ -28,7 +28,7 @@ export interface RecoveryReport {
 export interface RecoveryDeps {
   paths: NodePaths;
   store: StateStore;
-  slots: SlotPool;
+  slots: SlotAllocator;
   registry: SandboxRegistry;
   runner: SandboxRunner;
   pauseCommits: PauseCommits;

@@ -3,7 +3,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import { ENVD_HEAP_REDUCE_PATH, ENVD_QUIESCE_PATH, type EnvdInitBody } from "@aenv/protocol";
 import type { Logger } from "pino";
 import { compileEgress } from "../network/policy.js";
-import type { Slot, SlotPool } from "../network/slots.js";
+import type { Slot, SlotAllocator } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
 import type { StateStore } from "../state/store.js";
@@ -48,7 +48,7 @@ export function runtimeIdFor(sandboxId: string): string {
 
 export interface RunnerDeps {
   driver: RuntimeDriver;
-  slots: SlotPool;
+  slots: SlotAllocator;
   store: StateStore;
   registry: SandboxRegistry;
   paths: NodePaths;
@@ -102,6 +102,7 @@ export class SandboxRunner {
       rootfs: rec.rootfs,
       dir: this.d.paths.sandboxRun(rec.dir, rec.runtimeId),
       netnsPath: slot.netnsPath,
+      envdAddress: slot.slotIp,
       cpuCount: rec.cpuCount,
       memoryMB: rec.memoryMB,
       diskSizeMB: rec.diskSizeMB,

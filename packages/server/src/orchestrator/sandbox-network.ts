@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import { ConflictError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import { compileEgress, type NetworkSpec } from "../network/policy.js";
-import type { SlotPool } from "../network/slots.js";
+import type { SlotAllocator } from "../network/slots.js";
 import type { StateStore } from "../state/store.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -13,7 +13,7 @@ export class SandboxNetwork {
     private readonly d: {
       registry: SandboxRegistry;
       runner: SandboxRunner;
-      slots: SlotPool;
+      slots: SlotAllocator;
       store: StateStore;
       log: Logger;
     },

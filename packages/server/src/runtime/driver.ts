@@ -24,6 +24,12 @@ export interface SandboxLaunch {
   dir: string;
   /** Network namespace the sandbox joins (already addressed). */
   netnsPath: string;
+  /**
+   * The host's address of the sandbox's envd (its slot address). Drivers that give the
+   * sandbox its own network namespace reach it through the slot and ignore this; the sim
+   * driver listens here itself.
+   */
+  envdAddress?: string;
   cpuCount: number;
   memoryMB: number;
   /** Most bytes (MiB) the writable layer may hold; 0 or absent: no limit of its own. */
