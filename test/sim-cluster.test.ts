@@ -30,7 +30,10 @@ describe("a simulated node behind the gateway", () => {
     assert.equal((await s.commands.run("echo hi there")).stdout, "hi there\n");
     await assert.rejects(s.commands.run("false"), (e: unknown) => e instanceof CommandExitError && e.exitCode === 1);
     const listed = await Sandbox.list(via(gw)).nextItems();
-    assert.ok(listed.some((i) => i.sandboxId === s.sandboxId && i.state === "running"), "listed as running");
+    assert.ok(
+      listed.some((i) => i.sandboxId === s.sandboxId && i.state === "running"),
+      "listed as running",
+    );
     await s.kill();
     const after = await Sandbox.list(via(gw)).nextItems();
     assert.ok(!after.some((i) => i.sandboxId === s.sandboxId), "gone from the list once killed");
@@ -41,7 +44,10 @@ describe("a simulated node behind the gateway", () => {
     const s = await Sandbox.create(via(gw));
     await s.pause();
     const listed = await Sandbox.list({ ...via(gw), query: { state: ["paused"] } }).nextItems();
-    assert.ok(listed.some((i) => i.sandboxId === s.sandboxId), "listed as paused");
+    assert.ok(
+      listed.some((i) => i.sandboxId === s.sandboxId),
+      "listed as paused",
+    );
     const back = await Sandbox.connect(s.sandboxId, via(gw));
     assert.equal((await back.commands.run("true")).exitCode, 0);
     await back.kill();
