@@ -13,6 +13,7 @@ const BENCHMARKS = [
   "pull.ts",
   "repository.ts",
   "cluster.ts",
+  "cluster-scale.ts",
   "rollouts.ts",
   "code-interpreter.ts",
   "density.ts",
