@@ -14,37 +14,50 @@ export interface NodeAgentDeps {
 
 /**
  * One heartbeat, atomically: the node key stamped with Redis's clock, its checkpoint key, and
- * the routes of the sandboxes it holds. A route is (re)written only when it is missing, already
+ * the routes of the sandboxes it passes. A route is (re)written only when it is missing, already
  * this node's, or names a node whose heartbeat expired: a node never takes a sandbox back from
- * a live node that resumed it. Returns the IDs another live node owns.
- *   KEYS: node key, nodes set, checkpoint-keys hash, then one aenv:sbx key per owned sandbox
+ * a live node that resumed it. Returns whether the node key existed before, then the route keys
+ * another live node owns.
+ *   KEYS: node key, nodes set, checkpoint-keys hash, then one aenv:sbx key per route passed
  *   ARGV: nodeId, info JSON (without updatedAt), TTL ms, checkpoint key, node-key prefix
  */
 const BEAT = `
+local had = redis.call('EXISTS', KEYS[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local info = string.sub(ARGV[2], 1, -2) .. ',"updatedAt":' .. now .. '}'
 redis.call('SET', KEYS[1], info, 'PX', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
-local others = {}
+local out = { had }
 for i = 4, #KEYS do
   local cur = redis.call('GET', KEYS[i])
   if (not cur) or cur == ARGV[1] or redis.call('EXISTS', ARGV[5] .. cur) == 0 then
     redis.call('SET', KEYS[i], ARGV[1])
   else
-    others[#others + 1] = KEYS[i]
+    out[#out + 1] = KEYS[i]
   end
 end
-return others
+return out
 `;
+
+/**
+ * How often a beat passes every route the node holds, not only those it has not published
+ * yet. Routes change otherwise only by a create, a kill or a move, each of which writes them,
+ * so this is a repair for what nothing else would notice; a Redis restart or an expired node
+ * key (the script reports the key was gone) gets a full beat at once. Passing every route
+ * every beat cost Redis a GET and a SET per sandbox of the cluster every 2 s: at 10,000
+ * sandboxes most of its commands (bench/cluster-scale.ts).
+ */
+const FULL_BEAT_MS = 30_000;
 
 /** Coalesces change-driven beats: one at most this often beyond the periodic one. */
 const NUDGE_MS = 50;
 
 /**
  * A node's presence in the cluster: an expiring heartbeat key with its load and capacity, and
- * the sandboxes it owns, republished every beat (so a Redis restart loses nothing for long).
+ * the routes of the sandboxes it owns: each beat those it has not published yet, every
+ * FULL_BEAT_MS all of them, and all at once after a Redis restart (so it loses nothing for long).
  * A change in what it holds (a sandbox stopped) is published at once, not at the next beat.
  */
 export class NodeAgent {
@@ -53,6 +66,9 @@ export class NodeAgent {
   private beating: Promise<void> = Promise.resolve();
   private warned = new Set<string>();
   private stopped = false;
+  /** Sandboxes whose route a beat has passed since the last full one. */
+  private published = new Set<string>();
+  private lastFull = 0;
 
   constructor(private readonly d: NodeAgentDeps) {}
 
@@ -80,26 +96,42 @@ export class NodeAgent {
   }
 
   async beat(): Promise<void> {
-    const info = this.d.describe();
+    const full = Date.now() - this.lastFull >= FULL_BEAT_MS;
     const owned = this.d.owned();
-    const others = (await this.d.redis.eval(
+    const gone = await this.publish(full ? owned : owned.filter((id) => !this.published.has(id)), full);
+    // The node key was gone (Redis restarted, or this node's key expired): its routes may be too.
+    if (gone && !full) await this.publish(this.d.owned(), true);
+  }
+
+  /** One beat passing these routes; resolves whether the node key was missing before it. */
+  private async publish(routes: string[], full: boolean): Promise<boolean> {
+    const info = this.d.describe();
+    const startedAt = Date.now();
+    const [had, ...others] = (await this.d.redis.eval(
       BEAT,
-      3 + owned.length,
+      3 + routes.length,
       keys.node(this.d.nodeId),
       keys.nodes,
       keys.checkpointKeys,
-      ...owned.map(keys.sandbox),
+      ...routes.map(keys.sandbox),
       this.d.nodeId,
       JSON.stringify(info),
       NODE_TTL_MS,
       info.checkpointKey,
       keys.node(""),
-    )) as string[];
+    )) as [number, ...string[]];
+    if (full) {
+      this.published = new Set(routes);
+      this.lastFull = startedAt;
+    } else {
+      for (const id of routes) this.published.add(id);
+    }
     for (const k of others) {
       if (this.warned.has(k)) continue;
       this.warned.add(k);
       this.d.log.warn({ route: k }, "a sandbox this node holds is routed to another live node; not taking it back");
     }
+    return had === 0;
   }
 
   /** A sandbox that is gone (killed, expired) is no longer routed here. */
