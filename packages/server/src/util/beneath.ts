@@ -16,14 +16,12 @@
  */
 import { constants, type Dirent, type Stats } from "node:fs";
 import { chmod, chown, type FileHandle, lstat, mkdir, open, readdir, rmdir, unlink } from "node:fs/promises";
+import { basename, dirname } from "node:path";
 
 /** O_PATH (Linux, every architecture Node runs on): a descriptor that names an inode without opening it for I/O. */
 const O_PATH = 0o10000000;
 const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-/** Folders deeper than this are refused by the recursive remove instead of exhausting descriptors. */
-export const MAX_DEPTH = 1024;
-
-export type BeneathErrorKind = "not-found" | "symlink" | "not-directory" | "invalid" | "too-deep";
+export type BeneathErrorKind = "not-found" | "symlink" | "not-directory" | "invalid";
 
 /** A path beneath the root could not be used; `kind` lets callers map it to their own errors. */
 export class BeneathError extends Error {
@@ -174,36 +172,168 @@ export class Dir {
   /**
    * Removes `name` and, when it is a folder, everything in it. Each level is opened by
    * descriptor before its entries are removed, so a folder swapped for a link mid-way is
-   * unlinked as a link, and nothing outside this folder is touched.
+   * unlinked as a link, and nothing outside this folder is touched. However deep the tree,
+   * it holds three descriptors at most besides this folder's (see walkTree), so concurrent
+   * removals of deep trees cannot run the process out of descriptors.
    */
-  async removeTree(name: string, depth = 0): Promise<void> {
-    try {
-      await unlink(this.at(name));
+  async removeTree(name: string): Promise<void> {
+    for (let tries = 0; ; tries++) {
+      if (await unlinkEntry(this, name)) return;
+      let sub: Dir;
+      try {
+        sub = await this.sub(name);
+      } catch (err) {
+        if (!(err instanceof BeneathError)) throw err;
+        if (err.kind === "not-found") return;
+        // It changed between the two calls (now a link or a file): removed as what it is now,
+        // a few times over against a racer that keeps flipping it.
+        if (tries < 8) continue;
+        throw err;
+      }
+      try {
+        await walkTree(sub, REMOVE);
+      } finally {
+        await sub.close();
+      }
+      await rmdir(this.at(name)).catch(ignoreGone);
       return;
-    } catch (err) {
-      const code = errCode(err);
-      if (code === "ENOENT") return;
-      if (code !== "EISDIR" && code !== "EPERM") throw err;
     }
-    if (depth >= MAX_DEPTH) throw new BeneathError("too-deep", `${this.relOf(name)} is nested over ${MAX_DEPTH} deep`);
-    let sub: Dir;
-    try {
-      sub = await this.sub(name);
-    } catch (err) {
-      // It changed between the two calls (now a link or a file): try again as what it is now.
-      if (err instanceof BeneathError && err.kind !== "not-found") return this.removeTree(name, depth + 1);
-      if (err instanceof BeneathError) return;
-      throw err;
-    }
-    try {
-      for (const e of await sub.entries()) await sub.removeTree(e.name, depth + 1);
-    } finally {
-      await sub.close();
-    }
-    await rmdir(this.at(name)).catch((err) => {
-      if (errCode(err) !== "ENOENT") throw err;
-    });
   }
+}
+
+const ignoreGone = (err: unknown) => {
+  if (errCode(err) !== "ENOENT") throw err;
+};
+
+/** Unlinks `name` unless it is a folder: true when it is gone (or never was), false for a folder. */
+async function unlinkEntry(dir: Dir, name: string): Promise<boolean> {
+  try {
+    await unlink(dir.at(name));
+    return true;
+  } catch (err) {
+    const code = errCode(err);
+    if (code === "ENOENT") return true;
+    // Linux answers EISDIR for a folder; some filesystems EPERM.
+    if (code === "EISDIR" || code === "EPERM") return false;
+    throw err;
+  }
+}
+
+/** removeTree's walk: files and links go as each folder is entered, the folder once it is empty. */
+const REMOVE: TreeVisitor = {
+  async enter(dir) {
+    const subs: string[] = [];
+    for (const e of await dir.entries()) {
+      if (e.isDirectory() || !(await unlinkEntry(dir, e.name))) subs.push(e.name);
+    }
+    return subs;
+  },
+  notFolder: async (parent, name) => {
+    await unlinkEntry(parent, name);
+  },
+  leave: (parent, name) => rmdir(parent.at(name)).catch(ignoreGone),
+};
+
+/** What walkTree does in each folder of a tree. */
+export interface TreeVisitor {
+  /** Called once in each folder as it is entered; returns the names of the sub-folders to walk. */
+  enter(dir: Dir): Promise<string[]>;
+  /** A name that `enter` returned is no folder any more (a link or a file now): it is not walked. */
+  notFolder?(parent: Dir, name: string): Promise<void>;
+  /** Everything under `name` has been walked; its parent is open. */
+  leave?(parent: Dir, name: string): Promise<void>;
+}
+
+/** One folder on the way down from the top of a walk. */
+interface Level {
+  name: string;
+  dev: number;
+  ino: number;
+  /** Sub-folders still to walk. */
+  pending: string[];
+}
+
+/**
+ * Walks the folders under `top` (open, the caller's: not closed here) depth first, every
+ * folder opened by descriptor from its parent without following a link, as Dir.sub does.
+ *
+ * A recursive walk holds a descriptor per level, which a deep tree (a sandbox can nest
+ * folders as deep as it likes) turns into thousands per walk. This one holds only the
+ * folder it is in, besides `top`: it comes back up through `..` of that folder's
+ * descriptor, and uses the parent so reached only when its device and inode are those of
+ * the folder it went down from. When they are not (a racer moved the folder meanwhile, and
+ * its `..` may be anywhere, outside `top` too), the parent is found again by name from
+ * `top`, each step beneath the one before; a folder no longer found is left, its rest unwalked.
+ */
+export async function walkTree(top: Dir, visitor: TreeVisitor): Promise<void> {
+  const topSt = await top.stat();
+  const stack: Level[] = [{ name: "", dev: topSt.dev, ino: topSt.ino, pending: await visitor.enter(top) }];
+  let cur = top;
+  try {
+    while (stack.length > 0) {
+      const level = stack[stack.length - 1] as Level;
+      const name = level.pending.pop();
+      if (name !== undefined) {
+        let child: Dir;
+        try {
+          child = await cur.sub(name);
+        } catch (err) {
+          if (!(err instanceof BeneathError)) throw err;
+          if (err.kind !== "not-found") await visitor.notFolder?.(cur, name);
+          continue;
+        }
+        if (cur !== top) await cur.close();
+        cur = child;
+        const st = await cur.stat();
+        stack.push({ name, dev: st.dev, ino: st.ino, pending: await visitor.enter(cur) });
+        continue;
+      }
+      stack.pop();
+      if (stack.length === 0) break;
+      const depth = stack.length;
+      const parent = await climb(top, cur, stack);
+      if (cur !== top) await cur.close();
+      cur = parent;
+      // Only when the parent it went down from was found again: otherwise `name` is not in `cur`.
+      if (stack.length === depth) await visitor.leave?.(cur, level.name);
+    }
+  } finally {
+    if (cur !== top) await cur.close();
+  }
+}
+
+/** The folder of the last level of `stack` (the parent of `cur`); drops the levels no longer found. */
+async function climb(top: Dir, cur: Dir, stack: Level[]): Promise<Dir> {
+  if (stack.length === 1) return top;
+  const want = stack[stack.length - 1] as Level;
+  const rel = stack.slice(1).reduce((r, l) => (r === "/" ? `/${l.name}` : `${r}/${l.name}`), top.rel);
+  const up = await Dir.open(`${cur.self}/..`, rel, false).catch(() => undefined);
+  if (up) {
+    const st = await up.stat().catch(() => undefined);
+    if (st && st.dev === want.dev && st.ino === want.ino) return up;
+    await up.close();
+  }
+  // Moved since it was entered: found again by name from the top, every step beneath it.
+  let dir = top;
+  for (let i = 1; i < stack.length; i++) {
+    const level = stack[i] as Level;
+    const next = await dir.sub(level.name).catch(async (err) => {
+      if (err instanceof BeneathError) return undefined;
+      if (dir !== top) await dir.close();
+      throw err;
+    });
+    if (!next) {
+      stack.length = i;
+      return dir;
+    }
+    if (dir !== top) await dir.close();
+    dir = next;
+    // Whatever is under that name now is what the rest of the walk is in.
+    const st = await dir.stat();
+    level.dev = st.dev;
+    level.ino = st.ino;
+  }
+  return dir;
 }
 
 function dirError(err: unknown, rel: string): unknown {
@@ -262,6 +392,26 @@ export async function withDir<T>(
     return await fn(dir);
   } finally {
     await dir.close();
+  }
+}
+
+/**
+ * Removes `path` and everything under it (nothing when it is missing). The folder holding it
+ * is the operator's and is opened as any path; below that, Dir.removeTree: a folder of it
+ * that someone swaps for a link is unlinked as a link, never followed.
+ */
+export async function removePath(path: string): Promise<void> {
+  let parent: Dir;
+  try {
+    parent = await openBeneath(dirname(path), []);
+  } catch (err) {
+    if (err instanceof BeneathError && err.kind === "not-found") return;
+    throw err;
+  }
+  try {
+    await parent.removeTree(basename(path));
+  } finally {
+    await parent.close();
   }
 }
 

@@ -1,8 +1,9 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { ConflictError, NotFoundError } from "../../errors.js";
+import { removePath } from "../../util/beneath.js";
 import { writePrivateFile } from "../../util/private-file.js";
 import type { VolumeBackend } from "./backend.js";
 
@@ -44,7 +45,7 @@ export class VolumeCatalog {
         try {
           // A crash between mounting and writing the record leaves it mounted.
           if (!entry.endsWith(".deleting")) await this.backend.detach(entry);
-          rmSync(path, { recursive: true, force: true });
+          await removePath(path);
         } catch (err) {
           this.log.error({ err, path }, "incomplete volume folder not removed");
         }
@@ -138,7 +139,8 @@ export class VolumeCatalog {
     this.deleting.add(id);
     try {
       await this.backend.remove(id);
-      rmSync(this.volumeDir(id), { recursive: true, force: true });
+      // What a sandbox wrote there may be links: removed by descriptor, never following one.
+      await removePath(this.volumeDir(id));
       this.byId.delete(id);
     } finally {
       this.deleting.delete(id);

@@ -1,5 +1,6 @@
 import { chmod, mkdir, rename, rm, rmdir, stat, statfs, truncate } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { removePath } from "../../util/beneath.js";
 import { renameDurable } from "../../util/durable-write.js";
 import { exec } from "../../util/exec.js";
 import type { VolumeBackend } from "./backend.js";
@@ -72,7 +73,9 @@ export class Ext4ImageBackend implements VolumeBackend {
     await this.detach(id);
     const gone = `${this.dir(id)}.deleting`;
     await rename(this.dir(id), gone).catch(() => undefined);
-    await rm(gone, { recursive: true, force: true });
+    // Unmounted, its data folder should be empty; removed by descriptor all the same, like any
+    // folder a sandbox may have written links into.
+    await removePath(gone);
   }
 }
 
