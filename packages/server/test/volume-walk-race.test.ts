@@ -1,10 +1,10 @@
 /**
  * Walks of whole trees that a sandbox can change while they run: the local volume backend's
  * size walk and removal, the catalog's removal of a volume folder, and the descriptor walk
- * beneath them (util/beneath.ts walkTree and removeTree). Races are driven deterministically
- * through seams that run at the moment a path-string implementation is open to them; nothing
- * outside the tree may be read, counted, written or removed, and no walk may hold a
- * descriptor per level.
+ * beneath them (util/beneath.ts walkTree and removeTree); and the posix_fs backend's
+ * writability probe. Races are driven deterministically through seams that run at the moment
+ * a path-string implementation is open to them; nothing outside the tree may be read,
+ * counted, written or removed, and no walk may hold a descriptor per level.
  */
 import assert from "node:assert/strict";
 import {
@@ -15,6 +15,7 @@ import {
   mkdtempSync,
   openSync,
   readdirSync,
+  readFileSync,
   renameSync,
   statSync,
   symlinkSync,
@@ -24,6 +25,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, beforeEach, describe, test } from "node:test";
 import pino from "pino";
+import { PosixFsBackend } from "../src/storage/repository/posix-fs-backend.js";
 import { VolumeCatalog } from "../src/storage/volumes/catalog.js";
 import { LocalDirBackend } from "../src/storage/volumes/local-dir.js";
 import { type Dir, removePath, walkTree, withDir } from "../src/util/beneath.js";
@@ -186,5 +188,23 @@ describe("walkTree and removeTree", () => {
     );
     assert.ok(!seen.includes(outside), "the walk reached the folder above its top");
     assert.ok(existsSync(join(dir, "escaped", "c")));
+  });
+});
+
+describe("posix_fs check()", () => {
+  test("a link planted under the probe's name fails the check and writes nothing through it", async () => {
+    const root = join(dir, "repo");
+    const b = new PosixFsBackend(root, {
+      resolved: (name) => symlinkSync(join(host, "keep"), join(root, name)),
+    });
+    await assert.rejects(b.check(), /not writable/);
+    assert.equal(readFileSync(join(host, "keep")).length, HOST_BYTES);
+    assertHostUntouched();
+  });
+
+  test("a writable root passes and keeps no probe file", async () => {
+    const root = join(dir, "repo");
+    await new PosixFsBackend(root).check();
+    assert.deepEqual(readdirSync(root), []);
   });
 });

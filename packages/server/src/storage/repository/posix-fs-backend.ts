@@ -1,8 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
 import { constants } from "node:fs";
-import { link, mkdir, open, rename, unlink } from "node:fs/promises";
-import { join } from "node:path";
+import { link, mkdir, rename, unlink } from "node:fs/promises";
 import type { Readable } from "node:stream";
 import { BeneathError, type Dir, openBeneath, withDir, writeStream } from "../../util/beneath.js";
 import {
@@ -20,7 +19,10 @@ const WRITE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
 const isNotFound = (err: unknown) =>
   (err as NodeJS.ErrnoException)?.code === "ENOENT" || (err instanceof BeneathError && err.kind === "not-found");
 
-/** Test seam: `resolved` runs once a key's folder is open, the moment a racing writer would swap it. */
+/**
+ * Test seam: `resolved` runs once a key's folder is open (for check(), the root, with the
+ * probe's name), the moment a racing writer would swap it.
+ */
 export interface PosixFsSeams {
   resolved?: (key: string) => Promise<void> | void;
 }
@@ -227,14 +229,19 @@ export class PosixFsBackend implements RepositoryBackend {
     const probe = `.aenv-check-${randomBytes(4).toString("hex")}`;
     try {
       await mkdir(this.root, { recursive: true, mode: 0o700 });
-      const fh = await open(join(this.root, probe), "w", 0o600);
-      try {
-        await fh.writeFile("ok");
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await unlink(join(this.root, probe));
+      // A new file in the open root (O_EXCL, no link followed): a writer of the folder who
+      // plants a link under the probe's name makes the check fail, never write elsewhere.
+      await withDir(this.root, [], async (dir) => {
+        await this.seams.resolved?.(probe);
+        const fh = await dir.openFile(probe, WRITE_NEW, 0o600);
+        try {
+          await fh.writeFile("ok");
+          await fh.sync();
+        } finally {
+          await fh.close();
+        }
+        await unlink(dir.at(probe));
+      });
     } catch (err) {
       throw new BackendUnavailableError(`repository ${this.description} is not writable: ${describeError(err)}`, {
         cause: err,
