@@ -1,13 +1,13 @@
 import { basename } from "node:path";
 import pino, { type Logger } from "pino";
 import type { App } from "./api/app.js";
-import { describeNode } from "./cluster/node-info.js";
 import { startApi } from "./components/api.js";
 import { startBuilds } from "./components/builds.js";
 import { type ClusterMember, joinCluster } from "./components/cluster.js";
 import type { Component } from "./components/component.js";
 import { prepareHostDirs, writeResolvConf } from "./components/host-dirs.js";
 import { openEgressCa, openSlots, startEgress } from "./components/network.js";
+import { describeNode } from "./components/node-info.js";
 import { startOrchestrator } from "./components/orchestrator.js";
 import { startRepositoryGc } from "./components/repository-gc.js";
 import { startRuntime } from "./components/runtime.js";

@@ -1,7 +1,7 @@
+import type { NodeInfo } from "../cluster/keys.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { type TemplateStore, usable } from "../state/template-catalog.js";
-import type { NodeInfo } from "./keys.js";
 
 /** What this node tells the cluster about itself (and GET /nodes answers on the node). */
 export function describeNode(
