@@ -1,55 +1,24 @@
-import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, statfsSync } from "node:fs";
-import { availableParallelism, hostname, totalmem } from "node:os";
-import { join } from "node:path";
-import { parseRedisTarget, type RedisTarget, RedisTargetError } from "./cluster/redis-target.js";
+import { mkdirSync, statfsSync } from "node:fs";
+import { availableParallelism, totalmem } from "node:os";
+import { type ClusterConfig, type ClusterFlags, clusterConfig } from "./config/cluster.js";
 import { type EgressConfig, egressConfig } from "./config/egress.js";
 import { readConfigFile, type Value } from "./config/file.js";
-import { ConfigError, parseBool, parseBytes, parseInt10, parseListen } from "./config/values.js";
+import { readHttpLimits } from "./config/http.js";
+import { settingsReader } from "./config/reader.js";
+import { type RepositoryConfig, repositoryConfig } from "./config/repository.js";
+import { resolveApiKey } from "./config/secrets.js";
+import { ConfigError, parseListen } from "./config/values.js";
 import { NodePaths } from "./node-paths.js";
-import { DEFAULT_HTTP_LIMITS, type HttpLimits } from "./util/http-limits.js";
-import { writePrivateFile } from "./util/private-file.js";
+import type { HttpLimits } from "./util/http-limits.js";
 
 // The parts live in config/ (one job each); these names stay importable from here.
+export type { ClusterConfig } from "./config/cluster.js";
 export type { EgressConfig } from "./config/egress.js";
 export { FILE_KEYS } from "./config/file.js";
+export { httpLimitsFromEnv } from "./config/http.js";
+export type { RepositoryConfig, S3Config } from "./config/repository.js";
+export { E2B_KEY_FORM, resolveApiKey, resolveRepositoryKey } from "./config/secrets.js";
 export { ConfigError, parseBytes, parseListen } from "./config/values.js";
-
-export interface S3Config {
-  /** Absent: AWS itself. */
-  endpoint?: string;
-  bucket: string;
-  /** Required with backend s3. */
-  region: string;
-  prefix: string;
-  forcePathStyle: boolean;
-}
-
-export interface RepositoryConfig {
-  backend: "posix_fs" | "s3";
-  /** posix_fs: the folder (possibly on a shared filesystem). */
-  path: string;
-  s3: S3Config;
-  /** zstd level of new chunks. */
-  compressionLevel: number;
-  /** Chunks uploaded/fetched in parallel. */
-  concurrency: number;
-  /** Node-local chunk cache. */
-  cacheDir: string;
-  cacheMaxBytes: number;
-  /** Also put committed chunks into the cache (a local resume then fetches nothing). */
-  cacheOnCommit: boolean;
-  /** Periodic GC every this many seconds; 0 disables it. */
-  gcIntervalS: number;
-  /** Unreferenced chunks younger than this survive a GC. */
-  gcGraceS: number;
-  /** Commit built templates too, so servers sharing the repository can start them. */
-  commitTemplates: boolean;
-  /** A paused sandbox is committed once it has stayed paused this long (0: at once). */
-  pauseCommitDelayS: number;
-  /** Secret every node sharing the repository signs and checks its entries with (signing.ts). */
-  key: string;
-}
 
 export interface ImagesConfig {
   /** Registries (host or host:port) spoken to over plain HTTP; loopback ones always are. */
@@ -173,42 +142,13 @@ export interface ServerConfig {
   configFile?: string;
 }
 
-export interface ClusterConfig {
-  /** The cluster's Redis: a URL, or a primary found through Sentinel. */
-  redis: RedisTarget;
-  nodeId: string;
-  /** Where gateways reach this node (default http://LISTEN). */
-  advertiseUrl: string;
-}
-
-export interface CliArgs {
-  cluster?: string;
-  /** --cluster-sentinels HOST:PORT,… and --cluster-master NAME: Redis through Sentinel. */
-  clusterSentinels?: string;
-  clusterMaster?: string;
-  nodeId?: string;
-  advertiseUrl?: string;
+export interface CliArgs extends ClusterFlags {
   listen?: string;
   dataDir?: string;
   templatesDir?: string;
   domain?: string;
   /** --config FILE (TOML); AENV_CONFIG_PATH otherwise. */
   config?: string;
-}
-
-/** Keys the e2b SDK accepts as they are (releases since 2.27 check; E2B_VALIDATE_API_KEY=false skips it). */
-export const E2B_KEY_FORM = /^e2b_[0-9a-f]+$/;
-
-/** The API key: AENV_API_KEY, else one generated on first start into DATA/secrets/api-key (0600). */
-export function resolveApiKey(dataDir: string, env: NodeJS.ProcessEnv): string {
-  if (env.AENV_API_KEY) return env.AENV_API_KEY;
-  const dir = new NodePaths(dataDir).secrets;
-  const file = join(dir, "api-key");
-  if (existsSync(file)) return readFileSync(file, "utf8").trim();
-  // E2B's key form: some SDK releases refuse any other before sending a request.
-  const key = `e2b_${randomBytes(24).toString("hex")}`;
-  writePrivateFile(file, `${key}\n`);
-  return key;
 }
 
 /**
@@ -224,66 +164,6 @@ export function dataFsSizeMB(dataDir: string): number {
   } catch {
     return 64 * 1024;
   }
-}
-
-/** Shorter secrets are refused: the repository key is all that stands between its writers and the hosts. */
-const MIN_REPOSITORY_KEY = 32;
-
-/**
- * The repository key: AENV_REPOSITORY_KEY, else one generated on first start into
- * DATA/secrets/repository-key (0600). Nodes sharing a repository need the same one.
- */
-export function resolveRepositoryKey(dataDir: string, env: NodeJS.ProcessEnv): string {
-  const given = env.AENV_REPOSITORY_KEY?.trim();
-  if (given !== undefined && given !== "") {
-    if (given.length < MIN_REPOSITORY_KEY) {
-      throw new ConfigError(`AENV_REPOSITORY_KEY must be at least ${MIN_REPOSITORY_KEY} characters`);
-    }
-    return given;
-  }
-  const file = join(new NodePaths(dataDir).secrets, "repository-key");
-  if (existsSync(file)) {
-    const key = readFileSync(file, "utf8").trim();
-    if (key.length < MIN_REPOSITORY_KEY)
-      throw new ConfigError(`${file} must hold at least ${MIN_REPOSITORY_KEY} characters`);
-    return key;
-  }
-  const key = randomBytes(32).toString("hex");
-  writePrivateFile(file, `${key}\n`);
-  return key;
-}
-
-/** Listener limits from env names and file keys (the gateway reads the same variables). */
-function readHttpLimits(int: (envName: string, key: string, d: number) => number): HttpLimits {
-  const d = DEFAULT_HTTP_LIMITS;
-  const secs = (envName: string, key: string, ms: number) => int(envName, key, ms / 1000) * 1000;
-  const limits: HttpLimits = {
-    headersTimeoutMs: secs("AENV_HEADERS_TIMEOUT", "api.headers_timeout_secs", d.headersTimeoutMs),
-    requestTimeoutMs: secs("AENV_REQUEST_TIMEOUT", "api.request_timeout_secs", d.requestTimeoutMs),
-    keepAliveTimeoutMs: secs("AENV_KEEP_ALIVE_TIMEOUT", "api.keep_alive_timeout_secs", d.keepAliveTimeoutMs),
-    idleTimeoutMs: secs("AENV_IDLE_TIMEOUT", "api.idle_timeout_secs", d.idleTimeoutMs),
-    maxConnections: int("AENV_MAX_CONNECTIONS", "api.max_connections", d.maxConnections),
-    maxConnectionsPerClient: int(
-      "AENV_MAX_CONNECTIONS_PER_CLIENT",
-      "api.max_connections_per_client",
-      d.maxConnectionsPerClient,
-    ),
-    tunnelIdleTimeoutMs: secs("AENV_TUNNEL_IDLE_TIMEOUT", "proxy.tunnel_idle_timeout_secs", d.tunnelIdleTimeoutMs),
-  };
-  if (limits.headersTimeoutMs <= 0)
-    throw new ConfigError("api.headers_timeout_secs (AENV_HEADERS_TIMEOUT) must be at least 1");
-  if (limits.keepAliveTimeoutMs <= 0) {
-    throw new ConfigError("api.keep_alive_timeout_secs (AENV_KEEP_ALIVE_TIMEOUT) must be at least 1");
-  }
-  return limits;
-}
-
-/** The gateway's listener limits: the same AENV_* variables as a node's (it has no config file). */
-export function httpLimitsFromEnv(env: NodeJS.ProcessEnv): HttpLimits {
-  return readHttpLimits((envName, _key, d) => {
-    const v = env[envName];
-    return v ? parseInt10(v, envName) : d;
-  });
 }
 
 function volumesConfig(backend: string, maxSizeBytes: number): VolumesConfig {
@@ -303,109 +183,17 @@ function volumesConfig(backend: string, maxSizeBytes: number): VolumesConfig {
 export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env): ServerConfig {
   const configFile = args.config ?? env.AENV_CONFIG_PATH;
   const file = configFile ? readConfigFile(configFile) : new Map<string, Value>();
-  const str = (envName: string | undefined, key: string): string | undefined => {
-    const e = envName ? env[envName] : undefined;
-    return e !== undefined && e !== "" ? e : (file.get(key) as string | undefined);
-  };
-  // Older variables keep their lenient parsing (a bad value falls back to the default).
-  const num = (envName: string, key: string, d: number) => {
-    const v = env[envName];
-    if (v && Number.isFinite(Number(v))) return Number(v);
-    return (file.get(key) as number | undefined) ?? d;
-  };
-  const int = (envName: string, key: string, d: number) => {
-    const v = env[envName];
-    return v ? parseInt10(v, envName) : ((file.get(key) as number | undefined) ?? d);
-  };
-  const bool = (envName: string, key: string, d: boolean) => {
-    const v = env[envName];
-    return v ? parseBool(v, envName) : ((file.get(key) as boolean | undefined) ?? d);
-  };
-  const factor = (envName: string, key: string, d: number) => {
-    const v = env[envName];
-    if (!v) return (file.get(key) as number | undefined) ?? d;
-    const n = Number(v);
-    if (!Number.isFinite(n) || n <= 0) throw new ConfigError(`${envName}: expected a positive number, got "${v}"`);
-    return n;
-  };
-  const size = (envName: string, key: string, d: number) => {
-    const v = env[envName];
-    return v ? parseBytes(v, envName) : ((file.get(key) as number | undefined) ?? d);
-  };
+  const r = settingsReader(env, file);
+  const { str, num, int, bool, factor, size } = r;
 
   const { host, port } = parseListen(args.listen ?? str("AENV_LISTEN", "listen") ?? "0.0.0.0:8000");
   const dataDir = args.dataDir ?? str("AENV_DATA_DIR", "data_dir") ?? "/var/lib/aenv";
   mkdirSync(dataDir, { recursive: true });
 
-  const backend = str("AENV_REPOSITORY_BACKEND", "repository.backend") ?? "posix_fs";
-  if (backend !== "posix_fs" && backend !== "s3") {
-    throw new ConfigError(`repository backend must be posix_fs or s3, got "${backend}" (AENV_REPOSITORY_BACKEND)`);
-  }
-  const s3: S3Config = {
-    endpoint: str("AENV_S3_ENDPOINT", "repository.s3.endpoint") || undefined,
-    bucket: str("AENV_S3_BUCKET", "repository.s3.bucket") ?? "",
-    region: str("AENV_S3_REGION", "repository.s3.region") ?? "",
-    prefix: str("AENV_S3_PREFIX", "repository.s3.prefix") ?? "",
-    forcePathStyle: bool("AENV_S3_FORCE_PATH_STYLE", "repository.s3.force_path_style", false),
-  };
-  if (backend === "s3") {
-    // No guessing (AWS_REGION, us-east-1): a wrong region fails later in confusing ways.
-    if (!s3.region) {
-      throw new ConfigError(
-        "repository backend s3 needs an explicit region: set AENV_S3_REGION or [repository.s3] region",
-      );
-    }
-    if (!s3.bucket) {
-      throw new ConfigError("repository backend s3 needs a bucket: set AENV_S3_BUCKET or [repository.s3] bucket");
-    }
-  }
-  const compressionLevel = int("AENV_REPOSITORY_COMPRESSION_LEVEL", "repository.compression_level", 3);
-  if (compressionLevel < 1 || compressionLevel > 19) {
-    throw new ConfigError(`repository compression level must be 1..19, got ${compressionLevel}`);
-  }
-  const repository: RepositoryConfig = {
-    backend,
-    path: str("AENV_REPOSITORY_PATH", "repository.path") ?? new NodePaths(dataDir).repository,
-    s3,
-    compressionLevel,
-    concurrency: Math.max(1, int("AENV_REPOSITORY_CONCURRENCY", "repository.concurrency", 16)),
-    cacheDir: str("AENV_CACHE_DIR", "cache.dir") ?? new NodePaths(dataDir).cache,
-    cacheMaxBytes: size("AENV_CACHE_MAX_BYTES", "cache.max_bytes", 10 * 1024 ** 3),
-    cacheOnCommit: bool("AENV_CACHE_ON_COMMIT", "cache.cache_on_commit", false),
-    gcIntervalS: int("AENV_GC_INTERVAL", "gc.interval_secs", 3600),
-    gcGraceS: int("AENV_GC_GRACE", "gc.grace_secs", 900),
-    commitTemplates: bool("AENV_COMMIT_TEMPLATES", "repository.commit_templates", true),
-    pauseCommitDelayS: int("AENV_PAUSE_COMMIT_DELAY", "repository.pause_commit_delay_secs", 60),
-    key: resolveRepositoryKey(dataDir, env),
-  };
-  let redis: RedisTarget | undefined;
-  try {
-    redis = parseRedisTarget({
-      url: args.cluster ?? str("AENV_CLUSTER", "cluster.redis"),
-      sentinels: args.clusterSentinels ?? str("AENV_CLUSTER_SENTINELS", "cluster.sentinels"),
-      masterName: args.clusterMaster ?? str("AENV_CLUSTER_MASTER", "cluster.master_name"),
-      // Secrets: from the environment only, never a flag (visible in ps) or the config file.
-      password: env.AENV_CLUSTER_PASSWORD || undefined,
-      sentinelPassword: env.AENV_CLUSTER_SENTINEL_PASSWORD || undefined,
-    });
-  } catch (err) {
-    if (err instanceof RedisTargetError) throw new ConfigError(err.message);
-    throw err;
-  }
-  let cluster: ClusterConfig | undefined;
-  if (redis) {
-    const nodeId = args.nodeId ?? str("AENV_NODE_ID", "cluster.node_id") ?? hostname();
-    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(nodeId)) throw new ConfigError(`invalid node ID "${nodeId}"`);
-    const advertiseHost = host === "0.0.0.0" ? "127.0.0.1" : host;
-    cluster = {
-      redis,
-      nodeId,
-      advertiseUrl:
-        args.advertiseUrl ?? str("AENV_ADVERTISE_URL", "cluster.advertise_url") ?? `http://${advertiseHost}:${port}`,
-    };
-    // A paused sandbox must be in the shared repository promptly for any node to resume it.
-    repository.pauseCommitDelayS = Math.min(repository.pauseCommitDelayS, 1);
-  }
+  const repository = repositoryConfig(r, dataDir, env);
+  const cluster = clusterConfig(r, args, env, { host, port });
+  // A paused sandbox must be in the shared repository promptly for any node to resume it.
+  if (cluster) repository.pauseCommitDelayS = Math.min(repository.pauseCommitDelayS, 1);
   checkEnvdSetting(str("AENV_ENVD", "runtime.envd"));
   const runtimeDriver = str("AENV_RUNTIME_DRIVER", "runtime.driver") ?? "gvisor";
   if (runtimeDriver !== "gvisor" && runtimeDriver !== "sim") {

@@ -1,0 +1,58 @@
+/** A node's membership of a cluster: its Redis, its ID and the URL gateways reach it at. */
+import { hostname } from "node:os";
+import { parseRedisTarget, type RedisTarget, RedisTargetError } from "../cluster/redis-target.js";
+import type { Reader } from "./reader.js";
+import { ConfigError } from "./values.js";
+
+export interface ClusterConfig {
+  /** The cluster's Redis: a URL, or a primary found through Sentinel. */
+  redis: RedisTarget;
+  nodeId: string;
+  /** Where gateways reach this node (default http://LISTEN). */
+  advertiseUrl: string;
+}
+
+/** What the command line gave (it wins over the environment and the file). */
+export interface ClusterFlags {
+  cluster?: string;
+  /** --cluster-sentinels HOST:PORT,… and --cluster-master NAME: Redis through Sentinel. */
+  clusterSentinels?: string;
+  clusterMaster?: string;
+  nodeId?: string;
+  advertiseUrl?: string;
+}
+
+/** The cluster settings; undefined when no Redis is named (a single node). */
+export function clusterConfig(
+  r: Reader,
+  flags: ClusterFlags,
+  env: NodeJS.ProcessEnv,
+  listen: { host: string; port: number },
+): ClusterConfig | undefined {
+  let redis: RedisTarget | undefined;
+  try {
+    redis = parseRedisTarget({
+      url: flags.cluster ?? r.str("AENV_CLUSTER", "cluster.redis"),
+      sentinels: flags.clusterSentinels ?? r.str("AENV_CLUSTER_SENTINELS", "cluster.sentinels"),
+      masterName: flags.clusterMaster ?? r.str("AENV_CLUSTER_MASTER", "cluster.master_name"),
+      // Secrets: from the environment only, never a flag (visible in ps) or the config file.
+      password: env.AENV_CLUSTER_PASSWORD || undefined,
+      sentinelPassword: env.AENV_CLUSTER_SENTINEL_PASSWORD || undefined,
+    });
+  } catch (err) {
+    if (err instanceof RedisTargetError) throw new ConfigError(err.message);
+    throw err;
+  }
+  if (!redis) return undefined;
+  const nodeId = flags.nodeId ?? r.str("AENV_NODE_ID", "cluster.node_id") ?? hostname();
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(nodeId)) throw new ConfigError(`invalid node ID "${nodeId}"`);
+  const advertiseHost = listen.host === "0.0.0.0" ? "127.0.0.1" : listen.host;
+  return {
+    redis,
+    nodeId,
+    advertiseUrl:
+      flags.advertiseUrl ??
+      r.str("AENV_ADVERTISE_URL", "cluster.advertise_url") ??
+      `http://${advertiseHost}:${listen.port}`,
+  };
+}
