@@ -35,7 +35,7 @@ import {
 import { LocalJupyter } from "./jupyter-local.js";
 import { benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS, templateRootfs } from "./paths.js";
-import { memAvailableKiB } from "./procmem.js";
+import { memAvailableKiB, memAvailableMiB } from "./procmem.js";
 import { summarize } from "./stats.js";
 
 const SMOKE = process.env.BENCH_SMOKE === "1";
@@ -167,16 +167,6 @@ async function timed<T>(fn: () => Promise<T>): Promise<[T, number]> {
   const t = performance.now();
   const v = await fn();
   return [v, performance.now() - t];
-}
-
-/** MemAvailable in MiB, a mean of a few reads. */
-async function memAvailableMiB(): Promise<number> {
-  let sum = 0;
-  for (let i = 0; i < 4; i++) {
-    if (i) await sleep(250);
-    sum += memAvailableKiB();
-  }
-  return sum / 4 / 1024;
 }
 
 function ensureMemory(what: string, sandboxes: number): void {

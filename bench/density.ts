@@ -32,7 +32,7 @@ import { cleanupDataDir, startServer, type TestServer, useE2b } from "../test/he
 import { CLK_TCK, hostTicks, procTicks } from "./cpu.js";
 import { type BenchMeta, benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS, templateRootfs } from "./paths.js";
-import { listProcs, memAvailableKiB, sandboxesPss, sandboxPids } from "./procmem.js";
+import { listProcs, memAvailableKiB, memAvailableMiB, sandboxesPss, sandboxPids } from "./procmem.js";
 import { RawRunsc } from "./raw-runsc.js";
 import { metaLines } from "./report.js";
 import { mean } from "./stats.js";
@@ -103,15 +103,6 @@ async function measureWindow(ids: readonly string[], serverPid?: number): Promis
   };
   if (server0 !== undefined && server1 !== undefined) w.serverCores = (server1 - server0) / CLK_TCK / seconds;
   return w;
-}
-
-async function memAvailableMiB(reads = 4): Promise<number> {
-  const v: number[] = [];
-  for (let i = 0; i < reads; i++) {
-    if (i) await sleep(250);
-    v.push(memAvailableKiB() / 1024);
-  }
-  return mean(v);
 }
 
 interface Step {

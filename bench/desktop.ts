@@ -44,7 +44,7 @@ import {
 } from "./desktop-host.js";
 import { type BenchMeta, benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS } from "./paths.js";
-import { memAvailableKiB, sandboxesPss } from "./procmem.js";
+import { memAvailableMiB, memAvailableSettledMiB, sandboxesPss } from "./procmem.js";
 import { metaLines } from "./report.js";
 import { untilOthersGone } from "./settle.js";
 import { mean, percentile } from "./stats.js";
@@ -263,30 +263,6 @@ async function forkWithFirefox(s: TestServer, parent: Sandbox, r: Report): Promi
     log(`fork ×${FORKS}: every child's screenshot after ${wallMs.toFixed(0)} ms`);
   } finally {
     await kill(...kids);
-  }
-}
-
-async function memAvailableMiB(reads = 4): Promise<number> {
-  const v: number[] = [];
-  for (let i = 0; i < reads; i++) {
-    if (i) await sleep(250);
-    v.push(memAvailableKiB() / 1024);
-  }
-  return mean(v);
-}
-
-/**
- * MemAvailable once it stops moving (3 reads a second apart within 8 MiB, at most 30 s): what
- * a server frees after a kill (a fork's image, a data folder) goes on after its runsc is gone.
- */
-async function memAvailableSettledMiB(): Promise<number> {
-  const v: number[] = [];
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    v.push(memAvailableKiB() / 1024);
-    const last = v.slice(-3);
-    if ((last.length === 3 && Math.max(...last) - Math.min(...last) < 8) || Date.now() > deadline) return mean(last);
-    await sleep(1000);
   }
 }
 

@@ -5,6 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 
 interface Proc {
   pid: number;
@@ -144,4 +145,31 @@ export function memAvailableKiB(): number {
   const m = /^MemAvailable:\s+(\d+) kB/m.exec(readFileSync("/proc/meminfo", "utf8"));
   if (!m) throw new Error("MemAvailable not found in /proc/meminfo");
   return Number(m[1]);
+}
+
+/** MemAvailable in MiB, the mean of `reads` reads 250 ms apart (one read jitters by a few MiB). */
+export async function memAvailableMiB(reads = 4): Promise<number> {
+  let sum = 0;
+  for (let i = 0; i < reads; i++) {
+    if (i) await sleep(250);
+    sum += memAvailableKiB();
+  }
+  return sum / reads / 1024;
+}
+
+/**
+ * MemAvailable once it stops moving (3 reads a second apart within 8 MiB, at most 30 s): what
+ * a server frees after a kill (a fork's image, a data folder) goes on after its runsc is gone.
+ */
+export async function memAvailableSettledMiB(): Promise<number> {
+  const v: number[] = [];
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    v.push(memAvailableKiB() / 1024);
+    const last = v.slice(-3);
+    if ((last.length === 3 && Math.max(...last) - Math.min(...last) < 8) || Date.now() > deadline) {
+      return last.reduce((a, b) => a + b, 0) / last.length;
+    }
+    await sleep(1000);
+  }
 }
