@@ -91,7 +91,14 @@ test("a simulated sandbox answers envd's health, init and process calls on its s
     );
     assert.deepEqual(end, { exitCode: 0 });
     assert.equal(out, "hello\n");
-    assert.equal((await envdRequest(slot.slotIp, "GET", "/files")).status, 501, "what is not simulated says so");
+    const unsimulated = await envdRequest(slot.slotIp, "GET", "/files");
+    assert.equal(unsimulated.status, 501, "what is not simulated says so");
+    // In envd's own error body, {code, message}.
+    assert.equal(JSON.parse(unsimulated.body).code, 501);
+    assert.match(JSON.parse(unsimulated.body).message, /not simulated/);
+    const badInit = await envdRequest(slot.slotIp, "POST", "/init", { bytes: "{not json" });
+    assert.equal(badInit.status, 400);
+    assert.deepEqual(JSON.parse(badInit.body), { code: 400, message: "bad /init body" });
     assert.deepEqual(await d.list(), ["sim-a"]);
   } finally {
     await d.destroy("sim-a");

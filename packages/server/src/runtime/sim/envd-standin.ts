@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { ENVD_HEAP_REDUCE_PATH, ENVD_PORT, ENVD_QUIESCE_PATH, Process } from "@aenv/protocol";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { errorBodyOf } from "../../http-errors.js";
 import type { LatencyModel } from "./latency.js";
 
 /** What a simulated command prints and exits with. */
@@ -120,7 +121,7 @@ export class EnvdStandIn {
           this.envVars = { ...this.envVars, ...(body.envVars as Record<string, string>) };
         }
       } catch {
-        return void res.writeHead(400, { "content-type": "application/json" }).end('{"message":"bad /init body"}');
+        return sendError(res, 400, "bad /init body");
       }
       return void res.writeHead(204).end();
     }
@@ -130,7 +131,11 @@ export class EnvdStandIn {
     if (req.method === "GET" && path === "/envs") {
       return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(this.envVars));
     }
-    res.writeHead(501, { "content-type": "application/json" });
-    res.end(JSON.stringify({ code: 501, message: `aenv sim: envd's ${req.method} ${path} is not simulated` }));
+    sendError(res, 501, `aenv sim: envd's ${req.method} ${path} is not simulated`);
   }
+}
+
+/** The {code, message} body envd answers an error with (respond.go), as the rest of the server writes it. */
+function sendError(res: ServerResponse, status: number, message: string): void {
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(errorBodyOf(status, message)));
 }
