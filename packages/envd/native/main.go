@@ -20,6 +20,9 @@ var debugLog = os.Getenv("ENVD_DEBUG") == "1"
 func numCPU() int { return runtime.NumCPU() }
 
 func main() {
+	// The port's one definition is ENVD_PORT in packages/protocol/src/index.ts: the server
+	// passes it as --port to every envd it starts (runtime/envd-runtime.ts ENVD_ARGS). This
+	// default, E2B's envd port, is for running envd by hand.
 	port := flag.Int("port", 49983, "TCP port")
 	host := flag.String("host", "0.0.0.0", "address to listen on")
 	token := flag.String("access-token", "", "access token (default: none until POST /init)")
