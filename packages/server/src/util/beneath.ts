@@ -329,7 +329,10 @@ async function climb(top: Dir, cur: Dir, stack: Level[]): Promise<Dir> {
     if (dir !== top) await dir.close();
     dir = next;
     // Whatever is under that name now is what the rest of the walk is in.
-    const st = await dir.stat();
+    const st = await dir.stat().catch(async (err) => {
+      await dir.close();
+      throw err;
+    });
     level.dev = st.dev;
     level.ino = st.ino;
   }
