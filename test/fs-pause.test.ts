@@ -52,7 +52,11 @@ function templatesDir(): string {
 
 const tplDir = templatesDir();
 let server: TestServer;
-const env = { AENV_NET_PREFIX: "aef", AENV_SLOT_CIDR: "10.241.0.0/16", AENV_PAUSE_COMMIT_DELAY: "3600" };
+const env = {
+  AENV_NET_PREFIX: process.env.AENV_TEST_NET_PREFIX ?? "aef",
+  AENV_SLOT_CIDR: process.env.AENV_TEST_SLOT_CIDR ?? "10.241.0.0/16",
+  AENV_PAUSE_COMMIT_DELAY: "3600",
+};
 
 before(async () => {
   server = await startServer({ templatesDir: tplDir, env });
@@ -218,7 +222,7 @@ describe("filesystem-only pause", () => {
     await server.api("DELETE", `/sandboxes/${(ok.body as { sandboxID: string }).sandboxID}`);
   });
 
-  test("traffic never resumes a filesystem-only pause; connect without memory refuses a memory pause", async () => {
+  test("traffic never resumes a filesystem-only pause; connect without memory boots it", async () => {
     const s = await Sandbox.create("base", {
       timeoutMs: 120_000,
       lifecycle: { onTimeout: "pause", autoResume: true },
@@ -235,16 +239,84 @@ describe("filesystem-only pause", () => {
       const cold = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/connect`, { memory: false, timeout: 60 });
       assert.equal(cold.status, 201, JSON.stringify(cold.body));
       assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "running");
-      const back = await Sandbox.connect(s.sandboxId);
-      await back.pause();
-      const refused = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/connect`, { memory: false, timeout: 60 });
-      assert.equal(refused.status, 400, JSON.stringify(refused.body));
-      // E2B's error shape, saying why
-      assert.equal((refused.body as { code?: unknown }).code, 400, JSON.stringify(refused.body));
-      assert.match(String((refused.body as { message?: unknown }).message), /without memory is not supported/);
-      assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused");
     } finally {
       await Sandbox.kill(s.sandboxId).catch(() => {});
+    }
+  });
+
+  // E2B's connect/resume with memory: false (the SDKs' onResume: 'reboot'): a pause that kept
+  // memory boots from its disk state instead; a no-op for a running sandbox.
+  test("connect with memory: false boots a memory pause from its filesystem, in place or from its image", async () => {
+    const s = await Sandbox.create("fsstart", { timeoutMs: 300_000 });
+    try {
+      await untilTrue(s, "test -s /home/user/boots.log");
+      await s.files.write("/home/user/kept.txt", "kept\n");
+      for (const [round, waitMs] of [
+        [2, 0],
+        [3, 2000],
+      ] as const) {
+        await s.commands.run("sleep 4343", { background: true, timeoutMs: 0 });
+        await untilTrue(s, "pgrep -f 'sleep 434[3]' >/dev/null");
+        await s.pause();
+        // At once: still stopped in place (no image yet); later: from the written image.
+        await new Promise((r) => setTimeout(r, waitMs));
+        const r = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/connect`, { memory: false, timeout: 120 });
+        assert.equal(r.status, 201, JSON.stringify(r.body));
+        assert.equal(await s.files.read("/home/user/kept.txt"), "kept\n");
+        assert.equal((await s.commands.run("cat /home/user/boots.log")).stdout, "boot\n".repeat(round), "booted again");
+        const gone = await s.commands.run("pgrep -f 'sleep 434[3]' || echo none");
+        assert.equal(gone.stdout.trim(), "none", "its processes did not survive");
+      }
+      const running = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/connect`, { memory: false, timeout: 120 });
+      assert.equal(running.status, 200, JSON.stringify(running.body));
+      assert.equal((await s.commands.run("cat /home/user/boots.log")).stdout, "boot\n".repeat(3));
+    } finally {
+      await Sandbox.kill(s.sandboxId).catch(() => {});
+    }
+  });
+
+  // POST /v2/sandboxes/{id}/fork (E2B's SDKs after 2.51): the default timeout when none is
+  // given, and memory: false for children that cold-boot from the parent's filesystem.
+  test("v2 fork: without memory the children boot from the parent's files while it runs on", async () => {
+    const s = await Sandbox.create("fsstart", { timeoutMs: 900_000 });
+    const kids: string[] = [];
+    try {
+      await untilTrue(s, "test -s /home/user/boots.log");
+      await s.files.write("/home/user/forked.txt", "from the parent\n");
+      await s.commands.run("sleep 4444", { background: true, timeoutMs: 0 });
+      await untilTrue(s, "pgrep -f 'sleep 444[4]' >/dev/null");
+      const r = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/fork`, { count: 2, memory: false });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const cold = r.body as Array<{ sandbox?: { sandboxID: string } }>;
+      assert.equal(cold.length, 2);
+      for (const k of cold) {
+        assert.ok(k.sandbox, JSON.stringify(k));
+        kids.push(k.sandbox.sandboxID);
+        const c = await Sandbox.connect(k.sandbox.sandboxID);
+        assert.equal(await c.files.read("/home/user/forked.txt"), "from the parent\n");
+        assert.equal(
+          (await c.commands.run("cat /home/user/boots.log")).stdout,
+          "boot\nboot\n",
+          "its start command ran",
+        );
+        assert.equal((await c.commands.run("pgrep -f 'sleep 444[4]' || echo none")).stdout.trim(), "none");
+        // The server's default timeout (300 s), not the parent's 900 s left.
+        const info = await Sandbox.getInfo(c.sandboxId);
+        assert.ok(info.endAt.getTime() - Date.now() < 400_000, String(info.endAt));
+      }
+      assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "running");
+      await untilTrue(s, "pgrep -f 'sleep 444[4]' >/dev/null");
+      // With memory (the default): the parent's processes are in the child.
+      const warm = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/fork`, {});
+      assert.equal(warm.status, 201, JSON.stringify(warm.body));
+      const [w] = warm.body as Array<{ sandbox?: { sandboxID: string } }>;
+      assert.ok(w?.sandbox, JSON.stringify(warm.body));
+      kids.push(w.sandbox.sandboxID);
+      const c = await Sandbox.connect(w.sandbox.sandboxID);
+      await untilTrue(c, "pgrep -f 'sleep 444[4]' >/dev/null");
+      assert.ok((await Sandbox.getInfo(c.sandboxId)).endAt.getTime() - Date.now() < 400_000);
+    } finally {
+      for (const id of [s.sandboxId, ...kids]) await Sandbox.kill(id).catch(() => {});
     }
   });
 

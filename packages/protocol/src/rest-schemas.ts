@@ -148,6 +148,16 @@ export const ForkBody = z.looseObject({
   count: z.number().int().min(1).max(100).optional(),
   timeout: timeout.optional(),
 });
+/**
+ * POST /v2/sandboxes/{id}/fork. The SDKs no longer cap count (the server's room does: a
+ * child beyond it is a 429 in its entry); bounded here only so one request stays small.
+ * memory: false forks the filesystem alone (children cold-boot from it).
+ */
+export const ForkBodyV2 = z.looseObject({
+  count: z.number().int().min(1).max(1000).optional(),
+  timeout: timeout.optional(),
+  memory: z.boolean().optional(),
+});
 export const SnapshotListQuery = z.object({
   sandboxID: z.string().optional(),
   name: z.string().optional(),

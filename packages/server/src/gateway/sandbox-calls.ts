@@ -303,9 +303,10 @@ export class SandboxCalls {
       const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, bare, undefined, 15_000);
       const info = parseJson<Partial<Pick<SandboxDetail, "metadata" | "endAt">>>(parent.body) ?? {};
       const left = info.endAt ? Math.ceil((Date.parse(info.endAt) - Date.now()) / 1000) : 300;
-      const create = Buffer.from(
-        JSON.stringify({ templateID: snap, timeout: fork.timeout ?? Math.max(1, left), metadata: info.metadata ?? {} }),
-      );
+      // Without a timeout, v1 children get the parent's time left, v2 ones the default (omitted).
+      const v2 = (req.url ?? "").startsWith("/v2/");
+      const timeout = fork.timeout ?? (v2 ? undefined : Math.max(1, left));
+      const create = Buffer.from(JSON.stringify({ templateID: snap, timeout, metadata: info.metadata ?? {} }));
       const checkpointKey = node.checkpointKey;
       await Promise.all(
         full.map(async (i) => {

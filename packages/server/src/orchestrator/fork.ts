@@ -5,7 +5,10 @@ import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "../
 import type { NodePaths } from "../node-paths.js";
 import { newSandboxId } from "../state/ids.js";
 import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
+import { captureLayer, isCompleteLayer } from "./fs-layer.js";
+import { maxLayerBytes } from "./pause-kinds.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -31,6 +34,23 @@ export interface ForkDeps {
   publish: (src: SandboxRecord, captureDir: string) => Promise<SnapshotRecord>;
   /** A paused parent's image, linked into the capture folder (PauseResume.linkImage). */
   pausedImage: (l: Live, dest: string) => Promise<void>;
+  /** A fresh boot of the template with a filesystem layer applied (PauseResume.bootWithLayer). */
+  bootWithLayer: (l: Live, layer: string) => Promise<void>;
+}
+
+export interface ForkOptions {
+  /** A cluster gateway's ask: children that do not fit here come back as a snapshot to start elsewhere. */
+  spill?: boolean;
+  /**
+   * false: only the parent's writable filesystem is taken (it keeps running, never paused);
+   * each child boots its template afresh with that layer and runs the start command.
+   */
+  memory?: boolean;
+  /**
+   * An omitted timeout is the server's default sandbox timeout (E2B's v2 fork), not what the
+   * parent has left (v1, as aenv always answered it).
+   */
+  defaultTimeout?: boolean;
 }
 
 /** Children frozen until their siblings are up, and how many have not finished starting. */
@@ -58,13 +78,17 @@ export interface ForkOutcome {
 export class Forker {
   constructor(private readonly d: ForkDeps) {}
 
-  async fork(id: string, count: number, timeoutS: number | undefined, spill = false): Promise<ForkOutcome> {
+  async fork(id: string, count: number, timeoutS: number | undefined, opts: ForkOptions = {}): Promise<ForkOutcome> {
     const { registry, runner } = this.d;
     const l = registry.mustGet(id);
     const parent = l.rec;
+    const memory = opts.memory !== false;
+    // A layer cannot start elsewhere as a snapshot: those children are answered here.
+    const spill = !!opts.spill && memory;
     const captureDir = this.d.paths.fork(randomBytes(8).toString("hex"));
     // The parent's time left: what its children get unless the call says otherwise.
     const leftMs = await registry.enqueue(l, async () => {
+      if (!memory) return this.captureFilesystem(l, captureDir);
       if (parent.state === "paused") {
         await this.d.pausedImage(l, captureDir);
         // Saved by hibernation, it is running to its client: its TTL is endAt.
@@ -74,17 +98,17 @@ export class Forker {
       await runner.capture(l, captureDir, { shared: true });
       return parent.endAt - Date.now();
     });
-    const ttlS = timeoutS ?? Math.max(1, Math.ceil(leftMs / 1000));
+    const ttlS = timeoutS ?? (opts.defaultTimeout ? this.d.cfg.defaultTimeoutS : Math.max(1, Math.ceil(leftMs / 1000)));
     const results: ForkChild[] = new Array(count);
     const held: Held = { frozen: [], pending: count };
     // Children up first are frozen until the last one is: an idle restored sentry still spins
     // (systrap), taking the CPU its siblings' restores need (fork x16 here, until every child
     // answered, median of 5-7 runs: 16.2 -> 13.7 s; x4 3.8-4.2 -> 3.4-3.9 s).
-    const holding = count > 1 ? held : undefined;
+    const holding = count > 1 && memory ? held : undefined;
     let next = 0;
     const worker = async () => {
       for (let i = next++; i < count; i = next++) {
-        results[i] = await this.child(parent, captureDir, ttlS, holding).then(
+        results[i] = await this.child(parent, captureDir, ttlS, memory, holding).then(
           (sandbox) => ({ sandbox }),
           (err: unknown) => ({ error: err instanceof Error ? err : new Error(String(err)) }),
         );
@@ -104,6 +128,29 @@ export class Forker {
     return { children: results, ...(spillSnapshot ? { spillSnapshot } : {}) };
   }
 
+  /**
+   * The parent's writable filesystem as a layer in `dest`, for children that boot without its
+   * memory; returns its time left. A running parent goes on meanwhile (what it writes during
+   * the stream may or may not be in it, as after a crash); a filesystem-only pause is its
+   * layer already. A pause with memory holds its filesystem inside the checkpoint: forked
+   * from that with memory, or resumed first.
+   */
+  private async captureFilesystem(l: Live, dest: string): Promise<number> {
+    const parent = l.rec;
+    if (parent.state === "paused") {
+      if (parent.pauseKind === "filesystem" && isCompleteLayer(parent.imageDir)) {
+        linkTree(parent.imageDir as string, dest);
+        return parent.ttlLeftMs ?? 0;
+      }
+      throw new ConflictError(
+        `sandbox '${parent.id}' is paused with its memory: fork it with memory, or resume it first`,
+      );
+    }
+    if (parent.state !== "running" || !l.slot) throw new ConflictError(`sandbox '${parent.id}' is not running`);
+    await captureLayer(l.slot.slotIp, envdTokenOf(parent), dest, maxLayerBytes(parent));
+    return parent.endAt - Date.now();
+  }
+
   /** Frozen as hibernation does (any traffic or operation thaws it) until its siblings are up. */
   private async hold(live: Live, held: Held): Promise<void> {
     const driver = this.d.runner.driver;
@@ -116,7 +163,13 @@ export class Forker {
     });
   }
 
-  private async child(parent: SandboxRecord, imageDir: string, ttlS: number, hold?: Held): Promise<SandboxRecord> {
+  private async child(
+    parent: SandboxRecord,
+    imageDir: string,
+    ttlS: number,
+    memory: boolean,
+    hold?: Held,
+  ): Promise<SandboxRecord> {
     const { registry, runner } = this.d;
     registry.assertOpen();
     // The sizing is the parent's: fail before building a record if it cannot fit.
@@ -149,11 +202,13 @@ export class Forker {
     const live: Live = { rec, op: Promise.resolve() };
     registry.addAdmitted(live);
     try {
-      await runner.bring(
-        live,
-        { kind: "image", imageDir, oldToken: envdTokenOf(parent) },
-        { accessToken: rec.envdToken },
-      );
+      if (memory) {
+        await runner.bring(
+          live,
+          { kind: "image", imageDir, oldToken: envdTokenOf(parent) },
+          { accessToken: rec.envdToken },
+        );
+      } else await this.d.bootWithLayer(live, imageDir);
       rec.state = "running";
       rec.endAt = Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000;
       this.d.store.put(rec);

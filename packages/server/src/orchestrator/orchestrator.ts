@@ -16,7 +16,7 @@ import { timed } from "../telemetry/prometheus.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { bootSettings, Creator } from "./create.js";
 import { envdTokenOf } from "./envd-credentials.js";
-import { type ForkChild, Forker, type ForkOutcome } from "./fork.js";
+import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
 import type { MetricSample } from "./metrics.js";
@@ -194,6 +194,7 @@ export class Orchestrator {
       runner,
       publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
       pausedImage: (l, dest) => this.pauses.linkImage(l, dest),
+      bootWithLayer: (l, layer) => this.pauses.bootWithLayer(l, layer),
     });
     this.metricsHistory = new MetricsHistory({
       registry,
@@ -328,7 +329,7 @@ export class Orchestrator {
     const l = this.registry.get(id);
     if (l) refuseTraffic(l.rec, opts);
     if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
-    return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t));
+    return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t), { memory: opts.memory });
   }
 
   /**
@@ -418,8 +419,8 @@ export class Orchestrator {
     });
   }
 
-  fork(id: string, count: number, timeoutS: number | undefined, spill = false): Promise<ForkOutcome> {
-    return timed("fork", () => this.forker.fork(id, count, timeoutS, spill));
+  fork(id: string, count: number, timeoutS: number | undefined, opts: ForkOptions = {}): Promise<ForkOutcome> {
+    return timed("fork", () => this.forker.fork(id, count, timeoutS, opts));
   }
 
   /** Samples kept over the sandbox's life within [start, end] (Unix seconds), and one now. */

@@ -48,6 +48,8 @@ export interface ResumeOptions {
   auto?: boolean;
   /** The traffic's port and the traffic token it carried: checked before anything is resumed. */
   traffic?: { port: number; token?: string };
+  /** false: a pause that kept memory boots from its filesystem instead (PauseResume.reboot). */
+  memory?: boolean;
 }
 
 /** Throws a ForbiddenError when the traffic behind an auto-resume may not reach the sandbox. */

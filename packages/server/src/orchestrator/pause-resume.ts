@@ -167,10 +167,11 @@ export class PauseResume {
    * on); kept in memory when one came meanwhile. On failure the sandbox stays suspended and
    * paused (a resume still works; a host crash would lose it, as it would a running one).
    */
-  private async writeImage(l: Live, suspendedMs: number): Promise<void> {
+  private async writeImage(l: Live, suspendedMs: number, forReboot = false): Promise<void> {
     const { rec } = l;
     const { runner } = this.d;
-    const resumeWaits = () => l.inflight?.kind === "resume";
+    // A reboot (resume without memory) needs the image as its fallback: written all the same.
+    const resumeWaits = () => !forReboot && l.inflight?.kind === "resume";
     if (!this.d.registry.has(rec.id) || rec.state !== "paused" || !rec.imagePending || !l.suspended) return;
     if (resumeWaits()) return;
     const t0 = Date.now();
@@ -215,12 +216,14 @@ export class PauseResume {
 
   /**
    * Resumes a paused sandbox (or extends a running one's TTL). The TTL after a resume is what
-   * was left at pause, and at least the requested timeout.
+   * was left at pause, and at least the requested timeout. `memory: false` boots a pause that
+   * kept memory from its filesystem instead (reboot); for any other sandbox it changes nothing.
    */
   async resume(
     id: string,
     timeoutS: number | undefined,
     extend: (id: string, timeoutS: number | undefined) => SandboxRecord,
+    opts: { memory?: boolean } = {},
   ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
     const { registry, runner } = this.d;
     const l = registry.mustGet(id);
@@ -231,8 +234,11 @@ export class PauseResume {
       const kind = l.rec.pauseKind ?? "memory";
       const image = l.rec.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
       const t0 = Date.now();
-      const inPlace = !!l.suspended;
-      if (inPlace) {
+      // Saved by hibernation, it is running to its client: brought back as it was.
+      const reboot = opts.memory === false && kind === "memory" && !l.rec.idleSaved;
+      const inPlace = !!l.suspended && !reboot;
+      if (reboot) await this.reboot(l, image);
+      else if (inPlace) {
         // Paused moments ago and still in memory (no image needed any more): it goes on.
         registry.admit(l);
         try {
@@ -290,17 +296,54 @@ export class PauseResume {
       }
       // Resumed in place, its image was never committed: no manifest to remove.
       if (!inPlace) this.d.commits.forget(id);
-      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace }, "sandbox resumed");
+      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace, reboot }, "sandbox resumed");
       return { rec: l.rec, resumed: true };
     });
   }
 
   /**
+   * A pause with memory resumed without it (E2B's connect with memory: false, "reboot"): the
+   * sandbox cold-boots from its filesystem as it was at the pause; processes and memory are
+   * gone. runsc keeps the writable layer's tree inside the checkpoint (the sentry's state), so
+   * there is no disk to boot from without restoring it: the image is restored just long
+   * enough for envd to stream the layer out, that runtime stops, and the template boots with
+   * the layer as a filesystem-only pause resumes. The image is only read: if anything fails
+   * the sandbox stays paused with it, and a plain connect still restores its memory.
+   */
+  private async reboot(l: Live, image: string): Promise<void> {
+    const { registry, runner } = this.d;
+    const { rec } = l;
+    // Paused in place moments ago: its image is written first, the fallback if the boot fails.
+    if (l.suspended && rec.imagePending) await this.writeImage(l, 0, true);
+    if (l.suspended) await runner.stopRuntime(l);
+    await this.d.commits.claim(rec);
+    if (!runner.driver.isCompleteCheckpoint(image)) await this.d.commits.rebuild(rec.id, image);
+    const layer = `${pauseDir(this.d.paths, rec.dir, "filesystem")}.reboot`;
+    registry.admit(l);
+    try {
+      await runner.bring(l, { kind: "image", imageDir: image }, undefined);
+      if (rec.envdCredential !== "host") await runner.initEnvd(l, { accessToken: rec.envdToken }, rec.envdToken);
+      if (!l.slot) throw new Error("sandbox lost its network slot while restoring");
+      const bytes = await captureLayer(l.slot.slotIp, envdTokenOf(rec), layer, maxLayerBytes(rec));
+      await runner.stopRuntime(l);
+      this.d.log.info({ sandboxID: rec.id, bytes }, "filesystem taken from the memory image; rebooting");
+      await this.bootWithLayer(l, layer);
+    } catch (err) {
+      registry.release(l);
+      await runner.stopRuntime(l);
+      this.d.store.put(rec);
+      throw new StartFailedError(`failed to boot sandbox '${rec.id}' from its filesystem: ${(err as Error).message}`);
+    } finally {
+      rmSync(layer, { recursive: true, force: true });
+    }
+  }
+
+  /**
    * A resume from a filesystem-only pause: the same sandbox (ID, token, env) boots from its
    * template tree, envd applies the kept layer before anything else runs, then the template's
-   * start command runs as at a cold create.
+   * start command runs as at a cold create. Also a fork's child without memory.
    */
-  private async bootWithLayer(l: Live, layer: string): Promise<void> {
+  async bootWithLayer(l: Live, layer: string): Promise<void> {
     const { rec } = l;
     const boot = this.d.bootOf(rec);
     await this.d.runner.bring(

@@ -10,6 +10,7 @@ import {
   ColdSandbox,
   ConnectBody,
   ForkBody,
+  ForkBodyV2,
   ListQuery,
   MetricsQuery,
   NetworkUpdate,
@@ -50,21 +51,6 @@ export interface SandboxRoutesOptions {
 }
 
 const body = (b: unknown) => (b === undefined || b === null ? {} : b);
-
-/**
- * connect with memory: false asks to boot a memory pause from its filesystem alone. A
- * checkpoint's filesystem cannot be had without restoring it: refused, never downgraded
- * (E2B's contract). For a filesystem-only pause it changes nothing.
- */
-function refuseMemorylessResume(orch: Orchestrator, id: string, memory: boolean | undefined): void {
-  if (memory !== false || !orch.registry.has(id)) return;
-  const rec = orch.get(id);
-  if (apiState(rec) === "paused" && rec.pauseKind !== "filesystem") {
-    throw new InvalidRequestError(
-      `sandbox '${id}' was paused with its memory; resuming it without memory is not supported`,
-    );
-  }
-}
 
 /** A client's network settings, checked and normalised, secrets' bindings included. */
 function networkSpec(raw: Parameters<typeof validateNetworkSpec>[0], bindingOf: BindingOf): NetworkSpec {
@@ -190,10 +176,11 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   const connect = async (req: FastifyRequest, reply: FastifyReply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
-    refuseMemorylessResume(orch, sandboxID, b.memory);
     // A cluster gateway moving a sandbox because traffic reached it: only if autoResume allows.
     const auto = req.headers[AUTO_RESUME_HEADER] === "1";
-    const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto, ...trafficOf(req) });
+    // memory: false (E2B's onResume: 'reboot') boots a pause that kept memory from its disk.
+    const memory = b.memory === false ? { memory: false } : {};
+    const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto, ...trafficOf(req), ...memory });
     return reply.status(resumed ? 201 : 200).send(sandboxCreated(rec, ctx));
   };
   app.post("/sandboxes/:sandboxID/connect", connect);
@@ -201,12 +188,11 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.post("/sandboxes/:sandboxID/resume", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = ConnectBody.parse(body(req.body));
-    refuseMemorylessResume(orch, sandboxID, b.memory);
     // In a cluster a sandbox paused elsewhere is not known here yet: resume() takes it over.
     if (orch.registry.has(sandboxID) && apiState(orch.get(sandboxID)) !== "paused") {
       throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
     }
-    const { rec } = await orch.resume(sandboxID, b.timeout);
+    const { rec } = await orch.resume(sandboxID, b.timeout, b.memory === false ? { memory: false } : {});
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
 
@@ -239,19 +225,28 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   });
 
   // Snapshots are templates to the SDK: deleteSnapshot() calls DELETE /templates/{id}.
-  app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {
+
+  // v1 answers children the parent's time left when no timeout is given; v2 (E2B's newer
+  // SDKs) the default sandbox timeout, and takes memory: false (filesystem-only children).
+  const fork = async (req: FastifyRequest, reply: FastifyReply, v2: boolean) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
-    const b = ForkBody.parse(body(req.body));
+    const b = v2 ? ForkBodyV2.parse(body(req.body)) : { ...ForkBody.parse(body(req.body)), memory: undefined };
     // A cluster gateway asks for the children that do not fit here as a snapshot it starts
     // elsewhere (named in a header: the body stays the list the SDK expects).
     const spill = req.headers[FORK_SPILL.request.header] === FORK_SPILL.request.value;
-    const { children, spillSnapshot } = await orch.fork(sandboxID, b.count ?? 1, b.timeout, spill);
+    const { children, spillSnapshot } = await orch.fork(sandboxID, b.count ?? 1, b.timeout, {
+      spill,
+      ...(b.memory === false ? { memory: false } : {}),
+      defaultTimeout: v2,
+    });
     if (spillSnapshot) void reply.header(FORK_SPILL.snapshotHeader, spillSnapshot.id);
     const out: ForkResult[] = children.map((r) =>
       "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
     );
-    return reply.status(FORK_SPILL.created).send(out);
-  });
+    return reply.status(201).send(out);
+  };
+  app.post("/sandboxes/:sandboxID/fork", (req, reply) => fork(req, reply, false));
+  app.post("/v2/sandboxes/:sandboxID/fork", (req, reply) => fork(req, reply, true));
 
   app.put("/sandboxes/:sandboxID/network", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
