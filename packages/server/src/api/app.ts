@@ -124,25 +124,7 @@ export function buildApp(o: AppOptions): App {
   });
   installErrorHandling(fastify);
   installAuth(fastify, o.apiKey);
-  fastify.get("/health", async (_req, reply) => {
-    const h = o.health();
-    if (h.ready) return reply.status(204).send();
-    return reply.status(503).send({ ...errorBodyOf(503, "starting"), ...h });
-  });
-  fastify.get("/health/details", async () => o.health());
-  // Prometheus, without the key like /health (docs/deployment.md#metrics).
-  fastify.get("/metrics", { config: { public: true } }, async (_req, reply) =>
-    reply.header("content-type", CONTENT_TYPE).send(await scrape()),
-  );
-  const nodes = o.nodes;
-  if (nodes) fastify.get("/nodes", async () => nodes());
-  // A gateway asks each node which of its sandboxes signed a /files URL (proxy/signed-files.ts).
-  fastify.post("/cluster/files-signer", async (req, reply) => {
-    const b = SignerQuery.parse(req.body ?? {});
-    const found = signedFilesTarget(b, (m) => o.orch.sandboxByEnvdToken(m));
-    if (found && "target" in found) return { sandboxId: found.target.sandboxId };
-    return reply.status(404).send(errorBodyOf(404, found ? found.refusal : "not a signed /files URL"));
-  });
+  void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch });
   void fastify.register(sandboxRoutes, {
     orch: o.orch,
     builder: o.builder,
@@ -165,4 +147,30 @@ export function buildApp(o: AppOptions): App {
   void fastify.register(secretRoutes, { secrets: o.secrets });
   void fastify.register(dashboardRoutes);
   return { fastify, proxy };
+}
+
+/** The node's own routes: health, Prometheus metrics, itself as a node, the gateway's signer query. */
+export async function nodeRoutes(
+  app: FastifyInstance,
+  o: Pick<AppOptions, "health" | "nodes" | "orch">,
+): Promise<void> {
+  app.get("/health", async (_req, reply) => {
+    const h = o.health();
+    if (h.ready) return reply.status(204).send();
+    return reply.status(503).send({ ...errorBodyOf(503, "starting"), ...h });
+  });
+  app.get("/health/details", async () => o.health());
+  // Prometheus, without the key like /health (docs/deployment.md#metrics).
+  app.get("/metrics", { config: { public: true } }, async (_req, reply) =>
+    reply.header("content-type", CONTENT_TYPE).send(await scrape()),
+  );
+  const nodes = o.nodes;
+  if (nodes) app.get("/nodes", async () => nodes());
+  // A gateway asks each node which of its sandboxes signed a /files URL (proxy/signed-files.ts).
+  app.post("/cluster/files-signer", async (req, reply) => {
+    const b = SignerQuery.parse(req.body ?? {});
+    const found = signedFilesTarget(b, (m) => o.orch.sandboxByEnvdToken(m));
+    if (found && "target" in found) return { sandboxId: found.target.sandboxId };
+    return reply.status(404).send(errorBodyOf(404, found ? found.refusal : "not a signed /files URL"));
+  });
 }

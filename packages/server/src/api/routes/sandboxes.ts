@@ -228,7 +228,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   // v1 answers children the parent's time left when no timeout is given; v2 (E2B's newer
   // SDKs) the default sandbox timeout, and takes memory: false (filesystem-only children).
-  const fork = async (req: FastifyRequest, reply: FastifyReply, v2: boolean) => {
+  const fork = async (req: FastifyRequest, reply: FastifyReply, v2: boolean): Promise<ForkResult[]> => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = v2 ? ForkBodyV2.parse(body(req.body)) : { ...ForkBody.parse(body(req.body)), memory: undefined };
     // A cluster gateway asks for the children that do not fit here as a snapshot it starts
@@ -240,13 +240,12 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       defaultTimeout: v2,
     });
     if (spillSnapshot) void reply.header(FORK_SPILL.snapshotHeader, spillSnapshot.id);
-    const out: ForkResult[] = children.map((r) =>
+    return children.map((r) =>
       "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
     );
-    return reply.status(201).send(out);
   };
-  app.post("/sandboxes/:sandboxID/fork", (req, reply) => fork(req, reply, false));
-  app.post("/v2/sandboxes/:sandboxID/fork", (req, reply) => fork(req, reply, true));
+  app.post("/sandboxes/:sandboxID/fork", async (req, reply) => reply.status(201).send(await fork(req, reply, false)));
+  app.post("/v2/sandboxes/:sandboxID/fork", async (req, reply) => reply.status(201).send(await fork(req, reply, true)));
 
   app.put("/sandboxes/:sandboxID/network", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
