@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { CommandExitError, Sandbox } from "e2b";
-import { TestCluster, via } from "./helpers/cluster.js";
+import { API_KEY, TestCluster, via } from "./helpers/cluster.js";
 
 /** The loopback range follows this run's slot range (10.X.0.0/16 → 127.X.0.0/16). */
 const octet = Number(/^\d+\.(\d+)\./.exec(process.env.AENV_TEST_SLOT_CIDR ?? "")?.[1] ?? 202);
@@ -15,11 +15,22 @@ let gw = "";
 
 before(async () => {
   await cluster.start();
-  await cluster.startNode("sim-a", { AENV_LOG_LEVEL: "warn" }, { sim: { slotOctet: octet } });
+  // info: a sandbox's logs (its lifecycle lines) are what the node logs about it at info.
+  await cluster.startNode("sim-a", { AENV_LOG_LEVEL: "info" }, { sim: { slotOctet: octet } });
   gw = await cluster.startGateway();
 });
 
 after(() => cluster.close());
+
+async function gwCall(method: string, path: string, body?: unknown) {
+  const r = await fetch(`${gw}${path}`, {
+    method,
+    headers: { "x-api-key": API_KEY, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await r.text();
+  return { status: r.status, body: text ? (JSON.parse(text) as unknown) : undefined };
+}
 
 describe("a simulated node behind the gateway", () => {
   test("the e2b SDK creates, runs commands in, lists and kills a simulated sandbox", async () => {
@@ -51,5 +62,43 @@ describe("a simulated node behind the gateway", () => {
     const back = await Sandbox.connect(s.sandboxId, via(gw));
     assert.equal((await back.commands.run("true")).exitCode, 0);
     await back.kill();
+  });
+
+  test("sandbox logs, v1 and v2, reach the owning node through the gateway", async () => {
+    const s = await Sandbox.create(via(gw));
+    try {
+      const v1 = await gwCall("GET", `/sandboxes/${s.sandboxId}/logs`);
+      assert.equal(v1.status, 200, JSON.stringify(v1.body));
+      const b1 = v1.body as { logs: Array<{ line: string }>; logEntries: Array<{ message: string }> };
+      assert.ok(b1.logs.length > 0 && b1.logEntries.length === b1.logs.length, JSON.stringify(b1));
+      const v2 = await gwCall("GET", `/v2/sandboxes/${s.sandboxId}/logs?limit=1&direction=backward`);
+      assert.equal(v2.status, 200, JSON.stringify(v2.body));
+      const b2 = v2.body as { logs: Array<{ message: string; level: string; timestamp: string }> };
+      assert.equal(b2.logs.length, 1, JSON.stringify(b2));
+      assert.ok(!Number.isNaN(Date.parse(b2.logs[0]?.timestamp ?? "")), JSON.stringify(b2));
+      assert.equal((await gwCall("GET", "/v2/sandboxes/nosuchsandbox/logs")).status, 404);
+    } finally {
+      await s.kill();
+    }
+  });
+
+  test("POST /v2/sandboxes/{id}/fork through the gateway: children on the parent's node", async () => {
+    const s = await Sandbox.create(via(gw));
+    const kids: string[] = [];
+    try {
+      const r = await gwCall("POST", `/v2/sandboxes/${s.sandboxId}/fork`, { count: 2 });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const children = r.body as Array<{ sandbox?: { sandboxID: string } }>;
+      assert.equal(children.length, 2);
+      for (const c of children) {
+        assert.ok(c.sandbox, JSON.stringify(c));
+        kids.push(c.sandbox.sandboxID);
+        assert.equal(await cluster.ownerOf(c.sandbox.sandboxID), "sim-a", "its route recorded");
+        const child = await Sandbox.connect(c.sandbox.sandboxID, via(gw));
+        assert.equal((await child.commands.run("true")).exitCode, 0);
+      }
+    } finally {
+      for (const id of [s.sandboxId, ...kids]) await Sandbox.kill(id, via(gw)).catch(() => {});
+    }
   });
 });
