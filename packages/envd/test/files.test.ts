@@ -226,7 +226,16 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
         },
       });
       writeFileSync(path.join(d, "four.txt"), "4");
-      await until(() => entries.some((e) => (e as { name?: string } | undefined)?.name === "four.txt"), 3000, "entry");
+      // A link's entry is E2B's, as Stat gives it: the type of its target, the target named.
+      symlinkSync(path.join(d, "four.txt"), path.join(d, "four-link"));
+      const named = (n: string) => entries.find((e) => (e as { name?: string } | undefined)?.name === n);
+      await until(() => !!named("four.txt"), 3000, "entry");
+      await until(() => !!named("four-link"), 3000, "the link's entry");
+      const link = named("four-link") as { type?: unknown; symlinkTarget?: unknown; path?: unknown };
+      assert.deepEqual(
+        [link.type, link.symlinkTarget, link.path],
+        [FileType.FILE, path.join(d, "four.txt"), path.join(d, "four-link")],
+      );
       await until(() => exited !== null, 4000, "watch end at deadline");
       if (process.env.ENVD_TEST_VERBOSE) console.log("watch exit:", String(exited));
 
