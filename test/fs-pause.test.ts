@@ -277,7 +277,7 @@ describe("filesystem-only pause", () => {
 
   // POST /v2/sandboxes/{id}/fork (E2B's SDKs after 2.51): the default timeout when none is
   // given, and memory: false for children that cold-boot from the parent's filesystem.
-  test("v2 fork: without memory the children boot from the parent's files while it runs on", async () => {
+  test("v2 fork: without memory the children boot from the parent's files (running or filesystem-paused)", async () => {
     const s = await Sandbox.create("fsstart", { timeoutMs: 900_000 });
     const kids: string[] = [];
     try {
@@ -315,6 +315,21 @@ describe("filesystem-only pause", () => {
       const c = await Sandbox.connect(w.sandbox.sandboxID);
       await untilTrue(c, "pgrep -f 'sleep 444[4]' >/dev/null");
       assert.ok((await Sandbox.getInfo(c.sandboxId)).endAt.getTime() - Date.now() < 400_000);
+      // Paused with its memory, its filesystem is inside the checkpoint: 409, not a restore.
+      await s.pause();
+      const refused = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/fork`, { memory: false });
+      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      // Paused filesystem-only: its layer is what the children boot with; it stays paused.
+      await Sandbox.connect(s.sandboxId);
+      await s.pause({ keepMemory: false } as never);
+      const fromLayer = await server.api("POST", `/v2/sandboxes/${s.sandboxId}/fork`, { memory: false });
+      assert.equal(fromLayer.status, 201, JSON.stringify(fromLayer.body));
+      const [f] = fromLayer.body as Array<{ sandbox?: { sandboxID: string } }>;
+      assert.ok(f?.sandbox, JSON.stringify(fromLayer.body));
+      kids.push(f.sandbox.sandboxID);
+      const fc = await Sandbox.connect(f.sandbox.sandboxID);
+      assert.equal(await fc.files.read("/home/user/forked.txt"), "from the parent\n");
+      assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "paused");
     } finally {
       for (const id of [s.sandboxId, ...kids]) await Sandbox.kill(id).catch(() => {});
     }

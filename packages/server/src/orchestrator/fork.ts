@@ -138,13 +138,17 @@ export class Forker {
   private async captureFilesystem(l: Live, dest: string): Promise<number> {
     const parent = l.rec;
     if (parent.state === "paused") {
-      if (parent.pauseKind === "filesystem" && isCompleteLayer(parent.imageDir)) {
-        linkTree(parent.imageDir as string, dest);
-        return parent.ttlLeftMs ?? 0;
+      if (parent.pauseKind !== "filesystem") {
+        throw new ConflictError(
+          `sandbox '${parent.id}' is paused with its memory: fork it with memory, or resume it first`,
+        );
       }
-      throw new ConflictError(
-        `sandbox '${parent.id}' is paused with its memory: fork it with memory, or resume it first`,
-      );
+      // Its layer may live only in the repository (moved from a node that is gone).
+      if (!isCompleteLayer(parent.imageDir)) {
+        throw new ConflictError(`sandbox '${parent.id}' has no filesystem layer on this node: resume it first`);
+      }
+      linkTree(parent.imageDir as string, dest);
+      return parent.ttlLeftMs ?? 0;
     }
     if (parent.state !== "running" || !l.slot) throw new ConflictError(`sandbox '${parent.id}' is not running`);
     await captureLayer(l.slot.slotIp, envdTokenOf(parent), dest, maxLayerBytes(parent));
