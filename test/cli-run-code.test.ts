@@ -92,7 +92,8 @@ describe("run-code: end to end", () => {
     assert.deepEqual([sh.stdout, sh.stderr], ["42\n", "oops\n"]);
     assert.equal((await ok("run-code", id, "[1, 2].map((n) => n * 2)", "--language", "js")).stdout, "[ 2, 4 ]\n");
     const fig = await ok("run-code", id, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()");
-    assert.match(fig.stdout, /^\[png\]$/m);
+    // A line plot comes with its chart as well as its picture.
+    assert.match(fig.stdout, /^\[png, chart\]$/m);
     const json = await ok("run-code", id, "print(1)\n1 + 1", "--json");
     const lines = json.stdout
       .trim()

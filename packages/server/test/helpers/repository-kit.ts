@@ -71,6 +71,8 @@ export const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 export class SpyBackend implements RepositoryBackend {
   chunkGets = 0;
   puts = 0;
+  /** Keys of the puts the inner backend has answered (stored), in order. */
+  stored: string[] = [];
   lists = 0;
   beforePut?: (key: string) => Promise<void> | void;
   constructor(readonly inner: RepositoryBackend) {}
@@ -80,7 +82,8 @@ export class SpyBackend implements RepositoryBackend {
   async put(key: string, body: Uint8Array | Readable) {
     this.puts++;
     await this.beforePut?.(key);
-    return this.inner.put(key, body);
+    await this.inner.put(key, body);
+    this.stored.push(key);
   }
   putIfAbsent(key: string, body: Uint8Array) {
     return this.inner.putIfAbsent(key, body);
