@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Sandbox } from "e2b";
+import { Sandbox, Template } from "e2b";
 import type { Page } from "playwright-core";
 import { openBrowser, screenshotsDir, type TestBrowser } from "./helpers/browser.js";
 import { ROOT, serverForFile } from "./helpers/server.js";
@@ -114,6 +114,10 @@ describe("dashboard", () => {
       const row = page.getByRole("row").filter({ hasText: late.sandboxId });
       assert.match(String(await row.textContent()), /running/);
       assert.match(String(await row.textContent()), /purpose=late/);
+      // The node it runs on, as the API names it.
+      const info = (await s.api("GET", `/sandboxes/${late.sandboxId}`)).body as { nodeID?: string };
+      assert.ok(info.nodeID, "the API names the node");
+      assert.ok(String(await row.textContent()).includes(info.nodeID), "the row names the node");
       // The metadata filter is the API's.
       await page.getByLabel("Metadata").fill("purpose=late");
       await until(
@@ -263,6 +267,30 @@ describe("dashboard", () => {
       // The Nodes page is shot through a gateway (test/dashboard-gateway.test.ts): here it only says
       // this server is not in a cluster.
       if (name !== "nodes") await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: name === "templates" });
+    }
+  });
+
+  test("a template's build log streams while the build runs", async () => {
+    const s = srv();
+    // A step that prints, waits, then prints again: the first line is shown before the build ends.
+    const tpl = Template()
+      .fromTemplate("base")
+      .runCmd("echo dashboard-log-first && sleep 6 && echo dashboard-log-second");
+    const build = await Template.buildInBackground(tpl, "dashboard-build", { apiUrl: s.url, apiKey: s.apiKey });
+    try {
+      await page.goto(`${s.url}/#/templates`);
+      const open = page.getByRole("button", { name: `Build logs of ${build.templateId}` });
+      await open.waitFor({ timeout: 30_000 });
+      await open.click();
+      const log = page.getByLabel("Build logs", { exact: true });
+      await log.filter({ hasText: "dashboard-log-first" }).waitFor({ timeout: 120_000 });
+      const status = async () =>
+        (await Template.getBuildStatus(build, { apiUrl: s.url, apiKey: s.apiKey })).status as string;
+      assert.equal(await status(), "building", "the first line is shown while the build runs");
+      await log.filter({ hasText: "dashboard-log-second" }).waitFor({ timeout: 120_000 });
+      await page.locator(".build-log .state-ready").waitFor({ timeout: 60_000 });
+    } finally {
+      await s.api("DELETE", `/templates/${build.templateId}`);
     }
   });
 
