@@ -31,7 +31,7 @@
  * BENCH_ROLLOUT_FORKS (children running rollouts at once, 1), BENCH_ROLLOUT_PREFORK (children
  * forked ahead, 1; 0 forks only when a slot is free), BENCH_ROLLOUT_PAUSE_PARENT (1; 0 forks the
  * running parent, captured again at every fork call), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aer, 10.212.0.0/16);
- * BENCH_SMOKE=1 makes the defaults tiny (12 s budgets, 0.5 s setup, 40 files, 2 commits, 2 forks).
+ * BENCH_SMOKE=1 makes the defaults tiny (20 s budgets, 0.5 s setup, 40 files, 2 commits, 2 forks).
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -53,7 +53,7 @@ import { mean, summarize } from "./stats.js";
 
 // BENCH_SMOKE=1: tiny defaults (what test/bench-smoke.test.ts runs), each still overridable.
 const SMOKE = process.env.BENCH_SMOKE === "1";
-const BUDGET_S = envNum("BENCH_ROLLOUT_BUDGET_S", SMOKE ? 12 : 120, true);
+const BUDGET_S = envNum("BENCH_ROLLOUT_BUDGET_S", SMOKE ? 20 : 120, true);
 const SETUP_S = envNum("BENCH_ROLLOUT_SETUP_S", SMOKE ? 0.5 : 20, true);
 const FILES = envNum("BENCH_ROLLOUT_FILES", SMOKE ? 40 : 2000);
 const COMMITS = envNum("BENCH_ROLLOUT_COMMITS", SMOKE ? 2 : 50);

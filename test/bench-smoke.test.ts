@@ -24,8 +24,8 @@ const TINY = {
   BENCH_INC_MB: "4",
   BENCH_BURST: "2",
   BENCH_CLUSTER_NODES: "2",
-  // rollouts.ts and density.ts: 12 s budgets (a setup-per-rollout pass needs most of them), a
-  // 40-file task; one idle sandbox per pass, 1 s windows.
+  // rollouts.ts: 20 s budgets (a setup-per-rollout pass takes ~7 s, 2-3x that under load); a
+  // 40-file task. density.ts: one idle sandbox per pass, 1 s windows.
   BENCH_SMOKE: "1",
 };
 
@@ -43,7 +43,14 @@ test("every benchmark runs once with tiny settings, raw column included", async 
       p.stderr.on("data", (d: Buffer) => (log += d.toString()));
       p.on("exit", (c) => resolve(c ?? 1));
     });
-    assert.equal(code, 0, log.slice(-4000));
+    // A failed benchmark's own output (from its header to its exit line), then the log's end.
+    const failed = /\[bench\] FAILED: (.*)/.exec(log)?.[1]?.split(", ") ?? [];
+    const own = failed.map((f) => {
+      const start = log.indexOf(`[bench] ${f}\n`);
+      const end = log.indexOf(`[bench] ${f}: exit`, start);
+      return start < 0 ? "" : log.slice(Math.max(start, end - 6000), end + 200);
+    });
+    assert.equal(code, 0, [...own, log.slice(-4000)].join("\n…\n"));
     assert.match(log, /every benchmark ran/);
     const main = JSON.parse(readFileSync(join(out, "latest.json"), "utf8")) as Record<string, unknown>;
     assert.deepEqual(main.errors, []);

@@ -5,7 +5,15 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b, waitFor } from "./helpers/server.js";
+import {
+  afterSweeps,
+  cleanupDataDir,
+  startServer,
+  type TestServer,
+  untilLogLine,
+  useE2b,
+  waitFor,
+} from "./helpers/server.js";
 
 let server: TestServer;
 const V2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
@@ -52,6 +60,8 @@ test("an idle sandbox is frozen, uses no CPU, shows as running, and its next use
     );
     const cg = cgroupOf(s.sandboxId);
     await waitFor("hibernation", cg.frozen, 15_000);
+    // The freeze's log line can reach the test after the cgroup shows frozen (a pipe).
+    await untilLogLine(server, [s.sandboxId, '"sandbox hibernated"']);
     // Right before the freeze envd gave back what its runtime held beyond its live objects.
     const mine = server
       .logs()
@@ -116,10 +126,10 @@ test("a sandbox that computes, keeps a client stream open or opts out is never f
     await busy.commands.run("nohup python3 -c 'while True: pass' >/dev/null 2>&1 &");
     const run = streaming.commands.run("sleep 7; echo done", { timeoutMs: 20_000 });
     const cgs = [busy, streaming, optOut].map((s) => cgroupOf(s.sandboxId));
-    for (let i = 0; i < 50; i++) {
+    // Sweeps come every idle time / 4: six cover the idle time and two chances past it.
+    await afterSweeps(server.url, "hibernation", 6, () => {
       for (const [n, cg] of cgs.entries()) assert.ok(!cg.frozen(), `sandbox ${n} must not be frozen`);
-      await sleep(100);
-    }
+    });
     assert.equal((await run).stdout, "done\n");
     // Once its stream ended, the streaming one is idle like any other.
     await waitFor("hibernation after the stream", cgs[1]?.frozen ?? (() => false), 15_000);

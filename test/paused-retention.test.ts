@@ -6,7 +6,7 @@ import { existsSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, sdkOptions, startServer, type TestServer } from "./helpers/server.js";
+import { afterSweeps, cleanupDataDir, sdkOptions, startServer, type TestServer } from "./helpers/server.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -84,7 +84,7 @@ test("paused images over the total: the oldest pauses go first, the rest stay re
     });
     await until("oldest pause deleted", async () => (await stateOf(server, a.sandboxId)) === undefined);
     assert.match(server.logs(), /paused sandbox deleted by the retention limit/);
-    await sleep(6000); // another sweep or more
+    await afterSweeps(server.url, "retention", 2);
     assert.equal(await stateOf(server, b.sandboxId), "paused", "the newer pause fits and stays");
     const r = await Sandbox.connect(b.sandboxId, { ...opts, ...sdkOptions(server) });
     assert.equal((await r.commands.run("cat /home/user/b.txt")).stdout, "kept");

@@ -283,6 +283,36 @@ export async function waitFor(what: string, cond: () => boolean, ms = 30_000): P
   }
 }
 
+/** Sweeps of a kind the server has finished, from its /metrics. */
+export async function sweepsOf(url: string, kind: "hibernation" | "retention"): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = new RegExp(`^aenv_sweeps_total\\{kind="${kind}"\\} (\\d+)`, "m").exec(text);
+  if (!m) throw new Error(`no aenv_sweeps_total{kind="${kind}"} in the server's /metrics`);
+  return Number(m[1]);
+}
+
+/**
+ * Waits until `n` more sweeps of a kind have finished, calling `each` (an assertion) before
+ * every look: a test that something did not happen waits for the sweeps that had the chance
+ * to do it, not for a fixed time.
+ */
+export async function afterSweeps(
+  url: string,
+  kind: "hibernation" | "retention",
+  n: number,
+  each: () => void = () => {},
+  timeoutMs = 120_000,
+): Promise<void> {
+  const target = (await sweepsOf(url, kind)) + n;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    each();
+    if ((await sweepsOf(url, kind)) >= target) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${n} ${kind} sweeps`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /**
  * The last log line of the server that contains every one of `parts`, waiting for it: the
  * server's stdout reaches the test through a pipe, which may deliver after the HTTP answer of

@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { RuntimeDriver } from "../runtime/driver.js";
+import { countSweep } from "../telemetry/prometheus.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import { NotIdleError } from "./runner.js";
 
@@ -70,7 +71,10 @@ export class Hibernation {
       this.sweeping = true;
       this.sweep()
         .catch((err) => this.d.log.warn({ err }, "hibernation sweep failed"))
-        .finally(() => (this.sweeping = false));
+        .finally(() => {
+          this.sweeping = false;
+          countSweep("hibernation");
+        });
     }, everyMs);
     this.timer.unref();
   }

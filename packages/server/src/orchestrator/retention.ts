@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { StateStore } from "../state/store.js";
+import { countSweep } from "../telemetry/prometheus.js";
 import { layerBytes } from "./fs-layer.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -89,6 +90,7 @@ export class PausedRetention {
         total -= l.rec.pauseBytes ?? 0;
       }
     }
+    countSweep("retention");
   }
 
   private retire(l: Live, why: Record<string, string | number>): void {

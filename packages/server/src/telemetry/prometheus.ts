@@ -103,6 +103,12 @@ const warmImages = new Counter({
   labelNames: ["result"] as const,
   registers: [],
 });
+const sweeps = new Counter({
+  name: "aenv_sweeps_total",
+  help: "Background sweeps finished: hibernation (idle sandboxes frozen or saved), retention (paused sandboxes over the limits deleted)",
+  labelNames: ["kind"] as const,
+  registers: [],
+});
 const repoUploaded = { bytes: 0 };
 
 /**
@@ -126,6 +132,11 @@ export async function timed<T>(
 }
 
 /** A create that could use a warm image found one (hit) or booted (miss). */
+/** A background sweep finished: what waits on one (a test that something did not happen) can see it. */
+export function countSweep(kind: "hibernation" | "retention"): void {
+  sweeps.inc({ kind });
+}
+
 export function countWarmImage(hit: boolean): void {
   warmImages.inc({ result: hit ? "hit" : "miss" });
 }
@@ -165,8 +176,10 @@ export function registerNode(source: NodeSource): void {
   registry.registerMetric(opSeconds);
   registry.registerMetric(opFailures);
   registry.registerMetric(warmImages);
+  registry.registerMetric(sweeps);
   for (const op of OPERATIONS) opFailures.inc({ operation: op }, 0);
   for (const r of ["hit", "miss"]) warmImages.inc({ result: r }, 0);
+  for (const k of ["hibernation", "retention"]) sweeps.inc({ kind: k }, 0);
   new Gauge({
     name: "aenv_sandboxes",
     help: "Sandboxes on this node by state",
