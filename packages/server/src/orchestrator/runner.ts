@@ -159,7 +159,14 @@ export class SandboxRunner {
       await waitForEnvd(ip, ENVD_READY_TIMEOUT_MS, () => this.d.driver.isRunning(rec.runtimeId));
     });
     this.d.log.debug(
-      { sandboxID: rec.id, from: from.kind, slotMs: t1 - t0, startMs: t2 - t1, envdMs: Date.now() - t2 },
+      {
+        sandboxID: rec.id,
+        from: from.kind,
+        slot: live.slot?.index,
+        slotMs: t1 - t0,
+        startMs: t2 - t1,
+        envdMs: Date.now() - t2,
+      },
       "runtime started",
     );
     if (init) await this.initEnvd(live, init, from.kind === "image" ? from.oldToken : undefined);
@@ -292,7 +299,13 @@ export class SandboxRunner {
         r?.status === 409 ? r.body : `envd did not confirm it is idle (${r?.status ?? "no answer"})`,
       );
     }
-    if (r && r.status >= 300) this.d.log.warn({ sandboxID: l.rec.id, status: r.status }, "envd quiesce refused");
+    if (r && r.status >= 300) {
+      const slot = l.slot.index;
+      this.d.log.warn(
+        { sandboxID: l.rec.id, status: r.status, body: r.body.slice(0, 200), slot },
+        "envd quiesce refused",
+      );
+    }
   }
 
   /**
