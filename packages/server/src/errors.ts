@@ -27,6 +27,12 @@ export class TooLargeError extends AenvError {}
 export class AtCapacityError extends AenvError {}
 /** The server is stopping and takes no new work. */
 export class ShuttingDownError extends AenvError {}
+/**
+ * A cluster node whose lease lapsed (its heartbeat has not reached the cluster's state in
+ * time): until it is renewed another node may have taken a paused sandbox over, so this one
+ * resumes and takes over nothing. Retry: through a gateway, another node serves it.
+ */
+export class FencedError extends AenvError {}
 /** A sandbox could not be started, resumed or loaded; the message says why. */
 export class StartFailedError extends AenvError {}
 /** A fork child did not come up; its siblings are unaffected. */

@@ -4,6 +4,7 @@ import {
   AtCapacityError,
   ChildFailedError,
   ConflictError,
+  FencedError,
   ForbiddenError,
   InvalidRequestError,
   NotFoundError,
@@ -29,6 +30,7 @@ const STATUS = new Map<abstract new (...args: never[]) => AenvError, number>([
   [UpstreamError, 502],
   [ChildFailedError, 503],
   [ShuttingDownError, 503],
+  [FencedError, 503],
 ]);
 
 /** HTTP status of a domain error; undefined for anything else (a bug: 500). */

@@ -9,6 +9,12 @@ export interface NodeAgentDeps {
   describe: () => Omit<NodeInfo, "updatedAt">;
   /** IDs of every sandbox it holds, running or paused. */
   owned: () => string[];
+  /**
+   * Sandboxes this node holds whose route names another live node (sandbox ID → that node):
+   * the node drops its copies the other node took over (fencing after a partition). Called
+   * after a beat that found any, never twice at once; those it keeps come back next time.
+   */
+  superseded?: (routes: Map<string, string>) => Promise<void>;
   log: Logger;
 }
 
@@ -16,8 +22,8 @@ export interface NodeAgentDeps {
  * One heartbeat, atomically: the node key stamped with Redis's clock, its checkpoint key, and
  * the routes of the sandboxes it passes. A route is (re)written only when it is missing, already
  * this node's, or names a node whose heartbeat expired: a node never takes a sandbox back from
- * a live node that resumed it. Returns whether the node key existed before, then the route keys
- * another live node owns.
+ * a live node that resumed it. Returns whether the node key existed before, then, for each route
+ * another live node owns, its key and that node.
  *   KEYS: node key, nodes set, checkpoint-keys hash, then one aenv:sbx key per route passed
  *   ARGV: nodeId, info JSON (without updatedAt), TTL ms, checkpoint key, node-key prefix
  */
@@ -36,6 +42,7 @@ for i = 4, #KEYS do
     redis.call('SET', KEYS[i], ARGV[1])
   else
     out[#out + 1] = KEYS[i]
+    out[#out + 1] = cur
   end
 end
 return out
@@ -50,6 +57,13 @@ return out
  * sandboxes most of its commands (bench/cluster-scale.ts).
  */
 const FULL_BEAT_MS = 30_000;
+
+/**
+ * A beat with no answer by then makes the client reconnect. A connection cut off without a
+ * reset (a partition: packets dropped) would otherwise hold every later command until TCP
+ * gave up, minutes; a new connection reaches Redis as soon as the network heals.
+ */
+const BEAT_ANSWER_MS = 3_000;
 
 /** Coalesces change-driven beats: one at most this often beyond the periodic one. */
 const NUDGE_MS = 50;
@@ -69,6 +83,15 @@ export class NodeAgent {
   /** Sandboxes whose route a beat has passed since the last full one. */
   private published = new Set<string>();
   private lastFull = 0;
+  /**
+   * Until when (this process's monotonic clock) the node's lease holds: a beat sent at t set
+   * the node key to expire NODE_TTL_MS after Redis ran it, so no later than t + NODE_TTL_MS by
+   * this clock the gateways may have counted the node dead and moved its paused sandboxes.
+   */
+  private leaseUntil = 0;
+  /** The lease had lapsed (or never held): the next successful beat reconciles. */
+  private lapsed = true;
+  private reconciling: Promise<void> | undefined;
 
   constructor(private readonly d: NodeAgentDeps) {}
 
@@ -95,8 +118,24 @@ export class NodeAgent {
       .catch((err) => this.d.log.warn({ err }, "cluster heartbeat failed"));
   }
 
+  /**
+   * Whether the node's last successful heartbeat is recent enough that no gateway can have
+   * counted it dead: while it is not, the node resumes and takes over nothing (fencing).
+   */
+  leaseCurrent(): boolean {
+    return performance.now() < this.leaseUntil;
+  }
+
   async beat(): Promise<void> {
-    const full = Date.now() - this.lastFull >= FULL_BEAT_MS;
+    // After a lapse every route goes in the beat: those another node took are found at once.
+    const lapsed = this.lapsed || !this.leaseCurrent();
+    if (lapsed && !this.lapsed) {
+      this.lapsed = true;
+      this.d.log.warn(
+        "cluster lease lapsed (no heartbeat reached Redis in time): resuming nothing until it is renewed",
+      );
+    }
+    const full = lapsed || Date.now() - this.lastFull >= FULL_BEAT_MS;
     const owned = this.d.owned();
     const gone = await this.publish(full ? owned : owned.filter((id) => !this.published.has(id)), full);
     // The node key was gone (Redis restarted, or this node's key expired): its routes may be too.
@@ -107,31 +146,76 @@ export class NodeAgent {
   private async publish(routes: string[], full: boolean): Promise<boolean> {
     const info = this.d.describe();
     const startedAt = Date.now();
-    const [had, ...others] = (await this.d.redis.eval(
-      BEAT,
-      3 + routes.length,
-      keys.node(this.d.nodeId),
-      keys.nodes,
-      keys.checkpointKeys,
-      ...routes.map(keys.sandbox),
-      this.d.nodeId,
-      JSON.stringify(info),
-      NODE_TTL_MS,
-      info.checkpointKey,
-      keys.node(""),
-    )) as [number, ...string[]];
+    const sent = performance.now();
+    let watchdog: NodeJS.Timeout | undefined;
+    // The beat fails then (the next one is not held behind it), and the client reconnects.
+    const unanswered = new Promise<never>((_, reject) => {
+      watchdog = setTimeout(() => {
+        this.d.redis.disconnect(true);
+        reject(new Error(`no answer from Redis in ${BEAT_ANSWER_MS} ms; reconnecting`));
+      }, BEAT_ANSWER_MS);
+    });
+    const [had, ...others] = (await Promise.race([
+      this.d.redis.eval(
+        BEAT,
+        3 + routes.length,
+        keys.node(this.d.nodeId),
+        keys.nodes,
+        keys.checkpointKeys,
+        ...routes.map(keys.sandbox),
+        this.d.nodeId,
+        JSON.stringify(info),
+        NODE_TTL_MS,
+        info.checkpointKey,
+        keys.node(""),
+      ),
+      unanswered,
+    ]).finally(() => clearTimeout(watchdog))) as [number, ...string[]];
+    this.leaseUntil = sent + NODE_TTL_MS;
+    if (this.lapsed) {
+      this.lapsed = false;
+      if (this.lastFull > 0) this.d.log.warn("cluster lease renewed after it lapsed; reconciling what this node holds");
+    }
     if (full) {
       this.published = new Set(routes);
       this.lastFull = startedAt;
     } else {
       for (const id of routes) this.published.add(id);
     }
-    for (const k of others) {
-      if (this.warned.has(k)) continue;
-      this.warned.add(k);
-      this.d.log.warn({ route: k }, "a sandbox this node holds is routed to another live node; not taking it back");
+    const moved = new Map<string, string>();
+    for (let i = 0; i + 1 < others.length; i += 2) {
+      moved.set((others[i] as string).slice(keys.sandbox("").length), others[i + 1] as string);
     }
+    if (moved.size > 0) this.reconcile(moved);
     return had === 0;
+  }
+
+  /**
+   * Sandboxes this node holds that another live node now serves: the node never takes their
+   * routes back; the `superseded` hook drops the local copies the other node took over.
+   */
+  private reconcile(moved: Map<string, string>): void {
+    for (const [id, owner] of moved) {
+      if (this.warned.has(id)) continue;
+      this.warned.add(id);
+      this.d.log.warn(
+        { sandboxID: id, owner },
+        "a sandbox this node holds is routed to another live node; not taking it back",
+      );
+    }
+    const hook = this.d.superseded;
+    // In the background: stopping a sandbox must not hold the next beat back (the lease).
+    if (!hook || this.reconciling) return;
+    this.reconciling = hook(moved)
+      .catch((err) => this.d.log.warn({ err }, "reconciling sandboxes routed elsewhere failed"))
+      .finally(() => {
+        this.reconciling = undefined;
+      });
+  }
+
+  /** Resolves once a reconciliation under way (if any) is done (tests, shutdown). */
+  async settled(): Promise<void> {
+    await this.reconciling;
   }
 
   /** A sandbox that is gone (killed, expired) is no longer routed here. */
@@ -147,6 +231,7 @@ export class NodeAgent {
     if (this.timer) clearInterval(this.timer);
     if (this.nudged) clearTimeout(this.nudged);
     await this.beating;
+    await this.reconciling;
     await this.d.redis.del(keys.node(this.d.nodeId)).catch(() => undefined);
   }
 }

@@ -25,8 +25,13 @@ export async function joinCluster(
     nodeId: c.nodeId,
     describe,
     owned: () => orch.list().map((r) => r.id),
+    superseded: async (moved) => {
+      await orch.supersede(moved);
+    },
     log: log.child({ component: "cluster" }),
   });
+  // Fencing: while the node's lease has lapsed it resumes and takes over nothing.
+  orch.fence(() => agent.leaseCurrent());
   // Room freed by a kill or pause is published at once, not at the next beat.
   orch.onKilled((id) => {
     void agent

@@ -154,8 +154,9 @@ export class SandboxCalls {
       return forward(req, res, owner.node.url);
     }
     if (!moving) {
-      const why = owner.dead ? `its node '${owner.dead}' is down; connect to resume it elsewhere` : "not found";
-      return sendError(res, 404, `sandbox '${id}' ${why}`);
+      // Its node may be cut off, not gone: the sandbox is not reported killed (404).
+      if (owner.dead) return sendError(res, 503, unreachable(id, owner.dead));
+      return sendError(res, 404, `sandbox '${id}' not found`);
     }
     return relay(
       res,
@@ -189,6 +190,14 @@ export class SandboxCalls {
       );
       if (!placed) return jsonAnswer(429, errorBodyOf(429, "no node has room to resume this sandbox"));
       if (placed.ans.status < 300) await this.recordOwner(id, placed.node.nodeID);
+      // No pause image in the repository: it was running on its node when that node went
+      // unreachable. It is not gone (its node may be cut off, not dead), so not a 404.
+      if (placed.ans.status === 404 && dead) {
+        return jsonAnswer(
+          503,
+          errorBodyOf(503, `${unreachable(id, dead)}; it was not paused, so no other node can resume it`),
+        );
+      }
       return placed.ans;
     } finally {
       // The lock expires by itself; a resume that happened is not undone by failing to drop it.
@@ -359,6 +368,11 @@ export class SandboxCalls {
 /** 503 when the cluster's state is unreachable (retry), 502 for anything else that failed here. */
 export function failureStatus(err: unknown): number {
   return err instanceof StateUnavailableError ? 503 : 502;
+}
+
+/** The answer about a sandbox whose node's heartbeat expired. */
+function unreachable(id: string, node: string): string {
+  return `sandbox '${id}' is on node '${node}', which is unreachable (its heartbeat expired): a paused sandbox resumes on another node at connect; a running one is served again when its node is back`;
 }
 
 function jsonAnswer(status: number, body: unknown): NodeAnswer {

@@ -87,8 +87,22 @@ export class PauseCommits {
     throw new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
   }
 
+  /**
+   * The node holding the claim of this pause, when it is another node: it resumed this pause
+   * (while this node was away or cut off), and this node's copy is stale.
+   */
+  async claimedElsewhere(rec: SandboxRecord): Promise<string | undefined> {
+    const nodeId = this.d.cfg.cluster?.nodeId;
+    if (!nodeId) return undefined;
+    const holder = await this.d.repository.claimHolder(pauseClaimName(rec));
+    return holder && holder !== nodeId ? holder : undefined;
+  }
+
   /** Forgets a paused sandbox another node took over; its repository objects are that node's now. */
   dropMoved(rec: SandboxRecord): void {
+    const timer = this.timers.get(rec.id);
+    if (timer) clearTimeout(timer);
+    this.timers.delete(rec.id);
     this.d.repository.unpin(pauseManifestId(rec.id));
     this.d.store.delete(rec.id);
     this.d.registry.remove(rec.id);
