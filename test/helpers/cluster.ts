@@ -5,6 +5,7 @@ import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
+import type { Host, Hosts } from "./hosts.js";
 import { TEST_REPOSITORY_KEY } from "./repository.js";
 import { MASTER_NAME, SentinelGroup } from "./sentinel.js";
 import { cleanupDataDir, freePort, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./server.js";
@@ -20,11 +21,21 @@ export interface Gateway {
 export const alive = (s: TestServer) => s.proc.exitCode === null && s.proc.signalCode === null;
 export const via = (url: string) => ({ apiUrl: url, sandboxUrl: url, apiKey: API_KEY });
 
-export async function startRedis(port: number): Promise<ChildProcess> {
-  const p = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
-    stdio: "ignore",
-  });
-  const c = new Redis(port, "127.0.0.1", { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+/** redis-server on a port, on loopback or (`host`) on a host's address in its namespace. */
+export async function startRedis(port: number, host?: Host): Promise<ChildProcess> {
+  const addr = host?.address ?? "127.0.0.1";
+  const args = ["--port", String(port), "--bind", addr, "--save", "", "--appendonly", "no"];
+  // Reached from other hosts' addresses, not loopback only.
+  if (host) args.push("--protected-mode", "no");
+  const wrap = host?.wrap ?? [];
+  const p = spawn(
+    wrap[0] ?? "redis-server",
+    [...wrap.slice(1), ...(wrap.length > 0 ? ["redis-server"] : []), ...args],
+    {
+      stdio: "ignore",
+    },
+  );
+  const c = new Redis(port, addr, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
   c.on("error", () => {});
   try {
     for (let i = 0; i < 100; i++) {
@@ -41,6 +52,7 @@ export async function startRedis(port: number): Promise<ChildProcess> {
   } finally {
     c.disconnect();
   }
+  p.kill("SIGKILL");
   throw new Error("redis-server did not start");
 }
 
@@ -63,11 +75,27 @@ export class TestCluster {
   private redisEnv: Record<string, string> = {};
   private gatewayRedisArgs: string[] = [];
 
+  /** With `start({ hosts })`: Redis, and nodes and gateways started with a host, each on a host of its own. */
+  hosts?: Hosts;
+  private redisHost?: Host;
+  readonly hostOf = new Map<string, Host>();
+
   constructor(private readonly prefix = "aec") {}
 
-  /** One redis-server at a URL, or (`sentinel`) a primary and replica behind three sentinels. */
-  async start(opts: { sentinel?: boolean } = {}): Promise<void> {
-    if (opts.sentinel) {
+  /**
+   * One redis-server at a URL, or (`sentinel`) a primary and replica behind three sentinels.
+   * With `hosts`, Redis runs on a host of its own ("redis") and nodes and gateways may too.
+   */
+  async start(opts: { sentinel?: boolean; hosts?: Hosts } = {}): Promise<void> {
+    if (opts.hosts) {
+      this.hosts = opts.hosts;
+      this.redisHost = opts.hosts.add("redis");
+      const port = await freePort();
+      this.redisUrl = `redis://${this.redisHost.address}:${port}`;
+      this.redis = await startRedis(port, this.redisHost);
+      this.redisEnv = { AENV_CLUSTER: this.redisUrl };
+      this.gatewayRedisArgs = ["--cluster", this.redisUrl];
+    } else if (opts.sentinel) {
       this.sentinel = new SentinelGroup();
       await this.sentinel.start();
       this.redisEnv = { AENV_CLUSTER_SENTINELS: this.sentinel.sentinels, AENV_CLUSTER_MASTER: MASTER_NAME };
@@ -86,7 +114,7 @@ export class TestCluster {
     const port = Number(new URL(this.redisUrl).port);
     this.redis.kill("SIGKILL");
     await new Promise((r) => this.redis.once("exit", r));
-    this.redis = await startRedis(port);
+    this.redis = await startRedis(port, this.redisHost);
   }
 
   /**
@@ -95,12 +123,13 @@ export class TestCluster {
    * repository); otherwise its templates dir holds the `base` test template (hard links of
    * the shared one, at a path of its own). `sim` runs it on the simulated runtime
    * (runtime/sim/) with loopback slots 127.`sim.slotOctet`.0.0/16, its operations
-   * `sim.latencyScale` times as long as on runsc.
+   * `sim.latencyScale` times as long as on runsc. `host` (with `start({ hosts })`) runs it
+   * on a host of its own, named after the node.
    */
   async startNode(
     id: string,
     extraEnv: Record<string, string> = {},
-    opts: { emptyTemplates?: boolean; sim?: { slotOctet: number; latencyScale?: number } } = {},
+    opts: { emptyTemplates?: boolean; sim?: { slotOctet: number; latencyScale?: number }; host?: boolean } = {},
   ): Promise<TestServer> {
     const n = this.slot++;
     const templatesDir = mkdtempSync(`/var/tmp/aenv-cluster-templates-${id}-`);
@@ -121,8 +150,10 @@ export class TestCluster {
     const sim: Record<string, string> = opts.sim
       ? { AENV_RUNTIME_DRIVER: "sim", AENV_SIM_LATENCY_SCALE: String(opts.sim.latencyScale ?? 1) }
       : {};
+    const host = opts.host ? this.newHost(id) : undefined;
     const s = await startServer({
       templatesDir,
+      ...(host ? { host } : {}),
       env: {
         ...this.redisEnv,
         AENV_NODE_ID: id,
@@ -141,17 +172,34 @@ export class TestCluster {
     return s;
   }
 
-  async startGateway(): Promise<string> {
+  private newHost(name: string): Host {
+    if (!this.hosts) throw new Error("a host needs start({ hosts })");
+    const h = this.hosts.add(name);
+    this.hostOf.set(name, h);
+    return h;
+  }
+
+  /** A gateway; `host` names a host of its own to run it on (with `start({ hosts })`). */
+  async startGateway(opts: { host?: string } = {}): Promise<string> {
     const port = await freePort();
+    const host = opts.host ? this.newHost(opts.host) : undefined;
+    const addr = host?.address ?? "127.0.0.1";
+    const wrap = host?.wrap ?? [];
     const proc = spawn(
-      process.execPath,
-      [join(ROOT, "packages/server/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, ...this.gatewayRedisArgs],
+      wrap[0] ?? process.execPath,
+      [
+        ...(wrap.length > 0 ? [...wrap.slice(1), process.execPath] : []),
+        join(ROOT, "packages/server/bin/aenv-gateway.js"),
+        "--listen",
+        `${addr}:${port}`,
+        ...this.gatewayRedisArgs,
+      ],
       { env: { ...process.env, AENV_API_KEY: API_KEY, AENV_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
     );
     let out = "";
     proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
     proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
-    const url = `http://127.0.0.1:${port}`;
+    const url = `http://${addr}:${port}`;
     for (let i = 0; i < 100; i++) {
       const r = await fetch(`${url}/health`).catch(() => undefined);
       if (r?.status === 204) {
@@ -213,6 +261,7 @@ export class TestCluster {
     }
     this.redis?.kill("SIGKILL");
     this.sentinel?.close();
+    this.hosts?.close();
     if (this.repo) rmSync(this.repo, { recursive: true, force: true });
     for (const d of this.templateDirs) rmSync(d, { recursive: true, force: true });
   }

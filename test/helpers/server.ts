@@ -48,6 +48,11 @@ export interface StartOptions {
   templatesDir?: string;
   port?: number;
   env?: Record<string, string>;
+  /**
+   * A host of its own (helpers/hosts.ts): the server runs in that network namespace and
+   * listens on its address instead of loopback.
+   */
+  host?: { address: string; wrap: string[] };
 }
 
 /** Starts the real aenv-server binary as a child process, on loopback, with its own netns prefix. */
@@ -117,12 +122,15 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
   const port = opts.port ?? (await freePort());
   const apiKey = "e2b_0123456789abcdef0123456789abcdef01234567";
   const domain = `sbx.localhost:${port}`;
+  const listenHost = opts.host?.address ?? "127.0.0.1";
+  const wrap = opts.host?.wrap ?? [];
   const proc = spawn(
-    process.execPath,
+    wrap[0] ?? process.execPath,
     [
+      ...(wrap.length > 0 ? [...wrap.slice(1), process.execPath] : []),
       join(ROOT, "packages/server/bin/aenv-server.js"),
       "--listen",
-      `127.0.0.1:${port}`,
+      `${listenHost}:${port}`,
       "--data-dir",
       dataDir,
       "--templates-dir",
@@ -149,7 +157,7 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
   let out = "";
   proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
   proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
-  const url = `http://127.0.0.1:${port}`;
+  const url = `http://${listenHost}:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`aenv-server exited ${proc.exitCode}:\n${out}`);
