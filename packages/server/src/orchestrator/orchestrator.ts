@@ -356,24 +356,26 @@ export class Orchestrator {
 
   /**
    * Reconciliation after a partition: sandboxes this node holds whose route names another live
-   * node (sandbox ID → that node). A paused one whose pause another node claimed (it resumed
-   * it) is forgotten here; a running one is stopped here, since clients reach the other
-   * node's. Nothing in the shared repository is deleted: it is the other node's now. A paused
-   * one nobody claimed is kept (and its route is not taken back). Returns the IDs dropped.
+   * node (sandbox ID → that node). The repository's claim decides, not the route (a node that
+   * just resumed a sandbox sees the old owner's route until the gateway writes the new one):
+   * one whose last pause another node claimed was resumed there, so this copy is stale. A
+   * paused one is forgotten here, a running one stopped. Nothing in the shared repository is
+   * deleted: it is the other node's now. Any other is kept (its route is not taken back).
+   * Returns the IDs dropped.
    */
   async supersede(moved: Map<string, string>): Promise<string[]> {
     const dropped: string[] = [];
     for (const [id, owner] of moved) {
       const l = this.registry.get(id);
-      if (!l) continue;
+      if (!l || (l.rec.state !== "paused" && l.rec.state !== "running")) continue;
       await this.registry.enqueue(l, async () => {
         if (this.registry.get(id) !== l) return;
+        const holder = await this.pauseCommits.claimedElsewhere(l.rec).catch((err: Error) => {
+          this.d.log.warn({ err: err.message, sandboxID: id }, "claim of a sandbox routed elsewhere not read");
+          return undefined;
+        });
+        if (!holder) return;
         if (l.rec.state === "paused") {
-          const holder = await this.pauseCommits.claimedElsewhere(l.rec).catch((err: Error) => {
-            this.d.log.warn({ err: err.message, sandboxID: id }, "claim of a paused sandbox routed elsewhere not read");
-            return undefined;
-          });
-          if (!holder) return;
           this.pauseCommits.dropMoved(l.rec);
           this.d.log.warn(
             { sandboxID: id, owner, holder },
@@ -383,8 +385,8 @@ export class Orchestrator {
           l.rec.state = "killing";
           await this.runner.remove(l, true);
           this.d.log.warn(
-            { sandboxID: id, owner },
-            "sandbox superseded: another node serves it now; stopped and dropped here, the repository left as it is",
+            { sandboxID: id, owner, holder },
+            "sandbox superseded: another node resumed its last pause; stopped and dropped here, the repository left as it is",
           );
         } else return;
         dropped.push(id);
