@@ -85,6 +85,11 @@ export interface ServerConfig {
   runtimeDriver: "gvisor" | "sim";
   /** The sim driver's operation times, as a multiple of those measured on runsc (0: immediate). */
   simLatencyScale: number;
+  /**
+   * The sim runtime's build, its checkpoint key (AENV_SIM_VERSION, default sim-1): nodes with
+   * different ones stand for nodes on different runsc builds (a rolling upgrade).
+   */
+  simVersion: string;
   runscBinary: string;
   /** runsc's debug logs (a folder), for diagnosing the runtime; unset: none. */
   runscDebugLog?: string;
@@ -229,6 +234,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     platform: str("AENV_RUNSC_PLATFORM", "runtime.platform") ?? "auto",
     runtimeDriver,
     simLatencyScale,
+    simVersion: env.AENV_SIM_VERSION || "sim-1",
     runscBinary: str("AENV_RUNSC", "runtime.runsc") ?? "runsc",
     runscDebugLog: str("AENV_RUNSC_DEBUG_LOG", "runtime.debug_log"),
     logLevel: str("AENV_LOG_LEVEL", "log_level") ?? "info",

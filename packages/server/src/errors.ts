@@ -33,6 +33,20 @@ export class ShuttingDownError extends AenvError {}
  * resumes and takes over nothing. Retry: through a gateway, another node serves it.
  */
 export class FencedError extends AenvError {}
+/**
+ * A paused sandbox or snapshot whose checkpoint was written by another runtime build (its
+ * checkpoint key): only a node with that key restores it. A gateway reads the key from the
+ * answer's NEEDS_CHECKPOINT_KEY_HEADER and tries such a node.
+ */
+export class RuntimeMismatchError extends AenvError {
+  constructor(
+    message: string,
+    readonly checkpointKey: string,
+  ) {
+    super(message);
+  }
+}
+export const NEEDS_CHECKPOINT_KEY_HEADER = "x-aenv-needs-checkpoint-key";
 /** A sandbox could not be started, resumed or loaded; the message says why. */
 export class StartFailedError extends AenvError {}
 /** A fork child did not come up; its siblings are unaffected. */

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
-import { AenvError } from "../errors.js";
+import { AenvError, NEEDS_CHECKPOINT_KEY_HEADER, RuntimeMismatchError } from "../errors.js";
 import { errorBody, errorBodyOf, noRouteBody } from "../http-errors.js";
 
 /** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
@@ -23,6 +23,7 @@ export function installErrorHandling(app: FastifyInstance): void {
       }
     }
     if (status >= 500) req.log.error({ err }, "request failed");
+    if (err instanceof RuntimeMismatchError) void reply.header(NEEDS_CHECKPOINT_KEY_HEADER, err.checkpointKey);
     void reply.status(status).send(errorBodyOf(status, message));
   });
   app.setNotFoundHandler((req, reply) => {

@@ -15,7 +15,7 @@ export interface Runtime extends Component {
 /** The sandbox runtime the config names, its probe started: the steps up to the orchestrator go on meanwhile. */
 export function startRuntime(cfg: ServerConfig, paths: NodePaths, log: Logger): Runtime {
   if (cfg.runtimeDriver === "sim") {
-    const driver = new SimDriver({ latencyScale: cfg.simLatencyScale });
+    const driver = new SimDriver({ latencyScale: cfg.simLatencyScale, version: cfg.simVersion });
     log.warn(
       { latencyScale: cfg.simLatencyScale },
       "runtime driver 'sim': sandboxes are simulated, nothing runs in them",

@@ -11,6 +11,7 @@ import {
 } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
+import { NEEDS_CHECKPOINT_KEY_HEADER } from "../errors.js";
 import { errorBodyOf } from "../http-errors.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
 import { SANDBOX_NOT_FOUND, trafficErrorBody } from "../proxy/target.js";
@@ -141,6 +142,13 @@ export class SandboxCalls {
         );
         return relay(res, await this.resumeElsewhere(id, req.url ?? "/", nodeHeaders(req), body, owner.node.nodeID));
       }
+      // Its node runs another runtime build now (it was upgraded after a drain): the pause
+      // moves to a node that can restore it.
+      const needs = ans.status === 409 ? ans.headers[NEEDS_CHECKPOINT_KEY_HEADER] : undefined;
+      if (typeof needs === "string" && needs !== owner.node.checkpointKey) {
+        const need = { checkpointKey: needs, node: owner.node.nodeID };
+        return relay(res, await this.resumeElsewhere(id, req.url ?? "/", nodeHeaders(req), body, undefined, need));
+      }
       return relay(res, ans);
     }
     if (owner.node) {
@@ -175,19 +183,31 @@ export class SandboxCalls {
     headers: Record<string, string>,
     body: Buffer,
     dead?: string,
+    /** Its (live) node cannot restore it: a node with this checkpoint key must. */
+    need?: { checkpointKey: string; node: string },
   ): Promise<NodeAnswer> {
     const unlock = await this.view.lock(`resume:${id}`, 120_000);
     try {
       // Another gateway may have moved it while this one waited for the lock.
       const again = await this.view.owner(id);
-      if (again.node && again.node.nodeID !== dead) return await call(again.node.url, "POST", path, headers, body);
-      const checkpointKey = dead ? await this.view.checkpointKeyOf(dead) : undefined;
+      const away = dead ?? need?.node;
+      if (again.node && again.node.nodeID !== away) return await call(again.node.url, "POST", path, headers, body);
+      const checkpointKey = need?.checkpointKey ?? (dead ? await this.view.checkpointKeyOf(dead) : undefined);
       const placed = await this.placeAndCall(
-        { ...(dead ? { exclude: [dead] } : {}), ...(checkpointKey ? { checkpointKey } : {}) },
+        { ...(away ? { exclude: [away] } : {}), ...(checkpointKey ? { checkpointKey } : {}) },
         path,
         headers,
         body,
       );
+      if (!placed && checkpointKey && !(await this.view.nodes()).some((n) => n.checkpointKey === checkpointKey)) {
+        return jsonAnswer(
+          503,
+          errorBodyOf(
+            503,
+            `sandbox '${id}' was paused under runtime '${checkpointKey}' and no ready node runs it: it resumes once a node with that runtime (checkpoint key) joins the cluster`,
+          ),
+        );
+      }
       if (!placed) return jsonAnswer(429, errorBodyOf(429, "no node has room to resume this sandbox"));
       if (placed.ans.status < 300) await this.recordOwner(id, placed.node.nodeID);
       // No pause image in the repository: it was running on its node when that node went

@@ -1,7 +1,7 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { NotFoundError, StartFailedError } from "../errors.js";
+import { NotFoundError, RuntimeMismatchError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, StateStore } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
@@ -173,8 +173,9 @@ export class PauseCommits {
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
     // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
     if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
-      throw new StartFailedError(
+      throw new RuntimeMismatchError(
         `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
+        meta.imageKey,
       );
     }
     // Its node's path names a template tree: this node's copy of the same tree (fetched from

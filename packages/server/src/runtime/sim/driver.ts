@@ -31,12 +31,15 @@ export class SimDriver implements RuntimeDriver {
   private readonly sandboxes = new Map<string, SimSandbox>();
   private readonly latency: LatencyModel;
 
-  constructor(opts: { latencyScale?: number; random?: () => number } = {}) {
+  private readonly version: string;
+
+  constructor(opts: { latencyScale?: number; random?: () => number; version?: string } = {}) {
     this.latency = new LatencyModel(opts.latencyScale ?? 1, opts.random);
+    this.version = opts.version ?? SIM_VERSION;
   }
 
   async probe(): Promise<RuntimeInfo> {
-    return { driver: "sim", version: SIM_VERSION, platform: "sim", checkpointKey: SIM_VERSION };
+    return { driver: "sim", version: this.version, platform: "sim", checkpointKey: this.version };
   }
 
   async start(launch: SandboxLaunch): Promise<void> {
