@@ -2,7 +2,7 @@ import { rmSync } from "node:fs";
 import { hostname } from "node:os";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { FencedError, InvalidRequestError, NotFoundError } from "../errors.js";
+import { InvalidRequestError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import type { NetworkSpec } from "../network/policy.js";
 import type { SlotAllocator } from "../network/slots.js";
@@ -14,6 +14,7 @@ import type { Template, TemplateStore } from "../state/template-catalog.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { timed } from "../telemetry/prometheus.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
+import { ClusterFence } from "./cluster-fence.js";
 import { bootSettings, Creator } from "./create.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
@@ -89,8 +90,7 @@ export class Orchestrator {
   readonly hibernation: Hibernation;
   readonly pool: WarmPool;
   private readonly network: SandboxNetwork;
-  /** In a cluster, whether this node's lease is current (see fence). */
-  private leaseCurrent: () => boolean = () => true;
+  private readonly clusterFence: ClusterFence;
 
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
@@ -178,6 +178,13 @@ export class Orchestrator {
       log,
     });
     this.pauseCommits = new PauseCommits({ cfg, paths, store, registry, repository, checkpointKey, trees, log });
+    this.clusterFence = new ClusterFence({
+      cluster: Boolean(cfg.cluster),
+      registry,
+      runner,
+      commits: this.pauseCommits,
+      log,
+    });
     this.pauses = new PauseResume({
       cfg,
       paths,
@@ -326,73 +333,24 @@ export class Orchestrator {
   private async resumeOrExtend(id: string, timeoutS: number | undefined, opts: ResumeOptions) {
     if (this.d.cfg.cluster && !this.registry.has(id)) {
       this.registry.assertOpen();
-      this.assertLease(id);
+      this.clusterFence.assertLease(id);
       await this.pauseCommits.adopt(id, this.d.runtimeDir, opts);
     }
     const l = this.registry.get(id);
     if (l) refuseTraffic(l.rec, opts);
     if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
-    if (l?.rec.state === "paused") this.assertLease(id);
+    if (l?.rec.state === "paused") this.clusterFence.assertLease(id);
     return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t), { memory: opts.memory });
   }
 
-  /**
-   * Fencing, in a cluster: `leaseCurrent` says whether the node's last heartbeat is recent
-   * enough that no gateway can have counted it dead (cluster/node-agent.ts). While it is not,
-   * another node may be resuming this node's paused sandboxes from the repository, so this
-   * node resumes and takes over nothing (503); running sandboxes keep running.
-   */
+  /** In a cluster: `leaseCurrent` says whether this node's lease is current (cluster-fence.ts). */
   fence(leaseCurrent: () => boolean): void {
-    this.leaseCurrent = leaseCurrent;
+    this.clusterFence.leaseCurrent = leaseCurrent;
   }
 
-  private assertLease(id: string): void {
-    if (this.d.cfg.cluster && !this.leaseCurrent()) {
-      throw new FencedError(
-        `this node's cluster lease has lapsed (its heartbeat has not reached the cluster's state in time): sandbox '${id}' is not resumed here until it is renewed; retry through a gateway`,
-      );
-    }
-  }
-
-  /**
-   * Reconciliation after a partition: sandboxes this node holds whose route names another live
-   * node (sandbox ID → that node). The repository's claim decides, not the route (a node that
-   * just resumed a sandbox sees the old owner's route until the gateway writes the new one):
-   * one whose last pause another node claimed was resumed there, so this copy is stale. A
-   * paused one is forgotten here, a running one stopped. Nothing in the shared repository is
-   * deleted: it is the other node's now. Any other is kept (its route is not taken back).
-   * Returns the IDs dropped.
-   */
-  async supersede(moved: Map<string, string>): Promise<string[]> {
-    const dropped: string[] = [];
-    for (const [id, owner] of moved) {
-      const l = this.registry.get(id);
-      if (!l || (l.rec.state !== "paused" && l.rec.state !== "running")) continue;
-      await this.registry.enqueue(l, async () => {
-        if (this.registry.get(id) !== l) return;
-        const holder = await this.pauseCommits.claimedElsewhere(l.rec).catch((err: Error) => {
-          this.d.log.warn({ err: err.message, sandboxID: id }, "claim of a sandbox routed elsewhere not read");
-          return undefined;
-        });
-        if (!holder) return;
-        if (l.rec.state === "paused") {
-          this.pauseCommits.dropMoved(l.rec);
-          this.d.log.warn(
-            { sandboxID: id, owner, holder },
-            "paused sandbox superseded: another node resumed it while this node was cut off; local copy dropped, the repository left as it is",
-          );
-        } else if (l.rec.state === "running") {
-          l.rec.state = "killing";
-          await this.runner.remove(l, true);
-          this.d.log.warn(
-            { sandboxID: id, owner, holder },
-            "sandbox superseded: another node resumed its last pause; stopped and dropped here, the repository left as it is",
-          );
-        } else return;
-        dropped.push(id);
-      });
-    }
-    return dropped;
+  /** Reconciliation after a partition (cluster-fence.ts); returns the IDs dropped. */
+  supersede(moved: Map<string, string>): Promise<string[]> {
+    return this.clusterFence.supersede(moved);
   }
 
   /**
