@@ -125,3 +125,24 @@ test("at start, warm images of other runtime builds unused for a day, and half-w
     rmSync(fresh, { recursive: true, force: true });
   }
 });
+
+test("a second server with a running server's network prefix or slot range refuses to start; the first keeps serving", async () => {
+  const first = await startServer();
+  useE2b(first);
+  const sbx = await Sandbox.create();
+  try {
+    const net = { AENV_NET_PREFIX: NET_PREFIX, AENV_SLOT_CIDR: process.env.AENV_TEST_SLOT_CIDR ?? "10.202.0.0/16" };
+    for (const env of [net, { ...net, AENV_NET_PREFIX: "aez" }, { ...net, AENV_SLOT_CIDR: "10.238.0.0/16" }]) {
+      await assert.rejects(startServer({ env }), (e: Error) => {
+        assert.match(e.message, /in use by another server on this host \(pid \d+\)/);
+        return true;
+      });
+    }
+    // Had it started, it would have removed the first's namespaces: the sandbox still answers.
+    assert.equal((await sbx.commands.run("echo alive")).stdout, "alive\n");
+  } finally {
+    await sbx.kill();
+    await first.stop();
+    cleanupDataDir(first);
+  }
+});

@@ -429,10 +429,11 @@ describe("restart", () => {
 describe("ext4 volume backend", () => {
   test("the size limit holds for writes from inside a sandbox; mounts are released at stop and reused at start", async () => {
     const size = 8 * 1024 * 1024;
+    // Beside the file's server: a network of its own.
     let s = await startServer({
       env: {
-        AENV_NET_PREFIX: "aev",
-        AENV_SLOT_CIDR: "10.240.0.0/16",
+        AENV_NET_PREFIX: "aey",
+        AENV_SLOT_CIDR: "10.239.0.0/16",
         AENV_VOLUME_BACKEND: "ext4",
         AENV_VOLUME_MAX_SIZE: String(size),
       },

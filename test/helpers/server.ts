@@ -116,8 +116,33 @@ function keepRuntime(dataDir: string): void {
   }
 }
 
+/** The network prefixes of this process's servers still running. */
+const liveNets = new Set<string>();
+
+/**
+ * The network a test server gets: the caller's, else the file's default (AENV_TEST_NET_PREFIX /
+ * AENV_TEST_SLOT_CIDR, to run beside another file) for the first server at a time and one of
+ * its own for each server started beside it (a server refuses a prefix or range another
+ * running server holds).
+ */
+function networkFor(env: Record<string, string> | undefined): { AENV_NET_PREFIX: string; AENV_SLOT_CIDR: string } {
+  if (env?.AENV_NET_PREFIX && env.AENV_SLOT_CIDR)
+    return { AENV_NET_PREFIX: env.AENV_NET_PREFIX, AENV_SLOT_CIDR: env.AENV_SLOT_CIDR };
+  const prefix = process.env.AENV_TEST_NET_PREFIX ?? "aet";
+  const [a, b] = (process.env.AENV_TEST_SLOT_CIDR ?? "10.202.0.0/16").split(".").map(Number) as [number, number];
+  for (let k = 0; k < 8; k++) {
+    const net = {
+      AENV_NET_PREFIX: k === 0 ? prefix : `${prefix.slice(0, 3)}${"ijklmnop"[k - 1]}`,
+      AENV_SLOT_CIDR: `${a}.${b - k}.0.0/16`,
+    };
+    if (!liveNets.has(net.AENV_NET_PREFIX)) return net;
+  }
+  throw new Error("more than 8 test servers at once in one process");
+}
+
 async function startServerOnce(opts: StartOptions & { dataDir: string }): Promise<TestServer> {
   const dataDir = opts.dataDir;
+  const net = networkFor(opts.env);
   seedRuntime(dataDir);
   const port = opts.port ?? (await freePort());
   const apiKey = "e2b_0123456789abcdef0123456789abcdef01234567";
@@ -144,9 +169,7 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
         AENV_API_KEY: apiKey,
         // One key for every test server: those sharing a repository must agree on it.
         AENV_REPOSITORY_KEY: TEST_REPOSITORY_KEY,
-        // AENV_TEST_NET_PREFIX / AENV_TEST_SLOT_CIDR: run a test file beside another one on this host.
-        AENV_NET_PREFIX: process.env.AENV_TEST_NET_PREFIX ?? "aet",
-        AENV_SLOT_CIDR: process.env.AENV_TEST_SLOT_CIDR ?? "10.202.0.0/16",
+        ...net,
         AENV_LOG_LEVEL: process.env.AENV_LOG_LEVEL ?? "info",
         AENV_WARM_SLOTS: "2",
         ...opts.env,
@@ -154,6 +177,8 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
       stdio: ["ignore", "pipe", "pipe"],
     },
   );
+  liveNets.add(net.AENV_NET_PREFIX);
+  proc.once("exit", () => liveNets.delete(net.AENV_NET_PREFIX));
   let out = "";
   proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
   proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
@@ -193,7 +218,8 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
       proc.kill("SIGKILL");
       await exited();
     },
-    restart: () => startServer({ ...opts, dataDir, port }),
+    // The same network: the sandboxes it left running are in that prefix's namespaces.
+    restart: () => startServer({ ...opts, env: { ...opts.env, ...net }, dataDir, port }),
     async api(method, path, body, headers = {}) {
       const r = await fetch(`${url}${path}`, {
         method,

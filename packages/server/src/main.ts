@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import pino, { type Logger } from "pino";
 import { ConfigError, loadConfig, type ServerConfig } from "./config.js";
+import { HostClaimError } from "./network/host-claim.js";
 import { SandboxLogBook } from "./orchestrator/sandbox-log-book.js";
 import { RuntimeUnavailableError } from "./runtime/driver.js";
 import { startServer } from "./server.js";
@@ -108,7 +109,11 @@ async function main(): Promise<void> {
   try {
     server = await startServer(cfg, log, logBook);
   } catch (err) {
-    if (err instanceof RuntimeUnavailableError || err instanceof BackendUnavailableError) {
+    if (
+      err instanceof RuntimeUnavailableError ||
+      err instanceof BackendUnavailableError ||
+      err instanceof HostClaimError
+    ) {
       log.fatal(err.message);
       process.exit(1);
     }

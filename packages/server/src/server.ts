@@ -44,6 +44,8 @@ export async function startServer(
   log: Logger = pino({ level: cfg.logLevel }),
   logBook = new SandboxLogBook(),
 ): Promise<RunningServer> {
+  // First: it refuses to start beside a running server with the same network names.
+  const slots = openSlots(cfg, log);
   const paths = prepareHostDirs(cfg);
   const runtime = startRuntime(cfg, paths, log);
   const templates = openTemplateCatalog(cfg, log);
@@ -57,7 +59,6 @@ export async function startServer(
   const volumes = await openVolumes(cfg, paths, log);
   const secrets = new SecretStore(paths.secrets);
   const egressCa = await openEgressCa(cfg);
-  const slots = openSlots(cfg, log);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
   const runtimeInfo = await runtime.probing;
   const sync = templateSync(cfg, templates, repository, log);

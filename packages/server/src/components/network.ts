@@ -8,6 +8,7 @@ import { EgressProxy } from "../network/egress-proxy.js";
 import { HeaderRewriter } from "../network/egress-rewriter.js";
 import { EgressTunnel } from "../network/egress-tunnel.js";
 import { HostAddresses } from "../network/host-addresses.js";
+import { HostClaim } from "../network/host-claim.js";
 import { LoopbackSlots } from "../network/loopback-slots.js";
 import { inCidrs } from "../network/policy.js";
 import { dialThroughProxy } from "../network/proxy-dial.js";
@@ -22,15 +23,30 @@ export interface Slots extends Component {
 }
 
 /**
- * The pool of sandbox network slots; set up by startEgress, once the proxy's ports are known.
+ * The pool of sandbox network slots, its prefix and range claimed on the host; set up by
+ * startEgress, once the proxy's ports are known.
  * Simulated sandboxes get loopback addresses instead (no namespaces: see LoopbackSlots).
  */
 export function openSlots(cfg: ServerConfig, log: Logger): Slots {
-  const slots =
-    cfg.runtimeDriver === "sim"
-      ? new LoopbackSlots(cfg.slotCidr, cfg.netPrefix)
-      : new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
-  return { slots, stop: () => slots.close() };
+  if (cfg.runtimeDriver === "sim") {
+    const slots = new LoopbackSlots(cfg.slotCidr, cfg.netPrefix);
+    return { slots, stop: () => slots.close() };
+  }
+  // First, before anything of the host is touched: a pool removes every namespace of its
+  // prefix at start, and another running server's would be among them (host-claim.ts).
+  const claim = new HostClaim();
+  claim.take([
+    { name: `net-${cfg.netPrefix}`, what: `network prefix '${cfg.netPrefix}'` },
+    { name: `cidr-${cfg.slotCidr.replace("/", "_")}`, what: `slot range ${cfg.slotCidr}` },
+  ]);
+  const slots = new SlotPool(cfg.slotCidr, log.child({ component: "network" }), cfg.warmSlots, cfg.netPrefix);
+  return {
+    slots,
+    stop: async () => {
+      await slots.close();
+      claim.release();
+    },
+  };
 }
 
 /** The CA whose certificates the egress proxy presents where rules rewrite HTTPS. */
