@@ -40,8 +40,6 @@ export interface ForkSide {
   children: number;
   /** Children whose answer matched the parent's DataFrame. */
   childrenMatching: number;
-  /** Children whose first cell failed (the connection closed unanswered) and was asked again. */
-  childrenRetried: number;
   memAvailableDropMiBPerSandbox: number;
 }
 
@@ -191,12 +189,6 @@ export function markdown(r: CodeInterpreterReport, notes: string[]): string {
     parts.push(
       `Fresh sandboxes' wall time over fork's: ${rl.speedup.toFixed(2)}× with fork's prepare counted, ` +
         `${rl.speedupForkOnly?.toFixed(2) ?? "–"}× counting only what follows it (above 1: fork has them all sooner).`,
-      "",
-    );
-  if (rl?.fork?.childrenRetried)
-    parts.push(
-      `${rl.fork.childrenRetried} of ${rl.fork.children} fork children's first cell failed (a known fault, ` +
-        "docs/templates.md) and was asked again; the retry is in the time.",
       "",
     );
   if (r.errors.length) parts.push("Errors:", "", ...r.errors.map((e) => `- ${e}`), "");

@@ -302,15 +302,12 @@ async function forkSide(s: TestServer, report: CodeInterpreterReport): Promise<F
         live.add(k);
       }
     }
-    // A child's first connection to the service is sometimes closed unanswered (a known
-    // fault, docs/templates.md): such a child is asked once more, counted, and its retry timed.
-    let retried = 0;
+    // A child whose first cell fails is an error of the run, not asked again.
     const answers = await Promise.all(
       kids.map((k) =>
         runText(k, USE).catch((err: Error) => {
-          retried++;
-          log(`fork child ${k.sandboxId}: first cell failed (${err.message}); asking again`);
-          return runText(k, USE);
+          report.errors.push(`fork child ${k.sandboxId}: first cell failed: ${err.message}`);
+          return undefined;
         }),
       ),
     );
@@ -331,7 +328,6 @@ async function forkSide(s: TestServer, report: CodeInterpreterReport): Promise<F
       totalMs,
       children: kids.length,
       childrenMatching: matching,
-      childrenRetried: retried,
       memAvailableDropMiBPerSandbox: (before - up) / (kids.length + 1),
     };
   } finally {

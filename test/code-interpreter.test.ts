@@ -318,12 +318,7 @@ describe("kernel state across pause, resume and fork", () => {
     assert.equal((await again.runCode("sum(kept)")).text, "6");
   });
 
-  // A known open fault, reported by the runner rather than failing the suite: in about 1 run
-  // of this file in 5 under load, a child's first connection to :49999 is closed by the child
-  // with no answer 30-210 ms after it opened (the proxy's 502 "socket hang up"), while the
-  // service, its listener and jupyter stay up. Not found yet; docs/templates.md says so.
-  const flaky = { todo: "a fork child's first connection to :49999 is sometimes closed unanswered" };
-  test("fork children continue from the parent's kernel with their own randomness", flaky, async () => {
+  test("fork children continue from the parent's kernel with their own randomness", async () => {
     await sbx.runCode(
       "import random, os\nimport numpy as np\nprepared = {'rows': 1000}\n_ = (random.random(), np.random.rand())",
     );
