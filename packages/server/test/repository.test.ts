@@ -170,20 +170,20 @@ for (const kind of kinds) {
       assert.equal((await keys(b, CHUNKS)).length, unique);
     });
 
-    test("incremental: 50 MB folder, 1 MB changed in place or inserted mid-file → only the chunks around it uploaded", async () => {
+    test("incremental: 24 MB folder, 1 MB changed in place or inserted mid-file → only the chunks around it uploaded", async () => {
       const repo = new ChunkRepository(kind.make(), testKey, { cache: newCache() });
-      const data = seeded(50 * MiB, 3);
+      const data = seeded(24 * MiB, 3);
       const first = await repo.commit("sbx-inc", folder({ "pages.img": data }), {});
       const stored = new Set(digestsOf(data));
       assert.equal(first.stats.uploadedChunks, stored.size);
-      assert.ok(stored.size > 30, `${stored.size} chunks`);
+      assert.ok(stored.size > 12, `${stored.size} chunks`);
       const overwritten = Buffer.from(data);
-      seeded(MiB, 4).copy(overwritten, 20 * MiB);
-      // an insertion shifts the last 25 MiB: fixed-size chunks would all change
-      const inserted = Buffer.concat([data.subarray(0, 25 * MiB), seeded(MiB, 5), data.subarray(25 * MiB)]);
+      seeded(MiB, 4).copy(overwritten, 10 * MiB);
+      // an insertion shifts the last 12 MiB: fixed-size chunks would all change
+      const inserted = Buffer.concat([data.subarray(0, 12 * MiB), seeded(MiB, 5), data.subarray(12 * MiB)]);
       const edits: [string, string, Buffer][] = [
-        ["snap_inc2", "1 MiB overwritten at 20 MiB", overwritten],
-        ["snap_inc3", "1 MiB inserted at 25 MiB", inserted],
+        ["snap_inc2", "1 MiB overwritten at 10 MiB", overwritten],
+        ["snap_inc3", "1 MiB inserted at 12 MiB", inserted],
       ];
       for (const [id, edit, next] of edits) {
         const pieces = cdcPieces(next);
@@ -197,7 +197,7 @@ for (const kind of kinds) {
         // A 1 MiB edit re-uploads only the chunks around it: the one it starts in (which begins
         // less than CDC_MAX before it), those inside it, and the one after it in which the cut
         // points meet the old ones again (they do at the first cut past the edit, at most CDC_MAX
-        // further). Hence at most 1 MiB + 2 * CDC_MAX = 9 MiB of a 50 MiB file, ~3 MiB on
+        // further). Hence at most 1 MiB + 2 * CDC_MAX = 9 MiB of a 24 MiB file, ~3 MiB on
         // average (1-4 chunks of ~1 MiB); the exact chunks are the ones cdc.ts says are new.
         // Uploaded bytes are zstd frames of incompressible data: raw size plus a little framing.
         const framed = (raw: number) => raw + raw / 1000 + 1024;
