@@ -5,46 +5,14 @@
 // them to the node to drop, and re-announces those nobody took.
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
-import { createServer, type Server, Socket } from "node:net";
 import { after, before, test } from "node:test";
 import { Redis } from "ioredis";
 import pino from "pino";
 import type { NodeInfo } from "../packages/server/src/cluster/keys.js";
 import { NodeAgent } from "../packages/server/src/cluster/node-agent.js";
 import { startRedis } from "./helpers/cluster.js";
+import { Relay } from "./helpers/relay.js";
 import { freePort, waitFor } from "./helpers/server.js";
-
-/** A TCP relay to Redis that can black-hole everything (a partition) and heal. */
-class Relay {
-  cut = false;
-  private readonly sockets = new Set<Socket>();
-  private server!: Server;
-  port = 0;
-
-  async start(to: number): Promise<void> {
-    this.port = await freePort();
-    this.server = createServer((client) => {
-      const upstream = new Socket();
-      upstream.connect(to, "127.0.0.1");
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on("error", () => {});
-        s.on("close", () => this.sockets.delete(s));
-      }
-      // While cut, bytes either way are dropped, as a network that lost its link would.
-      client.on("data", (d: Buffer) => !this.cut && upstream.write(d));
-      upstream.on("data", (d: Buffer) => !this.cut && client.write(d));
-      client.on("close", () => upstream.destroy());
-      upstream.on("close", () => client.destroy());
-    });
-    await new Promise<void>((r) => this.server.listen(this.port, "127.0.0.1", r));
-  }
-
-  close(): void {
-    for (const s of this.sockets) s.destroy();
-    this.server.close();
-  }
-}
 
 let redis: ChildProcess;
 let port = 0;
@@ -88,7 +56,7 @@ test("a cut-off node's lease lapses; after the heal it drops what another node t
     assert.equal(agent.leaseCurrent(), true, "a beat gives the lease");
     for (const id of ["s-moved", "s-kept", "s-lost"]) assert.equal(await direct.get(`aenv:sbx:${id}`), "node-a");
 
-    relay.cut = true;
+    relay.cut("drop");
     const cutAt = Date.now();
     await waitFor("the lease to lapse", () => !agent.leaseCurrent(), 15_000);
     const lapsedAfter = Date.now() - cutAt;
@@ -104,7 +72,7 @@ test("a cut-off node's lease lapses; after the heal it drops what another node t
     await direct.set("aenv:sbx:s-moved", "node-b");
     await direct.del("aenv:sbx:s-lost");
 
-    relay.cut = false;
+    relay.heal();
     await waitFor("the lease to be renewed", () => agent.leaseCurrent(), 30_000);
     await waitFor("the superseded sandboxes to be handed over", () => handed.length > 0, 10_000);
     assert.deepEqual([...(handed[0] ?? new Map())], [["s-moved", "node-b"]], "only the one another live node took");

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { CommandExitError, Sandbox } from "e2b";
 import { API_KEY, TestCluster, via } from "./helpers/cluster.js";
+import { Relay } from "./helpers/relay.js";
 
 /** The loopback range follows this run's slot range (10.X.0.0/16 → 127.X.0.0/16). */
 const octet = Number(/^\d+\.(\d+)\./.exec(process.env.AENV_TEST_SLOT_CIDR ?? "")?.[1] ?? 202);
@@ -99,6 +100,50 @@ describe("a simulated node behind the gateway", () => {
       }
     } finally {
       for (const id of [s.sandboxId, ...kids]) await Sandbox.kill(id, via(gw)).catch(() => {});
+    }
+  });
+});
+
+describe("a gateway cut off from Redis", () => {
+  test("serves traffic on the routes it read for a bounded time; creates and sandboxes it never routed get a 503", async () => {
+    const relay = new Relay();
+    await relay.start(Number(new URL(cluster.redisUrl).port));
+    const BOUND_S = 6;
+    const cut = await cluster.startGateway({
+      redisPort: relay.port,
+      env: { AENV_GATEWAY_KNOWN_ROUTE_SECS: String(BOUND_S) },
+    });
+    const known = await Sandbox.create(via(cut));
+    const other = await Sandbox.create(via(gw));
+    const health = (id: string) =>
+      fetch(`${cut}/health`, { headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "49983" } });
+    try {
+      assert.equal((await known.commands.run("true")).exitCode, 0);
+      const readAt = performance.now();
+      // Held, not dropped: what TCP does across a partition (the bytes arrive after the heal).
+      relay.cut("hold");
+      assert.equal((await known.commands.run("echo still served")).stdout, "still served\n");
+      const unknown = await health(other.sandboxId);
+      assert.equal(unknown.status, 503, await unknown.text());
+      const create = await fetch(`${cut}/sandboxes`, {
+        method: "POST",
+        headers: { "x-api-key": API_KEY, "content-type": "application/json" },
+        body: JSON.stringify({ templateID: "base" }),
+      });
+      assert.equal(create.status, 503);
+      assert.match(((await create.json()) as { message: string }).message, /cluster's state \(Redis\) is unavailable/);
+      // Past the bound the route is not used any more.
+      const left = BOUND_S * 1000 - (performance.now() - readAt);
+      if (left > 0) await new Promise((r) => setTimeout(r, left + 200));
+      const stale = await health(known.sandboxId);
+      assert.equal(stale.status, 503, await stale.text());
+      relay.heal();
+      assert.equal((await known.commands.run("echo back")).stdout, "back\n");
+      assert.equal((await health(other.sandboxId)).status, 204);
+    } finally {
+      relay.heal();
+      for (const s of [known, other]) await s.kill().catch(() => false);
+      relay.close();
     }
   });
 });

@@ -180,7 +180,11 @@ export class TestCluster {
   }
 
   /** A gateway; `host` names a host of its own to run it on (with `start({ hosts })`). */
-  async startGateway(opts: { host?: string } = {}): Promise<string> {
+  /**
+   * `redisPort`: reach the cluster's Redis at this loopback port instead (a relay the test can
+   * cut); `env`: the gateway's own settings.
+   */
+  async startGateway(opts: { host?: string; redisPort?: number; env?: Record<string, string> } = {}): Promise<string> {
     const port = await freePort();
     const host = opts.host ? this.newHost(opts.host) : undefined;
     const addr = host?.address ?? "127.0.0.1";
@@ -192,9 +196,12 @@ export class TestCluster {
         join(ROOT, "packages/server/bin/aenv-gateway.js"),
         "--listen",
         `${addr}:${port}`,
-        ...this.gatewayRedisArgs,
+        ...(opts.redisPort ? ["--cluster", `redis://127.0.0.1:${opts.redisPort}`] : this.gatewayRedisArgs),
       ],
-      { env: { ...process.env, AENV_API_KEY: API_KEY, AENV_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
+      {
+        env: { ...process.env, AENV_API_KEY: API_KEY, AENV_LOG_LEVEL: "info", ...opts.env },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
     );
     let out = "";
     proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));

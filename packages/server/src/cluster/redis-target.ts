@@ -147,12 +147,22 @@ function optionsFor(t: RedisTarget): RedisOptions {
  * A client for the target. With `wait`, connected before it returns (a node does not start
  * without its state); otherwise connecting in the background (a gateway serves its health
  * check as 503 until Redis answers). Connection errors are logged, not thrown: the client
- * reconnects on its own, through the sentinels to whichever server is primary now.
+ * reconnects on its own, through the sentinels to whichever server is primary now. With
+ * `commandTimeoutMs`, a command without an answer by then fails (a connection cut off without
+ * a reset otherwise holds every command until TCP gives up, minutes later).
  * Loaded on demand: a single node never needs the library.
  */
-export async function openRedis(t: RedisTarget, log: Logger, o: { wait: boolean }): Promise<Redis> {
+export async function openRedis(
+  t: RedisTarget,
+  log: Logger,
+  o: { wait: boolean; commandTimeoutMs?: number },
+): Promise<Redis> {
   const { Redis: RedisClient } = await import("ioredis");
-  const opts = { ...optionsFor(t), lazyConnect: o.wait };
+  const opts: RedisOptions = {
+    ...optionsFor(t),
+    lazyConnect: o.wait,
+    ...(o.commandTimeoutMs ? { commandTimeout: o.commandTimeoutMs } : {}),
+  };
   const redis = t.kind === "url" ? new RedisClient(t.url, opts) : new RedisClient(opts);
   redis.on("error", (err: Error) => log.warn({ err: err.message }, "redis"));
   if (o.wait) await redis.connect();

@@ -20,7 +20,7 @@ import {
 } from "../telemetry/prometheus.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
-import { ClusterView, StateUnavailableError } from "./cluster-view.js";
+import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
 import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
 import { failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
@@ -31,6 +31,8 @@ export interface GatewayOptions {
   log: Logger;
   /** Timeouts and the connection cap of the listener (slow clients cannot hold it). */
   limits: HttpLimits;
+  /** Routes that keep serving sandbox traffic while Redis is out (default: 30 s old at most). */
+  knownRoutes?: KnownRoutes;
 }
 
 /** API paths about one sandbox: routed to the node that owns it. */
@@ -62,10 +64,11 @@ function nodeShape(n: NodeInfo) {
 /**
  * The cluster's one endpoint: the E2B API, envd traffic and the sandbox proxy, each request
  * routed to the node that owns its sandbox; creates placed on a node with room; lists merged.
- * Stateless: everything it knows is in Redis.
+ * Stateless: everything it knows is in Redis (it remembers recent routes only to keep serving
+ * traffic through a Redis outage).
  */
 export function buildGateway(o: GatewayOptions): FastifyInstance {
-  const view = new ClusterView(o.redis);
+  const view = new ClusterView(o.redis, o.knownRoutes);
   const log = o.log;
   const unauthorized = (res: ServerResponse) => sendError(res, 401, NO_API_KEY);
 

@@ -65,9 +65,27 @@ export interface Reservation {
   release(created: boolean): Promise<void>;
 }
 
+/** Routes a gateway remembers for sandbox traffic while Redis cannot be read (see ownerForTraffic). */
+export interface KnownRoutes {
+  /** How long after its last read from Redis a route is still used; 0 turns this off. */
+  maxAgeMs: number;
+  /** How long a lookup waits for Redis before it settles for a known route. */
+  waitMs: number;
+  /** Routes kept at most (the least recently read go first). */
+  max: number;
+}
+
+export const DEFAULT_KNOWN_ROUTES: KnownRoutes = { maxAgeMs: 30_000, waitMs: 1_000, max: 100_000 };
+
 /** The gateway's read of the cluster: live nodes, who owns a sandbox, and placement. */
 export class ClusterView {
-  constructor(private readonly redis: Redis) {}
+  /** Sandbox ID → its node and when Redis last said so (performance.now()). */
+  private readonly known = new Map<string, { node: NodeInfo; at: number }>();
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly routes: KnownRoutes = DEFAULT_KNOWN_ROUTES,
+  ) {}
 
   async nodes(): Promise<NodeInfo[]> {
     const ids = await guard(this.redis.smembers(keys.nodes));
@@ -93,16 +111,62 @@ export class ClusterView {
   /** The live node that owns a sandbox; `dead` names an owner whose heartbeat expired. */
   async owner(sandboxId: string): Promise<{ node?: NodeInfo; dead?: string }> {
     const id = await guard(this.redis.get(keys.sandbox(sandboxId)));
-    if (!id) return {};
+    if (!id) {
+      this.known.delete(sandboxId);
+      return {};
+    }
     const node = await this.node(id);
+    if (node) this.remember(sandboxId, node);
+    else this.known.delete(sandboxId);
     return node ? { node } : { dead: id };
+  }
+
+  /**
+   * The owner for sandbox traffic. While Redis does not answer (cut off, or failing over), a
+   * route this gateway read within `maxAgeMs` is used, so running sandboxes keep being served;
+   * the node itself decides what it serves (a node whose lease lapsed resumes nothing), so an
+   * old route cannot make two nodes serve one sandbox. Without one, StateUnavailableError (503).
+   * Everything else (placement, moves, locks) needs Redis.
+   */
+  async ownerForTraffic(sandboxId: string): Promise<{ node?: NodeInfo; dead?: string; fromMemory?: true }> {
+    const fresh = this.owner(sandboxId);
+    const known = this.known.get(sandboxId);
+    if (!known || this.routes.maxAgeMs <= 0) return fresh;
+    let timer: NodeJS.Timeout | undefined;
+    const slow = new Promise<"slow">((r) => {
+      timer = setTimeout(() => r("slow"), this.routes.waitMs);
+    });
+    try {
+      const first = await Promise.race([fresh, slow]);
+      if (first !== "slow") return first;
+    } catch (err) {
+      if (!(err instanceof StateUnavailableError)) throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+    // Redis failed or is slow: a recent enough route stands in; the late answer still updates it.
+    fresh.catch(() => undefined);
+    if (performance.now() - known.at > this.routes.maxAgeMs) return fresh;
+    return { node: known.node, fromMemory: true };
+  }
+
+  private remember(sandboxId: string, node: NodeInfo): void {
+    if (this.routes.maxAgeMs <= 0) return;
+    this.known.delete(sandboxId);
+    this.known.set(sandboxId, { node, at: performance.now() });
+    if (this.known.size > this.routes.max) {
+      const oldest = this.known.keys().next().value;
+      if (oldest !== undefined) this.known.delete(oldest);
+    }
   }
 
   async setOwner(sandboxId: string, nodeId: string): Promise<void> {
     await guard(this.redis.set(keys.sandbox(sandboxId), nodeId));
+    this.known.delete(sandboxId);
   }
 
   async dropOwner(sandboxId: string): Promise<void> {
+    this.known.delete(sandboxId);
     await guard(this.redis.del(keys.sandbox(sandboxId)));
   }
 

@@ -9,6 +9,7 @@ import {
 } from "../cluster/redis-target.js";
 import { httpLimitsFromEnv, parseListen } from "../config.js";
 import { buildGateway } from "./app.js";
+import { DEFAULT_KNOWN_ROUTES, type KnownRoutes } from "./cluster-view.js";
 
 const HELP = `aenv-gateway — one E2B endpoint in front of many aenv-server nodes
 
@@ -67,8 +68,14 @@ async function main(): Promise<void> {
   process.on("unhandledRejection", (reason) => log.error({ err: reason }, "BUG: unhandled promise rejection"));
   process.on("uncaughtException", (err) => log.error({ err }, "BUG: uncaught exception"));
   // Not waited for: until Redis answers, /health says 503 and calls that need it get 503.
-  const redis = await openRedis(target, log, { wait: false });
-  const app = buildGateway({ redis, apiKey, log, limits: httpLimitsFromEnv(process.env) });
+  const redis = await openRedis(target, log, { wait: false, commandTimeoutMs: REDIS_COMMAND_TIMEOUT_MS });
+  const app = buildGateway({
+    redis,
+    apiKey,
+    log,
+    limits: httpLimitsFromEnv(process.env),
+    knownRoutes: knownRoutesFromEnv(process.env),
+  });
   await app.listen({ host, port });
   log.info({ host, port, redis: describeRedisTarget(target) }, "aenv-gateway ready");
   const stop = async () => {
@@ -78,6 +85,21 @@ async function main(): Promise<void> {
   };
   process.on("SIGTERM", () => void stop());
   process.on("SIGINT", () => void stop());
+}
+
+/** A gateway's Redis commands are single-key reads, writes and short scripts: 3 s is an outage. */
+const REDIS_COMMAND_TIMEOUT_MS = 3_000;
+
+/** AENV_GATEWAY_KNOWN_ROUTE_SECS: how long a route read from Redis serves traffic while Redis is out. */
+function knownRoutesFromEnv(env: NodeJS.ProcessEnv): KnownRoutes {
+  const raw = env.AENV_GATEWAY_KNOWN_ROUTE_SECS;
+  if (raw === undefined || raw === "") return DEFAULT_KNOWN_ROUTES;
+  const secs = Number(raw);
+  if (!/^\d+(\.\d+)?$/.test(raw) || !Number.isFinite(secs)) {
+    console.error(`aenv-gateway: AENV_GATEWAY_KNOWN_ROUTE_SECS must be a number of seconds, got "${raw}"`);
+    process.exit(2);
+  }
+  return { ...DEFAULT_KNOWN_ROUTES, maxAgeMs: secs * 1000 };
 }
 
 main().catch((err) => {

@@ -237,7 +237,7 @@ export class SandboxCalls {
     traffic: Traffic,
     unreachable?: string,
   ): Promise<{ node: NodeInfo } | { status: number; message: string; sandboxId?: string }> {
-    const owner = await this.view.owner(id);
+    const owner = await this.view.ownerForTraffic(id);
     // A node that refused a connection is dead even if its heartbeat has not expired yet.
     const dead = owner.node && owner.node.nodeID === unreachable ? unreachable : owner.dead;
     if (owner.node && !dead) return { node: owner.node };
