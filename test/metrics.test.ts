@@ -24,6 +24,7 @@ const NODE_METRICS = [
   "aenv_sandbox_operation_failures_total",
   "aenv_warm_image_requests_total",
   "aenv_sweeps_total",
+  "aenv_pause_commits_total",
   "aenv_chunk_cache_requests_total",
   "aenv_chunk_cache_bytes",
   "aenv_repository_bytes_total",

@@ -6,8 +6,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { CommandExitError, Sandbox } from "e2b";
+import { S3_CREDENTIALS, startS3 } from "../packages/server/test/helpers/s3.js";
 import { API_KEY, TestCluster, via } from "./helpers/cluster.js";
 import { Relay } from "./helpers/relay.js";
+import { sdkOptions } from "./helpers/server.js";
 
 /** The loopback range follows this run's slot range (10.X.0.0/16 → 127.X.0.0/16). */
 const octet = Number(/^\d+\.(\d+)\./.exec(process.env.AENV_TEST_SLOT_CIDR ?? "")?.[1] ?? 202);
@@ -144,6 +146,61 @@ describe("a gateway cut off from Redis", () => {
       relay.heal();
       for (const s of [known, other]) await s.kill().catch(() => false);
       relay.close();
+    }
+  });
+});
+
+describe("a node cut off from the repository", () => {
+  test("keeps its running sandboxes; a pause it cannot commit stays local, is logged as an error and counted, resumes, and is committed once the repository is back", async () => {
+    const s3 = await startS3("aenv-cutoff");
+    const relay = new Relay();
+    await relay.start(Number(new URL(s3.endpoint).port));
+    const node = await cluster.startNode(
+      "sim-s3",
+      {
+        AENV_REPOSITORY_BACKEND: "s3",
+        AENV_S3_ENDPOINT: `http://127.0.0.1:${relay.port}`,
+        AENV_S3_BUCKET: s3.bucket,
+        AENV_S3_REGION: "us-east-1",
+        AENV_S3_FORCE_PATH_STYLE: "true",
+        AWS_ACCESS_KEY_ID: S3_CREDENTIALS.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: S3_CREDENTIALS.secretAccessKey,
+        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
+        AENV_PAUSE_COMMIT_DELAY: "0",
+      },
+      { sim: { slotOctet: octet + 1 } },
+    );
+    const commits = async (result: "committed" | "failed") => {
+      const text = await (await fetch(`${node.url}/metrics`)).text();
+      return Number(new RegExp(`^aenv_pause_commits_total\\{result="${result}"\\} (\\d+)`, "m").exec(text)?.[1] ?? 0);
+    };
+    const until = async (what: string, cond: () => Promise<boolean>) => {
+      for (const deadline = Date.now() + 30_000; !(await cond()); ) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}:\n${node.logs().slice(-3000)}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    };
+    const running = await Sandbox.create(sdkOptions(node));
+    const paused = await Sandbox.create(sdkOptions(node));
+    try {
+      relay.cut("reset");
+      assert.equal((await running.commands.run("true")).exitCode, 0);
+      assert.equal(await paused.pause(), true);
+      await until("a failed commit", async () => (await commits("failed")) >= 1);
+      assert.match(node.logs(), /"level":50[^\n]*"sandboxID":"[^"]+"[^\n]*pause image not committed to the repository/);
+      assert.equal(await commits("committed"), 0);
+      assert.equal((await running.commands.run("true")).exitCode, 0);
+      relay.heal();
+      // Tried again while it stays paused: committed, so any node can resume it now.
+      await until("the commit", async () => (await commits("committed")) >= 1);
+      const back = await Sandbox.connect(paused.sandboxId, sdkOptions(node));
+      assert.equal((await back.commands.run("true")).exitCode, 0);
+    } finally {
+      relay.heal();
+      for (const s of [running, paused]) await s.kill().catch(() => false);
+      await node.stop();
+      relay.close();
+      await s3.close();
     }
   });
 });

@@ -7,9 +7,10 @@ export class Relay {
   /**
    * While set, nothing passes. `drop`: bytes either way are thrown away (what the peers sent
    * meanwhile never arrives). `hold`: they wait in the sockets' buffers and arrive after the
-   * heal, as TCP's retransmissions would deliver them.
+   * heal, as TCP's retransmissions would deliver them. `reset`: connections are reset, new
+   * ones as soon as they are made (a peer that is unreachable and says so).
    */
-  private mode: "open" | "drop" | "hold" = "open";
+  private mode: "open" | "drop" | "hold" | "reset" = "open";
   private readonly sockets = new Set<Socket>();
   private server!: Server;
   port = 0;
@@ -17,6 +18,10 @@ export class Relay {
   async start(to: number): Promise<void> {
     this.port = await freePort();
     this.server = createServer((client) => {
+      if (this.mode === "reset") {
+        client.resetAndDestroy();
+        return;
+      }
       const upstream = new Socket();
       upstream.connect(to, "127.0.0.1");
       for (const s of [client, upstream]) {
@@ -33,9 +38,10 @@ export class Relay {
     await new Promise<void>((r) => this.server.listen(this.port, "127.0.0.1", r));
   }
 
-  cut(mode: "drop" | "hold" = "drop"): void {
+  cut(mode: "drop" | "hold" | "reset" = "drop"): void {
     this.mode = mode;
     if (mode === "hold") for (const s of this.sockets) s.pause();
+    if (mode === "reset") for (const s of this.sockets) s.resetAndDestroy();
   }
 
   heal(): void {

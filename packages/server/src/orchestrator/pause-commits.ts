@@ -6,6 +6,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, StateStore } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
+import { countPauseCommit } from "../telemetry/prometheus.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 import { materializeImage } from "./snapshots.js";
@@ -28,6 +29,10 @@ export interface PauseCommitsDeps {
  * it; a resume claims it there, a node takes over another's from its manifest, and a lost
  * local copy is rebuilt from it.
  */
+/** A failed commit is tried again after 2 s, then twice as long each time, a minute at most. */
+const RETRY_FIRST_S = 2;
+const RETRY_MAX_S = 60;
+
 export class PauseCommits {
   /** Pause images waiting to be committed, by sandbox ID. */
   private readonly timers = new Map<string, NodeJS.Timeout>();
@@ -42,30 +47,46 @@ export class PauseCommits {
    * never pay for it: it starts once the sandbox has stayed paused a while.
    */
   commitLater(rec: SandboxRecord, imageDir: string): void {
+    this.schedule(rec, imageDir, this.d.cfg.repository.pauseCommitDelayS, 0);
+  }
+
+  private schedule(rec: SandboxRecord, imageDir: string, delayS: number, attempt: number): void {
     const id = rec.id;
     const timer = setTimeout(() => {
       this.timers.delete(id);
       const l = this.d.registry.get(id);
       if (l?.rec.state === "paused" && l.rec.imageDir === imageDir && !this.d.registry.isClosing) {
-        this.commitNow(rec, imageDir);
+        this.commitNow(rec, imageDir, attempt);
       }
-    }, this.d.cfg.repository.pauseCommitDelayS * 1000);
+    }, delayS * 1000);
     timer.unref();
     this.timers.set(id, timer);
   }
 
-  private commitNow(rec: SandboxRecord, imageDir: string): void {
+  private commitNow(rec: SandboxRecord, imageDir: string, attempt: number): void {
     const id = rec.id;
     const t0 = Date.now();
     const meta: PauseMeta = { kind: "pause", sandbox: { ...rec }, imageKey: this.d.checkpointKey };
     const p = this.d.repository
       .commit(pauseManifestId(id), imageDir, meta)
       .then(({ manifest, stats }) => {
+        countPauseCommit(true);
         // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
         this.d.repository.pinManifest(manifest);
-        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0 }, "pause image committed");
+        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0, attempt }, "pause image committed");
       })
-      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause image not committed to the repository"))
+      .catch((err) => {
+        countPauseCommit(false);
+        // The pause itself stands (its local image is durable and resumes here), but until it
+        // is committed no other node can resume it, and losing this host loses it: loud, and
+        // tried again for as long as the sandbox stays paused.
+        const retryInS = Math.min(RETRY_FIRST_S * 2 ** attempt, RETRY_MAX_S);
+        this.d.log.error(
+          { err, sandboxID: id, attempt, retryInS },
+          "pause image not committed to the repository: kept on this node only until a retry succeeds",
+        );
+        this.schedule(rec, imageDir, retryInS, attempt + 1);
+      })
       .finally(() => {
         if (this.commits.get(id) === p) this.commits.delete(id);
       });
@@ -148,7 +169,7 @@ export class PauseCommits {
       clearTimeout(timer);
       this.timers.delete(id);
       const l = this.d.registry.get(id);
-      if (l?.rec.state === "paused" && l.rec.imageDir) this.commitNow(l.rec, l.rec.imageDir);
+      if (l?.rec.state === "paused" && l.rec.imageDir) this.commitNow(l.rec, l.rec.imageDir, 0);
     }
     await Promise.all([...this.commits.values()]);
   }

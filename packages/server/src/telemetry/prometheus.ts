@@ -109,6 +109,12 @@ const sweeps = new Counter({
   labelNames: ["kind"] as const,
   registers: [],
 });
+const pauseCommits = new Counter({
+  name: "aenv_pause_commits_total",
+  help: "Pause images committed to the snapshot repository (committed), or a try that failed (failed; it is tried again while the sandbox stays paused)",
+  labelNames: ["result"] as const,
+  registers: [],
+});
 const repoUploaded = { bytes: 0 };
 
 /**
@@ -135,6 +141,10 @@ export async function timed<T>(
 /** A background sweep finished: what waits on one (a test that something did not happen) can see it. */
 export function countSweep(kind: "hibernation" | "retention"): void {
   sweeps.inc({ kind });
+}
+
+export function countPauseCommit(committed: boolean): void {
+  pauseCommits.inc({ result: committed ? "committed" : "failed" });
 }
 
 export function countWarmImage(hit: boolean): void {
@@ -177,9 +187,11 @@ export function registerNode(source: NodeSource): void {
   registry.registerMetric(opFailures);
   registry.registerMetric(warmImages);
   registry.registerMetric(sweeps);
+  registry.registerMetric(pauseCommits);
   for (const op of OPERATIONS) opFailures.inc({ operation: op }, 0);
   for (const r of ["hit", "miss"]) warmImages.inc({ result: r }, 0);
   for (const k of ["hibernation", "retention"]) sweeps.inc({ kind: k }, 0);
+  for (const r of ["committed", "failed"]) pauseCommits.inc({ result: r }, 0);
   new Gauge({
     name: "aenv_sandboxes",
     help: "Sandboxes on this node by state",
