@@ -231,10 +231,15 @@ echo "$setup_hash" > "$r/$opt/setup.hash"
 . "$here/lib/pack-oci.sh"
 pack_oci "$r" "$tmp/oci" org.aenv.desktop.revision "$REVISION"
 rm -rf "$r"
+# Ready once the session's windows are on the screen, not when its processes exist: a warm
+# image captured between the two (a loaded host) restored to a black screen.
+ready="DISPLAY=:0 /usr/bin/xdpyinfo >/dev/null 2>&1 && pgrep -x xfce4-session >/dev/null"
+ready="$ready && w=\$(DISPLAY=:0 wmctrl -l 2>/dev/null) && echo \"\$w\" | grep -q ' Desktop\$'"
+ready="$ready && echo \"\$w\" | grep -q ' xfce4-panel\$'"
 node "$here/../packages/server/bin/aenv-server.js" import-template --templates-dir "$dir" \
   --id "$id" --name "$id" --memory-mb 2048 --cpu-count 2 \
   --start-cmd "DISPLAY=:0 /usr/local/bin/aenv-desktop-start" \
-  --ready-cmd "DISPLAY=:0 /usr/bin/xdpyinfo >/dev/null 2>&1 && pgrep -x xfce4-session >/dev/null && pgrep -x xfwm4 >/dev/null && pgrep -x xfdesktop >/dev/null && pgrep -x xfce4-panel >/dev/null" \
+  --ready-cmd "$ready" \
   "oci:$tmp/oci:latest"
 cleanup "$tmp"; trap - EXIT
 echo "desktop template: ready at $t ($(du -sh "$t" | cut -f1))"
