@@ -5,7 +5,7 @@
  * addresses, so requests meant for one sandbox reach another's envd or a deleted namespace:
  * sandboxes break silently. A second server with a claimed name refuses to start instead.
  *
- * A claim is a file holding the owner's PID in /run/aenv (a tmpfs emptied at boot, root's),
+ * A claim is a file holding the owner's PID and start time in /run/aenv (a tmpfs emptied at boot, root's),
  * made with link(2), which fails if the name exists. A claim whose process is gone is stale
  * and replaced with rename(2) under a mkdir(2) mutex, so that of two servers replacing it at
  * once one wins and the other is told to retry.
@@ -17,23 +17,40 @@ export const HOST_CLAIM_DIR = "/run/aenv";
 
 export class HostClaimError extends Error {}
 
-function alive(pid: number): boolean {
+/** A process's start time in clock ticks since boot (/proc/PID/stat), which a reused PID does not share. */
+function startOf(pid: number): string | undefined {
   try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-function ownerOf(path: string): number | undefined {
-  try {
-    const pid = Number.parseInt(readFileSync(path, "utf8"), 10);
-    return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined;
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
   } catch {
     return undefined;
   }
 }
+
+/** What a claim file says: the holder's PID and start time. */
+function holderOf(path: string): { pid: number; start?: string; text: string } | undefined {
+  try {
+    const text = readFileSync(path, "utf8");
+    const [pidText, start] = text.trim().split(" ");
+    const pid = Number.parseInt(pidText ?? "", 10);
+    return Number.isSafeInteger(pid) && pid > 0 ? { pid, ...(start ? { start } : {}), text } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether the claim's process still runs: its PID is alive and started when the claim says. */
+function alive(h: { pid: number; start?: string }): boolean {
+  try {
+    process.kill(h.pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EPERM") return false;
+  }
+  return h.start === undefined || startOf(h.pid) === h.start;
+}
+
+const ME = `${process.pid} ${startOf(process.pid) ?? ""}`.trim();
 
 export class HostClaim {
   private readonly held: string[] = [];
@@ -57,19 +74,19 @@ export class HostClaim {
   private takeOne(name: string, what: string): void {
     const path = join(this.dir, `${name}.pid`);
     const tmp = join(this.dir, `.${name}.${process.pid}.tmp`);
-    writeFileSync(tmp, `${process.pid}\n`, { mode: 0o600 });
+    writeFileSync(tmp, `${ME}\n`, { mode: 0o600 });
     try {
       try {
         linkSync(tmp, path);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-        const owner = ownerOf(path);
-        if (owner !== undefined && owner !== process.pid && alive(owner)) {
+        const owner = holderOf(path);
+        if (owner && owner.pid !== process.pid && alive(owner)) {
           throw new HostClaimError(
-            `${what} is in use by another server on this host (pid ${owner}): give each server on a host its own AENV_NET_PREFIX and AENV_SLOT_CIDR`,
+            `${what} is in use by another server on this host (pid ${owner.pid}): give each server on a host its own AENV_NET_PREFIX and AENV_SLOT_CIDR`,
           );
         }
-        this.replaceStale(path, tmp, owner, what);
+        this.replaceStale(path, tmp, owner?.text, what);
       }
       this.held.push(path);
     } finally {
@@ -81,7 +98,7 @@ export class HostClaim {
     }
   }
 
-  private replaceStale(path: string, tmp: string, stale: number | undefined, what: string): void {
+  private replaceStale(path: string, tmp: string, stale: string | undefined, what: string): void {
     const mutex = `${path}.replacing`;
     try {
       mkdirSync(mutex, { mode: 0o700 });
@@ -93,7 +110,7 @@ export class HostClaim {
     }
     try {
       // Read again under the mutex: another server may have replaced it since.
-      if (ownerOf(path) !== stale) throw new HostClaimError(`${what} was just claimed by another server`);
+      if (holderOf(path)?.text !== stale) throw new HostClaimError(`${what} was just claimed by another server`);
       renameSync(tmp, path);
     } finally {
       rmdirSync(mutex);
@@ -103,7 +120,7 @@ export class HostClaim {
   /** Gives back what this process holds (only files that still name it). */
   release(): void {
     for (const path of this.held.splice(0)) {
-      if (ownerOf(path) !== process.pid) continue;
+      if (holderOf(path)?.pid !== process.pid) continue;
       try {
         unlinkSync(path);
       } catch {
