@@ -111,11 +111,21 @@ export class NodeAgent {
     this.nudged.unref();
   }
 
+  /** Marks (and logs, once) a lease that ran out: the next successful beat passes every route. */
+  private noteLapse(): void {
+    if (this.lapsed || this.leaseCurrent()) return;
+    this.lapsed = true;
+    this.d.log.warn("cluster lease lapsed (no heartbeat reached Redis in time): resuming nothing until it is renewed");
+  }
+
   private beatSafely(): void {
     if (this.stopped) return;
     this.beating = this.beating
       .then(() => this.beat())
-      .catch((err) => this.d.log.warn({ err }, "cluster heartbeat failed"));
+      .catch((err) => {
+        this.d.log.warn({ err }, "cluster heartbeat failed");
+        this.noteLapse();
+      });
   }
 
   /**
@@ -128,14 +138,8 @@ export class NodeAgent {
 
   async beat(): Promise<void> {
     // After a lapse every route goes in the beat: those another node took are found at once.
-    const lapsed = this.lapsed || !this.leaseCurrent();
-    if (lapsed && !this.lapsed) {
-      this.lapsed = true;
-      this.d.log.warn(
-        "cluster lease lapsed (no heartbeat reached Redis in time): resuming nothing until it is renewed",
-      );
-    }
-    const full = lapsed || Date.now() - this.lastFull >= FULL_BEAT_MS;
+    this.noteLapse();
+    const full = this.lapsed || Date.now() - this.lastFull >= FULL_BEAT_MS;
     const owned = this.d.owned();
     const gone = await this.publish(full ? owned : owned.filter((id) => !this.published.has(id)), full);
     // The node key was gone (Redis restarted, or this node's key expired): its routes may be too.
@@ -151,8 +155,12 @@ export class NodeAgent {
     // The beat fails then (the next one is not held behind it), and the client reconnects.
     const unanswered = new Promise<never>((_, reject) => {
       watchdog = setTimeout(() => {
-        this.d.redis.disconnect(true);
         reject(new Error(`no answer from Redis in ${BEAT_ANSWER_MS} ms; reconnecting`));
+        try {
+          this.d.redis.disconnect(true);
+        } catch (err) {
+          this.d.log.warn({ err }, "redis reconnect after an unanswered beat failed");
+        }
       }, BEAT_ANSWER_MS);
     });
     const [had, ...others] = (await Promise.race([
@@ -171,8 +179,11 @@ export class NodeAgent {
       ),
       unanswered,
     ]).finally(() => clearTimeout(watchdog))) as [number, ...string[]];
+    // A beat sent while the lease held may be answered after it ran out: it lapsed all the
+    // same, and this beat, not a full one, leaves the reconciliation to the next.
+    this.noteLapse();
     this.leaseUntil = sent + NODE_TTL_MS;
-    if (this.lapsed) {
+    if (this.lapsed && full) {
       this.lapsed = false;
       if (this.lastFull > 0) this.d.log.warn("cluster lease renewed after it lapsed; reconciling what this node holds");
     }
