@@ -60,7 +60,9 @@ test("through a gateway: the default template, stateful cells, streamed output, 
         },
       },
     );
-    assert.deepEqual(out, ["line 0\n", "line 1\n", "line 2\n"]);
+    // As the kernel flushes it: a timed flush may fall inside a print, splitting its line.
+    assert.equal(out.join(""), "line 0\nline 1\nline 2\n");
+    assert.ok(out.length >= 3, JSON.stringify(out));
     assert.deepEqual(streamed.logs.stdout, out);
     const fig = await sbx.runCode(
       "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.title('via gateway')\nplt.show()",

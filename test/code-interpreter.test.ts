@@ -76,13 +76,14 @@ describe("cells", () => {
       },
     });
     const done = Date.now() - t0;
-    assert.deepEqual(
-      seen.map((s) => s.line),
-      ["a\n", "b\n"],
-    );
+    // As the kernel flushes it: a timed flush may fall inside a print, splitting its line.
+    assert.equal(seen.map((s) => s.line).join(""), "a\nb\n");
     // 'a' arrived while the cell was still sleeping.
     assert.ok(done - (seen[0]?.at ?? done) >= 1000, `first line at ${seen[0]?.at} ms, end at ${done} ms`);
-    assert.deepEqual(exec.logs.stdout, ["a\n", "b\n"]);
+    assert.deepEqual(
+      exec.logs.stdout,
+      seen.map((s) => s.line),
+    );
   });
 
   test("stderr and errors with their traceback", async () => {
