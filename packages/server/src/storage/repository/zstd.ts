@@ -12,7 +12,7 @@
  */
 import { type ChildProcessByStdio, spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -113,9 +113,7 @@ const scratchRoot = (() => {
  */
 async function batch(inputs: Uint8Array[], args: string[], inSuffix: string, outSuffix: string): Promise<Buffer[]> {
   return limit.run(async () => {
-    // Named for this process: a server killed mid-batch leaves the folder (in RAM, on /dev/shm)
-    // and the next one removes it (sweepScratch).
-    const dir = await mkdtemp(join(scratchRoot, `${SCRATCH_PREFIX}${process.pid}-`));
+    const dir = await mkdtemp(join(scratchRoot, "aenv-zstd-"));
     try {
       const names = inputs.map((_, i) => `${i}${inSuffix}`);
       await Promise.all(inputs.map((b, i) => writeFile(join(dir, names[i] as string), b)));
@@ -160,40 +158,8 @@ export async function decompressMany(inputs: Uint8Array[]): Promise<Array<Buffer
   return Promise.all(inputs.map((z) => decompress(z).catch((e: unknown) => e as Error)));
 }
 
-const SCRATCH_PREFIX = "aenv-zstd-";
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-/**
- * Removes the scratch folders of processes that are gone (killed mid-batch), and unnamed
- * ones of an older layout untouched for an hour. Returns how many went.
- */
-export async function sweepScratch(root = scratchRoot): Promise<number> {
-  let removed = 0;
-  for (const name of await readdir(root).catch(() => [] as string[])) {
-    if (!name.startsWith(SCRATCH_PREFIX)) continue;
-    const pid = /^(\d+)-/.exec(name.slice(SCRATCH_PREFIX.length))?.[1];
-    const path = join(root, name);
-    const stale = pid
-      ? Number(pid) !== process.pid && !alive(Number(pid))
-      : Date.now() - ((await stat(path).catch(() => undefined))?.mtimeMs ?? Date.now()) > 3_600_000;
-    if (!stale) continue;
-    await rm(path, { recursive: true, force: true }).catch(() => undefined);
-    removed++;
-  }
-  return removed;
-}
-
 /** Fails with one line when the binary is missing (checked at start by openRepository). */
 export async function checkZstd(): Promise<void> {
-  await sweepScratch();
   const round = await decompress(await compress(Buffer.from("aenv")));
   if (round.toString() !== "aenv") throw new ZstdError("zstd round trip returned different bytes");
 }
