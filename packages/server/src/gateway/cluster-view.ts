@@ -128,7 +128,7 @@ export class ClusterView {
    * old route cannot make two nodes serve one sandbox. Without one, StateUnavailableError (503).
    * Everything else (placement, moves, locks) needs Redis.
    */
-  async ownerForTraffic(sandboxId: string): Promise<{ node?: NodeInfo; dead?: string; fromMemory?: true }> {
+  async ownerForTraffic(sandboxId: string): Promise<{ node?: NodeInfo; dead?: string }> {
     const fresh = this.owner(sandboxId);
     const known = this.known.get(sandboxId);
     if (!known || this.routes.maxAgeMs <= 0) return fresh;
@@ -147,7 +147,7 @@ export class ClusterView {
     // Redis failed or is slow: a recent enough route stands in; the late answer still updates it.
     fresh.catch(() => undefined);
     if (performance.now() - known.at > this.routes.maxAgeMs) return fresh;
-    return { node: known.node, fromMemory: true };
+    return { node: known.node };
   }
 
   private remember(sandboxId: string, node: NodeInfo): void {
