@@ -79,3 +79,44 @@ test("a sandbox's logs in E2B's v1 and v2 shapes, filtered as asked", async () =
     await s.kill();
   }
 });
+
+test("a full console: logs calls answer from its end at once and do not hold up other requests", async () => {
+  const s = await Sandbox.create();
+  try {
+    // Root inside writes ~8 MB of one-byte lines to its console (the cap is 8 MiB), then a marker.
+    await s.commands.run("yes a | head -c 8000000 > /proc/1/fd/1; echo console-filled > /proc/1/fd/1", {
+      user: "root",
+    });
+    const path = `/v2/sandboxes/${s.sandboxId}/logs?direction=backward&limit=10`;
+    let health = 0;
+    const healthAt = async () => {
+      const t = Date.now();
+      const r = await fetch(`${srv().url}/health`);
+      health = Math.max(health, Date.now() - t);
+      return r.status;
+    };
+    const t0 = Date.now();
+    // Several at once, as `e2b sandbox logs -f` from a few terminals, and /health beside them.
+    const [calls, healths] = await Promise.all([
+      Promise.all(Array.from({ length: 5 }, () => srv().api("GET", path))),
+      Promise.all(Array.from({ length: 5 }, (_, i) => new Promise((r) => setTimeout(r, i * 50)).then(healthAt))),
+    ]);
+    const took = Date.now() - t0;
+    for (const r of calls) {
+      assert.equal(r.status, 200);
+      const logs = (r.body as { logs: Entry[] }).logs;
+      assert.equal(logs.length, 10);
+      assert.equal(logs.find((e) => e.fields.logger === "envd")?.message, "console-filled", JSON.stringify(logs[0]));
+    }
+    assert.ok(healths.every((h) => h === 204));
+    // Generous bounds (parsing the whole console took 7-12 s a call and held /health as long).
+    assert.ok(took < 3000, `five logs calls on a full console took ${took} ms`);
+    assert.ok(health < 1500, `/health waited ${health} ms`);
+    // Forward from the start still answers, one region's worth at most.
+    const first = await srv().api("GET", `/v2/sandboxes/${s.sandboxId}/logs?limit=1000`);
+    assert.equal(first.status, 200);
+    assert.equal((first.body as { logs: Entry[] }).logs.length, 1000);
+  } finally {
+    await s.kill();
+  }
+});

@@ -1,5 +1,6 @@
 import { rmSync } from "node:fs";
 import { hostname } from "node:os";
+import type { SandboxLogEntry } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { InvalidRequestError, NotFoundError } from "../errors.js";
@@ -32,7 +33,8 @@ import { PausedRetention } from "./retention.js";
 import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import type { SandboxLogBook } from "./sandbox-log-book.js";
-import { type ConsoleEntry, parseConsole } from "./sandbox-logs.js";
+import { readConsole } from "./console-reader.js";
+import { type LogsFilter, mergeLogs } from "./sandbox-logs.js";
 import { SandboxNetwork } from "./sandbox-network.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
@@ -449,12 +451,15 @@ export class Orchestrator {
     return this.metricsHistory.query(id, range);
   }
 
-  /** Its logs, oldest first: what the server logged about it and its console (sandbox-logs.ts). */
-  async logs(id: string): Promise<ConsoleEntry[]> {
+  /**
+   * Its logs as the logs API asks for them: what the server logged about it and its console,
+   * each read only as far as `f` needs (console-reader.ts), merged in time.
+   */
+  async logs(id: string, f: LogsFilter): Promise<SandboxLogEntry[]> {
     const { rec } = this.registry.mustGet(id);
-    const out = await this.d.driver.console?.(this.d.paths.sandboxRun(rec.dir, rec.runtimeId));
-    const console = out ? parseConsole(out.text, out.modified) : [];
-    return [...(this.d.logBook?.of(id) ?? []), ...console].sort((a, b) => a.ms - b.ms);
+    const file = this.d.driver.consoleFile?.(this.d.paths.sandboxRun(rec.dir, rec.runtimeId));
+    const console = (file ? await readConsole(file, f) : undefined) ?? [];
+    return mergeLogs(this.d.logBook?.of(id) ?? [], console, f);
   }
 
   /** Where the proxy sends traffic (auto-resuming when the sandbox allows it). */

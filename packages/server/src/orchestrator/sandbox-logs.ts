@@ -21,38 +21,22 @@ function levelOf(message: string): SandboxLogLevel {
 /** A log entry with its time as Unix ms, for filtering. */
 export type ConsoleEntry = SandboxLogEntry & { ms: number };
 
-/** Console text → entries with their Unix ms times, oldest first. */
-export function parseConsole(text: string, modified: Date): ConsoleEntry[] {
-  const out: ConsoleEntry[] = [];
-  let last: number | undefined;
-  const pending: string[] = [];
-  const push = (ms: number, message: string) => {
-    const cut = message.length > MAX_LINE ? `${message.slice(0, MAX_LINE)}…` : message;
-    out.push({
-      ms,
-      timestamp: new Date(ms).toISOString(),
-      level: levelOf(cut),
-      message: cut,
-      fields: { logger: "envd" },
-    });
-  };
-  for (const raw of text.split("\n")) {
-    const line = raw.replace(/\r$/, "");
-    if (line.trim() === "") continue;
-    const m = STAMP.exec(line);
-    if (m) {
-      const n = (i: number) => Number(m[i]);
-      const frac = m[7];
-      last = Date.UTC(n(1), n(2) - 1, n(3), n(4), n(5), n(6), frac ? Math.floor(Number(`0.${frac}`) * 1000) : 0);
-      const msg = m[8] ?? "";
-      // Lines that came before the first stamped one take its time.
-      for (const p of pending.splice(0)) push(last, p);
-      push(last, msg);
-    } else if (last === undefined) pending.push(line);
-    else push(last, line);
-  }
-  for (const p of pending) push(modified.getTime(), p);
-  return out;
+/** envd's stamp on a console line: its time (Unix ms) and the message after it. */
+export function stampOf(line: string): { ms: number; message: string } | undefined {
+  // Cheap test first: most lines of a full console carry no stamp.
+  if (line.length < 20 || line.indexOf("/") < 0) return undefined;
+  const m = STAMP.exec(line);
+  if (!m) return undefined;
+  const n = (i: number) => Number(m[i]);
+  const frac = m[7];
+  const ms = Date.UTC(n(1), n(2) - 1, n(3), n(4), n(5), n(6), frac ? Math.floor(Number(`0.${frac}`) * 1000) : 0);
+  return { ms, message: m[8] ?? "" };
+}
+
+/** One console line as an entry (cut to MAX_LINE: a sandbox controls what its console holds). */
+export function consoleEntry(ms: number, message: string): ConsoleEntry {
+  const cut = message.length > MAX_LINE ? `${message.slice(0, MAX_LINE)}…` : message;
+  return { ms, timestamp: new Date(ms).toISOString(), level: levelOf(cut), message: cut, fields: { logger: "envd" } };
 }
 
 export interface LogsFilter {
@@ -64,15 +48,34 @@ export interface LogsFilter {
   search?: string;
 }
 
-/** Entries (oldest first) filtered as the v2 API's parameters say, in the direction asked. */
-export function filterLogs(all: ConsoleEntry[], f: LogsFilter): SandboxLogEntry[] {
-  const min = f.level ? RANK[f.level] : 0;
-  const picked = all.filter(
-    (e) =>
-      RANK[e.level] >= min &&
-      (f.search === undefined || e.message.includes(f.search)) &&
-      (f.cursor === undefined || (f.direction === "forward" ? e.ms >= f.cursor : e.ms <= f.cursor)),
+/** Whether an entry passes the v2 API's level, search and cursor parameters. */
+export function matchesFilter(e: ConsoleEntry, f: LogsFilter): boolean {
+  return (
+    RANK[e.level] >= (f.level ? RANK[f.level] : 0) &&
+    (f.search === undefined || e.message.includes(f.search)) &&
+    (f.cursor === undefined || (f.direction === "forward" ? e.ms >= f.cursor : e.ms <= f.cursor))
   );
-  const ordered = f.direction === "forward" ? picked : picked.reverse();
-  return ordered.slice(0, f.limit).map(({ ms: _ms, ...e }) => e);
+}
+
+/**
+ * What the server logged about a sandbox (all of it, oldest first) merged with its console
+ * entries (already filtered, in the direction asked), as the API answers: `f.limit` at most.
+ */
+export function mergeLogs(book: ConsoleEntry[], console: ConsoleEntry[], f: LogsFilter): SandboxLogEntry[] {
+  const own = book.filter((e) => matchesFilter(e, f));
+  if (f.direction === "backward") own.reverse();
+  const later = (a: ConsoleEntry, b: ConsoleEntry) => (f.direction === "forward" ? a.ms > b.ms : a.ms < b.ms);
+  const out: SandboxLogEntry[] = [];
+  let i = 0;
+  let j = 0;
+  while (out.length < f.limit && (i < own.length || j < console.length)) {
+    const a = own[i];
+    const b = console[j];
+    const takeConsole = a === undefined || (b !== undefined && later(a, b));
+    const { ms: _ms, ...e } = (takeConsole ? b : a) as ConsoleEntry;
+    out.push(e);
+    if (takeConsole) j++;
+    else i++;
+  }
+  return out;
 }

@@ -83,10 +83,11 @@ export interface RuntimeDriver {
   destroy(id: string): Promise<void>;
   isRunning(id: string): Promise<boolean>;
   /**
-   * What the sandbox wrote to its console in one run folder (its init's and envd's stdout and
-   * stderr), with the time it was last written; undefined when there is none (optional).
+   * The file that holds what the sandbox wrote to its console in one run folder (its init's
+   * and envd's stdout and stderr), written by the sandbox: read it bounded
+   * (orchestrator/console-reader.ts). Optional: a runtime without a console has none.
    */
-  console?(runDir: string): Promise<{ text: string; modified: Date } | undefined>;
+  consoleFile?(runDir: string): string;
   stats(id: string): Promise<SandboxStats | undefined>;
   /**
    * Hibernation (optional): stop every thread of the sandbox where it stands, memory kept in
