@@ -71,6 +71,20 @@ test("through a gateway: the default template, stateful cells, streamed output, 
     assert.equal(Buffer.from(png, "base64").subarray(1, 4).toString(), "PNG");
     const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
     assert.equal((await sbx.runCode("import os; os.getcwd()", { context: ctx })).text, "'/tmp'");
+    // The gateway passes on what the node's proxy checks: without the sandbox's access token
+    // the service runs nothing (401), and the traffic token alone is no key to /execute.
+    const callers: Array<Record<string, string>> = [
+      {},
+      { "e2b-traffic-access-token": sbx.trafficAccessToken as string },
+    ];
+    for (const headers of callers) {
+      const r = await fetch(`${gateway}/execute`, {
+        method: "POST",
+        headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49999", ...headers },
+        body: JSON.stringify({ code: "x = 0" }),
+      });
+      assert.equal(r.status, 401, await r.text());
+    }
     const err = await sbx.runCode("1 / 0");
     assert.equal(err.error?.name, "ZeroDivisionError");
     assert.equal(await sbx.pause(), true);

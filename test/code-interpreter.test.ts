@@ -16,6 +16,7 @@ import {
   Template,
   TimeoutError,
 } from "@e2b/code-interpreter";
+import { envdHostToken } from "../packages/server/src/orchestrator/envd-credentials.js";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
@@ -33,11 +34,26 @@ after(async () => {
   if (server) cleanupDataDir(server);
 });
 
-/** A raw call to the service through the proxy, as the SDK routes it. */
-function service(path: string, init: { method?: string; body?: string } = {}): Promise<Response> {
+/** A sandbox's envd access token (the SDK keeps it protected). */
+const tokenOf = (s: Sandbox): string => (s as unknown as { envdAccessToken: string }).envdAccessToken;
+
+/**
+ * A raw call to the service through the proxy, as the SDK routes it: with the sandbox's access
+ * token unless `headers` says otherwise.
+ */
+function service(
+  path: string,
+  init: { method?: string; body?: string; headers?: Record<string, string>; to?: Sandbox } = {},
+): Promise<Response> {
+  const to = init.to ?? sbx;
   return fetch(`${server.url}${path}`, {
     method: init.method ?? "POST",
-    headers: { "content-type": "application/json", "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49999" },
+    headers: {
+      "content-type": "application/json",
+      "e2b-sandbox-id": to.sandboxId,
+      "e2b-sandbox-port": "49999",
+      ...(init.headers ?? { "x-access-token": tokenOf(to) }),
+    },
     ...(init.body !== undefined ? { body: init.body } : {}),
   });
 }
@@ -268,6 +284,63 @@ describe("contexts", () => {
   });
 });
 
+/** The service's answer to a caller it must refuse: 401, envd's body, and nothing done. */
+async function assertRefused(r: Response, what: string): Promise<void> {
+  const text = await r.text();
+  assert.equal(r.status, 401, `${what}: ${r.status} ${text}`);
+  const body = JSON.parse(text) as { code?: number; message?: string };
+  assert.equal(body.code, 401, what);
+  assert.match(body.message ?? "", /access token/, what);
+}
+
+describe("access", () => {
+  test("every route but /health needs the sandbox's access token; a caller without it runs nothing", async () => {
+    const ctx = await sbx.createCodeContext();
+    const token = tokenOf(sbx);
+    const traffic = sbx.trafficAccessToken as string;
+    const cell = JSON.stringify({ code: "open('/tmp/ran-without-token', 'w').write('x')" });
+    const routes: Array<[string, string, string?]> = [
+      ["POST", "/execute", cell],
+      ["POST", "/execute/", cell],
+      ["POST", "/execute?source=x", cell],
+      ["GET", "/contexts"],
+      ["POST", "/contexts", "{}"],
+      ["DELETE", `/contexts/${ctx.id}`],
+      ["POST", `/contexts/${ctx.id}/restart`],
+    ];
+    // No token; a wrong one; the token envd itself holds (what a fork child or a snapshot
+    // start finds in the memory it restored); and, on /execute, the traffic token alone.
+    const callers: Array<[string, Record<string, string>]> = [
+      ["no token", {}],
+      ["a wrong token", { "x-access-token": `${token.slice(0, -2)}xx` }],
+      ["envd's own token", { "x-access-token": envdHostToken(token) }],
+    ];
+    for (const [method, path, body] of routes) {
+      for (const [who, headers] of callers) {
+        await assertRefused(
+          await service(path, { method, headers, ...(body ? { body } : {}) }),
+          `${method} ${path}, ${who}`,
+        );
+      }
+      if (path.startsWith("/execute")) {
+        await assertRefused(
+          await service(path, { method, headers: { "e2b-traffic-access-token": traffic }, body: cell }),
+          `${method} ${path}, the traffic token alone`,
+        );
+      }
+    }
+    assert.equal(await sbx.files.exists("/tmp/ran-without-token"), false, "no refused cell ran");
+    // The context nobody could remove or restart is still there, and still has its state.
+    const listed = (await (await service("/contexts", { method: "GET" })).json()) as Array<{ id: string }>;
+    assert.ok(listed.some((c) => c.id === ctx.id));
+    // /health is open; the SDK's context calls (the traffic token only) work.
+    assert.equal((await service("/health", { method: "GET", headers: {} })).status, 200);
+    const viaTraffic = await service("/contexts", { method: "GET", headers: { "e2b-traffic-access-token": traffic } });
+    assert.equal(viaTraffic.status, 200);
+    await sbx.removeCodeContext(ctx);
+  });
+});
+
 describe("hostile input", () => {
   test("malformed bodies, unknown languages and folders are clear 400s", async () => {
     const bad = async (path: string, body: string, re: RegExp) => {
@@ -335,6 +408,20 @@ describe("kernel state across pause, resume and fork", () => {
         }),
       );
       for (const o of outs) assert.match(o, /^\(1000, /);
+      // Each child has its own token: the parent's, or the one envd held in the memory the
+      // children restored, opens none of them.
+      for (const kid of kids) {
+        for (const t of [tokenOf(sbx), envdHostToken(tokenOf(sbx))]) {
+          await assertRefused(
+            await service("/execute", {
+              to: kid,
+              headers: { "x-access-token": t },
+              body: JSON.stringify({ code: "1" }),
+            }),
+            "a fork child with its parent's token",
+          );
+        }
+      }
       const draws = outs.map((o) => o.split(", ").slice(1));
       // Python's random, numpy's global generator and os.urandom: no two sandboxes agree.
       for (let i = 0; i < 3; i++)
@@ -343,6 +430,23 @@ describe("kernel state across pause, resume and fork", () => {
       await Promise.all(kids.map((k) => k.kill().catch(() => false)));
     }
   });
+});
+
+test("a sandbox started from a snapshot has its own token; its source's opens it not", async () => {
+  const snap = await sbx.createSnapshot();
+  const copy = await Sandbox.create(snap.snapshotId, { timeoutMs: 120_000 });
+  try {
+    assert.equal((await copy.runCode("1 + 1")).text, "2");
+    for (const t of [tokenOf(sbx), envdHostToken(tokenOf(sbx))]) {
+      await assertRefused(
+        await service("/execute", { to: copy, headers: { "x-access-token": t }, body: JSON.stringify({ code: "1" }) }),
+        "a snapshot start with its source's token",
+      );
+    }
+  } finally {
+    await copy.kill().catch(() => false);
+    await Sandbox.deleteSnapshot(snap.snapshotId).catch(() => false);
+  }
 });
 
 test("a template built on code-interpreter-v1 keeps its service", async () => {

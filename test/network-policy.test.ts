@@ -302,10 +302,20 @@ h.HTTPServer(('0.0.0.0',8000),H).serve_forever()"`,
       `curl -s -o /dev/null -w '%{http_code}' -m 3 -H 'Connection: Upgrade' -H 'Upgrade: websocket' http://127.0.0.1:${server.port}/proxy/${s.sandboxId}/8000/ || true`,
     );
     assert.equal(up, "403");
-    // A public sandbox needs no token.
+    // A public sandbox's ports need no token. Its answer carries one all the same: the SDKs
+    // send it (and only it) on the code interpreter's context routes, which it authenticates.
     const pub = await Sandbox.create();
     try {
-      assert.equal(pub.trafficAccessToken, undefined);
+      assert.ok(pub.trafficAccessToken && pub.trafficAccessToken !== s.trafficAccessToken);
+      await pub.commands.run("cd /tmp && nohup python3 -m http.server 8001 >/dev/null 2>&1 &");
+      let code = "";
+      for (let i = 0; i < 50 && code !== "200"; i++) {
+        code = sh(
+          `curl -s -o /dev/null -w '%{http_code}' -m 3 http://127.0.0.1:${server.port}/proxy/${pub.sandboxId}/8001/ || true`,
+        );
+        if (code !== "200") await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(code, "200", "a public sandbox's port answers without a token");
     } finally {
       await pub.kill();
     }

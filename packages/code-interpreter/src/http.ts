@@ -1,6 +1,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { CreateContextRequest, type ExecuteLine, ExecuteRequest } from "@aenv/protocol/code-interpreter";
+import {
+  CreateContextRequest,
+  codeInterpreterPath,
+  type ExecuteLine,
+  ExecuteRequest,
+} from "@aenv/protocol/code-interpreter";
 import type { z } from "zod";
+import { checkAccess } from "./access.js";
 import { type Contexts, parseLanguage, RequestError } from "./contexts.js";
 import { Identity, sandboxEnv } from "./identity.js";
 import type { Kernel } from "./kernels/kernel.js";
@@ -43,6 +49,11 @@ async function parse<T extends z.ZodType>(req: IncomingMessage, schema: T): Prom
     throw new RequestError(400, `invalid body: ${i?.path.join(".") || "body"}: ${i?.message ?? "invalid"}`);
   }
   return r.data;
+}
+
+/** An error as envd answers it (`{code, message}`), which the SDKs and E2B's clients read. */
+function sendError(res: ServerResponse, status: number, message: string): void {
+  send(res, status, { code: status, message });
 }
 
 function send(res: ServerResponse, status: number, body: unknown): void {
@@ -111,12 +122,18 @@ export function apiServer(contexts: Contexts, ready: () => boolean, log: (m: str
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? "/", "http://localhost");
-    const path = url.pathname.replace(/\/+$/, "") || "/";
+    const path = codeInterpreterPath(req.url ?? "/");
     const m = /^\/contexts\/([^/]+)(\/restart)?$/.exec(path);
     if (path === "/health") {
       if (!ready()) return send(res, 503, "starting");
       return send(res, 200, "OK");
+    }
+    // Every route but /health runs code or changes the kernels: the caller must hold this
+    // sandbox's envd access token, checked by envd itself, before anything is read or run.
+    const denied = await checkAccess(header(req, "x-access-token"));
+    if (denied) {
+      req.resume();
+      return sendError(res, denied.status, denied.message);
     }
     if (!ready()) return send(res, 503, "code interpreter is starting");
     if (path === "/execute" && req.method === "POST") return execute(req, res);

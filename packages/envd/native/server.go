@@ -17,6 +17,7 @@ import (
 
 // The host's own routes (see @aenv/protocol's envd-http.ts).
 const (
+	accessCheck    = "/access/check"
 	quiescePath    = "/quiesce"
 	heapReducePath = "/heap/reduce"
 	fsLayerCapture = "/fs-layer/capture"
@@ -146,6 +147,17 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		sendJSON(w, 200, collectMetrics())
+		return nil
+	case accessCheck:
+		// Our services inside the sandbox ask this for each caller: the same check as every
+		// other route here, against the token as it is now.
+		if err := methodIs(r, "GET"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		w.WriteHeader(204)
 		return nil
 	case quiescePath:
 		if err := methodIs(r, "POST"); err != nil {

@@ -71,3 +71,25 @@ export type ExecuteLine =
   | { type: "number_of_executions"; execution_count: number }
   | { type: "keepalive" }
   | { type: "end_of_execution" };
+
+/**
+ * The route a request path names, as the service reads it (query and trailing slashes
+ * dropped, nothing decoded). The host's proxy decides which credential a route takes with the
+ * same function, so the two can never read one path differently.
+ */
+export function codeInterpreterRoute(url: string): "health" | "execute" | "contexts" | "other" {
+  const path = codeInterpreterPath(url);
+  if (path === "/health") return "health";
+  if (path === "/execute") return "execute";
+  if (/^\/contexts(\/[^/]+(\/restart)?)?$/.test(path)) return "contexts";
+  return "other";
+}
+
+/** The path the service routes on (see codeInterpreterRoute). */
+export function codeInterpreterPath(url: string): string {
+  try {
+    return new URL(url, "http://localhost").pathname.replace(/\/+$/, "") || "/";
+  } catch {
+    return "/";
+  }
+}

@@ -29,6 +29,14 @@ export interface EnvdMetrics {
 }
 
 /**
+ * GET (no body): 204 when the request's `X-Access-Token` is the token envd holds (or envd holds
+ * none), else 401 with envd's error body. Services of ours inside a sandbox (the code
+ * interpreter) authenticate their callers with it, so they check exactly what envd checks and
+ * follow every change of the token (a warm start, a fork child, a snapshot start) at once.
+ */
+export const ENVD_ACCESS_CHECK_PATH = "/access/check";
+
+/**
  * POST /quiesce (no body, 204): envd closes every connection it holds open, before a
  * checkpoint (a restored socket to a peer that is gone would spin).
  */

@@ -7,6 +7,7 @@ export const ENVD_VERSION = "0.6.4";
 export const ENVD_PORT = 49983;
 export type { EnvdInitBody, EnvdLayerStats, EnvdMetrics } from "./envd-http.js";
 export {
+  ENVD_ACCESS_CHECK_PATH,
   ENVD_FS_LAYER_APPLY_PATH,
   ENVD_FS_LAYER_CAPTURE_PATH,
   ENVD_HEAP_REDUCE_PATH,

@@ -7,6 +7,7 @@ import {
 } from "@aenv/protocol";
 import { publicEgressProxy } from "../network/egress-proxy-config.js";
 import type { NetworkSpec } from "../network/policy.js";
+import { trafficTokenOf } from "../orchestrator/envd-credentials.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 
 export interface SerializeContext {
@@ -22,7 +23,7 @@ export function sandboxCreated(r: SandboxRecord, ctx: SerializeContext): Sandbox
     alias: r.alias,
     envdVersion: ENVD_VERSION,
     envdAccessToken: r.envdToken,
-    trafficAccessToken: r.trafficToken ?? null,
+    trafficAccessToken: trafficTokenOf(r),
     domain: ctx.domain,
   };
 }

@@ -28,3 +28,17 @@ export function envdHostToken(clientToken: string): string {
 export function envdTokenOf(rec: Pick<SandboxRecord, "envdToken" | "envdCredential">): string {
   return rec.envdCredential === "host" ? envdHostToken(rec.envdToken) : rec.envdToken;
 }
+
+const TRAFFIC_DOMAIN = "aenv code interpreter traffic token v1\n";
+
+/**
+ * The traffic access token a sandbox's create and connect answers carry. A private sandbox
+ * (`allowPublicTraffic: false`) has its own random one, which every port but envd's needs. A
+ * public sandbox gets one derived from its client token: no port needs it, but the SDKs send
+ * the traffic token, and only it, on the code interpreter's context routes (they send the
+ * envd access token on /execute alone), so it is what authenticates those calls
+ * (proxy/envd-auth.ts). It never enters the sandbox (the proxy removes the header).
+ */
+export function trafficTokenOf(rec: Pick<SandboxRecord, "envdToken" | "trafficToken">): string {
+  return rec.trafficToken ?? createHash("sha256").update(TRAFFIC_DOMAIN).update(rec.envdToken).digest("base64url");
+}

@@ -16,8 +16,9 @@ import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { timed } from "../telemetry/prometheus.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { ClusterFence } from "./cluster-fence.js";
+import { readConsole } from "./console-reader.js";
 import { bootSettings, Creator } from "./create.js";
-import { envdTokenOf } from "./envd-credentials.js";
+import { envdTokenOf, trafficTokenOf } from "./envd-credentials.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
@@ -33,7 +34,6 @@ import { PausedRetention } from "./retention.js";
 import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
 import type { SandboxLogBook } from "./sandbox-log-book.js";
-import { readConsole } from "./console-reader.js";
 import { type LogsFilter, mergeLogs } from "./sandbox-logs.js";
 import { SandboxNetwork } from "./sandbox-network.js";
 import { Snapshots } from "./snapshots.js";
@@ -399,7 +399,7 @@ export class Orchestrator {
       ...(rec.trafficToken ? { trafficToken: rec.trafficToken } : {}),
       ...(rec.network?.maskRequestHost ? { maskRequestHost: rec.network.maskRequestHost } : {}),
       ...(rec.network?.httpsPorts ? { httpsPorts: rec.network.httpsPorts } : {}),
-      envdTokens: { client: rec.envdToken, envd: envdTokenOf(rec) },
+      envdTokens: { client: rec.envdToken, envd: envdTokenOf(rec), traffic: trafficTokenOf(rec) },
     };
   }
 

@@ -8,7 +8,8 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import { computeFileSignature, ENVD_PORT, type FileOp } from "@aenv/protocol";
+import { computeFileSignature, ENVD_PORT, type FileOp, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
+import { CODE_INTERPRETER_PORT, codeInterpreterRoute } from "@aenv/protocol/code-interpreter";
 import type { ProxyTarget } from "./target.js";
 
 /** A sandbox's two tokens, as the proxy needs them. */
@@ -17,6 +18,8 @@ export interface EnvdTokens {
   client: string;
   /** What envd holds (the host token, or the client token for a sandbox initialised before host tokens). */
   envd: string;
+  /** The traffic access token its create answer carried (envd-credentials.ts, trafficTokenOf). */
+  traffic?: string;
 }
 
 /**
@@ -59,6 +62,7 @@ function signatureProblem(req: IncomingMessage, t: ProxyTarget, clientToken: str
  */
 export function envdAuth(req: IncomingMessage, t: ProxyTarget, tokens: EnvdTokens): EnvdAuthResult {
   const presented = firstHeader(req, "x-access-token");
+  if (t.port === CODE_INTERPRETER_PORT) return interpreterAuth(req, t, tokens, presented);
   if (t.port !== ENVD_PORT) {
     return presented !== undefined && same(presented, tokens.client)
       ? { accessToken: null }
@@ -73,4 +77,34 @@ export function envdAuth(req: IncomingMessage, t: ProxyTarget, tokens: EnvdToken
   if (problem === null) return { accessToken: null };
   if (problem) return { status: 401, message: problem };
   return { accessToken: tokens.envd };
+}
+
+/**
+ * The code interpreter's port: the service checks the token envd holds on every route but
+ * /health (packages/code-interpreter/src/access.ts), so the proxy hands it the host token for
+ * a caller that proved itself, and nothing otherwise. Proof is the client token on any route,
+ * or, on the context routes only, the traffic token (the SDKs send just that there; /execute,
+ * which runs code, always carries the client token). Any other X-Access-Token is removed, not
+ * passed on: a fork child or a snapshot start holds its source's host token in memory, and
+ * must not be able to present it to its source's service.
+ */
+function interpreterAuth(
+  req: IncomingMessage,
+  t: ProxyTarget,
+  tokens: EnvdTokens,
+  presented: string | undefined,
+): EnvdAuthResult {
+  if (presented !== undefined && presented !== "" && same(presented, tokens.client)) {
+    return { accessToken: tokens.envd };
+  }
+  const traffic = firstHeader(req, TRAFFIC_TOKEN_HEADER);
+  if (
+    traffic !== undefined &&
+    tokens.traffic !== undefined &&
+    codeInterpreterRoute(t.path) === "contexts" &&
+    same(traffic, tokens.traffic)
+  ) {
+    return { accessToken: tokens.envd };
+  }
+  return { accessToken: null };
 }
