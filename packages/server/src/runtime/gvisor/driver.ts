@@ -1,5 +1,4 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
