@@ -91,7 +91,7 @@ export class ChunkFetcher {
       },
     );
     const idx = todo.map((_, i) => i).filter((i) => zs[i] !== undefined);
-    const datas = await decompressMany(idx.map((i) => zs[i] as Buffer));
+    const datas = await decompressMany(idx.map((i) => ({ frame: zs[i] as Buffer, size: (todo[i] as ChunkRef).size })));
     todo.forEach((r, i) => {
       if (zs[i] === undefined) out.set(r.sha256, new MissingChunkError(id, r.sha256, this.backend.description));
     });

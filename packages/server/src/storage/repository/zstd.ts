@@ -145,17 +145,80 @@ export function compressMany(inputs: Uint8Array[], level = 3): Promise<Buffer[]>
   return batch(inputs, [`-${level}`, "--no-check"], "", ".zst");
 }
 
+/** A stored chunk and the size the manifest gives its bytes. */
+export interface SizedFrame {
+  frame: Uint8Array;
+  size: number;
+}
+
+const FCS_BYTES = [0, 2, 4, 8] as const;
+const DICT_ID_BYTES = [0, 1, 2, 4] as const;
+
 /**
- * Decompresses many frames with one zstd run; each result is a Buffer or, when that input
- * (or the batch) failed, the error of decompressing it alone.
+ * Why `z` is not one zstd frame declaring `size` content bytes, or undefined when it is.
+ * Checked before zstd runs because zstd writes what it decompresses to a tmpfs folder (host
+ * memory) before anything here can look at it: a few KiB of RLE blocks expand to gigabytes,
+ * and whoever can write the repository can plant them. zstd itself stops a frame at its
+ * declared content size ("destination buffer is too small"), so a frame that declares it,
+ * with nothing after the frame (zstd decodes concatenated frames one after another), can
+ * produce at most `size` bytes. Chunks written by `compress` always declare it (zstd records
+ * a file's size).
  */
-export async function decompressMany(inputs: Uint8Array[]): Promise<Array<Buffer | Error>> {
+export function frameProblem(z: Uint8Array, size: number): string | undefined {
+  if (z.length < 6 || z[0] !== 0x28 || z[1] !== 0xb5 || z[2] !== 0x2f || z[3] !== 0xfd) return "not a zstd frame";
+  const fhd = z[4] as number;
+  if (fhd & 0x08) return "a reserved frame header bit is set";
+  const single = (fhd >> 5) & 1;
+  const fcsFlag = fhd >> 6;
+  const fcsLen = fcsFlag === 0 ? single : (FCS_BYTES[fcsFlag] as number);
+  if (fcsLen === 0) return "the frame declares no content size";
+  let pos = 5 + (single ? 0 : 1) + (DICT_ID_BYTES[fhd & 3] as number);
+  if (pos + fcsLen > z.length) return "the frame is truncated";
+  let declared = 0;
+  for (let i = fcsLen - 1; i >= 0; i--) declared = declared * 256 + (z[pos + i] as number);
+  if (fcsLen === 2) declared += 256;
+  pos += fcsLen;
+  if (declared !== size) return `the frame declares ${declared} bytes, the manifest ${size}`;
+  for (;;) {
+    if (pos + 3 > z.length) return "the frame is truncated";
+    const h = (z[pos] as number) | ((z[pos + 1] as number) << 8) | ((z[pos + 2] as number) << 16);
+    const type = (h >> 1) & 3;
+    if (type === 3) return "a reserved block type";
+    pos += 3 + (type === 1 ? 1 : h >>> 3);
+    if (h & 1) break;
+  }
+  if ((fhd >> 2) & 1) pos += 4;
+  if (pos > z.length) return "the frame is truncated";
+  if (pos < z.length) return `${z.length - pos} bytes follow after its frame`;
+  return undefined;
+}
+
+/**
+ * Decompresses many chunks with one zstd run; each result is a Buffer or, when that input
+ * (or the batch) failed, the error of decompressing it alone. A frame `frameProblem` refuses
+ * never reaches zstd.
+ */
+export async function decompressMany(inputs: SizedFrame[]): Promise<Array<Buffer | Error>> {
+  const out: Array<Buffer | Error | undefined> = inputs.map(({ frame, size }) => {
+    const why = frameProblem(frame, size);
+    return why === undefined ? undefined : new ZstdError(`refused before decompressing: ${why}`);
+  });
+  const todo = inputs.flatMap((x, i) => (out[i] === undefined ? [{ ...x, i }] : []));
+  let done: Array<Buffer | Error> | undefined;
   try {
-    if (inputs.length > 1) return await batch(inputs, ["-d"], ".zst", "");
+    if (todo.length > 1)
+      done = await batch(
+        todo.map((t) => t.frame),
+        ["-d"],
+        ".zst",
+        "",
+      );
   } catch {
     // One bad frame fails the batch: find which, one run each.
   }
-  return Promise.all(inputs.map((z) => decompress(z).catch((e: unknown) => e as Error)));
+  done ??= await Promise.all(todo.map((t) => decompress(t.frame).catch((e: unknown) => e as Error)));
+  for (const [k, t] of todo.entries()) out[t.i] = done[k] as Buffer | Error;
+  return out as Array<Buffer | Error>;
 }
 
 /** Fails with one line when the binary is missing (checked at start by openRepository). */
