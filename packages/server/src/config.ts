@@ -44,6 +44,9 @@ export interface ImagesConfig {
   maxManifestBytes: number;
   /** Largest image (config + compressed layers) a pull accepts. */
   maxImageBytes: number;
+  /** Most bytes of decompressed tar, and most entries, one unpack of an image writes. */
+  maxUnpackedBytes: number;
+  maxUnpackedEntries: number;
   /** A build that has not finished after this no longer holds up the builds queued behind it. */
   buildTimeoutMs: number;
 }
@@ -287,6 +290,8 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       fetchTimeoutMs: Math.max(1, int("AENV_REGISTRY_TIMEOUT", "images.fetch_timeout_secs", 60)) * 1000,
       maxManifestBytes: size("AENV_REGISTRY_MAX_MANIFEST", "images.max_manifest_bytes", 4 * 1024 ** 2),
       maxImageBytes: size("AENV_REGISTRY_MAX_IMAGE", "images.max_image_bytes", 32 * 1024 ** 3),
+      maxUnpackedBytes: size("AENV_MAX_UNPACKED", "images.max_unpacked_bytes", 64 * 1024 ** 3),
+      maxUnpackedEntries: Math.max(1, int("AENV_MAX_UNPACKED_ENTRIES", "images.max_unpacked_entries", 4_000_000)),
       buildTimeoutMs: Math.max(1, int("AENV_BUILD_TIMEOUT", "images.build_timeout_secs", 3600)) * 1000,
     },
     volumes: volumesConfig(

@@ -45,6 +45,8 @@ export function startBuilds({ cfg, paths, templates, orch, sync, log }: BuildsDe
         fetchTimeoutMs: cfg.images.fetchTimeoutMs,
         maxManifestBytes: cfg.images.maxManifestBytes,
         maxImageBytes: cfg.images.maxImageBytes,
+        maxUnpackedBytes: cfg.images.maxUnpackedBytes,
+        maxUnpackedEntries: cfg.images.maxUnpackedEntries,
         ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
         log: (msg) => log.child({ component: "images" }).info(msg),
       }),

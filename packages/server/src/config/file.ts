@@ -87,6 +87,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.fetch_timeout_secs": "int",
   "images.max_manifest_bytes": "size",
   "images.max_image_bytes": "size",
+  "images.max_unpacked_bytes": "size",
+  "images.max_unpacked_entries": "int",
   "images.build_timeout_secs": "int",
   "volumes.max_size_bytes": "size",
   "volumes.backend": "string",

@@ -25,7 +25,7 @@ import { type ProgressCallback, ProgressTracker } from "./progress.js";
 import { formatSource, parseSource } from "./reference.js";
 import { DEFAULT_MAX_MANIFEST_BYTES, RegistryClient } from "./registry-client.js";
 import { RegistryNet } from "./registry-net.js";
-import { readTar } from "./tar.js";
+import { readTar, type TarEntry } from "./tar.js";
 import { RootfsWriter, type UnpackStats } from "./unpack.js";
 
 export interface ImageStoreOptions {
@@ -53,9 +53,18 @@ export interface ImageStoreOptions {
   maxManifestBytes?: number;
   /** Largest image accepted: config plus compressed layers, as the manifest declares them (default 32 GiB). */
   maxImageBytes?: number;
+  /** Most bytes of tar (all layers, decompressed) an unpack reads (default 64 GiB). */
+  maxUnpackedBytes?: number;
+  /** Most tar entries (all layers) an unpack applies (default 4,000,000). */
+  maxUnpackedEntries?: number;
 }
 
 export const DEFAULT_MAX_IMAGE_BYTES = 32 * 1024 ** 3;
+// maxImageBytes counts what a registry sends; a few KiB of gzip or zstd unpack to any size,
+// and the diff_ids (the registry's word too) agree with whatever they hold. These bound what
+// an unpack writes to the host's disk, and its memory (the writer keeps each entry's path).
+export const DEFAULT_MAX_UNPACKED_BYTES = 64 * 1024 ** 3;
+export const DEFAULT_MAX_UNPACKED_ENTRIES = 4_000_000;
 
 export interface LayerDescriptor {
   digest: string;
@@ -273,19 +282,35 @@ export class ImageStore {
     await mkdir(tmp, { mode: 0o755 });
     const writer = new RootfsWriter(tmp, this.log);
     const progress = new ProgressTracker("unpack", image.layers, onProgress);
+    const maxBytes = this.opts.maxUnpackedBytes ?? DEFAULT_MAX_UNPACKED_BYTES;
+    const maxEntries = this.opts.maxUnpackedEntries ?? DEFAULT_MAX_UNPACKED_ENTRIES;
+    let bytes = 0;
+    let entries = 0;
     try {
       for (const [i, l] of image.layers.entries()) {
         progress.state(i, "extracting");
         const hash = createHash("sha256");
         const tarBytes = async function* (src: AsyncIterable<Buffer>) {
           for await (const c of src) {
+            bytes += c.length;
+            if (bytes > maxBytes) {
+              throw new ImagePullError("too-large", `${image.ref} unpacks to more than ${maxBytes} bytes`);
+            }
             hash.update(c);
             yield c;
           }
         };
+        const counted = async function* (src: AsyncIterable<TarEntry>) {
+          for await (const e of src) {
+            if (++entries > maxEntries) {
+              throw new ImagePullError("too-large", `${image.ref} has more than ${maxEntries} entries`);
+            }
+            yield e;
+          }
+        };
         const stream = decompressFile(this.blobs.path(l.digest), (n) => progress.bytes(i, n));
         try {
-          await writer.applyLayer(readTar(tarBytes(stream)));
+          await writer.applyLayer(counted(readTar(tarBytes(stream))));
         } catch (e) {
           if (e instanceof ImagePullError) {
             e.message = `${e.message} (layer ${i + 1}/${image.layers.length} ${l.digest.slice(0, 19)} of ${image.ref})`;

@@ -53,6 +53,7 @@ export const emptyStats = (): UnpackStats => ({
 const WH = ".wh.";
 const OPAQUE = ".wh..wh..opq";
 const MAX_LINK_HOPS = 40;
+const MAX_NAME_BYTES = 4096;
 
 interface DirMeta {
   mode: number;
@@ -63,6 +64,14 @@ interface DirMeta {
 
 /** `a/./b/` → ["a","b"]; refuses absolute names and `..`. */
 export function entryParts(name: string): string[] {
+  // Longer names cannot be written (PATH_MAX); refusing them first saves creating thousands of
+  // folders on the way to ENAMETOOLONG, and keeps a name of megabytes out of the message.
+  if (Buffer.byteLength(name) > MAX_NAME_BYTES) {
+    throw new ImagePullError(
+      "bad-layer",
+      `an entry name is longer than ${MAX_NAME_BYTES} bytes: ${JSON.stringify(`${name.slice(0, 64)}…`)}`,
+    );
+  }
   if (name.startsWith("/")) throw new UnsafeLayerError(name, "is an absolute path");
   const parts = name.split("/").filter((p) => p !== "" && p !== ".");
   if (parts.includes("..")) throw new UnsafeLayerError(name, "contains a '..' component");
