@@ -114,6 +114,25 @@ for a in debian-xterm:xterm firefox-esr:firefox; do
   sed '/^\[Desktop Entry\]/a NoDisplay=true' "$r/usr/share/applications/${a%%:*}.desktop" \
     > "$r/usr/share/applications/${a#*:}.desktop"
 done
+# This runsc cannot open /dev/tty at all (EIO, even for a process whose controlling terminal the
+# pty is), and xterm's start-up handshake checks its new pty by opening /dev/tty: it took every
+# pty for bad, allocated the next one and tried again without end (thousands a second, no
+# window). Without the handshake its child opens the pty as its controlling terminal, as it
+# does anyway, and runs the shell; a pty that does fail then ends that xterm instead of looping.
+# UXTerm's and XTerm-color's defaults include these, so x-terminal-emulator (lxterm) has it too.
+# (A tree copied from the previous build has the line already.)
+grep -q '^\*ptyHandshake:' "$r/etc/X11/app-defaults/XTerm" ||
+  printf '\n! aenv: no start-up handshake (it opens /dev/tty, which gVisor refuses)\n*ptyHandshake: false\n' \
+    >> "$r/etc/X11/app-defaults/XTerm"
+# launch("x-terminal-emulator"): Debian's name for the default terminal, as a desktop file too.
+cat > "$r/usr/share/applications/x-terminal-emulator.desktop" <<'EOF'
+[Desktop Entry]
+Type=Application
+Name=Terminal
+Exec=x-terminal-emulator
+Terminal=false
+NoDisplay=true
+EOF
 # Firefox: no first-run or update pages, no default-browser question, one content process
 # (each costs ~100 MiB in a sandbox sized for one desktop).
 mkdir -p "$r/usr/lib/firefox-esr/distribution" "$r/usr/lib/firefox-esr/defaults/pref"
