@@ -204,6 +204,72 @@ test("an app launched and typed into: its effect is seen from a command", async 
   assert.match(log, /GET \/submit\?text=typed-by-the-sdk /);
 });
 
+/** The pseudo-terminals allocated in the sandbox now (the ptmx node not counted). */
+async function ptyCount(s: Sandbox): Promise<number> {
+  const r = await s.commands.run("ls /dev/pts");
+  return r.stdout.split("\n").filter((n) => /^\d+$/.test(n)).length;
+}
+
+/**
+ * The number the sandbox's next pty gets: this runsc numbers them in sequence (a closed one's
+ * number is not taken again soon), so the difference between two readings counts the ptys
+ * allocated between them, the reading's own included.
+ */
+async function nextPty(s: Sandbox): Promise<number> {
+  const r = await s.commands.run(`python3 -c 'import os; m, r = os.openpty(); print(os.ttyname(r))'`);
+  return Number(/\/dev\/pts\/(\d+)/.exec(r.stdout)?.[1]);
+}
+
+/** The visible windows of an application, none when there are none (the SDK's call throws then). */
+const appWindows = (s: Sandbox, app: string) => s.getApplicationWindows(app).catch(() => [] as string[]);
+
+/** A file's contents once it exists, else undefined. */
+const fileNow = (s: Sandbox, path: string) => s.files.read(path).catch(() => undefined);
+
+// Under this runsc /dev/tty cannot be opened (EIO) even by a process that has a controlling
+// terminal; xterm's start-up handshake takes that for a bad pty and, left on, allocates another
+// and tries again without end (no window ever). Each terminal here opens, runs what is typed
+// into it, stops a job at Ctrl-C (so the pty is the shell's controlling terminal), holds one pty
+// and gives it back when it exits.
+test("a terminal: launch('xterm') and launch('x-terminal-emulator') open a window that runs typed commands, on one pty", async () => {
+  for (const app of ["xterm", "x-terminal-emulator"]) {
+    const ptys0 = await ptyCount(desk);
+    const next0 = await nextPty(desk);
+    await desk.launch(app);
+    let win: string | undefined;
+    for (let reads = 1, deadline = Date.now() + 30_000; !win; await sleep(300), reads++) {
+      // Beyond the terminal's one pty, only this loop's readings.
+      const allocated = (await nextPty(desk)) - next0 - reads;
+      assert.ok(allocated <= 1, `${app}: ${allocated} ptys allocated before it had a window`);
+      win = (await appWindows(desk, "xterm"))[0];
+      if (!win && Date.now() > deadline) assert.fail(`${app}: no terminal window within 30 s`);
+    }
+    await desk.commands.run(`xdotool windowactivate --sync ${win}`);
+    await sleep(500);
+    const out = `/tmp/typed-in-${app}`;
+    await desk.write(`tty > ${out}; echo $((6*7)) >> ${out}`);
+    await desk.press("enter");
+    await desk.write("sleep 600");
+    await desk.press("enter");
+    await sleep(500);
+    await desk.press(["ctrl", "c"]);
+    await desk.write(`echo interrupted-$? >> ${out}`);
+    await desk.press("enter");
+    let text: string | undefined;
+    for (const deadline = Date.now() + 20_000; !text?.includes("interrupted") && Date.now() < deadline; ) {
+      await sleep(300);
+      text = await fileNow(desk, out);
+    }
+    assert.match(text ?? "", /^\/dev\/pts\/\d+\n42\ninterrupted-130\n$/, `${app} wrote: ${text}`);
+    assert.ok((await ptyCount(desk)) <= ptys0 + 1);
+    await desk.write("exit");
+    await desk.press("enter");
+    for (const deadline = Date.now() + 15_000; (await appWindows(desk, "xterm")).length > 0; await sleep(300))
+      assert.ok(Date.now() < deadline, `${app}'s window still open after exit`);
+    assert.equal(await ptyCount(desk), ptys0, `${app} left its pty behind`);
+  }
+});
+
 /** The first binary message on a viewer's WebSocket, as text. */
 function firstMessage(ws: WebSocket, timeoutMs = 10_000): Promise<string> {
   return new Promise((resolve, reject) => {
