@@ -2,6 +2,7 @@
 // so whatever the parent's processes held, the child can read (root there reads any
 // process's /proc/PID/mem). The child must find nothing in it that opens the parent.
 import assert from "node:assert/strict";
+import { get as httpGet } from "node:http";
 import { describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { envdHostToken } from "../packages/server/src/orchestrator/envd-credentials.js";
@@ -127,6 +128,71 @@ describe("envd credentials and forks", () => {
       }
     } finally {
       await src.kill();
+    }
+  });
+});
+
+describe("sandbox content and the server's origin", () => {
+  test("on the server's origin a sandbox page is an opaque origin: no origin-wide headers, no service worker script, no cookies in", async () => {
+    const s = await Sandbox.create();
+    try {
+      const app = [
+        "from http.server import BaseHTTPRequestHandler, HTTPServer",
+        "class H(BaseHTTPRequestHandler):",
+        "    def do_GET(self):",
+        "        self.send_response(200)",
+        "        self.send_header('Content-Type', 'text/html')",
+        "        self.send_header('Service-Worker-Allowed', '/')",
+        "        self.send_header('Set-Cookie', 'k=v; Path=/')",
+        "        self.send_header('Clear-Site-Data', '\"storage\"')",
+        "        self.send_header('Cross-Origin-Opener-Policy', 'unsafe-none')",
+        "        self.end_headers()",
+        "        self.wfile.write(('cookie=' + str(self.headers.get('Cookie'))).encode())",
+        "HTTPServer(('0.0.0.0', 8002), H).serve_forever()",
+      ].join("\n");
+      await s.files.write("/tmp/app.py", app);
+      await s.commands.run("python3 /tmp/app.py", { background: true });
+      const get = async (url: string, headers: Record<string, string> = {}) => {
+        for (let i = 0; ; i++) {
+          try {
+            const r = await fetch(url, { headers });
+            if (r.status !== 502 || i > 50) return r;
+          } catch (err) {
+            if (i > 50) throw err;
+          }
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      };
+      const base = srv().url;
+      const shared = await get(`${base}/proxy/${s.sandboxId}/8002/`, { cookie: "dashboard=secret" });
+      assert.equal(shared.status, 200);
+      assert.equal(await shared.text(), "cookie=None", "the origin's cookies never reach the sandbox");
+      for (const h of ["service-worker-allowed", "set-cookie", "clear-site-data", "cross-origin-opener-policy"]) {
+        assert.equal(shared.headers.get(h), null, h);
+      }
+      assert.match(shared.headers.get("content-security-policy") ?? "", /^sandbox /);
+      assert.doesNotMatch(shared.headers.get("content-security-policy") ?? "", /allow-same-origin/);
+      const sw = await get(`${base}/proxy/${s.sandboxId}/8002/sw.js`, { "service-worker": "script" });
+      assert.equal(sw.status, 403);
+      // The sandbox's own host is its own origin: passed as the sandbox sent it.
+      const own = await new Promise<{ status?: number; headers: Record<string, unknown>; body: string }>((ok, fail) => {
+        const r = httpGet(
+          `${base}/`,
+          { headers: { host: `8002-${s.sandboxId}.${srv().domain}`, cookie: "app=1" } },
+          (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => ok({ status: res.statusCode, headers: res.headers, body }));
+          },
+        );
+        r.on("error", fail);
+      });
+      assert.equal(own.status, 200);
+      assert.equal(own.body, "cookie=app=1");
+      assert.equal(own.headers["service-worker-allowed"], "/");
+      assert.equal(own.headers["content-security-policy"], undefined);
+    } finally {
+      await s.kill();
     }
   });
 });

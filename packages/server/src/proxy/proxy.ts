@@ -10,6 +10,7 @@ import { errorBody } from "../http-errors.js";
 import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { type EnvdTokens, envdAuth } from "./envd-auth.js";
+import { isolateResponse, sharedOriginProblem, sharesServerOrigin } from "./origin-isolation.js";
 import {
   type ProxyTarget,
   SANDBOX_NOT_FOUND,
@@ -111,6 +112,8 @@ export class SandboxProxy {
     try {
       const problem = targetProblem(t);
       if (problem) throw new InvalidRequestError(problem);
+      const shared = sharedOriginProblem(req, t);
+      if (shared) return { status: 403, message: shared };
       // Before routing: an unauthenticated request must not even resume a private sandbox.
       const known = this.routes.access(t.sandboxId);
       const denied = accessProblem(req, t, known);
@@ -191,7 +194,7 @@ export class SandboxProxy {
         return;
       }
       try {
-        res.writeHead(head.status, head.headers);
+        res.writeHead(head.status, isolateResponse(t, head.headers));
       } catch (err) {
         // A header Node will not write back (the sandbox chose it): nothing was sent yet.
         ur.destroy();
@@ -297,6 +300,8 @@ export class SandboxProxy {
     const mask = this.routes.access(t.sandboxId)?.maskRequestHost;
     return {
       isPlatformCredential: this.isPlatformCredential,
+      // The server's own origin's cookies are not the sandbox's (origin-isolation.ts).
+      dropCookies: sharesServerOrigin(t),
       ...(to.accessToken !== undefined ? { accessToken: to.accessToken } : {}),
       // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's literal placeholder
       ...(mask ? { host: mask.replaceAll("${PORT}", String(t.port)) } : {}),

@@ -121,6 +121,8 @@ export interface UpstreamOptions {
   isPlatformCredential?: (authorization: string) => boolean;
   /** X-Access-Token to send instead of the client's (proxy/envd-auth.ts); null: none. */
   accessToken?: string | null;
+  /** Leave out the client's cookies (a request on the server's own origin: origin-isolation.ts). */
+  dropCookies?: boolean;
 }
 
 /** Request headers to send upstream: routing, hop-by-hop and platform credentials removed. */
@@ -133,6 +135,7 @@ export function upstreamHeaders(
   for (const [k, v] of Object.entries(req.headers)) {
     if (v === undefined) continue;
     if (ROUTING_HEADERS.includes(k) || PLATFORM_SECRETS.includes(k)) continue;
+    if (k === "cookie" && opts.dropCookies) continue;
     if (k === "authorization" && typeof v === "string" && opts.isPlatformCredential?.(v)) continue;
     if (!keepUpgrade && HOP_BY_HOP.has(k)) continue;
     if (keepUpgrade && HOP_BY_HOP.has(k) && k !== "connection" && k !== "upgrade") continue;
