@@ -12,21 +12,11 @@
  */
 import { linkSync, mkdirSync, readFileSync, renameSync, rmdirSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { isAlive as alive, startOf } from "../util/process-identity.js";
 
 export const HOST_CLAIM_DIR = "/run/aenv";
 
 export class HostClaimError extends Error {}
-
-/** A process's start time in clock ticks since boot (/proc/PID/stat), which a reused PID does not share. */
-function startOf(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
-  } catch {
-    return undefined;
-  }
-}
 
 /** What a claim file says: the holder's PID and start time. */
 function holderOf(path: string): { pid: number; start?: string; text: string } | undefined {
@@ -38,16 +28,6 @@ function holderOf(path: string): { pid: number; start?: string; text: string } |
   } catch {
     return undefined;
   }
-}
-
-/** Whether the claim's process still runs: its PID is alive and started when the claim says. */
-function alive(h: { pid: number; start?: string }): boolean {
-  try {
-    process.kill(h.pid, 0);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "EPERM") return false;
-  }
-  return h.start === undefined || startOf(h.pid) === h.start;
 }
 
 const ME = `${process.pid} ${startOf(process.pid) ?? ""}`.trim();
