@@ -21,6 +21,7 @@ import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { SecretStore } from "./secrets/store.js";
 import { openRepository } from "./storage/repository/open.js";
+import { sweepScratch } from "./storage/repository/zstd.js";
 import { VolumeContent } from "./storage/volumes/content.js";
 
 export interface RunningServer {
@@ -55,6 +56,10 @@ export async function startServer(
     );
   }
   const repository = await openRepository(cfg, log.child({ component: "repository" }));
+  // Once per server, not per zstd check: the CLI's commands open the repository too.
+  void sweepScratch()
+    .then((removed) => removed && log.info({ removed }, "zstd scratch folders of gone processes removed"))
+    .catch((err) => log.warn({ err }, "zstd scratch sweep failed"));
   const state = openState(paths);
   const volumes = await openVolumes(cfg, paths, log);
   const secrets = new SecretStore(paths.secrets);

@@ -12,12 +12,13 @@
  */
 import { type ChildProcessByStdio, spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { lstat, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { Semaphore } from "../../util/concurrency.js";
+import { isAlive, SELF } from "../../util/process-identity.js";
 
 const SLOTS = Math.max(2, availableParallelism());
 const limit = new Semaphore(SLOTS);
@@ -107,13 +108,24 @@ const scratchRoot = (() => {
   }
 })();
 
+const SCRATCH_PREFIX = "aenv-zstd-";
+/**
+ * Scratch folders are named for their process (PID namespace, PID, start time): a server
+ * killed mid-batch leaves its folder, in RAM on /dev/shm, and the next one can tell it from a
+ * live process's (sweepScratch).
+ */
+const SCRATCH_OWN = `${SCRATCH_PREFIX}${SELF.ns ?? 0}-${SELF.pid}-${SELF.start ?? 0}-`;
+const SCRATCH_NAME = /^aenv-zstd-(\d+)-(\d+)-(\d+)-[^-]+$/;
+/** No batch (≤ MAX_BATCH chunks) runs this long without touching its folder. */
+const SCRATCH_ABANDONED_MS = 3_600_000;
+
 /**
  * Runs zstd once over many inputs (zstd's multi-file mode, files in a tmpfs folder). Outputs
  * come back in input order.
  */
 async function batch(inputs: Uint8Array[], args: string[], inSuffix: string, outSuffix: string): Promise<Buffer[]> {
   return limit.run(async () => {
-    const dir = await mkdtemp(join(scratchRoot, "aenv-zstd-"));
+    const dir = await mkdtemp(join(scratchRoot, SCRATCH_OWN));
     try {
       const names = inputs.map((_, i) => `${i}${inSuffix}`);
       await Promise.all(inputs.map((b, i) => writeFile(join(dir, names[i] as string), b)));
@@ -219,6 +231,34 @@ export async function decompressMany(inputs: SizedFrame[]): Promise<Array<Buffer
   done ??= await Promise.all(todo.map((t) => decompress(t.frame).catch((e: unknown) => e as Error)));
   for (const [k, t] of todo.entries()) out[t.i] = done[k] as Buffer | Error;
   return out as Array<Buffer | Error>;
+}
+
+/**
+ * Removes scratch folders whose process is gone: in this PID namespace, one whose PID is not
+ * alive or belongs to a process started at another time (a reused PID); one of another PID
+ * namespace (whose PIDs mean nothing here) or of the older unnamed layout only once untouched
+ * for an hour. /dev/shm is writable by every local user: only real folders owned by this
+ * user are touched (a recursive removal of a tree someone else can write is a symlink race).
+ * Meant to run once, at server start. Returns how many went.
+ */
+export async function sweepScratch(root = scratchRoot, now = Date.now()): Promise<number> {
+  const uid = process.geteuid?.() ?? -1;
+  let removed = 0;
+  for (const name of await readdir(root).catch(() => [] as string[])) {
+    if (!name.startsWith(SCRATCH_PREFIX) || name.startsWith(SCRATCH_OWN)) continue;
+    const path = join(root, name);
+    const st = await lstat(path).catch(() => undefined);
+    if (!st?.isDirectory() || st.uid !== uid) continue;
+    const m = SCRATCH_NAME.exec(name);
+    const gone =
+      m && m[1] === SELF.ns
+        ? !isAlive({ pid: Number(m[2]), ...(m[3] !== "0" ? { start: m[3] } : {}) })
+        : now - st.mtimeMs > SCRATCH_ABANDONED_MS;
+    if (!gone) continue;
+    await rm(path, { recursive: true, force: true }).catch(() => undefined);
+    removed++;
+  }
+  return removed;
 }
 
 /** Fails with one line when the binary is missing (checked at start by openRepository). */
