@@ -45,6 +45,7 @@ describe("run-code: rendering", () => {
 describe("run-code: end to end", () => {
   let server: TestServer;
   let id: string;
+  let accessToken: string;
   const tmp = mkdtempSync("/tmp/aenv-cli-run-code-");
   const env = () => ({ ...process.env, AENV_API_URL: server.url, AENV_API_KEY: server.apiKey, XDG_CONFIG_HOME: tmp });
   const { aenv, ok, piped } = cliRunner(env);
@@ -53,7 +54,7 @@ describe("run-code: end to end", () => {
     server = await startServer();
     const r = await server.api("POST", "/sandboxes", { templateID: "code-interpreter-v1", timeout: 600 });
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    id = (r.body as { sandboxID: string }).sandboxID;
+    ({ sandboxID: id, envdAccessToken: accessToken } = r.body as { sandboxID: string; envdAccessToken: string });
   });
   after(async () => {
     if (id) await server?.api("DELETE", `/sandboxes/${id}`).catch(() => undefined);
@@ -108,12 +109,19 @@ describe("run-code: end to end", () => {
         ["end_of_execution", undefined],
       ],
     );
-    // A context of its own (made as the SDK makes one): its folder, not the default's state.
+    // A context of its own (made as the SDK makes one, with the sandbox's token): its folder,
+    // not the default's state.
     const made = await fetch(`${server.url}/contexts`, {
       method: "POST",
-      headers: { "content-type": "application/json", "e2b-sandbox-id": id, "e2b-sandbox-port": "49999" },
+      headers: {
+        "content-type": "application/json",
+        "e2b-sandbox-id": id,
+        "e2b-sandbox-port": "49999",
+        "x-access-token": accessToken,
+      },
       body: JSON.stringify({ cwd: "/tmp" }),
     });
+    assert.equal(made.status, 200);
     const ctx = (await made.json()) as { id: string };
     const inCtx = await ok("run-code", id, "import os\n(os.getcwd(), 'x' in dir())", "--context", ctx.id);
     assert.equal(inCtx.stdout, "('/tmp', False)\n");
