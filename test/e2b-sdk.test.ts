@@ -186,6 +186,22 @@ describe("commands", () => {
     assert.match(init.stdout, /aenv-init/);
   });
 
+  test("the default template has what E2B's base has: Node.js LTS with npm and npx, Python", async () => {
+    // ComputeSDK's public benchmark runs `node -v` as its first command; agents expect npm.
+    const r = await sbx.commands.run("node -v; npm -v; npx -v; python --version; command -v node");
+    const [node, npm, npx, python, path] = r.stdout.trim().split("\n");
+    assert.match(node ?? "", /^v(2[4-9]|[3-9]\d)\.\d+\.\d+$/, "an LTS line from 24 on");
+    assert.match(npm ?? "", /^\d+\.\d+\.\d+$/);
+    assert.equal(npx, npm);
+    assert.match(python ?? "", /^Python 3\./);
+    assert.equal(path, "/usr/local/bin/node");
+    // npm works for the sandbox's user: it can make a package and run its script.
+    const pkg = await sbx.commands.run(
+      "mkdir -p /tmp/npm-t && cd /tmp/npm-t && npm init -y >/dev/null && npm pkg set scripts.hi='node -e \"console.log(6*7)\"' && npm run -s hi",
+    );
+    assert.equal(pkg.stdout, "42\n");
+  });
+
   test("init's spawn-service variable never reaches a command", async () => {
     const r = await sbx.commands.run('echo "${AENV_SPAWN_SOCKET:-unset}"');
     assert.equal(r.stdout, "unset\n");
