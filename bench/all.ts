@@ -18,6 +18,7 @@ const BENCHMARKS = [
   "code-interpreter.ts",
   "density.ts",
   "desktop.ts",
+  "tti.ts",
 ];
 
 function runOne(file: string): Promise<number> {
