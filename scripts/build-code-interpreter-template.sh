@@ -13,9 +13,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 id=code-interpreter-v1
 t="$dir/$id"
 # Bump when the package set or the tree's setup changes.
-PACKAGES_REVISION=1
+PACKAGES_REVISION=2
+# Node.js (the service itself and the JavaScript cells) is base's, in /usr/local/bin.
 pkgs="python3-jupyter-server python3-ipykernel python3-numpy python3-pandas python3-matplotlib python3-scipy"
-pkgs="$pkgs python3-sympy python3-seaborn nodejs"
+pkgs="$pkgs python3-sympy python3-seaborn"
 svc="$here/../packages/code-interpreter/dist"
 [ -f "$svc/server.cjs" ] && [ -f "$svc/js-runner.cjs" ] || {
   echo "code-interpreter template: $svc/server.cjs missing (run npm run build first)" >&2

@@ -1,9 +1,9 @@
 // Admission counts what sandboxes hold: resumes (connect and traffic auto-resume) take their
 // place at once, so parallel ones never run more than the node admits; memory and CPU budgets
-// refuse with a clear 429 (RateLimitError in the SDK).
+// refuse with a clear 503 and Retry-After (ServiceBusyError in the SDK: retry, nothing changed).
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { RateLimitError, Sandbox } from "e2b";
+import { Sandbox, ServiceBusyError } from "e2b";
 import { untilListening } from "./helpers/sandbox.js";
 import { cleanupDataDir, getViaHost, sdkOptions, startServer, type TestServer } from "./helpers/server.js";
 
@@ -48,7 +48,7 @@ async function peakWhile(server: TestServer, done: Promise<unknown>): Promise<nu
 
 describe("resumes count against max_sandboxes at once", () => {
   let server: TestServer;
-  test("parallel connects: each resumes or gets a 429, never more running than the cap", async () => {
+  test("parallel connects: each resumes or gets a 503, never more running than the cap", async () => {
     server = await startServer({ env: { AENV_MAX_SANDBOXES: String(CAP) } });
     const sbx = await pausedSandboxes(server);
     try {
@@ -57,7 +57,7 @@ describe("resumes count against max_sandboxes at once", () => {
       const results = await all;
       const ok = results.filter((r) => r.status === "fulfilled");
       const refused = results.flatMap((r) => (r.status === "rejected" ? [r.reason as Error] : []));
-      for (const e of refused) assert.ok(e instanceof RateLimitError, `${e.name}: ${e.message}`);
+      for (const e of refused) assert.ok(e instanceof ServiceBusyError, `${e.name}: ${e.message}`);
       assert.equal(ok.length, CAP, "as many resumed as the node admits");
       assert.ok(peak <= CAP, `at most ${CAP} ran at once (saw ${peak})`);
       assert.equal(await running(server), CAP);
@@ -70,7 +70,7 @@ describe("resumes count against max_sandboxes at once", () => {
     }
   });
 
-  test("parallel traffic auto-resumes: each answers or gets a 429, never more running than the cap", async () => {
+  test("parallel traffic auto-resumes: each answers or gets a 503, never more running than the cap", async () => {
     const sbx = await pausedSandboxes(server, { lifecycle: { onTimeout: "pause", autoResume: true } });
     try {
       const hits = Promise.all(
@@ -79,7 +79,7 @@ describe("resumes count against max_sandboxes at once", () => {
       const peak = await peakWhile(server, hits);
       const answers = await hits;
       for (const { s, r } of answers) {
-        assert.ok(r.status === 200 || r.status === 429, `status ${r.status}: ${r.body}`);
+        assert.ok(r.status === 200 || r.status === 503, `status ${r.status}: ${r.body}`);
         if (r.status === 200) assert.equal(r.body, s.sandboxId);
         else assert.match(JSON.parse(r.body).message, /capacity/);
       }
@@ -100,15 +100,27 @@ describe("memory and CPU budgets", () => {
     ["memory", { AENV_MAX_MEMORY_MB: "2500" }, /memory budget exceeded/],
     ["CPU", { AENV_MAX_CPUS: "5" }, /CPU budget exceeded/],
   ] as const) {
-    test(`a create over the ${what} budget gets a 429 (RateLimitError), a resume too`, async () => {
+    test(`a create over the ${what} budget gets a 503 (ServiceBusyError) with Retry-After, a resume too`, async () => {
       const server = await startServer({ env });
       const opts = { ...sdkOptions(server), timeoutMs: 300_000 };
       const made: Sandbox[] = [];
       try {
         made.push(await Sandbox.create(opts), await Sandbox.create(opts));
+        // As the SDK sees it and as the wire has it: E2B's error_code, a time to come back.
+        const raw = await fetch(`${server.url}/sandboxes`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-api-key": server.apiKey },
+          body: JSON.stringify({ templateID: "base" }),
+        });
+        assert.equal(raw.status, 503);
+        assert.equal(raw.headers.get("retry-after"), "1");
+        const body = (await raw.json()) as { code: number; message: string; error_code: string };
+        assert.equal(body.code, 503);
+        assert.equal(body.error_code, "sandbox_capacity_unavailable");
+        assert.match(body.message, pattern);
         await assert.rejects(
           Sandbox.create(opts),
-          (e: Error) => e instanceof RateLimitError && pattern.test(e.message),
+          (e: Error) => e instanceof ServiceBusyError && pattern.test(e.message),
         );
         // A paused one holds nothing: room for a new one; its resume is then over budget.
         const first = made[0] as Sandbox;
@@ -116,7 +128,7 @@ describe("memory and CPU budgets", () => {
         made.push(await Sandbox.create(opts));
         await assert.rejects(
           Sandbox.connect(first.sandboxId, opts),
-          (e: Error) => e instanceof RateLimitError && pattern.test(e.message),
+          (e: Error) => e instanceof ServiceBusyError && pattern.test(e.message),
         );
         assert.equal(await running(server), 2);
       } finally {

@@ -1,11 +1,11 @@
 // Kill -9 of the server in the middle of a pause and of a fork: after a restart every sandbox
 // is in its previous or its new state, and usable.
 import assert from "node:assert/strict";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "./helpers/server.js";
+import { cleanupDataDir, startServer, type TestServer, useE2b, waitFor } from "./helpers/server.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -136,5 +136,49 @@ test("SIGKILL in the middle of a fork leaves the parent usable, no half-started 
       const forks = join(second.dataDir, "forks");
       assert.ok(!existsSync(forks) || readdirSync(forks).length === 0, "fork capture removed");
       for (const id of ids) await Sandbox.kill(id);
+    },
+  ));
+
+/** Runtime sandboxes (by runtime ID) whose cgroup is frozen now: hibernated or pooled ones. */
+function frozenRuntimes(): string[] {
+  const v2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
+  const root = v2 ? "/sys/fs/cgroup/aenv" : "/sys/fs/cgroup/freezer/aenv";
+  if (!existsSync(root)) return [];
+  return readdirSync(root, { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .map((d) => d.name)
+    .filter((id) => {
+      try {
+        return v2
+          ? /^frozen 1$/m.test(readFileSync(`${root}/${id}/cgroup.events`, "utf8"))
+          : readFileSync(`${root}/${id}/freezer.state`, "utf8").trim() === "FROZEN";
+      } catch {
+        return false;
+      }
+    });
+}
+
+test("SIGKILL with a hibernated sandbox and a frozen warm pool: the next start thaws and adopts the sandbox, and removes the pool's", () =>
+  acrossACrash(
+    { AENV_HIBERNATE_AFTER: "2" },
+    async () => {
+      const s = await Sandbox.create();
+      await s.files.write("/home/user/mark", "marked\n");
+      // Frozen (a SIGKILL cannot end such a process until it is thawed): the sandbox by
+      // hibernation, and the pooled sandbox that replaced the one this create took.
+      await waitFor("the sandbox and a pooled one frozen", () => {
+        const f = frozenRuntimes();
+        return f.some((r) => r.startsWith(s.sandboxId)) && f.some((r) => !r.startsWith(s.sandboxId));
+      });
+      return { id: s.sandboxId, pooled: frozenRuntimes().filter((r) => !r.startsWith(s.sandboxId)) };
+    },
+    async (second, before) => {
+      const ids = await everySandboxUsable(second);
+      assert.deepEqual(ids, [before.id], "the hibernated sandbox adopted, running and whole");
+      const left = readdirSync(
+        existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup/aenv" : "/sys/fs/cgroup/freezer/aenv",
+      );
+      for (const r of before.pooled) assert.ok(!left.includes(r), `the dead server's pooled sandbox ${r} removed`);
+      await Sandbox.kill(before.id);
     },
   ));

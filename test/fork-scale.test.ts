@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { RateLimitError, Sandbox } from "e2b";
+import { Sandbox, ServiceBusyError } from "e2b";
 import { counterLoop } from "./helpers/sandbox.js";
 import { cleanupDataDir, startServer, useE2b } from "./helpers/server.js";
 
@@ -56,7 +56,7 @@ test("fork ×16: every child answers with the parent's state and its own identit
   }
 });
 
-test("when the node is full, each extra child fails on its own with a 429, the rest start", async () => {
+test("when the node is full, each extra child fails on its own with a 503, the rest start", async () => {
   const server = await startServer({ env: { AENV_MAX_SANDBOXES: "3" } });
   useE2b(server);
   const p = await Sandbox.create();
@@ -67,11 +67,11 @@ test("when the node is full, each extra child fails on its own with a 429, the r
     for (const f of forked) if (!(f instanceof Error)) ok.push(f as Sandbox);
     assert.equal(ok.length, 2);
     assert.equal(errors.length, 2);
-    for (const e of errors) assert.ok(e instanceof RateLimitError, `${e.name}: ${e.message}`);
+    for (const e of errors) assert.ok(e instanceof ServiceBusyError, `${e.name}: ${e.message}`);
     for (const k of ok) assert.equal((await k.commands.run("echo ok")).stdout, "ok\n");
     const list = await server.api("GET", "/v2/sandboxes");
     assert.equal((list.body as unknown[]).length, 3, "no half-started children");
-    await assert.rejects(Sandbox.create(), (e: Error) => e instanceof RateLimitError);
+    await assert.rejects(Sandbox.create(), (e: Error) => e instanceof ServiceBusyError);
   } finally {
     await Promise.all([p, ...ok].map((s) => s.kill().catch(() => false)));
     await server.stop();

@@ -24,10 +24,11 @@ const pooledCreates = () =>
     .filter((l) => l.includes('"from":"pool"')).length;
 
 test("creates are served from the pool with their own identity, env, metadata, timeout and policy", async () => {
-  // The first create of a template starts its pool.
+  // The first create of a template starts its pool (and joins the pool's first restore).
   const first = await Sandbox.create();
   await first.kill();
-  assert.equal(pooledCreates(), 0);
+  const byFirst = pooledCreates();
+  assert.ok(byFirst <= 1);
   // Two restored and frozen in the background.
   await waitFor("two pooled sandboxes", () => (server.logs().match(/warm pool sandbox ready/g) ?? []).length >= 2);
   const before_ = (await Sandbox.list().nextItems()).length;
@@ -37,8 +38,8 @@ test("creates are served from the pool with their own identity, env, metadata, t
   const b = await Sandbox.create({ envs: { WHO: "b" }, metadata: { user: "b" }, allowInternetAccess: false });
   try {
     // The server's log reaches this process on another pipe than the API's answer: poll.
-    await waitFor("two creates served from the pool", () => pooledCreates() >= 2, 5_000).catch(() => {});
-    assert.equal(pooledCreates(), 2, server.logs().slice(-3000));
+    await waitFor("two creates served from the pool", () => pooledCreates() >= byFirst + 2, 5_000).catch(() => {});
+    assert.equal(pooledCreates(), byFirst + 2, server.logs().slice(-3000));
     assert.notEqual(a.sandboxId, b.sandboxId);
     assert.equal((await a.commands.run("echo $WHO")).stdout, "a\n");
     assert.equal((await b.commands.run("echo $WHO")).stdout, "b\n");
@@ -62,7 +63,7 @@ test("creates are served from the pool with their own identity, env, metadata, t
     assert.notEqual(ra.stdout, rb.stdout);
     const listed = (await Sandbox.list().nextItems()).map((s) => s.sandboxId).sort();
     assert.deepEqual(listed, [a.sandboxId, b.sandboxId].sort());
-    // The pool refills behind the claims (a moment after them, not beside them).
+    // The pool refills behind the claims.
     await waitFor("the pool refilled", () => (server.logs().match(/warm pool sandbox ready/g) ?? []).length >= 4);
   } finally {
     await a.kill();

@@ -26,7 +26,7 @@ export const PARTIAL_HEADER = "x-aenv-partial";
  * The fork-spill hop (gateway → node, POST /sandboxes/{id}/fork). A gateway that sends
  * `request` asks the node to start what fits on it and to capture the rest as one snapshot
  * instead of failing them. The node answers `created` with the usual ForkResult list; the
- * children it could not hold are errors with code `spilledCode` (no room), and the
+ * children it could not hold are errors with `error_code` `spilledErrorCode` (no room), and the
  * snapshot they are to start from elsewhere is named in `snapshotHeader` (a header, so the
  * body stays the list the SDK expects). The gateway deletes that snapshot once they run.
  */
@@ -34,5 +34,5 @@ export const FORK_SPILL = {
   request: { header: "x-aenv-fork-spill", value: "1" },
   snapshotHeader: "x-aenv-fork-snapshot",
   created: 201,
-  spilledCode: 429,
+  spilledErrorCode: "sandbox_capacity_unavailable",
 } as const;

@@ -27,4 +27,5 @@ export {
   TRAFFIC_TOKEN_HEADER,
 } from "./headers.js";
 export type * from "./rest.js";
+export { ERROR_CODES } from "./rest.js";
 // Request schemas (zod) are a separate entry, @aenv/protocol/rest: envd bundles this one.

@@ -10,7 +10,21 @@ import type { BuildState } from "./rest-schemas.js";
 export interface ErrorBody {
   code: number;
   message: string;
+  /** E2B's machine-readable reason, where one applies (see ERROR_CODES). */
+  error_code?: ErrorCode;
 }
+
+/**
+ * E2B's `error_code` values that aenv answers. A client's retry loop keys on them: the
+ * capacity ones come with a 503 and `Retry-After`, and nothing was started.
+ */
+export const ERROR_CODES = {
+  /** No node (or this node) has room now: limits, budgets or the start queue. */
+  capacityUnavailable: "sandbox_capacity_unavailable",
+  /** The sandbox was placed but could not be started. */
+  createFailed: "sandbox_create_failed",
+} as const;
+export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 
 /** `Sandbox`: what create, connect and resume return. */
 export interface SandboxCreated {

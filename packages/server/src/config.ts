@@ -102,6 +102,10 @@ export interface ServerConfig {
   deadCheckIntervalS: number;
   /** Sandboxes booting or restoring at once; more wait their turn. */
   startConcurrency: number;
+  /** Creates that start a sandbox (not served by the pool) at once; more queue or are refused. */
+  createConcurrency: number;
+  /** Longest a create may expect to queue for its start; past it, 503 with Retry-After at once. */
+  createQueueMs: number;
   /** Pooled (pre-restored, frozen) sandboxes per recently used template: bounds of the adaptive size. */
   warmPoolMin: number;
   warmPoolMax: number;
@@ -244,6 +248,8 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
     defaultTimeoutS: num("AENV_DEFAULT_TIMEOUT", "sandbox.default_timeout_secs", 300),
     deadCheckIntervalS: num("AENV_DEAD_CHECK_INTERVAL", "sandbox.dead_check_interval_secs", 10),
     startConcurrency: num("AENV_START_CONCURRENCY", "sandbox.start_concurrency", 8 * availableParallelism()),
+    createConcurrency: num("AENV_CREATE_CONCURRENCY", "sandbox.create_concurrency", availableParallelism()),
+    createQueueMs: num("AENV_CREATE_QUEUE_MS", "sandbox.create_queue_ms", 1500),
     warmPoolMin: num("AENV_WARM_POOL_MIN", "sandbox.warm_pool_min", 1),
     warmPoolMax: num("AENV_WARM_POOL_MAX", "sandbox.warm_pool_max", 2),
     hibernateAfterS: num("AENV_HIBERNATE_AFTER", "sandbox.hibernate_after_secs", 60),

@@ -23,8 +23,19 @@ export class ConflictError extends AenvError {}
 export class PausedError extends AenvError {}
 /** An upload or body over a configured limit. */
 export class TooLargeError extends AenvError {}
-/** The node has no room: sandbox limit or network slots. */
-export class AtCapacityError extends AenvError {}
+/**
+ * No room now, here: the sandbox limit, memory or CPU budget, network slots, or a start queue
+ * too long to wait in. Nothing was started or changed; the same call may be retried after
+ * `retryAfterS` (through a gateway, another node is tried first).
+ */
+export class AtCapacityError extends AenvError {
+  constructor(
+    message: string,
+    readonly retryAfterS = 1,
+  ) {
+    super(message);
+  }
+}
 /** The server is stopping and takes no new work. */
 export class ShuttingDownError extends AenvError {}
 /**

@@ -1,4 +1,4 @@
-import type { ErrorBody } from "@aenv/protocol";
+import { ERROR_CODES, type ErrorBody, type ErrorCode } from "@aenv/protocol";
 import {
   AenvError,
   AtCapacityError,
@@ -27,7 +27,7 @@ const STATUS = new Map<abstract new (...args: never[]) => AenvError, number>([
   [PausedError, 409],
   [RuntimeMismatchError, 409],
   [TooLargeError, 413],
-  [AtCapacityError, 429],
+  [AtCapacityError, 503],
   [StartFailedError, 500],
   [UpstreamError, 502],
   [ChildFailedError, 503],
@@ -42,15 +42,32 @@ export function statusOf(err: unknown): number | undefined {
   return 500;
 }
 
-/** The E2B error body, {code, message}, for a status the caller chose. */
-export function errorBodyOf(code: number, message: string): ErrorBody {
-  return { code, message };
+/** The E2B error body, {code, message} and error_code where one applies, for a status the caller chose. */
+export function errorBodyOf(code: number, message: string, errorCode?: ErrorCode): ErrorBody {
+  return errorCode ? { code, message, error_code: errorCode } : { code, message };
+}
+
+/** E2B's machine-readable reason for a domain error, where E2B has one. */
+export function errorCodeOf(err: unknown): ErrorCode | undefined {
+  if (err instanceof AtCapacityError) return ERROR_CODES.capacityUnavailable;
+  if (err instanceof StartFailedError || err instanceof ChildFailedError) return ERROR_CODES.createFailed;
+  return undefined;
+}
+
+/**
+ * Seconds a client should wait before retrying, for errors that are worth a retry as they
+ * are (no room now, a node stopping or fenced): the `Retry-After` header.
+ */
+export function retryAfterOf(err: unknown): number | undefined {
+  if (err instanceof AtCapacityError) return err.retryAfterS;
+  if (err instanceof ShuttingDownError || err instanceof FencedError) return 1;
+  return undefined;
 }
 
 /** The E2B error body of a thrown error: its message only for a domain error. */
 export function errorBody(err: unknown): ErrorBody {
   const code = statusOf(err) ?? 500;
-  return errorBodyOf(code, statusOf(err) ? (err as Error).message : "internal server error");
+  return errorBodyOf(code, statusOf(err) ? (err as Error).message : "internal server error", errorCodeOf(err));
 }
 
 /** The answer to a request without the API key, from a node and the gateway alike. */

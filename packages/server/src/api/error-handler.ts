@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
 import { AenvError, NEEDS_CHECKPOINT_KEY_HEADER, RuntimeMismatchError } from "../errors.js";
-import { errorBody, errorBodyOf, noRouteBody } from "../http-errors.js";
+import { errorBody, errorBodyOf, errorCodeOf, noRouteBody, retryAfterOf } from "../http-errors.js";
 
 /** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
 export function installErrorHandling(app: FastifyInstance): void {
@@ -24,7 +24,9 @@ export function installErrorHandling(app: FastifyInstance): void {
     }
     if (status >= 500) req.log.error({ err }, "request failed");
     if (err instanceof RuntimeMismatchError) void reply.header(NEEDS_CHECKPOINT_KEY_HEADER, err.checkpointKey);
-    void reply.status(status).send(errorBodyOf(status, message));
+    const retryAfter = retryAfterOf(err);
+    if (retryAfter !== undefined) void reply.header("retry-after", String(retryAfter));
+    void reply.status(status).send(errorBodyOf(status, message, errorCodeOf(err)));
   });
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send(noRouteBody(req.method, req.url));

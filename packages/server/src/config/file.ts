@@ -36,6 +36,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "sandbox.hibernate_after_secs": "int",
   "sandbox.warm_pool_min": "int",
   "sandbox.start_concurrency": "int",
+  "sandbox.create_concurrency": "int",
+  "sandbox.create_queue_ms": "int",
   "sandbox.warm_pool_max": "int",
   "sandbox.hibernate_cpu_percent": "int",
   "sandbox.hibernate_save_after_secs": "int",

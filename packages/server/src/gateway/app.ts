@@ -1,6 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { PARTIAL_HEADER, type SandboxCreated } from "@aenv/protocol";
+import { ERROR_CODES, PARTIAL_HEADER, type SandboxCreated } from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -188,12 +188,16 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
     const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body);
     if (!placed) {
-      // No room is 429; no node at all is an outage (all down or draining, or nodes not yet
-      // registered again after Redis lost their keys: they do within a heartbeat).
-      if (!(await view.nodes()).some((n) => n.status === "ready")) {
-        return reply.status(503).header("retry-after", "1").send(errorBodyOf(503, "no node is ready"));
-      }
-      return reply.status(429).send(errorBodyOf(429, "no node has room for another sandbox"));
+      // Every node refused (full, or its start queue too long) or none is ready (all down or
+      // draining, or not yet registered again after Redis lost their keys: they do within a
+      // heartbeat): either way nothing was started and a retry may succeed.
+      const message = (await view.nodes()).some((n) => n.status === "ready")
+        ? "no node has room for another sandbox"
+        : "no node is ready";
+      return reply
+        .status(503)
+        .header("retry-after", "1")
+        .send(errorBodyOf(503, message, ERROR_CODES.capacityUnavailable));
     }
     if (placed.ans.status === 201) {
       const id = (JSON.parse(placed.ans.body.toString()) as Partial<SandboxCreated>).sandboxID;

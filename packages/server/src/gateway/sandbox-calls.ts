@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
   AUTO_RESUME_HEADER,
+  ERROR_CODES,
   type ErrorBody,
   FORK_SPILL,
   type SandboxCreated,
@@ -208,7 +209,15 @@ export class SandboxCalls {
           ),
         );
       }
-      if (!placed) return jsonAnswer(429, errorBodyOf(429, "no node has room to resume this sandbox"));
+      if (!placed) {
+        return jsonAnswer(
+          503,
+          errorBodyOf(503, "no node has room to resume this sandbox", ERROR_CODES.capacityUnavailable),
+          {
+            "retry-after": "1",
+          },
+        );
+      }
       if (placed.ans.status < 300) await this.recordOwner(id, placed.node.nodeID);
       // No pause image in the repository: it was running on its node when that node went
       // unreachable. It is not gone (its node may be cut off, not dead), so not a 404.
@@ -327,7 +336,7 @@ export class SandboxCalls {
     const owners = children.map(() => node.nodeID);
     const snap = ans.headers[FORK_SPILL.snapshotHeader];
     if (typeof snap === "string") {
-      const full = children.flatMap((c, i) => (c.error?.code === FORK_SPILL.spilledCode ? [i] : []));
+      const full = children.flatMap((c, i) => (c.error?.error_code === FORK_SPILL.spilledErrorCode ? [i] : []));
       const fork = parseJson<{ timeout?: number }>(body) ?? {};
       const parent = await call(node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, bare, undefined, 15_000);
       const info = parseJson<Partial<Pick<SandboxDetail, "metadata" | "endAt">>>(parent.body) ?? {};
@@ -395,6 +404,10 @@ function unreachable(id: string, node: string): string {
   return `sandbox '${id}' is on node '${node}', which is unreachable (its heartbeat expired): a paused sandbox resumes on another node at connect; a running one is served again when its node is back`;
 }
 
-function jsonAnswer(status: number, body: unknown): NodeAnswer {
-  return { status, headers: { "content-type": "application/json" }, body: Buffer.from(JSON.stringify(body)) };
+function jsonAnswer(status: number, body: unknown, headers: Record<string, string> = {}): NodeAnswer {
+  return {
+    status,
+    headers: { "content-type": "application/json", ...headers },
+    body: Buffer.from(JSON.stringify(body)),
+  };
 }

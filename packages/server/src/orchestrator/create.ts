@@ -12,6 +12,7 @@ import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
+import type { StartGate } from "./start-gate.js";
 import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
 import type { WarmImages } from "./warm-images.js";
 import type { Pooled, WarmPool } from "./warm-pool.js";
@@ -26,6 +27,8 @@ export interface CreateDeps {
   snapshots: Snapshots;
   warmImages: WarmImages;
   pool?: WarmPool;
+  /** Creates that start a sandbox (not a pooled one) take their turn here, or are refused. */
+  gate: StartGate;
   runtimeDir: string;
   volumes: VolumeLookup;
   log: Logger;
@@ -50,18 +53,20 @@ export class Creator {
   constructor(private readonly d: CreateDeps) {}
 
   async create(req: CreateRequest): Promise<SandboxRecord> {
-    const { registry, runner, log } = this.d;
+    const { registry } = this.d;
     registry.assertOpen();
     checkCreateRequest(req);
     // Fail fast on a full node; the sizing is checked (and held) once the source is known.
     registry.checkRoom();
     const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
     const plan = await this.plan(req);
-    const { rec, init, tpl } = plan;
-    let from = plan.from;
+    const { tpl } = plan;
     // A pooled sandbox of the template: already restored, only thawed and initialised here.
-    let pooled = tpl && from.kind === "image" && !plan.snap ? this.d.pool?.take(tpl) : undefined;
-    if (pooled && pooled.live.rec.diskSizeMB !== rec.diskSizeMB) {
+    // On a miss, the one the pool is restoring right now is nearer than a restore of our own.
+    const poolable = tpl && plan.from.kind === "image" && !plan.snap ? tpl : undefined;
+    let pooled = poolable && this.d.pool?.take(poolable);
+    if (poolable && !pooled) pooled = await this.d.pool?.next(poolable);
+    if (pooled && pooled.live.rec.diskSizeMB !== plan.rec.diskSizeMB) {
       void this.d.pool?.discard(pooled);
       pooled = undefined;
     }
@@ -69,6 +74,14 @@ export class Creator {
       const claimed = await this.claim(pooled, plan, timeoutS);
       if (claimed) return claimed;
     }
+    return this.d.gate.run(() => this.start(req, plan, timeoutS));
+  }
+
+  /** A create that starts its sandbox: restored from a snapshot or warm image, or booted. */
+  private async start(req: CreateRequest, plan: Plan, timeoutS: number): Promise<SandboxRecord> {
+    const { registry, runner, log } = this.d;
+    const { rec, init, tpl } = plan;
+    let from = plan.from;
     // Resolved and registered in one synchronous step: a volume destroy checks the registry.
     const mounts = plan.snap
       ? mountsForSnapshot(this.d.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts)

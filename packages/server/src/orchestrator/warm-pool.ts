@@ -42,25 +42,33 @@ export interface Pooled {
 /** Creates of a template in this window decide how many wait for it. */
 const RATE_WINDOW_MS = 60_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms).unref());
-/** After a claim, or a caller's start, the pool refills this much later (see take, refill). */
-const REFILL_DELAY_MS = 1000;
 /** A template nobody created from for this long keeps no pool. */
 const POOL_IDLE_MS = 10 * 60_000;
+
+interface TemplatePool {
+  tpl: Template;
+  ready: Pooled[];
+  filling?: Promise<void>;
+  /** Creates that missed the pool and wait for the restore in flight, first come first served. */
+  waiters: Array<(p: Pooled | undefined) => void>;
+}
 
 /**
  * Per template, a few sandboxes restored from its warm image before anyone asks, frozen (no
  * CPU) while they wait. A create takes one and only has to thaw it, apply its network policy
- * and call envd's /init (token, env, user); the pool refills in the background. The size
- * follows the template's recent create rate between `sandbox.warm_pool_min` and
- * `sandbox.warm_pool_max`; a template unused for 10 minutes keeps none. Pooled sandboxes are
- * the node's own: not listed, not counted against max_sandboxes, removed at shutdown.
+ * and call envd's /init (token, env, user). A claim starts the refill at once: back-to-back
+ * creates (a benchmark's loop, a trainer's rollouts one after another) otherwise find the
+ * pool empty every other time. A create that misses while a refill is under way joins that
+ * restore (it is further along than a restore of its own would be). The size follows the
+ * template's recent create rate between `sandbox.warm_pool_min` and `sandbox.warm_pool_max`;
+ * a template unused for 10 minutes keeps none. Pooled sandboxes are the node's own: not
+ * listed, not counted against max_sandboxes, removed at shutdown.
  */
 export class WarmPool {
-  private readonly pools = new Map<string, { tpl: Template; ready: Pooled[]; filling?: Promise<void> }>();
+  private readonly pools = new Map<string, TemplatePool>();
   private readonly creates = new Map<string, number[]>();
   private closed = false;
   private timer: NodeJS.Timeout | undefined;
-  private refillTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly d: WarmPoolDeps) {}
 
@@ -74,7 +82,7 @@ export class WarmPool {
     this.timer.unref();
   }
 
-  /** A pooled sandbox of this template (its revision), or undefined; asks for a refill either way. */
+  /** A pooled sandbox of this template (its revision), or undefined; refills either way. */
   take(tpl: Template): Pooled | undefined {
     if (!this.enabled || this.closed) return undefined;
     const k = revisionKey(tpl);
@@ -85,22 +93,27 @@ export class WarmPool {
     this.creates.set(k, recent);
     let pool = this.pools.get(k);
     if (!pool) {
-      pool = { tpl, ready: [] };
+      pool = { tpl, ready: [], waiters: [] };
       this.pools.set(k, pool);
     }
     const got = pool.ready.shift();
-    if (!got) this.refill(k);
-    else if (!this.refillTimer) {
-      // A restore takes a core for ~0.4 s: started beside the claim, it made the claim's
-      // first calls into envd 40-90 ms slower (2 cores). It starts once the claimer has had
-      // its sandbox and first commands.
-      this.refillTimer = setTimeout(() => {
-        this.refillTimer = undefined;
-        for (const key of this.pools.keys()) this.refill(key);
-      }, REFILL_DELAY_MS);
-      this.refillTimer.unref();
-    }
+    this.refill(k);
     return got;
+  }
+
+  /**
+   * After a miss: the sandbox the refill in flight for this template is restoring, once it
+   * is ready (undefined at once when none is under way, or when it fails). Each waiter gets
+   * its own; the refill goes on while some wait.
+   */
+  next(tpl: Template): Promise<Pooled | undefined> {
+    const pool = this.pools.get(revisionKey(tpl));
+    const ready = pool?.ready.shift();
+    if (ready) return Promise.resolve(ready);
+    if (!pool?.filling || this.closed) return Promise.resolve(undefined);
+    // More waiters than restores the pool will make would wait for nothing.
+    if (pool.waiters.length >= this.target(revisionKey(tpl))) return Promise.resolve(undefined);
+    return new Promise((resolve) => pool.waiters.push(resolve));
   }
 
   /**
@@ -122,13 +135,18 @@ export class WarmPool {
     if (!pool || pool.filling) return;
     pool.filling = (async () => {
       try {
-        while (!this.closed && pool.ready.length < this.target(k) && this.d.mayGrow()) {
-          // Background work: a restore (~0.4 s of a core) beside a create, resume or fork on 2
-          // cores slows them, and the first calls their clients make right after.
-          while (!this.closed && !this.d.runner.quietFor(REFILL_DELAY_MS)) await sleep(100);
+        while (!this.closed && (pool.waiters.length > 0 || pool.ready.length < this.target(k)) && this.d.mayGrow()) {
+          // Background work: a restore (~0.4 s of a core) beside a caller's own start on 2
+          // cores slows both. It waits while one is in flight, unless a create waits for it.
+          while (!this.closed && pool.waiters.length === 0 && !this.d.runner.quietFor(0)) await sleep(50);
           if (this.closed) break;
           const p = await this.restoreOne(pool.tpl);
           if (!p) break;
+          const waiter = pool.waiters.shift();
+          if (waiter) {
+            waiter(p);
+            continue;
+          }
           if (this.closed) {
             await this.discard(p);
             break;
@@ -140,6 +158,8 @@ export class WarmPool {
         this.d.log.warn({ err, template: pool.tpl.id }, "warm pool refill failed");
       } finally {
         pool.filling = undefined;
+        // Whoever still waits starts a sandbox of its own.
+        for (const w of pool.waiters.splice(0)) w(undefined);
       }
     })();
   }
@@ -179,7 +199,6 @@ export class WarmPool {
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
-    if (this.refillTimer) clearTimeout(this.refillTimer);
     const all = [...this.pools.values()];
     await Promise.all(all.map((p) => p.filling));
     await Promise.all(all.flatMap((p) => p.ready.splice(0).map((x) => this.discard(x))));

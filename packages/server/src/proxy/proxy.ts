@@ -5,7 +5,7 @@ import type { Duplex } from "node:stream";
 import { connect as tlsConnect } from "node:tls";
 import { ENVD_PORT, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import type { Logger } from "pino";
-import { InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
+import { AtCapacityError, InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
 import { errorBody } from "../http-errors.js";
 import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
@@ -21,10 +21,17 @@ import {
 } from "./target.js";
 import { trafficTokenProblem } from "./traffic-token.js";
 
+/** Why a request could not be routed, as its answer. */
+export interface LookupFailure {
+  status: number;
+  message: string;
+  sandboxId?: string;
+  /** Seconds, for the Retry-After header. */
+  retryAfter?: number;
+}
+
 /** Where to send a request, with the credential for it (undefined: the client's headers as they are). */
-export type RouteResult =
-  | { ip: string; accessToken?: string | null }
-  | { status: number; message: string; sandboxId?: string };
+export type RouteResult = { ip: string; accessToken?: string | null } | LookupFailure;
 
 export interface RouteLookup {
   /** The slot address to send to: waits out captures, auto-resumes when allowed; throws otherwise. */
@@ -55,21 +62,33 @@ export function accessProblem(req: IncomingMessage, t: ProxyTarget, a: SandboxAc
  * What a failed lookup answers. E2B's proxy says 502 for a sandbox it cannot reach (the SDK
  * reads it as "not found") and 410 for a paused one on an application port.
  */
-function lookupFailure(err: unknown, t: ProxyTarget): { status: number; message: string; sandboxId?: string } {
+function lookupFailure(err: unknown, t: ProxyTarget): LookupFailure {
   const { code, message } = errorBody(err);
+  // An auto-resume on a full node: retry later, as for a create.
+  if (err instanceof AtCapacityError) return { status: 503, message, retryAfter: err.retryAfterS };
   if (err instanceof PausedError) return { status: t.port === ENVD_PORT ? 502 : 410, message };
   if (err instanceof NotFoundError) return { status: 502, message: SANDBOX_NOT_FOUND, sandboxId: t.sandboxId };
   return { status: code >= 500 || code === 409 ? 502 : code, message };
 }
 
 /** A JSON error answer, unless the response has begun (then the connection is cut). */
-export function sendError(res: ServerResponse, status: number, message: string, sandboxId?: string): void {
+export function sendError(
+  res: ServerResponse,
+  status: number,
+  message: string,
+  sandboxId?: string,
+  retryAfter?: number,
+): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
   const body = JSON.stringify(trafficErrorBody(status, message, sandboxId));
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    ...(retryAfter !== undefined ? { "retry-after": String(retryAfter) } : {}),
+  });
   res.end(body);
 }
 
@@ -151,7 +170,7 @@ export class SandboxProxy {
       const found = await this.lookup(req, t);
       if (!("ip" in found)) {
         req.resume();
-        sendError(res, found.status, found.message, found.sandboxId);
+        sendError(res, found.status, found.message, found.sandboxId, found.retryAfter);
         return;
       }
       this.forward(req, res, t, found, true);
