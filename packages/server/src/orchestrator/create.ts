@@ -144,6 +144,8 @@ export class Creator {
       throw err;
     }
     try {
+      // Restored at the lowest CPU priority (it was background work): now someone waits for it.
+      await runner.driver.prioritize(rec.runtimeId);
       await registry.wake(live);
       // Independent (the policy is the host's, /init is envd's) and the sandbox is nobody's
       // until both are done: side by side. Both settle before a failure removes it.

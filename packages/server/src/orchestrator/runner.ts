@@ -124,20 +124,21 @@ export class SandboxRunner {
   /**
    * Gets a sandbox running in a fresh slot, booted or restored, and waits for envd. With an
    * init body, envd is (re)initialised: new token, env, user (the old token authorises it).
-   * `background`: nobody waits for it (the warm pool's restores), see quietFor.
+   * `background`: nobody waits for it (the warm pool's restores), see quietFor; it runs at
+   * the lowest CPU priority until the driver's prioritize() (a claim).
    */
   async bring(live: Live, from: StartFrom, init: EnvdInit | undefined, background = false): Promise<void> {
-    if (background) return this.bringNow(live, from, init);
+    if (background) return this.bringNow(live, from, init, true);
     this.foreground++;
     try {
-      await this.bringNow(live, from, init);
+      await this.bringNow(live, from, init, false);
     } finally {
       this.foreground--;
       this.foregroundEndedAt = Date.now();
     }
   }
 
-  private async bringNow(live: Live, from: StartFrom, init: EnvdInit | undefined): Promise<void> {
+  private async bringNow(live: Live, from: StartFrom, init: EnvdInit | undefined, background: boolean): Promise<void> {
     const { rec } = live;
     // Each start is a new runtime sandbox: the previous one may still be being removed.
     rec.runtimeId = runtimeIdFor(rec.id);
@@ -148,7 +149,7 @@ export class SandboxRunner {
     let t2 = t1;
     rec.slotIndex = live.slot.index;
     if (!live.ephemeral) this.d.store.put(rec);
-    const launch = this.launch(live, live.slot);
+    const launch = { ...this.launch(live, live.slot), ...(background ? { lowPriority: true } : {}) };
     const ip = live.slot.slotIp;
     // Starts are CPU-bound: a burst (100 creates, a big fork) queues here instead of thrashing
     // until envd misses its deadline.

@@ -49,6 +49,8 @@ interface TemplatePool {
   tpl: Template;
   ready: Pooled[];
   filling?: Promise<void>;
+  /** The sandbox the refill is restoring now (at low CPU priority until someone waits for it). */
+  restoring?: Live;
   /** Creates that missed the pool and wait for the restore in flight, first come first served. */
   waiters: Array<(p: Pooled | undefined) => void>;
 }
@@ -113,6 +115,13 @@ export class WarmPool {
     if (!pool?.filling || this.closed) return Promise.resolve(undefined);
     // More waiters than restores the pool will make would wait for nothing.
     if (pool.waiters.length >= this.target(revisionKey(tpl))) return Promise.resolve(undefined);
+    // Someone waits for it now: the restore in flight leaves the background. Once more a moment
+    // later: threads of a restore just spawned may not be in its cgroup yet.
+    const restoring = pool.restoring;
+    if (restoring) {
+      void this.d.driver.prioritize(restoring.rec.runtimeId).catch(() => {});
+      setTimeout(() => void this.d.driver.prioritize(restoring.rec.runtimeId).catch(() => {}), 100).unref();
+    }
     return new Promise((resolve) => pool.waiters.push(resolve));
   }
 
@@ -140,7 +149,7 @@ export class WarmPool {
           // cores slows both. It waits while one is in flight, unless a create waits for it.
           while (!this.closed && pool.waiters.length === 0 && !this.d.runner.quietFor(0)) await sleep(50);
           if (this.closed) break;
-          const p = await this.restoreOne(pool.tpl);
+          const p = await this.restoreOne(pool);
           if (!p) break;
           const waiter = pool.waiters.shift();
           if (waiter) {
@@ -164,13 +173,16 @@ export class WarmPool {
     })();
   }
 
-  private async restoreOne(tpl: Template): Promise<Pooled | undefined> {
+  private async restoreOne(pool: TemplatePool): Promise<Pooled | undefined> {
+    const { tpl } = pool;
     const image = this.d.warmImages.take(tpl);
     if (!image) return undefined;
     const live = templateSandbox(this.d.cfg, this.d.paths, this.d.runtimeDir, tpl);
     const { rec } = live;
+    pool.restoring = live;
     try {
       await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
+      if (pool.waiters.length > 0) await this.d.driver.prioritize(rec.runtimeId);
       if (live.slot) await prime(live.slot.slotIp);
       await this.d.driver.freeze?.(rec.runtimeId);
       live.hibernated = true;
@@ -179,6 +191,8 @@ export class WarmPool {
       this.d.log.warn({ err, template: tpl.id }, "warm pool restore failed");
       await this.d.runner.remove(live, true).catch(() => {});
       return undefined;
+    } finally {
+      pool.restoring = undefined;
     }
   }
 

@@ -39,6 +39,11 @@ export interface SandboxLaunch {
   runtimeDir: string;
   /** Host file bound read-only at /etc/resolv.conf. */
   resolvConf: string;
+  /**
+   * Started ahead of need (the warm pool): its processes run at the lowest CPU priority until
+   * prioritize() is called, so that they yield to the sandboxes clients are using.
+   */
+  lowPriority?: boolean;
 }
 
 export interface RuntimeInfo {
@@ -104,6 +109,8 @@ export interface RuntimeDriver {
   unsuspend?(id: string): Promise<void>;
   /** Whether the sandbox is suspended (after a restart: a pause the server died in). */
   isSuspended?(id: string): boolean;
+  /** A sandbox started with lowPriority runs at normal priority from now on. */
+  prioritize(id: string): Promise<void>;
   /** CPU time the sandbox has used so far, cheaply (no process started); undefined if unknown. */
   cpuTimeNs?(id: string): number | undefined;
   /** IDs of every sandbox this driver's state knows about (to clean up after a restart); throws when it cannot tell. */

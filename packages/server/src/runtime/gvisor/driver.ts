@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { setPriority } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
@@ -133,7 +134,7 @@ export class GvisorDriver implements RuntimeDriver {
     const { bundle, flags, disk } = await this.bundle(l);
     const args = ["run", "--detach", `--bundle=${bundle}`, l.id];
     this.consoles.watch(l.id, join(l.dir, "runsc.log"));
-    await this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk);
+    await this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk, l.lowPriority);
   }
 
   isCompleteCheckpoint(imageDir: string | undefined): boolean {
@@ -173,7 +174,31 @@ export class GvisorDriver implements RuntimeDriver {
       join(l.dir, "runsc.log"),
       120_000,
       disk,
+      l.lowPriority,
     );
+  }
+
+  /**
+   * Every thread of the sandbox (sentry, gofer, systrap stubs: all in its cgroup) back to
+   * nice 0. setpriority(2) takes thread IDs one at a time: a process-wide renice would leave
+   * the sentry's other threads low. Threads made later inherit from these.
+   */
+  async prioritize(id: string): Promise<void> {
+    let tids: string[];
+    try {
+      tids = readFileSync(this.cgroup("freezer", id, "tasks", "cgroup.threads"), "utf8").split("\n");
+    } catch {
+      return;
+    }
+    for (const t of tids) {
+      const tid = Number(t);
+      if (!Number.isInteger(tid) || tid <= 1) continue;
+      try {
+        setPriority(tid, 0);
+      } catch {
+        // The thread ended meanwhile.
+      }
+    }
   }
 
   /** runsc's own state file of a sandbox (what `runsc state` reads); undefined if unreadable. */

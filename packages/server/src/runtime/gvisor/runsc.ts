@@ -44,6 +44,7 @@ export class Runsc {
     logFile: string,
     timeoutMs = 60_000,
     disk?: { image: string; dir: string },
+    lowPriority = false,
   ): Promise<void> {
     const cmd = [this.cfg.binary, ...this.globalFlags(flags), ...args];
     const net = 'mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"';
@@ -53,7 +54,10 @@ export class Runsc {
     const pre = disk ? [disk.image, disk.dir] : [];
     const fd = openSync(logFile, "a");
     return new Promise((resolve, reject) => {
-      const child = spawn("unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", ...pre, ...cmd], {
+      const unshare = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", ...pre, ...cmd];
+      // nice(1) before anything forks: the sandbox's processes inherit it (see prioritize).
+      const argv = lowPriority ? ["nice", "-n", "19", ...unshare] : unshare;
+      const child = spawn(argv[0] as string, argv.slice(1), {
         stdio: ["ignore", fd, fd],
       });
       closeSync(fd);

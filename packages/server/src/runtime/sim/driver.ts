@@ -107,6 +107,9 @@ export class SimDriver implements RuntimeDriver {
     await this.transition(id, "freeze", "frozen");
   }
 
+  /** The simulated runtime has no CPU to share. */
+  async prioritize(_id: string): Promise<void> {}
+
   async thaw(id: string): Promise<void> {
     await this.transition(id, "thaw", "running");
   }
