@@ -177,6 +177,9 @@ async function main(): Promise<void> {
       AENV_MAX_MEMORY_MB: String(maxSandboxes * 1024 * 2),
       AENV_MAX_CPUS: String(maxSandboxes * 4),
       AENV_REPOSITORY_CONCURRENCY: "4",
+      // The start queue bounds starts by the CPU they take; a simulated start takes none, and
+      // the control plane's own cost under load is what this measures.
+      AENV_CREATE_CONCURRENCY: "64",
     };
     const t0 = performance.now();
     const ids = Array.from({ length: NODES }, (_, i) => `sim-${String(i).padStart(2, "0")}`);

@@ -13,9 +13,26 @@ bash scripts/build-base-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/te
 bash scripts/build-code-interpreter-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 bash scripts/build-desktop-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 shopt -s nullglob
-files=(packages/*/test/*.test.ts test/*.test.ts)
-# Sandboxes are heavy on 2 cores: test files run one at a time. A file that hangs fails after
-# 10 minutes (the longest takes about two) instead of holding CI until its limit. Under tini
-# as a subreaper: the sandboxes' processes, orphaned by `runsc create`, are reaped at once (not
-# by whatever PID 1 is), so `runsc delete` does not wait 1-2 s for each.
-exec tini -s -- node --import tsx --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "${files[@]}" "$@"
+# The packages' own tests start no sandbox (the fast tier, scripts/test-unit.sh): two files at
+# a time. The rest, and the two package files that start a registry or probe runsc, one at a
+# time: sandboxes are heavy on 2 cores.
+unit=()
+e2e=()
+for f in packages/*/test/*.test.ts; do
+  case "$f" in
+    */images-registry.test.ts | */probe-memo.test.ts) e2e+=("$f") ;;
+    *) unit+=("$f") ;;
+  esac
+done
+e2e+=(test/*.test.ts)
+# A file that hangs fails after 10 minutes (the longest takes about two) instead of holding CI
+# until its limit. Under tini as a subreaper: the sandboxes' processes, orphaned by `runsc
+# create`, are reaped at once (not by whatever PID 1 is), so `runsc delete` does not wait 1-2 s
+# for each.
+run() {
+  tini -s -- node --import tsx --test --test-timeout=600000 --test-reporter=spec "$@"
+}
+status=0
+run --test-concurrency=2 "${unit[@]}" "$@" || status=$?
+run --test-concurrency=1 "${e2e[@]}" "$@" || status=$?
+exit "$status"

@@ -1,12 +1,28 @@
 // `npm run bench` runs end to end on the machine the suite runs on (the `base` template as
-// setup made it: imported, rootfs-r1), with tiny settings: every benchmark exits 0 and the raw
-// runsc column is filled. Figures are not judged here; that is what the benchmarks are for.
+// setup made it), with tiny settings: each benchmark here exits 0 and the raw runsc column is
+// filled. Figures are not judged here; that is what the benchmarks are for. The three whose
+// tiny run alone takes most of two minutes (desktop, rollouts, density) are left to
+// `npm run bench`: the suite has a 20-minute budget on two cores, and what they drive (the
+// desktop, fork, many idle sandboxes) has tests of its own.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { ROOT } from "./helpers/server.js";
+
+const SMOKED = [
+  "run",
+  "lifecycle",
+  "templates",
+  "snapshots",
+  "pull",
+  "repository",
+  "cluster",
+  "cluster-scale",
+  "code-interpreter",
+  "tti",
+];
 
 const TINY = {
   BENCH_N: "1",
@@ -29,12 +45,12 @@ const TINY = {
   BENCH_SMOKE: "1",
 };
 
-test("every benchmark runs once with tiny settings, raw column included", async () => {
+test("the benchmarks run once with tiny settings, raw column included", async () => {
   const out = mkdtempSync("/var/tmp/aenv-bench-smoke-");
   try {
     let log = "";
     const code = await new Promise<number>((resolve) => {
-      const p = spawn(process.execPath, ["--import", "tsx", join(ROOT, "bench/all.ts")], {
+      const p = spawn(process.execPath, ["--import", "tsx", join(ROOT, "bench/all.ts"), ...SMOKED], {
         cwd: ROOT,
         env: { ...process.env, ...TINY, BENCH_RESULTS_DIR: out },
         stdio: ["ignore", "pipe", "pipe"],
@@ -52,6 +68,7 @@ test("every benchmark runs once with tiny settings, raw column included", async 
     });
     assert.equal(code, 0, [...own, log.slice(-4000)].join("\n…\n"));
     assert.match(log, /every benchmark ran/);
+    for (const name of SMOKED) assert.match(log, new RegExp(`\\[bench\\] ${name}\\.ts: exit 0`));
     const main = JSON.parse(readFileSync(join(out, "latest.json"), "utf8")) as Record<string, unknown>;
     assert.deepEqual(main.errors, []);
     for (const k of ["createToFirstCommand", "commandRoundTrip", "idleMemory", "fileWrite", "fileRead"]) {
@@ -65,35 +82,6 @@ test("every benchmark runs once with tiny settings, raw column included", async 
     // With the bench's output (a failed case prints the server's log tail), to see why.
     assert.deepEqual(life.errors, [], log.slice(-8000));
     assert.ok(life.rows.length > 0 && life.rows.every((r) => typeof r.raw === "number"), "lifecycle raw column");
-    const roll = JSON.parse(readFileSync(join(out, "rollouts-latest.json"), "utf8")) as {
-      setupPerRollout: { rollouts: number; resultsDiverge: boolean };
-      forkFromPrepared: {
-        rollouts: number;
-        resultsDiverge: boolean;
-        identicalChildren: number;
-        checkedChildren: number;
-      };
-      speedup: number | null;
-      errors: string[];
-    };
-    assert.deepEqual(roll.errors, []);
-    for (const s of [roll.setupPerRollout, roll.forkFromPrepared]) assert.ok(s.rollouts > 0 && s.resultsDiverge);
-    const f = roll.forkFromPrepared;
-    assert.ok(
-      f.checkedChildren > 0 && f.identicalChildren === f.checkedChildren,
-      "children start from the parent's bytes",
-    );
-    assert.equal(typeof roll.speedup, "number");
-    const dens = JSON.parse(readFileSync(join(out, "density-latest.json"), "utf8")) as {
-      aenv?: { steps: Array<{ sandboxes: number; answered: number }> };
-      raw?: { steps: Array<{ sandboxes: number; answered: number }> };
-      errors: string[];
-    };
-    assert.deepEqual(dens.errors, []);
-    for (const side of [dens.aenv, dens.raw]) {
-      assert.ok(side?.steps.length, "density: a step on each side");
-      for (const st of side.steps) assert.equal(st.answered, st.sandboxes);
-    }
     const ci = JSON.parse(readFileSync(join(out, "code-interpreter-latest.json"), "utf8")) as {
       createToFirstRun?: { n: number };
       runRoundTrip?: { local?: { n: number } };
@@ -106,6 +94,10 @@ test("every benchmark runs once with tiny settings, raw column included", async 
     const fork = ci.rl?.fork;
     assert.ok(fork && fork.children > 0 && fork.childrenMatching === fork.children, "code interpreter: fork children");
     assert.ok(ci.rl?.fresh?.sandboxes, "code interpreter: fresh sandboxes");
+    const tti = JSON.parse(readFileSync(join(out, "tti-latest.json"), "utf8")) as {
+      modes: Array<{ mode: string; ok: number; n: number }>;
+    };
+    for (const m of tti.modes) assert.ok(m.ok > 0, `tti ${m.mode}: ${m.ok} of ${m.n} served`);
   } finally {
     rmSync(out, { recursive: true, force: true });
   }
