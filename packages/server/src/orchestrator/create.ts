@@ -61,6 +61,8 @@ export class Creator {
     const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
     const plan = await this.plan(req);
     const { tpl } = plan;
+    // Now with its sizing: a create that cannot fit is refused before it waits for anything.
+    registry.checkRoom(plan.rec);
     // A pooled sandbox of the template: already restored, only thawed and initialised here.
     // On a miss, the one the pool is restoring right now is nearer than a restore of our own.
     const poolable = tpl && plan.from.kind === "image" && !plan.snap ? tpl : undefined;
@@ -134,7 +136,7 @@ export class Creator {
     rec.dir = from.dir;
     rec.runtimeId = from.runtimeId;
     rec.slotIndex = from.slotIndex;
-    const live: Live = { rec, op: Promise.resolve(), hibernated: true };
+    const live: Live = { rec, op: Promise.resolve(), hibernated: pooled.live.hibernated === true };
     if (pooled.live.slot) live.slot = pooled.live.slot;
     try {
       // Admission as for any create (its share is held from here); a full node keeps no pooled one.

@@ -116,6 +116,7 @@ export class WarmImages {
     const dir = this.dirOf(tpl);
     if (this.d.runner.driver.isCompleteCheckpoint(dir)) {
       this.ready.set(revisionKey(tpl), dir);
+      this.d.log.info({ template: tpl.id, found: true }, "template warm image ready");
       return;
     }
     const t0 = Date.now();

@@ -182,7 +182,11 @@ export class WarmPool {
     pool.restoring = live;
     try {
       await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
-      if (pool.waiters.length > 0) await this.d.driver.prioritize(rec.runtimeId);
+      // A create waits for this one: it gets it as it is, neither primed nor frozen.
+      if (pool.waiters.length > 0) {
+        await this.d.driver.prioritize(rec.runtimeId);
+        return { live, revision: revisionKey(tpl) };
+      }
       if (live.slot) await prime(live.slot.slotIp);
       await this.d.driver.freeze?.(rec.runtimeId);
       live.hibernated = true;
