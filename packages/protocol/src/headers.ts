@@ -21,6 +21,11 @@ export const AUTO_RESUME_HEADER = "x-aenv-auto-resume";
 export const TRAFFIC_PORT_HEADER = "x-aenv-traffic-port";
 /** Gateway → client on a merged list: the nodes that did not answer, so the list may be short. */
 export const PARTIAL_HEADER = "x-aenv-partial";
+/**
+ * E2B's `X-Total-Running` on GET /v2/sandboxes: the running sandboxes that match the filters,
+ * before pagination; sent only when running ones were asked for.
+ */
+export const TOTAL_RUNNING_HEADER = "x-total-running";
 
 /**
  * The fork-spill hop (gateway → node, POST /sandboxes/{id}/fork). A gateway that sends

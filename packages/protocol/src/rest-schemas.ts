@@ -135,6 +135,33 @@ export const LogsQueryV2 = z.object({
 
 export const SandboxIdParams = z.object({ sandboxID: z.string().min(1).max(128) });
 
+/** At most this many sandboxes per GET /sandboxes/metrics: one answer stays small and quick. */
+export const MAX_BATCH_METRICS_IDS = 100;
+/** What a sandbox ID may look like in a batch (letters, digits, '-', '_'): anything else cannot name one. */
+const SANDBOX_ID_FORM = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
+/**
+ * GET /sandboxes/metrics: `sandbox_ids` comma-separated, as E2B's SDK sends an array
+ * (explode: false); repeated parameters are taken too. Duplicates count once.
+ */
+export const BatchMetricsQuery = z.object({
+  sandbox_ids: z
+    .union([z.string(), z.array(z.string())], { error: "sandbox_ids is required (comma-separated sandbox IDs)" })
+    .transform((v) => [
+      ...new Set(
+        (Array.isArray(v) ? v : [v])
+          .flatMap((s) => s.split(","))
+          .map((s) => s.trim())
+          .filter(Boolean),
+      ),
+    ])
+    .pipe(
+      z
+        .array(z.string().regex(SANDBOX_ID_FORM, "not a sandbox ID"))
+        .min(1, "sandbox_ids names no sandbox")
+        .max(MAX_BATCH_METRICS_IDS, `at most ${MAX_BATCH_METRICS_IDS} sandbox IDs per request`),
+    ),
+});
+
 export const PauseBody = z.looseObject({ memory: z.boolean().optional() });
 export const SnapshotBody = z.looseObject({
   name: z
@@ -166,6 +193,22 @@ export const SnapshotListQuery = z.object({
 });
 export const SnapshotIdParams = z.object({ snapshotID: z.string().min(1).max(256) });
 export const TemplateIdParams = z.object({ templateID: z.string().min(1).max(256) });
+
+/** PATCH /templates/{id} and /v2/templates/{id} (E2B `TemplateUpdateRequest`). */
+export const TemplateUpdateBody = z.looseObject({ public: z.boolean().optional() });
+
+/**
+ * GET /templates/{id}/builds/{buildID}/logs (E2B's parameters). `cursor` is Unix ms;
+ * `source` (E2B's temporary or persistent store) is accepted: aenv keeps one log per build.
+ */
+export const BuildLogsQuery = z.object({
+  cursor: z.coerce.number().int().min(0).optional(),
+  limit: z.coerce.number().int().min(0).max(1000).default(100),
+  direction: z.enum(["forward", "backward"]).default("forward"),
+  level: z.enum(["debug", "info", "warn", "error"]).optional(),
+  source: z.enum(["temporary", "persistent"]).optional(),
+});
+export type BuildLogsQuery = z.infer<typeof BuildLogsQuery>;
 
 // ---- volumes: the control plane (/volumes) and the content API (/volumecontent)
 

@@ -135,6 +135,11 @@ export interface SandboxMetric {
   diskTotal: number;
 }
 
+/** GET /sandboxes/metrics (E2B `SandboxesWithMetrics`): the latest sample of each running sandbox asked for. */
+export interface SandboxesWithMetrics {
+  sandboxes: Record<string, SandboxMetric>;
+}
+
 export type { BuildState };
 
 /** A template as GET /templates and GET /templates/{id} show it (fields the CLI reads). */
@@ -170,6 +175,16 @@ export interface BuildStatus {
   logs: string[];
   /** Why a build failed, with its last error entries. */
   reason?: { message: string; step?: string; logEntries?: BuildLogEntry[] };
+}
+
+/** GET /templates/{id}/builds/{buildID}/logs (E2B `TemplateBuildLogsResponse`). */
+export interface BuildLogs {
+  logs: BuildLogEntry[];
+}
+
+/** PATCH /v2/templates/{id} (E2B `TemplateUpdateResponse`); the v1 route answers no body. */
+export interface TemplateUpdated {
+  names: string[];
 }
 
 /** `Volume`: an entry of GET /volumes (no token). */

@@ -1,4 +1,5 @@
 import { ERROR_CODES, type ErrorBody, type ErrorCode } from "@aenv/protocol";
+import type { ZodError } from "zod";
 import {
   AenvError,
   AtCapacityError,
@@ -76,4 +77,9 @@ export const NO_API_KEY = "invalid or missing API key (X-API-Key)";
 /** The answer to a path no route matches. */
 export function noRouteBody(method: string, url: string): ErrorBody {
   return errorBodyOf(404, `no route ${method} ${url.split("?")[0]}`);
+}
+
+/** A request that failed its schema, in words: each field and what is wrong with it. */
+export function zodMessage(err: ZodError): string {
+  return `invalid request: ${err.issues.map((i) => `${i.path.join(".") || "body"}: ${i.message}`).join("; ")}`;
 }

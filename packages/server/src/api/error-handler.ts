@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
 import { AenvError, NEEDS_CHECKPOINT_KEY_HEADER, RuntimeMismatchError } from "../errors.js";
-import { errorBody, errorBodyOf, errorCodeOf, noRouteBody, retryAfterOf } from "../http-errors.js";
+import { errorBody, errorBodyOf, errorCodeOf, noRouteBody, retryAfterOf, zodMessage } from "../http-errors.js";
 
 /** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
 export function installErrorHandling(app: FastifyInstance): void {
@@ -11,7 +11,7 @@ export function installErrorHandling(app: FastifyInstance): void {
       // mapped by errorBody
     } else if (err instanceof ZodError) {
       status = 400;
-      message = `invalid request: ${err.issues.map((i) => `${i.path.join(".") || "body"}: ${i.message}`).join("; ")}`;
+      message = zodMessage(err);
     } else if (typeof (err as FastifyError).statusCode === "number") {
       const fe = err as FastifyError;
       status = fe.statusCode ?? 500;

@@ -1,13 +1,13 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { ERROR_CODES, PARTIAL_HEADER, type SandboxCreated } from "@aenv/protocol";
+import { ERROR_CODES, PARTIAL_HEADER, type SandboxCreated, TOTAL_RUNNING_HEADER } from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { dashboardRoutes } from "../api/dashboard.js";
-import { decodeCursor, encodeCursor } from "../api/list-filter.js";
+import { decodeCursor, encodeCursor, parseStates } from "../api/list-filter.js";
 import type { NodeInfo } from "../cluster/keys.js";
-import { errorBodyOf, NO_API_KEY, noRouteBody } from "../http-errors.js";
+import { errorBodyOf, NO_API_KEY, noRouteBody, statusOf } from "../http-errors.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
 import {
@@ -20,6 +20,7 @@ import {
 } from "../telemetry/prometheus.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
+import { BATCH_METRICS_PATH, batchMetrics } from "./batch-metrics.js";
 import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
 import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
@@ -84,7 +85,8 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     }
     if (isSignedFiles(req)) return calls.forwardSignedFiles(req, res);
     const m = SANDBOX_PATH.exec(req.url ?? "");
-    if (m) {
+    // The batch metrics route is the gateway's own (a fan-out), not a sandbox called "metrics".
+    if (m && (req.url ?? "").split("?")[0] !== BATCH_METRICS_PATH) {
       if (!keyOk(req, o.apiKey)) return unauthorized(res);
       let id: string;
       try {
@@ -145,7 +147,8 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       req.log.warn({ err: err.message }, "gateway request refused");
       return reply.status(503).header("retry-after", "1").send(errorBodyOf(503, err.message));
     }
-    const status = typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502;
+    // A domain error the gateway threw itself (a bad query) has its status from the one table.
+    const status = statusOf(err) ?? (typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502);
     if (status >= 500) req.log.error({ err }, "gateway request failed");
     void reply.status(status).send(errorBodyOf(status, err.message));
   });
@@ -255,6 +258,8 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
 
   fastify.get("/v2/sandboxes", async (req, reply) => {
     const { path, params } = listQuery(req.url, ["limit", "nextToken"]);
+    // Checked before any node is asked: a bad state is the client's 400, not a silent node.
+    const countRunning = parseStates(params.get("state") ?? undefined).has("running");
     const { items, missing } = await fanOut(path, req.raw);
     const desc = (params.get("order") ?? "desc") === "desc";
     const all = (items as Array<{ startedAt: string; sandboxID: string }>).sort(
@@ -262,7 +267,17 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     );
     if (desc) all.reverse();
     warnMissing(reply, missing);
+    // Each node filtered its own: the running ones among the merged items are the cluster's count.
+    if (countRunning) {
+      const running = (all as Array<{ state?: string }>).filter((s) => s.state === "running").length;
+      void reply.header(TOTAL_RUNNING_HEADER, String(running));
+    }
     return page(all, params, reply);
+  });
+  fastify.get(BATCH_METRICS_PATH, async (req, reply) => {
+    const { body, partial } = await batchMetrics(view, req.raw, log);
+    if (partial) void reply.header(PARTIAL_HEADER, partial);
+    return body;
   });
   fastify.get("/sandboxes", async (req, reply) => {
     const nodes = await view.nodes();

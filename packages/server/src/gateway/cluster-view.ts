@@ -122,6 +122,27 @@ export class ClusterView {
   }
 
   /**
+   * The live owners of many sandboxes at once (one read of the routes, one of the nodes): by
+   * ID, the node; IDs without a route are left out, those whose node's heartbeat expired are
+   * listed in `dead`.
+   */
+  async owners(sandboxIds: string[]): Promise<{ live: Map<string, NodeInfo>; dead: string[] }> {
+    const live = new Map<string, NodeInfo>();
+    const dead: string[] = [];
+    if (!sandboxIds.length) return { live, dead };
+    const [routes, nodes] = await Promise.all([guard(this.redis.mget(sandboxIds.map(keys.sandbox))), this.nodes()]);
+    const byId = new Map(nodes.map((n) => [n.nodeID, n]));
+    sandboxIds.forEach((id, i) => {
+      const nodeId = routes[i];
+      if (!nodeId) return;
+      const node = byId.get(nodeId);
+      if (node) live.set(id, node);
+      else dead.push(id);
+    });
+    return { live, dead };
+  }
+
+  /**
    * The owner for sandbox traffic. While Redis does not answer (cut off, or failing over), a
    * route this gateway read within `maxAgeMs` is used, so running sandboxes keep being served;
    * the node itself decides what it serves (a node whose lease lapsed resumes nothing), so an

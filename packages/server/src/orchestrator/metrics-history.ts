@@ -60,6 +60,22 @@ export class MetricsHistory {
     return out;
   }
 
+  /**
+   * The newest sample of a sandbox clients see running (hibernated ones included), for the
+   * batch metrics API; undefined for one this node does not hold, paused, or not yet started.
+   * A sandbox with no sample kept yet (just started, or history off) is sampled now.
+   */
+  async latest(id: string): Promise<MetricSample | undefined> {
+    const l = this.d.registry.get(id);
+    if (!l || l.ephemeral) return undefined;
+    const { state, idleSaved } = l.rec;
+    const running = state === "running" || (state === "paused" && idleSaved === true);
+    if (!running) return undefined;
+    const kept = this.samples.get(id)?.at(-1) ?? l.lastMetric;
+    if (kept) return kept;
+    return state === "running" ? (await sampleMetrics(this.d.driver, l))[0] : undefined;
+  }
+
   forget(id: string): void {
     this.samples.delete(id);
     this.diskAt.delete(id);

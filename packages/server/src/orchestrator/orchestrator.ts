@@ -458,6 +458,12 @@ export class Orchestrator {
     return this.metricsHistory.query(id, range);
   }
 
+  /** The newest sample of each sandbox named that runs here, by ID; others are left out. */
+  async latestMetrics(ids: string[]): Promise<Map<string, MetricSample>> {
+    const found = await Promise.all(ids.map(async (id) => [id, await this.metricsHistory.latest(id)] as const));
+    return new Map(found.flatMap(([id, m]) => (m ? [[id, m] as const] : [])));
+  }
+
   /**
    * Its logs as the logs API asks for them: what the server logged about it and its console,
    * each read only as far as `f` needs (console-reader.ts), merged in time.

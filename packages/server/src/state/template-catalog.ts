@@ -37,6 +37,8 @@ const TemplateFile = z.object({
   buildStatus: BuildState.default("ready"),
   reason: z.object({ message: z.string(), step: z.string().optional() }).optional(),
   buildCount: z.number().int().nonnegative().default(1),
+  /** E2B's `public` flag, as PATCH /templates/{id} sets it (one API key here: it changes no access). */
+  public: z.boolean().default(false),
   /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
   warm: z.boolean().default(true),
   /**

@@ -1,4 +1,5 @@
 import type { BuildState } from "@aenv/protocol";
+import type { BuildLogsQuery } from "@aenv/protocol/rest";
 
 export interface LogEntry {
   timestamp: string;
@@ -56,4 +57,30 @@ export function appendLog(b: BuildRecord, level: LogEntry["level"], message: str
   const entry: LogEntry = { timestamp: new Date().toISOString(), level, message: text };
   if (step !== undefined) entry.step = step;
   b.logs.push(entry);
+}
+
+const RANK: Record<LogEntry["level"], number> = { debug: 0, info: 1, warn: 2, error: 3 };
+
+/**
+ * A build's log as E2B's logs API asks for it: entries at `level` or above; forward, from
+ * `cursor` (Unix ms) on, oldest first; backward, up to `cursor`, newest first; `limit` at most.
+ */
+export function selectBuildLogs(
+  entries: readonly LogEntry[],
+  q: Pick<BuildLogsQuery, "cursor" | "limit" | "direction" | "level">,
+): LogEntry[] {
+  const min = q.level ? RANK[q.level] : 0;
+  const forward = q.direction === "forward";
+  const inRange = (e: LogEntry) => {
+    if (q.cursor === undefined) return true;
+    const ms = Date.parse(e.timestamp);
+    return forward ? ms >= q.cursor : ms <= q.cursor;
+  };
+  const out: LogEntry[] = [];
+  // Entries are appended in time order: walk from the end the direction starts at.
+  for (let k = 0; k < entries.length && out.length < q.limit; k++) {
+    const e = entries[forward ? k : entries.length - 1 - k] as LogEntry;
+    if (RANK[e.level] >= min && inRange(e)) out.push(e);
+  }
+  return out;
 }

@@ -1,7 +1,8 @@
 import { createHash, randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import type { BuildStatus } from "@aenv/protocol";
+import type { BuildLogs, BuildStatus } from "@aenv/protocol";
+import type { BuildLogsQuery } from "@aenv/protocol/rest";
 import type { Logger } from "pino";
 import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
 import { envdProcess } from "../orchestrator/envd-process.js";
@@ -17,7 +18,7 @@ import {
 } from "../state/template-catalog.js";
 import { isHostPathSource } from "../storage/images/reference.js";
 import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
-import { appendLog, type BuildRecord, type LogEntry } from "./build-log.js";
+import { appendLog, type BuildRecord, type LogEntry, selectBuildLogs } from "./build-log.js";
 import { buildOwnerAlive, claimBuild } from "./build-owner.js";
 import { baseTree, type ImageProvider, must, runStep, STAGING_MOUNT, StepFailure, stageFiles } from "./build-steps.js";
 import type { ContextFiles } from "./context-files.js";
@@ -232,12 +233,10 @@ export class TemplateBuilder {
   }
 
   status(templateId: string, buildId: string, offset = 0, limit = 1000): BuildStatus {
-    const t = this.mustGet(templateId);
-    const b = this.builds.get(buildId) ?? this.loadRecord(t, buildId);
-    if (!b || b.templateID !== t.id) throw notFound(`build '${buildId}' of template '${templateId}' not found`);
+    const b = this.record(templateId, buildId);
     const entries = b.logs.slice(offset, offset + limit);
     return {
-      templateID: t.id,
+      templateID: b.templateID,
       buildID: b.buildID,
       status: b.status,
       logEntries: entries,
@@ -246,6 +245,19 @@ export class TemplateBuilder {
         ? { reason: { ...b.reason, logEntries: b.logs.filter((e) => e.level === "error").slice(-20) } }
         : {}),
     };
+  }
+
+  /** GET /templates/{id}/builds/{buildID}/logs: the same log as status(), filtered E2B's way. */
+  logs(templateId: string, buildId: string, q: BuildLogsQuery): BuildLogs {
+    return { logs: selectBuildLogs(this.record(templateId, buildId).logs, q) };
+  }
+
+  /** A build of a template, running here or recorded on disk. */
+  private record(templateId: string, buildId: string): BuildRecord {
+    const t = this.mustGet(templateId);
+    const b = this.builds.get(buildId) ?? this.loadRecord(t, buildId);
+    if (!b || b.templateID !== t.id) throw notFound(`build '${buildId}' of template '${templateId}' not found`);
+    return b;
   }
 
   /** Builds of one template, newest last (GET /templates/{id}). */

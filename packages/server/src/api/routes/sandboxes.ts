@@ -2,11 +2,14 @@ import {
   AUTO_RESUME_HEADER,
   FORK_SPILL,
   type ForkResult,
+  type SandboxesWithMetrics,
   type SandboxMetric,
+  TOTAL_RUNNING_HEADER,
   TRAFFIC_PORT_HEADER,
   TRAFFIC_TOKEN_HEADER,
 } from "@aenv/protocol";
 import {
+  BatchMetricsQuery,
   ColdSandbox,
   ConnectBody,
   ForkBody,
@@ -28,6 +31,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
 import { errorBody } from "../../http-errors.js";
 import { type NetworkSpec, validateNetworkSpec } from "../../network/policy.js";
+import type { MetricSample } from "../../orchestrator/metrics.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { ResumeOptions } from "../../orchestrator/pause-kinds.js";
 import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
@@ -51,6 +55,12 @@ export interface SandboxRoutesOptions {
 }
 
 const body = (b: unknown) => (b === undefined || b === null ? {} : b);
+
+/** E2B `SandboxMetric`: a sample with its ISO time beside the Unix one. */
+const metricOf = (m: MetricSample): SandboxMetric => ({
+  ...m,
+  timestamp: new Date(m.timestampUnix * 1000).toISOString(),
+});
 
 /** A client's network settings, checked and normalised, secrets' bindings included. */
 function networkSpec(raw: Parameters<typeof validateNetworkSpec>[0], bindingOf: BindingOf): NetworkSpec {
@@ -129,6 +139,10 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
     items.sort((a, b) => a.startedAt - b.startedAt || a.id.localeCompare(b.id));
     if ((q.order ?? "desc") === "desc") items.reverse();
+    // E2B counts the running matches before pagination, and only when running ones were asked for.
+    if (states.has("running")) {
+      void reply.header(TOTAL_RUNNING_HEADER, String(items.filter((r) => apiState(r) === "running").length));
+    }
     return paginate(items, q, (t) => void reply.header("x-next-token", t)).map((r) =>
       sandboxListed(r, orch.placeOf(r.id)),
     );
@@ -261,6 +275,15 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       throw new InvalidRequestError("metrics range: start is after end");
     }
     const ms = await orch.metrics(sandboxID, { start: q.start, end: q.end });
-    return ms.map((m): SandboxMetric => ({ ...m, timestamp: new Date(m.timestampUnix * 1000).toISOString() }));
+    return ms.map(metricOf);
+  });
+
+  // E2B's batch form: the latest sample of each running sandbox named. IDs this node does not
+  // hold, or paused ones, are left out (E2B's answer is a map of running sandboxes), so a
+  // gateway can ask each node for all of its own and merge the maps.
+  app.get("/sandboxes/metrics", async (req): Promise<SandboxesWithMetrics> => {
+    const { sandbox_ids: ids } = BatchMetricsQuery.parse(req.query);
+    const latest = await orch.latestMetrics(ids);
+    return { sandboxes: Object.fromEntries([...latest].map(([id, m]) => [id, metricOf(m)])) };
   });
 }

@@ -1,6 +1,6 @@
 import type { Readable } from "node:stream";
-import { ENVD_VERSION } from "@aenv/protocol";
-import { ListQuery, TemplateIdParams } from "@aenv/protocol/rest";
+import { ENVD_VERSION, type TemplateUpdated } from "@aenv/protocol";
+import { BuildLogsQuery, ListQuery, TemplateIdParams, TemplateUpdateBody } from "@aenv/protocol/rest";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { NotFoundError } from "../../errors.js";
@@ -25,7 +25,7 @@ function templateInfo(t: Template) {
     cpuCount: t.cpuCount,
     memoryMB: t.memoryMB,
     diskSizeMB: t.diskSizeMB,
-    public: false,
+    public: t.public,
     aliases: namesOf(t),
     names: namesOf(t),
     createdAt: created,
@@ -85,10 +85,25 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     }));
     return { ...templateInfo(t), builds };
   });
+  // E2B's CLI publishes a template with these: v1 answers 200 without a body, v2 its names.
+  const update = (req: { params: unknown; body: unknown }): Template => {
+    const { templateID } = TemplateIdParams.parse(req.params);
+    const b = TemplateUpdateBody.parse(req.body ?? {});
+    // The template as it is now (a `name:tag` ref would name an older build's view).
+    const named = mustGet(templateID);
+    const t = o.templates.get(named.id) ?? named;
+    return b.public === undefined ? t : o.templates.save({ ...t, public: b.public });
+  };
+  app.patch("/templates/:templateID", async (req, reply) => {
+    update(req);
+    return reply.status(200).send();
+  });
+  app.patch("/v2/templates/:templateID", async (req): Promise<TemplateUpdated> => ({ names: namesOf(update(req)) }));
+
   app.get("/templates/aliases/:alias", async (req) => {
     const { alias } = req.params as { alias: string };
     const t = mustGet(alias);
-    return { templateID: t.id, public: false };
+    return { templateID: t.id, public: t.public };
   });
 
   const request = async (req: { body: unknown }, reply: { status(n: number): { send(b: unknown): unknown } }) => {
@@ -96,7 +111,7 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     return reply.status(202).send({
       templateID: t.id,
       buildID: t.buildId,
-      public: false,
+      public: t.public,
       names: namesOf(t),
       aliases: namesOf(t),
       tags,
@@ -137,6 +152,11 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     const { templateID, buildID } = BuildParams.parse(req.params);
     const q = BuildStatusQuery.parse(req.query);
     return o.builder.status(templateID, buildID, q.logsOffset ?? 0, q.limit);
+  });
+
+  app.get("/templates/:templateID/builds/:buildID/logs", async (req) => {
+    const { templateID, buildID } = BuildParams.parse(req.params);
+    return o.builder.logs(templateID, buildID, BuildLogsQuery.parse(req.query));
   });
 
   app.post("/templates/tags", async (req, reply) => {
