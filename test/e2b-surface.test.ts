@@ -1,11 +1,12 @@
 // More of the e2b 2.51 surface, driven by the unmodified SDK against a real server and real
 // runsc sandboxes: list filters and order across pages, metrics kept over time and read by
-// range, passwordless sudo/su for the default user, and file metadata in user.e2b.* xattrs.
+// range, batch metrics and X-Total-Running, passwordless sudo/su for the default user, and file
+// metadata in user.e2b.* xattrs.
 import assert from "node:assert/strict";
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Sandbox } from "e2b";
+import { ApiClient, ConnectionConfig, Sandbox } from "e2b";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
@@ -86,6 +87,28 @@ describe("metrics over time", () => {
     assert.ok(whole.length >= m.length, "no range: the whole history");
     const bad = await server.api("GET", `/sandboxes/${a.sandboxId}/metrics?start=20&end=10`);
     assert.equal(bad.status, 400);
+  });
+});
+
+describe("batch metrics and X-Total-Running", () => {
+  test("the SDK's API client reads the latest metric of each running sandbox named; the list counts running ones", async () => {
+    const api = new ApiClient(new ConnectionConfig({ apiUrl: server.url, apiKey: server.apiKey })).api;
+    const unknown = `i${"0".repeat(20)}`;
+    const ids = [a.sandboxId, b.sandboxId, c.sandboxId, unknown];
+    const res = await api.GET("/sandboxes/metrics", { params: { query: { sandbox_ids: ids } } });
+    assert.equal(res.response.status, 200, JSON.stringify(res.error));
+    const got = res.data?.sandboxes ?? {};
+    // b is paused and the last ID names nothing: running sandboxes only.
+    assert.deepEqual(Object.keys(got).sort(), [a.sandboxId, c.sandboxId].sort());
+    assert.ok((got[a.sandboxId]?.memTotal ?? 0) > 0 && (got[a.sandboxId]?.cpuCount ?? 0) > 0);
+    const many = Array.from({ length: 101 }, (_, i) => `i${String(i).padStart(20, "0")}`);
+    const tooMany = await api.GET("/sandboxes/metrics", { params: { query: { sandbox_ids: many } } });
+    assert.equal(tooMany.response.status, 400);
+
+    const page = await server.api("GET", "/v2/sandboxes?limit=1&metadata=suite%3Dsurface");
+    assert.equal(page.status, 200);
+    assert.equal(page.headers.get("x-total-running"), "2", "a and c, before pagination");
+    assert.equal((await server.api("GET", "/v2/sandboxes?state=paused")).headers.get("x-total-running"), null);
   });
 });
 

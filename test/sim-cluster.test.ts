@@ -67,6 +67,24 @@ describe("a simulated node behind the gateway", () => {
     await back.kill();
   });
 
+  test("batch metrics and X-Total-Running through the gateway", async () => {
+    const s = await Sandbox.create(via(gw));
+    try {
+      const unknown = `i${"0".repeat(20)}`;
+      const m = await gwCall("GET", `/sandboxes/metrics?sandbox_ids=${s.sandboxId},${unknown}`);
+      assert.equal(m.status, 200, JSON.stringify(m.body));
+      const got = (m.body as { sandboxes: Record<string, { memTotal: number }> }).sandboxes;
+      assert.deepEqual(Object.keys(got), [s.sandboxId]);
+      assert.ok((got[s.sandboxId]?.memTotal ?? 0) > 0);
+      assert.equal((await gwCall("GET", "/sandboxes/metrics?sandbox_ids=")).status, 400);
+      const list = await fetch(`${gw}/v2/sandboxes?limit=1`, { headers: { "x-api-key": API_KEY } });
+      assert.equal(list.status, 200);
+      assert.ok(Number(list.headers.get("x-total-running")) >= 1, String(list.headers.get("x-total-running")));
+    } finally {
+      await s.kill();
+    }
+  });
+
   test("sandbox logs, v1 and v2, reach the owning node through the gateway", async () => {
     const s = await Sandbox.create(via(gw));
     try {

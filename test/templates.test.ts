@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Sandbox, Template } from "e2b";
+import { ApiClient, ConnectionConfig, Sandbox, Template } from "e2b";
 import { cleanupDataDir, getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
 let server: TestServer;
@@ -57,6 +57,31 @@ describe("template builds (e2b Template SDK)", () => {
     assert.equal(info.buildStatus, "ready");
     assert.deepEqual(info.names, ["tpl-web"]);
     assert.equal((info.builds as Array<{ status: string }>)[0]?.status, "ready");
+
+    // E2B's build logs route and the publish call its CLI makes, through the SDK's API client.
+    const api = new ApiClient(new ConnectionConfig({ apiUrl: server.url, apiKey: server.apiKey })).api;
+    const path = { templateID: built.templateId, buildID: String(info.buildID) };
+    const bl = await api.GET("/templates/{templateID}/builds/{buildID}/logs", {
+      params: { path, query: { limit: 1000 } },
+    });
+    assert.ok(
+      bl.data?.logs.some((e) => e.message === "step-output-marker"),
+      JSON.stringify(bl.error),
+    );
+    const last = await api.GET("/templates/{templateID}/builds/{buildID}/logs", {
+      params: { path, query: { direction: "backward", limit: 1 } },
+    });
+    assert.equal(last.data?.logs.length, 1);
+    assert.equal(last.data?.logs[0]?.timestamp, bl.data?.logs.at(-1)?.timestamp, "newest first");
+    const pub = await api.PATCH("/v2/templates/{templateID}", {
+      params: { path: { templateID: built.templateId } },
+      body: { public: true },
+    });
+    assert.deepEqual(pub.data, { names: ["tpl-web"] });
+    assert.equal(((await server.api("GET", "/templates/tpl-web")).body as { public: boolean }).public, true);
+    const v1 = await server.api("PATCH", "/templates/tpl-web", { public: "yes" });
+    assert.equal(v1.status, 400);
+    assert.equal((await server.api("PATCH", "/templates/no-such-template", { public: true })).status, 404);
 
     const sbx = await Sandbox.create("tpl-web");
     try {
