@@ -1,27 +1,7 @@
-/**
- * Code interpreter benchmark: the unmodified @e2b/code-interpreter SDK against a real
- * aenv-server and the `code-interpreter-v1` template.
- *
- *   1. create → first `runCode('1')` result from the server's warm pool (sandbox.warm_pool_min
- *      and _max at 2, the pool full before every timed create), p50 / p90.
- *   2. `runCode('1')` round trip on one sandbox, beside the template's own jupyter-server and
- *      kernel run on the host without gVisor (bench/jupyter-local.ts), sample for sample.
- *   3. The RL figure: a kernel builds a ~100 MB DataFrame once and is forked ×N until every
- *      child answered a cell that uses it, against N fresh sandboxes each building their own
- *      (BENCH_CI_FRESH_CONCURRENCY at a time), from a second server with the pool off.
- *
- *   node --import tsx bench/code-interpreter.ts        (part of `npm run bench`)
- *
- * Env: BENCH_CI_N (10), BENCH_CI_RT_N (50), BENCH_CI_FORKS (16), BENCH_CI_FRESH_CONCURRENCY (4),
- * BENCH_CI_DF_ROWS (1600000 rows × 8 float64 columns: 102 MB), BENCH_CI_TIMEOUT_S (900),
- * BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aec, 10.205.0.0/16); BENCH_SMOKE=1 makes the defaults
- * tiny. Writes bench/results/code-interpreter-latest.{json,md}.
- */
-import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "@e2b/code-interpreter";
-import { cleanupDataDir, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
+import { startServer, type TestServer, useE2b } from "../test/helpers/server.js";
 import {
   type CodeInterpreterReport,
   type CreateToFirstRun,
@@ -36,6 +16,7 @@ import { LocalJupyter } from "./jupyter-local.js";
 import { benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { memAvailableKiB, memAvailableMiB } from "./procmem.js";
+import { runscIds, stopBenchServer } from "./server-teardown.js";
 import { summarize } from "./stats.js";
 
 const SMOKE = process.env.BENCH_SMOKE === "1";
@@ -89,16 +70,7 @@ async function stopServer(): Promise<void> {
   const s = server;
   server = undefined;
   if (!s) return;
-  await Promise.race([s.stop(), sleep(30_000)]).catch(() => {});
-  // The server kills its sandboxes on SIGTERM; anything left goes here.
-  for (const id of runscIds(s)) {
-    try {
-      execFileSync("runsc", [`--root=${s.dataDir}/runsc`, "delete", "--force", id], { stdio: "ignore" });
-    } catch {
-      // gone meanwhile
-    }
-  }
-  cleanupDataDir(s);
+  await stopBenchServer(s);
 }
 
 async function cleanup(): Promise<void> {
@@ -114,16 +86,6 @@ for (const sig of ["SIGINT", "SIGTERM"] as const)
   });
 
 // ---- helpers -----------------------------------------------------------------------------------
-
-function runscIds(s: TestServer): string[] {
-  try {
-    return execFileSync("runsc", [`--root=${s.dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" })
-      .split("\n")
-      .filter(Boolean);
-  } catch {
-    return [];
-  }
-}
 
 /**
  * Until the server runs at most `keep` sandboxes (its pool's), at most 60 s: a kill's

@@ -1,38 +1,11 @@
-/**
- * Time to interactive, ComputeSDK's way (computesdk/benchmarks, METHODOLOGY.md): their public
- * sandbox benchmark run against aenv through their own E2B provider package, @computesdk/e2b,
- * unmodified. Each iteration (bench/tti-iteration.ts) times `compute.sandbox.create()`, their
- * identity probe and `node -v`, both of which must exit 0; the destroy is not timed. Three
- * modes as theirs: sequential, staggered (one launch every BENCH_TTI_STAGGER_MS) and burst (all
- * at once). Figures as theirs computes them (bench/tti-stats.ts), plus the split between the
- * three timed steps, failures by kind, and raw runsc (`run --detach` + one exec) beside them.
- *
- * Routing: @computesdk/e2b hands only `apiKey` to `Sandbox.create()` of the e2b package, which
- * is the repository's own e2b (npm dedupes it); its ConnectionConfig reads E2B_API_URL and
- * E2B_SANDBOX_URL from the environment on every call, and useE2b() points both at this run's
- * server (and drops E2B_DOMAIN), so no request leaves the host.
- *
- * Before the modes, one discarded warm-up create: a template's first create starts its warm
- * pool and warm image, which a server that has been running has. Between modes, leftovers are
- * killed and the server settles. Writes bench/results/tti-latest.{json,md}.
- *
- *   npm run bench -- tti          (part of `npm run bench`)
- *
- * Env: BENCH_TTI_MODES (sequential,staggered,burst), BENCH_TTI_N (sequential iterations, 100),
- * BENCH_TTI_STAGGER_N (100) and BENCH_TTI_STAGGER_MS (200), BENCH_TTI_BURST_N (100),
- * BENCH_TTI_RAW_N (raw runsc samples, 10), BENCH_TTI_TEMPLATE (unset: `create()` without
- * options, as theirs, i.e. `base`), BENCH_TTI_POOL_MAX (the server's warm pool bound; unset: its
- * default), BENCH_TTI_TIMEOUT_S (whole run, 1800), BENCH_NET_PREFIX / BENCH_SLOT_CIDR (aei,
- * 10.214.0.0/16); BENCH_SMOKE=1 makes the counts tiny.
- */
-import { execFileSync } from "node:child_process";
 import { lstatSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { e2b } from "@computesdk/e2b";
-import { cleanupDataDir, ROOT, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
+import { ROOT, startServer, type TestServer, useE2b } from "../test/helpers/server.js";
 import { benchLog, envNum, finishMeta, hostMeta } from "./meta.js";
 import { RESULTS, templateRootfs } from "./paths.js";
 import { RawRunsc } from "./raw-runsc.js";
+import { runscIds, stopBenchServer } from "./server-teardown.js";
 import { type Iteration, ReuseDetector, runIteration, type TtiCompute } from "./tti-iteration.js";
 import {
   MODES,
@@ -78,16 +51,6 @@ function pkgVersion(name: string): string {
     return typeof pkg.version === "string" ? pkg.version : "unknown";
   } catch {
     return "unknown";
-  }
-}
-
-function runscIds(s: TestServer): string[] {
-  try {
-    return execFileSync("runsc", [`--root=${s.dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" })
-      .split("\n")
-      .filter(Boolean);
-  } catch {
-    return [];
   }
 }
 
@@ -226,16 +189,7 @@ async function cleanup(): Promise<void> {
   const s = server;
   server = undefined;
   if (!s) return;
-  await Promise.race([s.stop(), sleep(30_000)]).catch(() => {});
-  // The server kills its sandboxes on SIGTERM; whatever a stuck stop left goes here.
-  for (const id of runscIds(s)) {
-    try {
-      execFileSync("runsc", [`--root=${s.dataDir}/runsc`, "delete", "--force", id], { stdio: "ignore" });
-    } catch {
-      // gone meanwhile
-    }
-  }
-  cleanupDataDir(s);
+  await stopBenchServer(s);
 }
 
 async function main(report: TtiReport): Promise<void> {
