@@ -111,3 +111,20 @@ test("no refill under way: a miss does not wait", async () => {
     await pool.close();
   }
 });
+
+test("forgetting a template waits for its restore in flight and removes its pooled sandboxes", async () => {
+  const { pool, seen } = fakePool({ restoreMs: 200, quiet: () => true });
+  try {
+    pool.take(TPL as Template);
+    await sleep(50);
+    const t0 = performance.now();
+    await pool.forget(TPL.id);
+    assert.ok(performance.now() - t0 >= 100, "waited for the restore that was reading the tree");
+    assert.equal(seen.restores, 1, "no refill after it");
+    assert.equal(seen.removed, 1, "the one it restored is removed, not pooled");
+    await sleep(300);
+    assert.equal(seen.restores, 1);
+  } finally {
+    await pool.close();
+  }
+});

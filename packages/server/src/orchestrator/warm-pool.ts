@@ -205,6 +205,21 @@ export class WarmPool {
     await this.d.runner.remove(p.live, true).catch(() => {});
   }
 
+  /**
+   * A template about to be deleted: its pooled sandboxes go, and a refill in flight (a restore
+   * that reads the template's tree) is waited for, so the tree is not removed under it.
+   */
+  async forget(templateId: string): Promise<void> {
+    for (const [k, pool] of [...this.pools]) {
+      if (pool.tpl.id !== templateId) continue;
+      this.pools.delete(k);
+      // No creates on record: the refill stops after the restore it is in.
+      this.creates.delete(k);
+      await pool.filling;
+      await Promise.all(pool.ready.splice(0).map((p) => this.discard(p)));
+    }
+  }
+
   /** Pools of templates nobody creates from any more are emptied. */
   private trim(): void {
     for (const [k, pool] of this.pools) {

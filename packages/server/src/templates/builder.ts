@@ -435,12 +435,19 @@ export class TemplateBuilder {
   }
 
   /** DELETE /templates/{id}: the catalog entry, its tree and its warm images. */
-  delete(ref: string): void {
+  async delete(ref: string): Promise<void> {
     const t = this.mustGet(ref);
-    if (t.buildStatus === "building") throw conflict(`template '${ref}' is being built`);
-    if (this.d.orch.templateInUse(t.id)) {
-      throw new ConflictError(`template '${ref}' is used by sandboxes or snapshots; remove them first`);
-    }
+    const check = () => {
+      if (t.buildStatus === "building") throw conflict(`template '${ref}' is being built`);
+      if (this.d.orch.templateInUse(t.id)) {
+        throw new ConflictError(`template '${ref}' is used by sandboxes or snapshots; remove them first`);
+      }
+    };
+    check();
+    // The warm pool may be restoring from the tree: it is emptied first, and the checks are
+    // made again after that wait, then the tree goes without another await.
+    await this.d.orch.pool.forget(t.id);
+    check();
     this.d.orch.warmImages.forget(t.id);
     this.d.templates.remove(t.id);
     void this.d.sync

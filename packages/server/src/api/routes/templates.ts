@@ -180,7 +180,7 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     // A template's name is never a snapshot's (see Sources.resolve): the template goes.
     const snapshot = o.templates.get(templateID) ? undefined : await o.orch.snapshots.find(templateID);
     if (snapshot) await o.orch.snapshots.delete(snapshot.id);
-    else o.builder.delete(templateID);
+    else await o.builder.delete(templateID);
     return reply.status(204).send();
   });
 }
