@@ -12,7 +12,7 @@ import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
-import type { StartGate } from "./start-gate.js";
+import { StartGate } from "./start-gate.js";
 import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
 import type { WarmImages } from "./warm-images.js";
 import type { Pooled, WarmPool } from "./warm-pool.js";
@@ -27,8 +27,6 @@ export interface CreateDeps {
   snapshots: Snapshots;
   warmImages: WarmImages;
   pool?: WarmPool;
-  /** Creates that start a sandbox (not a pooled one) take their turn here, or are refused. */
-  gate: StartGate;
   runtimeDir: string;
   volumes: VolumeLookup;
   log: Logger;
@@ -50,7 +48,17 @@ interface Plan {
  * or warm image) or a boot, envd initialised with its own token and environment.
  */
 export class Creator {
-  constructor(private readonly d: CreateDeps) {}
+  /** Creates that start a sandbox (not a pooled one) take their turn here, or are refused. */
+  private readonly gate: StartGate;
+
+  constructor(private readonly d: CreateDeps) {
+    this.gate = new StartGate({
+      concurrency: Math.max(1, d.cfg.createConcurrency),
+      maxWaitMs: d.cfg.createQueueMs,
+      // A restore from a warm image on an idle 2-core host, until starts are measured.
+      initialStartMs: 800,
+    });
+  }
 
   async create(req: CreateRequest): Promise<SandboxRecord> {
     const { registry } = this.d;
@@ -76,7 +84,7 @@ export class Creator {
       const claimed = await this.claim(pooled, plan, timeoutS);
       if (claimed) return claimed;
     }
-    return this.d.gate.run(() => this.start(req, plan, timeoutS));
+    return this.gate.run(() => this.start(req, plan, timeoutS));
   }
 
   /** A create that starts its sandbox: restored from a snapshot or warm image, or booted. */

@@ -38,7 +38,6 @@ import { type LogsFilter, mergeLogs } from "./sandbox-logs.js";
 import { SandboxNetwork } from "./sandbox-network.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
-import { StartGate } from "./start-gate.js";
 import { TemplateTrees } from "./template-trees.js";
 import { type VolumeLookup, volumeUsers } from "./volume-mounts.js";
 import { WarmImages } from "./warm-images.js";
@@ -168,12 +167,6 @@ export class Orchestrator {
     });
     this.creator = new Creator({
       pool: this.pool,
-      gate: new StartGate({
-        concurrency: Math.max(1, cfg.createConcurrency),
-        maxWaitMs: cfg.createQueueMs,
-        // A restore from a warm image on an idle 2-core host, until starts are measured.
-        initialStartMs: 800,
-      }),
       cfg,
       paths,
       store,
