@@ -49,6 +49,17 @@ export interface ImagesConfig {
   maxUnpackedEntries: number;
   /** A build that has not finished after this no longer holds up the builds queued behind it. */
   buildTimeoutMs: number;
+  /**
+   * One byte limit for the templates folder (image content, template trees, warm images,
+   * layer blobs); 0: none. Content of images started on demand is evicted least recently used
+   * first, never what a sandbox of this node needs.
+   */
+  cacheMaxBytes: number;
+  /**
+   * Image references a create may name as its template (an E2B create, through any SDK): a
+   * reference starting with one of these prefixes is pulled on demand. Empty: none; `*`: any.
+   */
+  onDemand: string[];
 }
 
 export interface VolumesConfig {
@@ -299,6 +310,11 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       maxUnpackedBytes: size("AENV_MAX_UNPACKED", "images.max_unpacked_bytes", 64 * 1024 ** 3),
       maxUnpackedEntries: Math.max(1, int("AENV_MAX_UNPACKED_ENTRIES", "images.max_unpacked_entries", 4_000_000)),
       buildTimeoutMs: Math.max(1, int("AENV_BUILD_TIMEOUT", "images.build_timeout_secs", 3600)) * 1000,
+      cacheMaxBytes: size("AENV_IMAGE_CACHE_MAX_BYTES", "images.cache_max_bytes", 0),
+      onDemand: (str("AENV_IMAGE_ON_DEMAND", "images.on_demand") ?? "")
+        .split(",")
+        .map((p) => p.trim())
+        .filter(Boolean),
     },
     volumes: volumesConfig(
       str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",

@@ -103,7 +103,7 @@ export async function startServer(
   );
   orch.startReaper();
   const gc = startRepositoryGc(cfg, repository, log);
-  const builds = startBuilds({ cfg, paths, templates, orch, ...(sync ? { sync } : {}), log });
+  const builds = await startBuilds({ cfg, paths, templates, orch, ...(sync ? { sync } : {}), log });
   let ready = false;
   let draining = false;
   const c = cfg.cluster;
@@ -124,6 +124,7 @@ export async function startServer(
       orch,
       templates,
       builder: builds.builder,
+      onDemand: builds.onDemand,
       files: builds.files,
       volumes: volumes.volumes,
       volumeContent: new VolumeContent(volumes.volumes.backend, cfg.volumes.maxSizeBytes),

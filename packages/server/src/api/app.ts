@@ -14,6 +14,7 @@ import type { VolumeContent } from "../storage/volumes/content.js";
 import { CONTENT_TYPE, countConnectionShed, countRequest, countUpgrade, scrape } from "../telemetry/prometheus.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { ContextFiles } from "../templates/context-files.js";
+import type { OnDemandImages } from "../templates/on-demand.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
@@ -30,6 +31,7 @@ export interface AppOptions {
   orch: Orchestrator;
   templates: TemplateStore;
   builder: TemplateBuilder;
+  onDemand: OnDemandImages;
   files: ContextFiles;
   volumes: VolumeCatalog;
   volumeContent: VolumeContent;
@@ -127,7 +129,7 @@ export function buildApp(o: AppOptions): App {
   void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch });
   void fastify.register(sandboxRoutes, {
     orch: o.orch,
-    builder: o.builder,
+    onDemand: o.onDemand,
     ctx: { domain: o.domain },
     secretBinding: (name) => o.secrets.bindingOf(name),
   });

@@ -1,19 +1,25 @@
 import { createHash } from "node:crypto";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { TemplateStore } from "../state/template-catalog.js";
-import { ImageStore } from "../storage/images/index.js";
+import { ContentStore, ImageStore } from "../storage/images/index.js";
+import { registerImageCache } from "../telemetry/prometheus.js";
 import { TemplateBuilder } from "../templates/builder.js";
 import { ContextFiles } from "../templates/context-files.js";
+import { ImageCache } from "../templates/image-cache.js";
 import { imageProvider } from "../templates/image-provider.js";
+import { OnDemandImages } from "../templates/on-demand.js";
 import type { TemplateSync } from "../templates/sync.js";
 import type { Component } from "./component.js";
 
 export interface Builds extends Component {
   builder: TemplateBuilder;
   files: ContextFiles;
+  onDemand: OnDemandImages;
+  cache: ImageCache;
 }
 
 export interface BuildsDeps {
@@ -25,36 +31,66 @@ export interface BuildsDeps {
   log: Logger;
 }
 
-/** Template builds: their uploaded build contexts, the image store they pull from, the builder. */
-export function startBuilds({ cfg, paths, templates, orch, sync, log }: BuildsDeps): Builds {
+/**
+ * Template builds: their uploaded build contexts, the image store they pull from, the builder;
+ * images started on demand and the byte limit of the templates folder.
+ */
+export async function startBuilds({ cfg, paths, templates, orch, sync, log }: BuildsDeps): Promise<Builds> {
   const files = new ContextFiles(
     paths.contextFiles,
     createHash("sha256").update(`upload-links\n${cfg.apiKey}`).digest("hex"),
     cfg.images.uploadLimitBytes,
   );
+  // Blobs are content-addressed and written atomically: every data dir on the host shares them.
+  const images = new ImageStore({
+    dir: paths.imageBlobs,
+    insecureRegistries: cfg.images.insecureRegistries,
+    allowPrivateRegistries: cfg.images.allowPrivateRegistries,
+    fetchTimeoutMs: cfg.images.fetchTimeoutMs,
+    maxManifestBytes: cfg.images.maxManifestBytes,
+    maxImageBytes: cfg.images.maxImageBytes,
+    maxUnpackedBytes: cfg.images.maxUnpackedBytes,
+    maxUnpackedEntries: cfg.images.maxUnpackedEntries,
+    ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
+    log: (msg) => log.child({ component: "images" }).info(msg),
+  });
   const builder = new TemplateBuilder({
     templates,
     orch,
     files,
-    // Blobs are content-addressed and written atomically: every data dir on the host shares them.
-    images: imageProvider(
-      new ImageStore({
-        dir: paths.imageBlobs,
-        insecureRegistries: cfg.images.insecureRegistries,
-        allowPrivateRegistries: cfg.images.allowPrivateRegistries,
-        fetchTimeoutMs: cfg.images.fetchTimeoutMs,
-        maxManifestBytes: cfg.images.maxManifestBytes,
-        maxImageBytes: cfg.images.maxImageBytes,
-        maxUnpackedBytes: cfg.images.maxUnpackedBytes,
-        maxUnpackedEntries: cfg.images.maxUnpackedEntries,
-        ...(cfg.images.authFile ? { authFile: cfg.images.authFile } : {}),
-        log: (msg) => log.child({ component: "images" }).info(msg),
-      }),
-    ),
+    images: imageProvider(images),
     ...(sync ? { sync } : {}),
     allowHostImageSources: cfg.images.allowHostSources,
     buildTimeoutMs: cfg.images.buildTimeoutMs,
     log: log.child({ component: "builds" }),
   });
-  return { builder, files, stop: () => builder.close() };
+  const content = new ContentStore(join(paths.imageBlobs, "files"));
+  let onDemand: OnDemandImages | undefined;
+  const cache = new ImageCache({
+    dir: paths.templatesDir,
+    blobDir: paths.imageBlobs,
+    content,
+    maxBytes: cfg.images.cacheMaxBytes,
+    evictable: () =>
+      templates
+        .list()
+        .filter(
+          (t) =>
+            t.onDemand && t.buildStatus === "ready" && !orch.templateInUse(t.id) && !(onDemand?.busy(t.id) ?? false),
+        ),
+    evict: (id) => builder.delete(id),
+    log: log.child({ component: "image-cache" }),
+  });
+  await cache.init();
+  registerImageCache(() => ({ used: cache.usedBytes, max: cache.maxBytes }));
+  onDemand = new OnDemandImages({
+    templates,
+    images,
+    content,
+    cache,
+    prefixes: cfg.images.onDemand,
+    allowHostSources: cfg.images.allowHostSources,
+    log: log.child({ component: "images" }),
+  });
+  return { builder, files, onDemand, cache, stop: () => builder.close() };
 }

@@ -34,9 +34,11 @@ export function describeNode(
     allocatedMemoryMiB: mem,
     checkpointKey: o.checkpointKey,
     version: o.version,
+    // An image started on demand is named by its reference in creates: the gateway places a
+    // create naming it on a node that holds it.
     templates: templates
       .list()
       .filter(usable)
-      .map((t) => t.id),
+      .flatMap((t) => (t.onDemand && t.fromImage ? [t.id, t.fromImage] : [t.id])),
   };
 }

@@ -92,6 +92,8 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.max_unpacked_bytes": "size",
   "images.max_unpacked_entries": "int",
   "images.build_timeout_secs": "int",
+  "images.cache_max_bytes": "size",
+  "images.on_demand": "string",
   "volumes.max_size_bytes": "size",
   "volumes.backend": "string",
 };

@@ -41,6 +41,8 @@ const TemplateFile = z.object({
   public: z.boolean().default(false),
   /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
   warm: z.boolean().default(true),
+  /** An image started on demand: the image cache may evict it when no sandbox uses it. */
+  onDemand: z.boolean().default(false),
   /**
    * E2B tags (`name:tag`); each names the build it was given to. A tag on an older build
    * starts that build's tree and settings (`builds/<buildId>.template.json`, see recordBuild).

@@ -151,6 +151,39 @@ export function countWarmImage(hit: boolean): void {
   warmImages.inc({ result: hit ? "hit" : "miss" });
 }
 
+const imageRequests = new Counter({
+  name: "aenv_image_cache_requests_total",
+  help: "Creates naming an image on demand: hit (its template was on the node) or miss (pulled)",
+  labelNames: ["result"] as const,
+  registers: [],
+});
+const imageFetched = new Counter({
+  name: "aenv_image_cache_fetched_bytes_total",
+  help: "Layer bytes fetched from registries for images started on demand",
+  registers: [],
+});
+const imageEvictions = new Counter({
+  name: "aenv_image_cache_evictions_total",
+  help: "What the image cache dropped to make room: layer blobs and on-demand templates",
+  labelNames: ["kind"] as const,
+  registers: [],
+});
+let imageCacheBytes: () => { used: number; max: number } = () => ({ used: 0, max: 0 });
+
+export function countImageRequest(hit: boolean, fetchedBytes = 0): void {
+  imageRequests.inc({ result: hit ? "hit" : "miss" });
+  if (fetchedBytes > 0) imageFetched.inc(fetchedBytes);
+}
+
+export function countImageEviction(kind: "blob" | "template"): void {
+  imageEvictions.inc({ kind });
+}
+
+/** Where the image cache's usage and limit are read at each scrape. */
+export function registerImageCache(read: () => { used: number; max: number }): void {
+  imageCacheBytes = read;
+}
+
 /** Compressed chunk bytes written to the snapshot repository. */
 export function countRepositoryUpload(bytes: number): void {
   repoUploaded.bytes += bytes;
@@ -188,6 +221,22 @@ export function registerNode(source: NodeSource): void {
   registry.registerMetric(warmImages);
   registry.registerMetric(sweeps);
   registry.registerMetric(pauseCommits);
+  registry.registerMetric(imageRequests);
+  registry.registerMetric(imageFetched);
+  registry.registerMetric(imageEvictions);
+  for (const r of ["hit", "miss"]) imageRequests.inc({ result: r }, 0);
+  for (const k of ["blob", "template"]) imageEvictions.inc({ kind: k }, 0);
+  new Gauge({
+    name: "aenv_image_cache_bytes",
+    help: "The templates folder's bytes (used) and its limit (max; 0: none), images.cache_max_bytes",
+    labelNames: ["kind"] as const,
+    registers: [registry],
+    collect() {
+      const b = imageCacheBytes();
+      this.set({ kind: "used" }, b.used);
+      this.set({ kind: "max" }, b.max);
+    },
+  });
   for (const op of OPERATIONS) opFailures.inc({ operation: op }, 0);
   for (const r of ["hit", "miss"]) warmImages.inc({ result: r }, 0);
   for (const k of ["hibernation", "retention"]) sweeps.inc({ kind: k }, 0);

@@ -35,7 +35,6 @@ const TAG_RE = /^[A-Za-z0-9_.-]{1,128}$/;
  */
 export class TemplateBuilder {
   private readonly builds = new Map<string, BuildRecord>();
-  private readonly imports = new Map<string, Promise<Template>>();
   private queue: Promise<unknown> = Promise.resolve();
   private closing = false;
 
@@ -191,33 +190,6 @@ export class TemplateBuilder {
       timer.unref();
     });
     this.queue = Promise.race([p.finally(() => clearTimeout(timer)), released]);
-    return p;
-  }
-
-  /**
-   * The template behind a cold start from an image: pulled and unpacked on first use (layers
-   * are cached), then reused. It has no warm image: cold starts boot.
-   */
-  importImage(ref: string): Promise<Template> {
-    this.checkSource(ref);
-    const name = `image-${createHash("sha256").update(ref).digest("hex").slice(0, 16)}`;
-    const existing = this.d.templates.get(name);
-    if (existing && usable(existing) && existing.fromImage === ref && existing.buildStatus === "ready") {
-      return Promise.resolve(existing);
-    }
-    let p = this.imports.get(name);
-    if (!p) {
-      p = (async () => {
-        const { template: t } = this.request({ name });
-        await this.start(t.id, t.buildId, { fromImage: ref, steps: [] }, { warm: false });
-        const done = this.mustGet(t.id);
-        if (done.buildStatus !== "ready") {
-          throw new InvalidRequestError(`image '${ref}' cannot be started: ${done.reason?.message ?? "import failed"}`);
-        }
-        return done;
-      })().finally(() => this.imports.delete(name));
-      this.imports.set(name, p);
-    }
     return p;
   }
 

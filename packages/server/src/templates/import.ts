@@ -7,7 +7,7 @@ import { publishTree } from "../util/durable-write.js";
 import { imageProvider } from "./image-provider.js";
 
 /** Whether the tree has an account, reading its /etc/passwd only if that is a plain file. */
-function hasAccount(rootfs: string, user: string): boolean {
+export function hasAccount(rootfs: string, user: string): boolean {
   const passwd = join(rootfs, "etc", "passwd");
   try {
     if (!lstatSync(join(rootfs, "etc")).isDirectory() || !lstatSync(passwd).isFile()) return false;

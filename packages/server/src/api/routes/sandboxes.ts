@@ -35,7 +35,7 @@ import type { MetricSample } from "../../orchestrator/metrics.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { ResumeOptions } from "../../orchestrator/pause-kinds.js";
 import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
-import type { TemplateBuilder } from "../../templates/builder.js";
+import type { OnDemandImages } from "../../templates/on-demand.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   apiState,
@@ -48,7 +48,7 @@ import {
 
 export interface SandboxRoutesOptions {
   orch: Orchestrator;
-  builder: TemplateBuilder;
+  onDemand: OnDemandImages;
   ctx: SerializeContext;
   /** A secret's binding, to refuse rules that would send it to a host it is not bound to. */
   secretBinding: BindingOf;
@@ -93,8 +93,12 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   const create = async (raw: unknown) => {
     const b = NewSandbox.parse(body(raw));
+    // A template named by an image reference the operator allows (images.on_demand): the
+    // E2B SDKs pass the string as it is, so `Sandbox.create("registry/repo:tag")` starts it.
+    const image = opts.onDemand.resolves(b.templateID) ? await opts.onDemand.template(b.templateID) : undefined;
     const rec = await orch.create({
-      templateID: b.templateID,
+      templateID: image?.id ?? b.templateID,
+      ...(image ? { cold: true } : {}),
       autoPauseMemory: b.autoPauseMemory,
       ...sandboxOptions(b, opts.secretBinding),
       ...(b.volumeMounts ? { volumeMounts: b.volumeMounts } : {}),
@@ -109,7 +113,7 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const b = ColdSandbox.parse(body(req.body));
     // Before the pull: a refused size costs no download.
     orch.checkDiskSize(b.diskSizeMB);
-    const tpl = await opts.builder.importImage(b.image);
+    const tpl = await opts.onDemand.template(b.image);
     const rec = await orch.create({
       templateID: tpl.id,
       cold: true,

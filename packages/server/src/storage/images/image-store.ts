@@ -9,6 +9,7 @@ import { publishTree } from "../../util/durable-write.js";
 import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
 import { authFilePath, loadCredentials } from "./auth.js";
 import { BlobStore, digestOf } from "./blob-store.js";
+import { onDisk } from "./content-store.js";
 import { decompressFile } from "./decompress.js";
 import { ImagePullError } from "./errors.js";
 import {
@@ -26,7 +27,7 @@ import { formatSource, parseSource } from "./reference.js";
 import { DEFAULT_MAX_MANIFEST_BYTES, RegistryClient } from "./registry-client.js";
 import { RegistryNet } from "./registry-net.js";
 import { readTar, type TarEntry } from "./tar.js";
-import { RootfsWriter, type UnpackStats } from "./unpack.js";
+import { type DiskBudget, RootfsWriter, type UnpackContent, type UnpackStats } from "./unpack.js";
 
 export interface ImageStoreOptions {
   /** Store root; blobs live in `<dir>/blobs/sha256/<hex>`. */
@@ -170,7 +171,7 @@ export class ImageStore {
   }
 
   /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
-  async pull(ref: string, onProgress?: ProgressCallback): Promise<PulledImage> {
+  async pull(ref: string, onProgress?: ProgressCallback, budget?: DiskBudget): Promise<PulledImage> {
     const src = this.source(ref);
     const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0 };
     const root =
@@ -233,16 +234,24 @@ export class ImageStore {
       this.log(`warning: ${src.name} is ${formatPlatform(platform)}, not ${formatPlatform(this.platform)}`);
     }
     const progress = new ProgressTracker("pull", manifest.layers, onProgress);
-    await eachLimit(manifest.layers, this.opts.concurrency ?? 3, async (l, i) => {
-      let started = false;
-      const r = await fetchBlob(l, (n) => {
-        if (!started) progress.state(i, "downloading");
-        started = true;
-        progress.bytes(i, n);
+    let missing = 0;
+    for (const l of manifest.layers) if (!(await this.blobs.has(l.digest, l.size))) missing += l.size;
+    const fetched = missing > 0 && budget ? await budget.room(missing) : undefined;
+    const before = transfer.bytesFetched;
+    try {
+      await eachLimit(manifest.layers, this.opts.concurrency ?? 3, async (l, i) => {
+        let started = false;
+        const r = await fetchBlob(l, (n) => {
+          if (!started) progress.state(i, "downloading");
+          started = true;
+          progress.bytes(i, n);
+        });
+        if (r === "cached") transfer.layersCached++;
+        progress.state(i, r === "cached" ? "cached" : "done");
       });
-      if (r === "cached") transfer.layersCached++;
-      progress.state(i, r === "cached" ? "cached" : "done");
-    });
+    } finally {
+      fetched?.(onDisk(transfer.bytesFetched - before));
+    }
     this.log(
       `pulled ${src.name}: ${manifest.layers.length} layers, ${transfer.blobsFetched} blobs fetched (${transfer.bytesFetched} bytes), ${transfer.layersCached} layers cached`,
     );
@@ -267,6 +276,8 @@ export class ImageStore {
     image: Pick<PulledImage, "ref" | "layers" | "diffIds">,
     destDir: string,
     onProgress?: ProgressCallback,
+    /** Store files by content and link them (trees that are only read: see ContentStore). */
+    content?: UnpackContent,
   ): Promise<UnpackResult> {
     for (const l of image.layers) {
       if (!(await this.blobs.has(l.digest, l.size))) {
@@ -280,7 +291,7 @@ export class ImageStore {
     await mkdir(dirname(destDir), { recursive: true });
     const tmp = join(dirname(destDir), `.${basename(destDir)}.partial-${randomBytes(6).toString("hex")}`);
     await mkdir(tmp, { mode: 0o755 });
-    const writer = new RootfsWriter(tmp, this.log);
+    const writer = new RootfsWriter(tmp, this.log, content);
     const progress = new ProgressTracker("unpack", image.layers, onProgress);
     const maxBytes = this.opts.maxUnpackedBytes ?? DEFAULT_MAX_UNPACKED_BYTES;
     const maxEntries = this.opts.maxUnpackedEntries ?? DEFAULT_MAX_UNPACKED_ENTRIES;

@@ -1,5 +1,6 @@
 /** Public surface of the OCI image library (see docs/images.md). */
 export { BlobStore } from "./blob-store.js";
+export { ContentStore, type FileMeta, onDisk } from "./content-store.js";
 export { type ImageErrorCode, ImagePullError, UnsafeLayerError } from "./errors.js";
 export {
   ImageStore,
@@ -18,4 +19,4 @@ export {
   parseReference,
   parseSource,
 } from "./reference.js";
-export type { UnpackStats } from "./unpack.js";
+export type { DiskBudget, UnpackContent, UnpackStats } from "./unpack.js";

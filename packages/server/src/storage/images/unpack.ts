@@ -22,6 +22,7 @@ import {
   utimes,
 } from "node:fs/promises";
 import { join } from "node:path";
+import { type ContentStore, onDisk } from "./content-store.js";
 import { ImagePullError, UnsafeLayerError } from "./errors.js";
 import type { TarEntry, TarHeader } from "./tar.js";
 
@@ -37,6 +38,10 @@ export interface UnpackStats {
   skippedOther: number;
   /** Entries whose xattrs were not applied (Node cannot set xattrs). */
   xattrsIgnored: number;
+  /** Files linked to content the node already stored (unpacks through a content store). */
+  sharedFiles: number;
+  /** Bytes this unpack added to the node's disk (files, in whole blocks; shared ones are free). */
+  newBytes: number;
 }
 
 export const emptyStats = (): UnpackStats => ({
@@ -48,6 +53,8 @@ export const emptyStats = (): UnpackStats => ({
   skippedDevices: 0,
   skippedOther: 0,
   xattrsIgnored: 0,
+  sharedFiles: 0,
+  newBytes: 0,
 });
 
 const WH = ".wh.";
@@ -89,6 +96,20 @@ async function lstatOrNull(p: string) {
   }
 }
 
+/**
+ * Room on a bounded disk: `room(bytes)` waits while space is made for up to `bytes` more, or
+ * throws if none can be; the function it returns is called with what was really added.
+ */
+export interface DiskBudget {
+  room(bytes: number): Promise<(added: number) => void>;
+}
+
+/** Where an unpack stores file content, and the budget it writes within. */
+export interface UnpackContent {
+  store: ContentStore;
+  budget: DiskBudget;
+}
+
 export class RootfsWriter {
   readonly stats = emptyStats();
   private readonly dirMeta = new Map<string, DirMeta>();
@@ -98,9 +119,13 @@ export class RootfsWriter {
   /** Paths known to be real directories; cleared whenever something is removed or replaced. */
   private knownDirs = new Set<string>();
 
+  /** Content keys this tree links (see ContentStore.place). */
+  private readonly treeKeys = new Set<string>();
+
   constructor(
     readonly root: string,
     private readonly log: (msg: string) => void = () => {},
+    private readonly content?: UnpackContent,
   ) {}
 
   /**
@@ -218,6 +243,20 @@ export class RootfsWriter {
         return;
       }
       case "file": {
+        if (this.content && h.size > 0) {
+          const done = await this.content.budget.room(onDisk(h.size));
+          let placed = { newBytes: onDisk(h.size), shared: false };
+          try {
+            await this.clear(abs, false);
+            placed = await this.content.store.place(body, h, abs, this.treeKeys);
+          } finally {
+            done(placed.newBytes);
+          }
+          this.stats.newBytes += placed.newBytes;
+          if (placed.shared) this.stats.sharedFiles++;
+          this.stats.files++;
+          return;
+        }
         const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
         // O_EXCL first: most paths are new, and the lstat+rm of clear() is only needed when not.
         const fh = await open(abs, flags, 0o600).catch(async (e: NodeJS.ErrnoException) => {
@@ -234,6 +273,7 @@ export class RootfsWriter {
         } finally {
           await fh.close();
         }
+        this.stats.newBytes += onDisk(h.size);
         this.stats.files++;
         return;
       }

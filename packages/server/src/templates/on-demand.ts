@@ -1,0 +1,132 @@
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { InvalidRequestError } from "../errors.js";
+import { newTemplateId } from "../state/ids.js";
+import { DEFAULT_PATH, type Template, type TemplateStore, usable } from "../state/template-catalog.js";
+import { type ContentStore, ImagePullError, type ImageStore, isHostPathSource } from "../storage/images/index.js";
+import { countImageRequest } from "../telemetry/prometheus.js";
+import type { ImageCache } from "./image-cache.js";
+import { hasAccount } from "./import.js";
+
+export interface OnDemandDeps {
+  templates: TemplateStore;
+  images: ImageStore;
+  content: ContentStore;
+  cache: ImageCache;
+  /** Reference prefixes a create may name as its template (images.on_demand); `*` is any. */
+  prefixes: string[];
+  allowHostSources: boolean;
+  log: Logger;
+}
+
+/** The template name an image started on demand is kept under. */
+export const onDemandName = (ref: string) => `image-${createHash("sha256").update(ref).digest("hex").slice(0, 16)}`;
+
+/**
+ * Images started without an import: the first start of an image on this node pulls it (layers
+ * the node holds are not fetched again) and unpacks it through the content store, so what it
+ * shares with images already here costs no disk; later starts find its template at once. The
+ * template boots cold (no warm image) and is the image cache's to evict when unused.
+ */
+export class OnDemandImages {
+  private readonly inflight = new Map<string, Promise<Template>>();
+
+  constructor(private readonly d: OnDemandDeps) {}
+
+  /** Whether a create's template names an image this node may pull (and no template has that name). */
+  resolves(templateRef: string): boolean {
+    if (this.d.templates.get(templateRef)) return false;
+    if (isHostPathSource(templateRef)) return false;
+    return this.d.prefixes.some((p) => p === "*" || templateRef.startsWith(p));
+  }
+
+  /** Imports on demand right now (their references), for the cache's eviction to leave alone. */
+  busy(id: string): boolean {
+    return [...this.inflight.keys()].some((ref) => this.d.templates.get(onDemandName(ref))?.id === id);
+  }
+
+  /** The template of image `ref`, pulled and unpacked here on first use. */
+  template(ref: string): Promise<Template> {
+    if (isHostPathSource(ref) && !this.d.allowHostSources) {
+      throw new InvalidRequestError(
+        `image '${ref}' names a path on the server's host; only registry images are accepted here ` +
+          "(an operator may allow host paths with images.allow_host_sources / AENV_ALLOW_HOST_IMAGE_SOURCES)",
+      );
+    }
+    const name = onDemandName(ref);
+    const existing = this.d.templates.get(name);
+    if (existing && usable(existing) && existing.fromImage === ref && existing.buildStatus === "ready") {
+      this.d.cache.touch(existing.id);
+      countImageRequest(true);
+      return Promise.resolve(existing);
+    }
+    let p = this.inflight.get(ref);
+    if (!p) {
+      p = this.pull(ref, name, existing).finally(() => this.inflight.delete(ref));
+      this.inflight.set(ref, p);
+    }
+    return p;
+  }
+
+  private async pull(ref: string, name: string, existing: Template | undefined): Promise<Template> {
+    const t0 = Date.now();
+    const id = existing?.id ?? newTemplateId();
+    const revision = (existing?.revision ?? 0) + 1;
+    const rootfsDir = `rootfs-r${revision}`;
+    const dest = join(this.d.templates.dir, id, rootfsDir);
+    try {
+      const img = await this.d.images.pull(ref, undefined, this.d.cache);
+      const stats = await this.d.cache.pinning(
+        img.layers.map((l) => l.digest),
+        () => this.d.images.unpack(img, dest, undefined, { store: this.d.content, budget: this.d.cache }),
+      );
+      const user = img.config.user || "root";
+      if (user !== "root" && user !== "0" && !hasAccount(dest, user)) {
+        this.d.templates.remove(id);
+        throw new InvalidRequestError(`image ${ref} has no account '${user}' (set the image's User)`);
+      }
+      const now = new Date().toISOString();
+      const t = this.d.templates.save({
+        id,
+        name,
+        revision,
+        rootfsDir,
+        user,
+        workdir: img.config.workdir || (user === "root" ? "/root" : `/home/${user}`),
+        env: { PATH: DEFAULT_PATH, ...img.config.env },
+        cpuCount: 2,
+        memoryMB: 1024,
+        diskSizeMB: 2048,
+        createdAt: existing?.createdAt ?? now,
+        fromImage: ref,
+        imageDigest: img.digest,
+        buildId: `on-demand-r${revision}`,
+        buildStatus: "ready",
+        warm: false,
+        onDemand: true,
+      });
+      this.d.cache.touch(t.id);
+      countImageRequest(false, img.transfer.bytesFetched);
+      this.d.log.info(
+        {
+          image: ref,
+          template: t.id,
+          ms: Date.now() - t0,
+          fetchedBytes: img.transfer.bytesFetched,
+          newBytes: stats.newBytes,
+          sharedFiles: stats.sharedFiles,
+          files: stats.files,
+        },
+        "image started on demand",
+      );
+      return t;
+    } catch (err) {
+      if (!existing) this.d.templates.remove(id);
+      if (err instanceof ImagePullError) {
+        throw new InvalidRequestError(`image '${ref}' cannot be started: ${err.message}`);
+      }
+      throw err;
+    }
+  }
+}
