@@ -199,7 +199,8 @@ export class RootfsWriter {
       try {
         await this.apply(e);
       } catch (err) {
-        if (err instanceof ImagePullError) throw err;
+        // What is not the filesystem's (a disk budget's refusal) is the caller's to report.
+        if (err instanceof ImagePullError || !(err as NodeJS.ErrnoException).syscall) throw err;
         throw new ImagePullError(
           "bad-layer",
           `cannot unpack ${JSON.stringify(e.header.name)}: ${(err as Error).message}`,
@@ -236,7 +237,12 @@ export class RootfsWriter {
     this.layerPaths.add(rel);
     switch (h.type) {
       case "dir": {
-        if (!(await this.clear(abs, true))) await mkdir(abs, { mode: 0o700 });
+        if (!(await this.clear(abs, true))) {
+          // A folder takes a block of its own: counted where the disk is bounded.
+          const done = await this.content?.budget.room(4096);
+          await mkdir(abs, { mode: 0o700 });
+          done?.(4096);
+        }
         this.knownDirs.add(rel);
         this.dirMeta.set(rel, meta(h));
         this.stats.dirs++;
