@@ -21,7 +21,8 @@ let work: string;
 let templatesDir: string;
 const sandboxes: string[] = [];
 
-const du = () => Number(execFileSync("du", ["-sx", "--block-size=1", templatesDir], { encoding: "utf8" }).split("\t")[0]);
+const du = () =>
+  Number(execFileSync("du", ["-sx", "--block-size=1", templatesDir], { encoding: "utf8" }).split("\t")[0]);
 const ref = (n: number) => `${registry.host}/fam:i${n}`;
 
 interface ListedTemplate {

@@ -51,10 +51,13 @@ export function imageFamily(dir: string, o: FamilyOptions): { tags: string[]; ba
     ...APPLETS.map((a): TarSpec => ({ name: `bin/${a}`, type: "symlink", linkname: "busybox" })),
     { name: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
     { name: "etc/group", content: "root:x:0:\n" },
-    ...Array.from({ length: o.baseFiles }, (_, i): TarSpec => ({
-      name: `shared/f${i}`,
-      content: seededBytes(`base-${i}`, o.baseFileBytes),
-    })),
+    ...Array.from(
+      { length: o.baseFiles },
+      (_, i): TarSpec => ({
+        name: `shared/f${i}`,
+        content: seededBytes(`base-${i}`, o.baseFileBytes),
+      }),
+    ),
   ];
   const layout = new OciLayout(dir);
   const baseLayer = { tar: makeTar(base), compression: c };
@@ -63,10 +66,13 @@ export function imageFamily(dir: string, o: FamilyOptions): { tags: string[]; ba
     const own: TarSpec[] = [
       { name: "own/", type: "dir" },
       { name: "id.txt", content: `image ${n}\n` },
-      ...Array.from({ length: o.ownFiles }, (_, i): TarSpec => ({
-        name: `own/f${i}`,
-        content: seededBytes(`own-${n}-${i}`, o.ownFileBytes),
-      })),
+      ...Array.from(
+        { length: o.ownFiles },
+        (_, i): TarSpec => ({
+          name: `own/f${i}`,
+          content: seededBytes(`own-${n}-${i}`, o.ownFileBytes),
+        }),
+      ),
     ];
     const img = layout.image({
       layers: [baseLayer, { tar: makeTar(own), compression: c }],
