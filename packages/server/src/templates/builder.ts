@@ -1,10 +1,10 @@
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { BuildLogs, BuildStatus } from "@aenv/protocol";
 import type { BuildLogsQuery } from "@aenv/protocol/rest";
 import type { Logger } from "pino";
-import { badRequest, ConflictError, conflict, InvalidRequestError, notFound } from "../errors.js";
+import { badRequest, ConflictError, conflict, notFound } from "../errors.js";
 import { envdProcess } from "../orchestrator/envd-process.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { newTemplateId } from "../state/ids.js";
