@@ -66,6 +66,8 @@ export class TestCluster {
   private readonly simNodes = new Set<string>();
   private slot = 0;
   private readonly templateDirs: string[] = [];
+  /** Each node's own templates dir (its image store is `<dir>/.images`). */
+  readonly templatesDirOf = new Map<string, string>();
   redis!: ChildProcess;
   redisUrl = "";
   /** With `start({ sentinel: true })`: the primary, replica and sentinels the cluster uses. */
@@ -134,6 +136,7 @@ export class TestCluster {
     const n = this.slot++;
     const templatesDir = mkdtempSync(`/var/tmp/aenv-cluster-templates-${id}-`);
     this.templateDirs.push(templatesDir);
+    this.templatesDirOf.set(id, templatesDir);
     if (!opts.emptyTemplates) {
       // base only (its warm images, blobs and uploads each node makes itself): a node commits
       // the templates it joins with to the repository, and the others are gigabytes.

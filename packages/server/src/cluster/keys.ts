@@ -12,6 +12,8 @@
  *   aenv:snapshot:{name}     the node that took a snapshot (ID or name), for an hour: starts
  *                            from it go there first (its image is local, no fetch)
  *   aenv:lock:{name}         short locks (a resume moving a sandbox to another node)
+ *   aenv:blob:{digest}       set of nodes holding an image layer blob (with cluster.p2p):
+ *                            others fetch it from them before the registry
  *
  * Times written by the cluster (`updatedAt`, reservation scores) are Redis's own clock
  * (TIME), so hosts with skewed clocks still agree on what came first.
@@ -28,6 +30,7 @@ export const keys = {
   checkpointKeys: "aenv:checkpoint-keys",
   snapshot: (name: string) => `aenv:snapshot:${name}`,
   lock: (name: string) => `aenv:lock:${name}`,
+  blob: (digest: string) => `aenv:blob:${digest}`,
 };
 
 /** What a node publishes about itself every heartbeat (E2B's node shape is built from it). */

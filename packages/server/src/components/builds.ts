@@ -5,7 +5,7 @@ import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { TemplateStore } from "../state/template-catalog.js";
-import { ContentStore, ImageStore } from "../storage/images/index.js";
+import { ContentStore, ImageStore, type PeerBlobs } from "../storage/images/index.js";
 import { registerImageCache } from "../telemetry/prometheus.js";
 import { TemplateBuilder } from "../templates/builder.js";
 import { ContextFiles } from "../templates/context-files.js";
@@ -20,6 +20,9 @@ export interface Builds extends Component {
   files: ContextFiles;
   onDemand: OnDemandImages;
   cache: ImageCache;
+  images: ImageStore;
+  /** Layers from the cluster's other nodes first; the cache unpublishes the blobs it drops. */
+  usePeers(peers: PeerBlobs & { forget(digest: string): void }): void;
 }
 
 export interface BuildsDeps {
@@ -92,5 +95,16 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
     allowHostSources: cfg.images.allowHostSources,
     log: log.child({ component: "images" }),
   });
-  return { builder, files, onDemand, cache, stop: () => builder.close() };
+  return {
+    builder,
+    files,
+    onDemand,
+    cache,
+    images,
+    usePeers(peers) {
+      images.usePeers(peers);
+      cache.onBlobDropped = (digest) => peers.forget(digest);
+    },
+    stop: () => builder.close(),
+  };
 }

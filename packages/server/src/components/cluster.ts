@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
 import { NodeAgent } from "../cluster/node-agent.js";
+import { RedisPeerBlobs } from "../cluster/peer-blobs.js";
 import { describeRedisTarget, openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
@@ -9,6 +10,8 @@ import type { Component } from "./component.js";
 export interface ClusterMember extends Component {
   /** Publishes the node now (a draining node, before it pauses its sandboxes). */
   beat(): Promise<void>;
+  /** Layer blobs from the other nodes (with cluster.p2p). */
+  peers?: RedisPeerBlobs;
 }
 
 /** The node in its cluster: registered in Redis, its heartbeat and sandbox ownership kept there. */
@@ -17,6 +20,7 @@ export async function joinCluster(
   describe: () => Omit<NodeInfo, "updatedAt">,
   orch: Orchestrator,
   log: Logger,
+  apiKey: string,
 ): Promise<ClusterMember> {
   // The client library is loaded there: a single node (the common case) never needs it (~0.1 s).
   const redis = await openRedis(c.redis, log, { wait: true });
@@ -42,8 +46,12 @@ export async function joinCluster(
   orch.onStopped(() => agent.nudge());
   await agent.start();
   log.info({ nodeId: c.nodeId, url: c.advertiseUrl, redis: describeRedisTarget(c.redis) }, "joined the cluster");
+  const peers = c.p2p
+    ? new RedisPeerBlobs({ redis, nodeId: c.nodeId, apiKey, log: log.child({ component: "p2p" }) })
+    : undefined;
   return {
     beat: () => agent.beat(),
+    ...(peers ? { peers } : {}),
     async stop() {
       await agent.stop();
       await redis.quit().catch(() => {});

@@ -10,6 +10,8 @@ export interface ClusterConfig {
   nodeId: string;
   /** Where gateways reach this node (default http://LISTEN). */
   advertiseUrl: string;
+  /** Image layers are fetched from other nodes that hold them before the registry (off by default). */
+  p2p: boolean;
 }
 
 /** What the command line gave (it wins over the environment and the file). */
@@ -54,5 +56,6 @@ export function clusterConfig(
       flags.advertiseUrl ??
       r.str("AENV_ADVERTISE_URL", "cluster.advertise_url") ??
       `http://${advertiseHost}:${listen.port}`,
+    p2p: r.bool("AENV_P2P", "cluster.p2p", false),
   };
 }

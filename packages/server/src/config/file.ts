@@ -76,6 +76,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "cluster.master_name": "string",
   "cluster.node_id": "string",
   "cluster.advertise_url": "string",
+  "cluster.p2p": "bool",
   "cache.dir": "string",
   "cache.max_bytes": "size",
   "cache.cache_on_commit": "bool",

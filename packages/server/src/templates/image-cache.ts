@@ -47,6 +47,8 @@ export class ImageCache implements DiskBudget {
   /** Blobs an unpack in progress reads: never dropped under it. */
   private readonly pinned = new Map<string, number>();
   private making: Promise<void> | undefined;
+  /** Told of each layer blob dropped (a cluster's holder index forgets this node). */
+  onBlobDropped: ((digest: string) => void) | undefined;
 
   constructor(private readonly d: ImageCacheDeps) {}
 
@@ -161,6 +163,7 @@ export class ImageCache implements DiskBudget {
       if (freed >= need) break;
       if (this.pinned.has(b.digest)) continue;
       await unlink(b.path).catch(() => {});
+      this.onBlobDropped?.(b.digest);
       freed += b.size;
       this.used -= b.size;
       countImageEviction("blob");

@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import type { Readable } from "node:stream";
 import { publishTree } from "../../util/durable-write.js";
 import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
 import { authFilePath, loadCredentials } from "./auth.js";
@@ -60,7 +61,21 @@ export interface ImageStoreOptions {
   maxUnpackedEntries?: number;
 }
 
+/**
+ * Other holders of blobs (nodes of a cluster), asked before the registry. What a peer sends is
+ * verified like what a registry sends (digest and size): a peer is a faster path, never a
+ * trusted one, and a blob a peer gets wrong is fetched from the next holder or the registry.
+ */
+export interface PeerBlobs {
+  /** Who may hold the blob, nearest first; each `open` streams it or throws. */
+  holders(digest: string): Promise<Array<{ name: string; open(): Promise<Readable> }>>;
+  /** This store holds these blobs now (fetched or found). */
+  holding(digests: string[]): void;
+}
+
 export const DEFAULT_MAX_IMAGE_BYTES = 32 * 1024 ** 3;
+/** Smaller blobs (configs, tiny layers) come from the registry: a peer round trip saves nothing. */
+const PEER_MIN_BYTES = 64 * 1024;
 // maxImageBytes counts what a registry sends; a few KiB of gzip or zstd unpack to any size,
 // and the diff_ids (the registry's word too) agree with whatever they hold. These bound what
 // an unpack writes to the host's disk, and its memory (the writer keeps each entry's path).
@@ -87,7 +102,7 @@ export interface PulledImage {
   diffIds: string[];
   platform: Platform;
   /** What this pull moved: zero blobs when everything was already stored. */
-  transfer: { blobsFetched: number; bytesFetched: number; layersCached: number };
+  transfer: { blobsFetched: number; bytesFetched: number; layersCached: number; bytesFromPeers: number };
 }
 
 export interface UnpackResult extends UnpackStats {
@@ -151,6 +166,32 @@ export class ImageStore {
     }
   }
 
+  private peers: PeerBlobs | undefined;
+
+  /** Asks these peers for layers before the registry (a cluster node, once it has joined). */
+  usePeers(peers: PeerBlobs): void {
+    this.peers = peers;
+  }
+
+  /** The blob from the first peer that sends it intact; undefined when none did. */
+  private async fromPeers(
+    d: { digest: string; size: number },
+    onBytes: (n: number) => void,
+  ): Promise<"cached" | "fetched" | undefined> {
+    if (!this.peers || d.size < PEER_MIN_BYTES) return undefined;
+    if (await this.blobs.has(d.digest, d.size)) return "cached";
+    for (const h of await this.peers.holders(d.digest).catch(() => [])) {
+      try {
+        const r = await this.blobs.ensure(d.digest, d.size, () => h.open(), onBytes);
+        this.log(`blob ${d.digest.slice(0, 19)} from peer ${h.name}`);
+        return r;
+      } catch (err) {
+        this.log(`blob ${d.digest.slice(0, 19)} refused from peer ${h.name}: ${(err as Error).message}`);
+      }
+    }
+    return undefined;
+  }
+
   /** Fetches a manifest by digest, from the store when it is there, verifying it either way. */
   private async manifestByDigest(src: ImageSource, digest: string) {
     if (await this.blobs.has(digest)) return { bytes: await this.blobs.read(digest), mediaType: "" };
@@ -173,7 +214,7 @@ export class ImageStore {
   /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
   async pull(ref: string, onProgress?: ProgressCallback, budget?: DiskBudget): Promise<PulledImage> {
     const src = this.source(ref);
-    const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0 };
+    const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0, bytesFromPeers: 0 };
     const root =
       src.pinnedDigest && (await this.blobs.has(src.pinnedDigest))
         ? { bytes: await this.blobs.read(src.pinnedDigest), mediaType: "", pinned: src.pinnedDigest }
@@ -207,15 +248,13 @@ export class ImageStore {
     // Config first: small, and it says whether this is an image for us at all.
     const fetchBlob = async (d: { digest: string; size: number }, onBytes?: (n: number) => void) => {
       let n = 0;
-      const r = await this.blobs.ensure(
-        d.digest,
-        d.size,
-        () => src.blob(d.digest),
-        (b) => {
-          n = b;
-          onBytes?.(b);
-        },
-      );
+      const count = (b: number) => {
+        n = b;
+        onBytes?.(b);
+      };
+      let r = await this.fromPeers(d, count);
+      if (r === "fetched") transfer.bytesFromPeers += n;
+      r ??= await this.blobs.ensure(d.digest, d.size, () => src.blob(d.digest), count);
       if (r === "fetched") {
         transfer.blobsFetched++;
         transfer.bytesFetched += n;
@@ -252,6 +291,7 @@ export class ImageStore {
     } finally {
       fetched?.(onDisk(transfer.bytesFetched - before));
     }
+    this.peers?.holding(manifest.layers.map((l) => l.digest));
     this.log(
       `pulled ${src.name}: ${manifest.layers.length} layers, ${transfer.blobsFetched} blobs fetched (${transfer.bytesFetched} bytes), ${transfer.layersCached} layers cached`,
     );

@@ -6,6 +6,7 @@ export {
   ImageStore,
   type ImageStoreOptions,
   type LayerDescriptor,
+  type PeerBlobs,
   type PulledImage,
   type UnpackResult,
 } from "./image-store.js";

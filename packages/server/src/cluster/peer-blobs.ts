@@ -1,0 +1,72 @@
+import { Readable } from "node:stream";
+import type { Redis } from "ioredis";
+import type { Logger } from "pino";
+import type { PeerBlobs } from "../storage/images/index.js";
+import { keys, type NodeInfo } from "./keys.js";
+
+/** A holder's entry outlives a lost forget (a node that died): a stale one costs one refused request. */
+const HOLDER_TTL_S = 7 * 24 * 3600;
+/** A peer that has not answered (headers) by then, or sends nothing for this long, is given up on. */
+const PEER_TIMEOUT_MS = 10_000;
+
+/** Where a node serves the blobs it holds to its peers (the node API, behind the API key). */
+export const peerBlobPath = (digest: string) => `/cluster/blobs/${digest.replace(":", "/")}`;
+
+/**
+ * Layer blobs from the cluster's other nodes before the registry: Redis keeps, per blob, the
+ * nodes that hold it (`aenv:blob:{digest}`); a node asks them in random order over their API
+ * and verifies what arrives (see ImageStore). A popular image is then pulled from its registry
+ * about once per cluster, and later nodes copy it over the cluster's own network.
+ */
+export class RedisPeerBlobs implements PeerBlobs {
+  constructor(private readonly d: { redis: Redis; nodeId: string; apiKey: string; log: Logger }) {}
+
+  async holders(digest: string) {
+    const ids = (await this.d.redis.smembers(keys.blob(digest))).filter((id) => id !== this.d.nodeId);
+    ids.sort(() => Math.random() - 0.5);
+    const out: Array<{ name: string; open(): Promise<Readable> }> = [];
+    for (const id of ids) {
+      const raw = await this.d.redis.get(keys.node(id));
+      if (!raw) continue; // not alive: its disk is not reachable
+      const node = JSON.parse(raw) as NodeInfo;
+      out.push({ name: id, open: () => this.open(node.url, digest) });
+    }
+    return out;
+  }
+
+  holding(digests: string[]): void {
+    if (digests.length === 0) return;
+    const m = this.d.redis.multi();
+    for (const d of digests) m.sadd(keys.blob(d), this.d.nodeId).expire(keys.blob(d), HOLDER_TTL_S);
+    m.exec().catch((err: Error) => this.d.log.warn({ err: err.message }, "blob holders not published"));
+  }
+
+  forget(digest: string): void {
+    this.d.redis
+      .srem(keys.blob(digest), this.d.nodeId)
+      .catch((err: Error) => this.d.log.warn({ err: err.message }, "blob holder not removed"));
+  }
+
+  private async open(url: string, digest: string): Promise<Readable> {
+    const ac = new AbortController();
+    let timer = setTimeout(() => ac.abort(new Error("peer did not answer")), PEER_TIMEOUT_MS);
+    const res = await fetch(`${url}${peerBlobPath(digest)}`, {
+      headers: { "x-api-key": this.d.apiKey },
+      signal: ac.signal,
+    });
+    if (res.status !== 200 || !res.body) {
+      clearTimeout(timer);
+      ac.abort();
+      throw new Error(`peer answered ${res.status}`);
+    }
+    const body = Readable.fromWeb(res.body as Parameters<typeof Readable.fromWeb>[0]);
+    const idle = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => ac.abort(new Error("peer stopped sending")), PEER_TIMEOUT_MS);
+    };
+    idle();
+    body.on("data", idle);
+    body.on("close", () => clearTimeout(timer));
+    return body;
+  }
+}
