@@ -16,7 +16,9 @@ fi
 need=()
 # gcc + libc6-dev build the static PID-1 reaper (packages/envd/init); golang-go (1.19) builds the
 # native envd (packages/envd/native) with golang-google-protobuf-dev as its one module (no module
-# downloads), and protobuf-compiler + protoc-gen-go regenerate its messages from the .proto files; zstd compresses snapshot
+# downloads), and protobuf-compiler + protoc-gen-go regenerate its messages from the .proto files;
+# go-fuse with x/sys, x/sync and godebug (the modules its go.mod names) build aenv-lazyfs, the
+# FUSE server of image trees fetched on demand (packages/server/native); zstd compresses snapshot
 # chunks and unpacks zstd image layers; docker-registry + skopeo serve the image tests' registry,
 # busybox-static is the tiny image those tests build; redis-server holds a cluster's state
 # (its tests start their own on a free port) and, as `redis-server CONF --sentinel` (what the
@@ -28,6 +30,7 @@ need=()
 # chromium is the browser test/dashboard.test.ts drives (playwright-core, which never downloads one).
 for p in tini debootstrap nftables iproute2 util-linux ca-certificates openssl tmux procps gcc libc6-dev golang-go \
   golang-google-protobuf-dev protobuf-compiler protoc-gen-go zstd \
+  golang-github-hanwen-go-fuse-dev golang-golang-x-sys-dev golang-golang-x-sync-dev golang-github-kylelemons-godebug-dev \
   docker-registry skopeo busybox-static redis-server systemd chromium; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done

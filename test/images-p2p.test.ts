@@ -1,13 +1,17 @@
-// Image layers between the nodes of a cluster (cluster.p2p): a node that starts an image
-// another node holds takes its layers from that node, not the registry; a layer a peer gets
-// wrong is refused and fetched from the registry; the gateway places a create naming an image
-// on a node that holds it. Real runsc nodes, Redis, gateway and Debian's docker-registry
+// Images between the nodes of a cluster (cluster.p2p): a node that starts an image another
+// node holds takes its layers from that node, not the registry, and a layer a peer gets wrong
+// is refused and fetched from the registry (node b, images.lazy off); a node with lazy trees
+// starts the image from a holder's tree before its content is here, a file's content fetched
+// when first read and verified, a wrong one fetched from the next holder (node c); the gateway
+// places a create naming an image on a node that holds it. Real runsc nodes, Redis, gateway and Debian's docker-registry
 // behind a proxy that counts what the registry is asked.
 import assert from "node:assert/strict";
-import { closeSync, mkdtempSync, openSync, readSync, rmSync, statSync, writeSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
+import { rendezvous } from "../packages/server/src/templates/lazy-trees.js";
 import { type Proxy, type Registry, startProxy, startRegistry } from "../packages/server/test/helpers/registry.js";
 import { API_KEY, TestCluster, via } from "./helpers/cluster.js";
 import { imageFamily, pushFamily } from "./helpers/image-family.js";
@@ -29,6 +33,7 @@ async function createOn(url: string, templateID: string): Promise<string> {
     method: "POST",
     headers: { "content-type": "application/json", "x-api-key": API_KEY },
     body: JSON.stringify({ templateID, timeout: 120 }),
+    signal: AbortSignal.timeout(90_000),
   });
   const body = (await res.json()) as { sandboxID?: string };
   assert.equal(res.status, 201, JSON.stringify(body));
@@ -60,7 +65,8 @@ before(async () => {
     AENV_IMAGE_ON_DEMAND: `${proxy.host}/`,
   };
   await cluster.startNode("a", env);
-  await cluster.startNode("b", env);
+  await cluster.startNode("b", { ...env, AENV_IMAGE_LAZY: "0" });
+  await cluster.startNode("c", env);
   gateway = await cluster.startGateway();
 });
 
@@ -114,6 +120,71 @@ describe("image layers between nodes", () => {
     assert.equal(await run(b, onB, "cat /id.txt"), "image 2\n");
     assert.equal(blobGets().length - mid, 2, "config and the refused layer came from the registry");
     assert.match(cluster.nodes.get("b")!.logs(), /refused from peer a: .*digest mismatch/);
+  });
+
+  test("a node starts an image from a holder's tree before its content is here; a wrong file comes from the next holder", async () => {
+    const c = cluster.nodes.get("c")!.url;
+    // Image 1 is held by a and b. The content of one of its files is spoiled on whichever of
+    // them c asks first for it (rendezvous order): c must refuse it and ask the other.
+    const tpl = (
+      (await (
+        await fetch(`${cluster.nodes.get("a")!.url}/templates`, { headers: { "x-api-key": API_KEY } })
+      ).json()) as Array<{ templateID: string; fromImage?: string }>
+    ).find((t) => t.fromImage === ref(1));
+    assert.ok(tpl);
+    const index = JSON.parse(
+      readFileSync(join(cluster.templatesDirOf.get("a")!, tpl.templateID, "index-r1.json"), "utf8"),
+    ) as { entries: Array<{ p: string; k?: string }> };
+    const key = index.entries.find((e) => e.p === "own/f1")?.k as string;
+    assert.ok(key);
+    const first = rendezvous([{ name: "a" }, { name: "b" }], key)[0]?.name as string;
+    const entry = join(cluster.templatesDirOf.get(first)!, ".images", "files", "sha256", key.slice(0, 2), key);
+    const fd = openSync(entry, "r+");
+    writeSync(fd, Buffer.from("spoiled"), 0, 7, 0);
+    closeSync(fd);
+    const before = blobGets().length;
+    const t0 = Date.now();
+    const onC = await createOn(c, ref(1)).catch((err: Error) => {
+      const log = /see (\S+runsc\.log)/.exec(err.message)?.[1];
+      const dirC = cluster.templatesDirOf.get("c")!;
+      const lazyLogs = execFileSync("sh", ["-c", `cat ${dirC}/*/lazyfs-*.log`], { encoding: "utf8" });
+      throw new Error(`${err.message}\n${log ? readFileSync(log, "utf8").slice(-4000) : ""}\n${lazyLogs}`);
+    });
+    const started = Date.now() - t0;
+    const out = await run(c, onC, "cat /id.txt; cat /own/f1 | sha256sum | cut -c1-64").catch((err: Error) => {
+      const dirC = cluster.templatesDirOf.get("c")!;
+      const lazyLogs = execFileSync("sh", ["-c", `cat ${dirC}/*/lazyfs-*.log`], { encoding: "utf8" });
+      const nodeLogs = cluster.nodes
+        .get("c")!
+        .logs()
+        .split("\n")
+        .filter((l) => /lazy|peer|content|tree/.test(l));
+      throw new Error(`${err.message}\n${lazyLogs}\n${nodeLogs.join("\n")}`);
+    });
+    assert.equal(out, `image 1\n${key.slice(0, 64)}\n`);
+    assert.equal(
+      blobGets().length,
+      before,
+      `c fetched no layer from the registry: ${cluster.nodes
+        .get("c")!
+        .logs()
+        .split("\n")
+        .filter((l) => /peer|lazy|tree/.test(l))
+        .join("\n")}`,
+    );
+    const logs = cluster.nodes.get("c")!.logs();
+    assert.match(logs, /image started on demand from a peer's tree/);
+    assert.match(logs, /content refused from peer/);
+    assert.match(
+      readFileSync("/proc/self/mountinfo", "utf8"),
+      new RegExp(`${cluster.templatesDirOf.get("c")!}\\S* .*aenv-lazyfs`),
+    );
+    // The rest arrives in the background; then c holds the tree and publishes it.
+    for (let i = 0; i < 100 && !/lazy image content complete/.test(cluster.nodes.get("c")!.logs()); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.match(cluster.nodes.get("c")!.logs(), /lazy image content complete/);
+    assert.ok(started < 30_000);
   });
 
   test("the gateway places a create naming an image on a node that holds it", async () => {

@@ -5,6 +5,7 @@ import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
+import { detachMountsUnder } from "../../packages/server/src/util/mounts.js";
 import type { Host, Hosts } from "./hosts.js";
 import { TEST_REPOSITORY_KEY } from "./repository.js";
 import { MASTER_NAME, SentinelGroup } from "./sentinel.js";
@@ -273,6 +274,10 @@ export class TestCluster {
     this.sentinel?.close();
     this.hosts?.close();
     if (this.repo) rmSync(this.repo, { recursive: true, force: true });
-    for (const d of this.templateDirs) rmSync(d, { recursive: true, force: true });
+    for (const d of this.templateDirs) {
+      // Lazily served image trees outlive their node (aenv-lazyfs runs on its own).
+      detachMountsUnder(d);
+      rmSync(d, { recursive: true, force: true });
+    }
   }
 }

@@ -60,6 +60,11 @@ export interface ImagesConfig {
    * reference starting with one of these prefixes is pulled on demand. Empty: none; `*`: any.
    */
   onDemand: string[];
+  /**
+   * With cluster.p2p: an image another node holds starts from that node's tree index at once,
+   * its files fetched when first opened (aenv-lazyfs), the rest in the background.
+   */
+  lazy: boolean;
 }
 
 export interface VolumesConfig {
@@ -315,6 +320,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
         .split(",")
         .map((p) => p.trim())
         .filter(Boolean),
+      lazy: bool("AENV_IMAGE_LAZY", "images.lazy", true),
     },
     volumes: volumesConfig(
       str("AENV_VOLUME_BACKEND", "volumes.backend") ?? "dir",

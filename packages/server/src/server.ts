@@ -125,7 +125,7 @@ export async function startServer(
       templates,
       builder: builds.builder,
       onDemand: builds.onDemand,
-      blobFile: (digest) => builds.images.blobs.path(digest),
+      peerFiles: builds.peerFiles,
       files: builds.files,
       volumes: volumes.volumes,
       volumeContent: new VolumeContent(volumes.volumes.backend, cfg.volumes.maxSizeBytes),
@@ -146,7 +146,7 @@ export async function startServer(
   );
   const cluster: ClusterMember | undefined =
     c && describe ? await joinCluster(c, describe, orch, log, cfg.apiKey) : undefined;
-  if (cluster?.peers) builds.usePeers(cluster.peers);
+  if (cluster?.peers) await builds.usePeers(cluster.peers, cfg.images.lazy);
   ready = true;
   // Pre-booted template images make creates restores; built in the background.
   const warming = orch.prepareWarmImages().catch((err) => log.error({ err }, "warm images failed"));

@@ -21,6 +21,7 @@ import { endWithError } from "../util/socket-error.js";
 import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
 import { dashboardRoutes } from "./dashboard.js";
 import { installErrorHandling } from "./error-handler.js";
+import { type PeerFiles, peerRoutes } from "./routes/peers.js";
 import { sandboxLogRoutes } from "./routes/sandbox-logs.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { secretRoutes } from "./routes/secrets.js";
@@ -33,8 +34,8 @@ export interface AppOptions {
   templates: TemplateStore;
   builder: TemplateBuilder;
   onDemand: OnDemandImages;
-  /** Where this node keeps a layer blob (served to the cluster's other nodes). */
-  blobFile: (digest: string) => string;
+  /** What this node serves the cluster's other nodes of its images. */
+  peerFiles: PeerFiles;
   files: ContextFiles;
   volumes: VolumeCatalog;
   volumeContent: VolumeContent;
@@ -129,7 +130,8 @@ export function buildApp(o: AppOptions): App {
   });
   installErrorHandling(fastify);
   installAuth(fastify, o.apiKey);
-  void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch, blobFile: o.blobFile });
+  void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch });
+  void fastify.register(peerRoutes, o.peerFiles);
   void fastify.register(sandboxRoutes, {
     orch: o.orch,
     onDemand: o.onDemand,
@@ -157,7 +159,7 @@ export function buildApp(o: AppOptions): App {
 /** The node's own routes: health, Prometheus metrics, itself as a node, the gateway's signer query. */
 export async function nodeRoutes(
   app: FastifyInstance,
-  o: Pick<AppOptions, "health" | "nodes" | "orch" | "blobFile">,
+  o: Pick<AppOptions, "health" | "nodes" | "orch">,
 ): Promise<void> {
   app.get("/health", async (_req, reply) => {
     const h = o.health();
@@ -171,18 +173,6 @@ export async function nodeRoutes(
   );
   const nodes = o.nodes;
   if (nodes) app.get("/nodes", async () => nodes());
-  // Peers fetch layer blobs this node holds (cluster.p2p): by digest only, verified by them.
-  app.get("/cluster/blobs/sha256/:hex", async (req, reply) => {
-    const { hex } = req.params as { hex: string };
-    if (!/^[a-f0-9]{64}$/.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
-    const file = await open(o.blobFile(`sha256:${hex}`), "r").catch(() => undefined);
-    if (!file) return reply.status(404).send(errorBodyOf(404, "blob not held here"));
-    const { size } = await file.stat();
-    return reply
-      .header("content-type", "application/octet-stream")
-      .header("content-length", String(size))
-      .send(file.createReadStream());
-  });
   // A gateway asks each node which of its sandboxes signed a /files URL (proxy/signed-files.ts).
   app.post("/cluster/files-signer", async (req, reply) => {
     const b = SignerQuery.parse(req.body ?? {});

@@ -14,6 +14,8 @@
  *   aenv:lock:{name}         short locks (a resume moving a sandbox to another node)
  *   aenv:blob:{digest}       set of nodes holding an image layer blob (with cluster.p2p):
  *                            others fetch it from them before the registry
+ *   aenv:tree:{digest}       hash node → sha256 of its index of an image's unpacked tree: the
+ *                            nodes other nodes start the image from lazily (cluster.p2p)
  *
  * Times written by the cluster (`updatedAt`, reservation scores) are Redis's own clock
  * (TIME), so hosts with skewed clocks still agree on what came first.
@@ -31,6 +33,7 @@ export const keys = {
   snapshot: (name: string) => `aenv:snapshot:${name}`,
   lock: (name: string) => `aenv:lock:${name}`,
   blob: (digest: string) => `aenv:blob:${digest}`,
+  tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
 };
 
 /** What a node publishes about itself every heartbeat (E2B's node shape is built from it). */

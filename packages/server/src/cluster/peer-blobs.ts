@@ -1,7 +1,8 @@
-import { Readable } from "node:stream";
+import { Readable, Transform } from "node:stream";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { PeerBlobs } from "../storage/images/index.js";
+import type { TreeHolder, TreePeers } from "../templates/lazy-trees.js";
 import { keys, type NodeInfo } from "./keys.js";
 
 /** A holder's entry outlives a lost forget (a node that died): a stale one costs one refused request. */
@@ -18,7 +19,7 @@ export const peerBlobPath = (digest: string) => `/cluster/blobs/${digest.replace
  * and verifies what arrives (see ImageStore). A popular image is then pulled from its registry
  * about once per cluster, and later nodes copy it over the cluster's own network.
  */
-export class RedisPeerBlobs implements PeerBlobs {
+export class RedisPeerBlobs implements PeerBlobs, TreePeers {
   constructor(private readonly d: { redis: Redis; nodeId: string; apiKey: string; log: Logger }) {}
 
   async holders(digest: string) {
@@ -29,7 +30,7 @@ export class RedisPeerBlobs implements PeerBlobs {
       const raw = await this.d.redis.get(keys.node(id));
       if (!raw) continue; // not alive: its disk is not reachable
       const node = JSON.parse(raw) as NodeInfo;
-      out.push({ name: id, open: () => this.open(node.url, digest) });
+      out.push({ name: id, open: () => this.open(node.url, peerBlobPath(digest)) });
     }
     return out;
   }
@@ -47,10 +48,40 @@ export class RedisPeerBlobs implements PeerBlobs {
       .catch((err: Error) => this.d.log.warn({ err: err.message }, "blob holder not removed"));
   }
 
-  private async open(url: string, digest: string): Promise<Readable> {
+  /** Live nodes that hold an image's whole tree (index and content), in random order. */
+  async treeHolders(imageDigest: string): Promise<TreeHolder[]> {
+    const all = await this.d.redis.hgetall(keys.tree(imageDigest));
+    const ids = Object.keys(all).filter((id) => id !== this.d.nodeId);
+    ids.sort(() => Math.random() - 0.5);
+    const out: TreeHolder[] = [];
+    for (const id of ids) {
+      const raw = await this.d.redis.get(keys.node(id));
+      if (!raw) continue;
+      const node = JSON.parse(raw) as NodeInfo;
+      out.push({ name: id, indexSha256: all[id] as string, get: (path) => this.open(node.url, path) });
+    }
+    return out;
+  }
+
+  publishTree(imageDigest: string, indexSha256: string): void {
+    this.d.redis
+      .multi()
+      .hset(keys.tree(imageDigest), this.d.nodeId, indexSha256)
+      .expire(keys.tree(imageDigest), HOLDER_TTL_S)
+      .exec()
+      .catch((err: Error) => this.d.log.warn({ err: err.message }, "image tree not published"));
+  }
+
+  forgetTree(imageDigest: string): void {
+    this.d.redis
+      .hdel(keys.tree(imageDigest), this.d.nodeId)
+      .catch((err: Error) => this.d.log.warn({ err: err.message }, "image tree not unpublished"));
+  }
+
+  private async open(url: string, path: string): Promise<Readable> {
     const ac = new AbortController();
     let timer = setTimeout(() => ac.abort(new Error("peer did not answer")), PEER_TIMEOUT_MS);
-    const res = await fetch(`${url}${peerBlobPath(digest)}`, {
+    const res = await fetch(`${url}${path}`, {
       headers: { "x-api-key": this.d.apiKey },
       signal: ac.signal,
     });
@@ -65,8 +96,15 @@ export class RedisPeerBlobs implements PeerBlobs {
       timer = setTimeout(() => ac.abort(new Error("peer stopped sending")), PEER_TIMEOUT_MS);
     };
     idle();
-    body.on("data", idle);
-    body.on("close", () => clearTimeout(timer));
-    return body;
+    // A pass-through that sees each chunk (a 'data' listener would take them from the reader).
+    const watched = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        idle();
+        done(null, chunk);
+      },
+    });
+    body.on("error", (err) => watched.destroy(err));
+    watched.on("close", () => clearTimeout(timer));
+    return body.pipe(watched);
   }
 }

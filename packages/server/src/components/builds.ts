@@ -1,16 +1,19 @@
 import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { PeerFiles } from "../api/routes/peers.js";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { TemplateStore } from "../state/template-catalog.js";
-import { ContentStore, ImageStore, type PeerBlobs } from "../storage/images/index.js";
+import { ContentStore, ImageStore, metaOfKey, type PeerBlobs } from "../storage/images/index.js";
 import { registerImageCache } from "../telemetry/prometheus.js";
 import { TemplateBuilder } from "../templates/builder.js";
 import { ContextFiles } from "../templates/context-files.js";
 import { ImageCache } from "../templates/image-cache.js";
 import { imageProvider } from "../templates/image-provider.js";
+import { LAZYFS_BINARY, LazyTrees, type TreePeers } from "../templates/lazy-trees.js";
 import { OnDemandImages } from "../templates/on-demand.js";
 import type { TemplateSync } from "../templates/sync.js";
 import type { Component } from "./component.js";
@@ -21,8 +24,13 @@ export interface Builds extends Component {
   onDemand: OnDemandImages;
   cache: ImageCache;
   images: ImageStore;
-  /** Layers from the cluster's other nodes first; the cache unpublishes the blobs it drops. */
-  usePeers(peers: PeerBlobs & { forget(digest: string): void }): void;
+  /** What this node serves its peers (cluster.p2p). */
+  peerFiles: PeerFiles;
+  /**
+   * Layers from the cluster's other nodes first; the cache unpublishes the blobs it drops; with
+   * `lazy`, an image another node holds starts from its tree before the content is here.
+   */
+  usePeers(peers: PeerBlobs & TreePeers & { forget(digest: string): void }, lazy: boolean): Promise<void>;
 }
 
 export interface BuildsDeps {
@@ -69,6 +77,8 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
   });
   const content = new ContentStore(join(paths.imageBlobs, "files"));
   let onDemand: OnDemandImages | undefined;
+  let treePeers: TreePeers | undefined;
+  let lazyTrees: LazyTrees | undefined;
   const cache = new ImageCache({
     dir: paths.templatesDir,
     blobDir: paths.imageBlobs,
@@ -81,7 +91,11 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
           (t) =>
             t.onDemand && t.buildStatus === "ready" && !orch.templateInUse(t.id) && !(onDemand?.busy(t.id) ?? false),
         ),
-    evict: (id) => builder.delete(id),
+    evict: async (id) => {
+      const t = templates.get(id);
+      await builder.delete(id);
+      if (t?.imageDigest && t.treeIndex) treePeers?.forgetTree(t.imageDigest);
+    },
     log: log.child({ component: "image-cache" }),
   });
   await cache.init();
@@ -95,16 +109,41 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
     allowHostSources: cfg.images.allowHostSources,
     log: log.child({ component: "images" }),
   });
+  const peerFiles: PeerFiles = {
+    blob: (digest) => images.blobs.path(digest),
+    treeIndex: (digest) => {
+      const t = templates.list().find((x) => x.imageDigest === digest && x.treeIndex);
+      return t?.treeIndex ? join(t.dir, t.treeIndex.file) : undefined;
+    },
+    content: (key) => (metaOfKey(key) ? content.entryPath(key) : undefined),
+  };
   return {
     builder,
     files,
     onDemand,
     cache,
     images,
-    usePeers(peers) {
+    peerFiles,
+    async usePeers(peers, lazy) {
       images.usePeers(peers);
+      treePeers = peers;
       cache.onBlobDropped = (digest) => peers.forget(digest);
+      if (lazy && existsSync(LAZYFS_BINARY)) {
+        lazyTrees = new LazyTrees({
+          templates,
+          content,
+          cache,
+          peers,
+          socketPath: join(paths.dataDir, "lazyfs.sock"),
+          log: log.child({ component: "lazy-trees" }),
+        });
+        await lazyTrees.start();
+      }
+      onDemand?.useTrees(peers, lazyTrees);
     },
-    stop: () => builder.close(),
+    stop: async () => {
+      await builder.close();
+      await lazyTrees?.stop();
+    },
   };
 }

@@ -95,6 +95,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "images.build_timeout_secs": "int",
   "images.cache_max_bytes": "size",
   "images.on_demand": "string",
+  "images.lazy": "bool",
   "volumes.max_size_bytes": "size",
   "volumes.backend": "string",
 };

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { BuildState } from "@aenv/protocol/rest";
 import { z } from "zod";
 import { writeFileDurableSync } from "../util/durable-write.js";
+import { detachMountsUnder } from "../util/mounts.js";
 
 const TemplateFile = z.object({
   /** Changes whenever the tree changes: images taken on one revision never restore on another. */
@@ -43,6 +44,10 @@ const TemplateFile = z.object({
   warm: z.boolean().default(true),
   /** An image started on demand: the image cache may evict it when no sandbox uses it. */
   onDemand: z.boolean().default(false),
+  /** The tree as an index (tree-index.ts): the file beside template.json and its sha256. */
+  treeIndex: z.object({ file: z.string(), sha256: z.string() }).optional(),
+  /** The tree is served by aenv-lazyfs from its index, content fetched from these image's holders. */
+  lazy: z.object({ digest: z.string() }).optional(),
   /**
    * E2B tags (`name:tag`); each names the build it was given to. A tag on an older build
    * starts that build's tree and settings (`builds/<buildId>.template.json`, see recordBuild).
@@ -157,6 +162,7 @@ export class TemplateStore {
   /** Removes a template's folder (every revision). */
   remove(id: string): void {
     if (!SAFE_NAME.test(id)) return;
+    detachMountsUnder(join(this.dir, id));
     rmSync(join(this.dir, id), { recursive: true, force: true });
   }
 }

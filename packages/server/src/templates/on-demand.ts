@@ -1,13 +1,17 @@
 import { createHash } from "node:crypto";
-import { join } from "node:path";
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { InvalidRequestError } from "../errors.js";
 import { newTemplateId } from "../state/ids.js";
 import { DEFAULT_PATH, type Template, type TemplateStore, usable } from "../state/template-catalog.js";
 import { type ContentStore, ImagePullError, type ImageStore, isHostPathSource } from "../storage/images/index.js";
 import { countImageRequest } from "../telemetry/prometheus.js";
+import { writeFileDurableSync } from "../util/durable-write.js";
 import type { ImageCache } from "./image-cache.js";
 import { hasAccount } from "./import.js";
+import type { LazyTrees, TreePeers } from "./lazy-trees.js";
+import { indexTree, parseIndex, type TreeIndex } from "./tree-index.js";
 
 export interface OnDemandDeps {
   templates: TemplateStore;
@@ -31,8 +35,16 @@ export const onDemandName = (ref: string) => `image-${createHash("sha256").updat
  */
 export class OnDemandImages {
   private readonly inflight = new Map<string, Promise<Template>>();
+  private peers: TreePeers | undefined;
+  private lazy: LazyTrees | undefined;
 
   constructor(private readonly d: OnDemandDeps) {}
+
+  /** In a cluster with p2p: trees are published, and (with `lazy`) started from other nodes' trees. */
+  useTrees(peers: TreePeers, lazy: LazyTrees | undefined): void {
+    this.peers = peers;
+    this.lazy = lazy;
+  }
 
   /** Whether a create's template names an image this node may pull (and no template has that name). */
   resolves(templateRef: string): boolean {
@@ -75,6 +87,12 @@ export class OnDemandImages {
     const revision = (existing?.revision ?? 0) + 1;
     const rootfsDir = `rootfs-r${revision}`;
     const dest = join(this.d.templates.dir, id, rootfsDir);
+    const lazy = await this.fromPeers(ref, name, id, revision, existing).catch((err: Error) => {
+      this.d.log.warn({ image: ref, err: err.message }, "image not started from a peer's tree; pulling it");
+      this.d.templates.remove(id);
+      return undefined;
+    });
+    if (lazy) return lazy;
     try {
       const img = await this.d.images.pull(ref, undefined, this.d.cache);
       const stats = await this.d.cache.pinning(
@@ -86,8 +104,16 @@ export class OnDemandImages {
         this.d.templates.remove(id);
         throw new InvalidRequestError(`image ${ref} has no account '${user}' (set the image's User)`);
       }
+      const treeIndex = this.peers
+        ? await this.writeIndex(dest, revision, stats.keysByIno, {
+            env: img.config.env,
+            ...(img.config.workdir ? { workdir: img.config.workdir } : {}),
+            ...(img.config.user ? { user: img.config.user } : {}),
+          })
+        : undefined;
       const now = new Date().toISOString();
       const t = this.d.templates.save({
+        ...(treeIndex ? { treeIndex } : {}),
         id,
         name,
         revision,
@@ -107,6 +133,7 @@ export class OnDemandImages {
         onDemand: true,
       });
       this.d.cache.touch(t.id);
+      if (treeIndex) this.peers?.publishTree(img.digest, treeIndex.sha256);
       countImageRequest(false, img.transfer.bytesFetched);
       this.d.log.info(
         {
@@ -129,4 +156,100 @@ export class OnDemandImages {
       throw err;
     }
   }
+
+  /** Writes the tree's index beside its template (what peers start the image from). */
+  private async writeIndex(
+    rootfs: string,
+    revision: number,
+    keysByIno: Map<number, string>,
+    config: TreeIndex["config"],
+  ): Promise<{ file: string; sha256: string } | undefined> {
+    const idx = await indexTree(rootfs, keysByIno, config);
+    if (!idx) return undefined;
+    const raw = Buffer.from(JSON.stringify(idx));
+    const file = `index-r${revision}.json`;
+    writeFileDurableSync(join(dirname(rootfs), file), raw);
+    return { file, sha256: createHash("sha256").update(raw).digest("hex") };
+  }
+
+  /**
+   * The image started from a tree another node holds, before its content is here: the index
+   * is fetched (checked against the sha256 its holder published, and parsed strictly), the
+   * tree mounted by aenv-lazyfs. Undefined when no node holds the image (or lazy is off).
+   */
+  private async fromPeers(
+    ref: string,
+    name: string,
+    id: string,
+    revision: number,
+    existing: Template | undefined,
+  ): Promise<Template | undefined> {
+    if (!this.lazy || !this.peers) return undefined;
+    const t0 = Date.now();
+    const digest = await this.d.images.resolve(ref);
+    const holders = await this.peers.treeHolders(digest);
+    let found: { raw: Buffer; idx: TreeIndex; sha256: string } | undefined;
+    for (const h of holders) {
+      try {
+        const raw = await readAll(await h.get(`/cluster/images/${digest}/index`), MAX_INDEX_BYTES);
+        const sha256 = createHash("sha256").update(raw).digest("hex");
+        if (sha256 !== h.indexSha256) throw new Error("index digest mismatch");
+        found = { raw, idx: parseIndex(raw), sha256 };
+        break;
+      } catch (err) {
+        this.d.log.warn({ image: ref, holder: h.name, err: (err as Error).message }, "tree index refused from peer");
+      }
+    }
+    if (!found) return undefined;
+    const rootfsDir = `rootfs-r${revision}`;
+    const dir = join(this.d.templates.dir, id);
+    mkdirSync(join(dir, rootfsDir), { recursive: true, mode: 0o755 });
+    const file = `index-r${revision}.json`;
+    writeFileDurableSync(join(dir, file), found.raw);
+    const user = found.idx.config.user || "root";
+    const now = new Date().toISOString();
+    const t = this.d.templates.save({
+      id,
+      name,
+      revision,
+      rootfsDir,
+      user,
+      workdir: found.idx.config.workdir || (user === "root" ? "/root" : `/home/${user}`),
+      env: { PATH: DEFAULT_PATH, ...found.idx.config.env },
+      cpuCount: 2,
+      memoryMB: 1024,
+      diskSizeMB: 2048,
+      createdAt: existing?.createdAt ?? now,
+      fromImage: ref,
+      imageDigest: digest,
+      buildId: `on-demand-r${revision}`,
+      buildStatus: "ready",
+      warm: false,
+      onDemand: true,
+      treeIndex: { file, sha256: found.sha256 },
+      lazy: { digest },
+    });
+    await this.lazy.serve(t, digest, found.idx, join(dir, file));
+    this.d.cache.touch(t.id);
+    countImageRequest(false);
+    this.d.log.info(
+      { image: ref, template: t.id, ms: Date.now() - t0, entries: found.idx.entries.length },
+      "image started on demand from a peer's tree",
+    );
+    return t;
+  }
+}
+
+/** An index of a few million entries is a few hundred MB; past this a peer is refused. */
+const MAX_INDEX_BYTES = 512 * 1024 * 1024;
+
+async function readAll(src: AsyncIterable<Buffer>, max: number): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let n = 0;
+  for await (const c of src) {
+    n += c.length;
+    if (n > max) throw new Error(`longer than ${max} bytes`);
+    parts.push(c);
+  }
+  return Buffer.concat(parts);
 }

@@ -27,11 +27,29 @@ export interface FileMeta {
 export interface Placed {
   newBytes: number;
   shared: boolean;
+  /** The content key, and the inode the tree's path now has (a tree index maps one to the other). */
+  key: string;
+  ino: number;
 }
 
 const BLOCK = 4096;
 /** Disk a file of `size` bytes takes, in whole blocks (what `du` would count). */
 export const onDisk = (size: number) => Math.ceil(size / BLOCK) * BLOCK;
+
+const KEY_RE = /^([0-9a-f]{64})-([0-7]{1,5})-(\d{1,10})-(\d{1,10})-(\d{1,12})$/;
+
+/** What a content key says about its file; undefined for anything that is not one. */
+export function metaOfKey(key: string): (FileMeta & { hex: string }) | undefined {
+  const m = KEY_RE.exec(key);
+  if (!m) return undefined;
+  return {
+    hex: m[1] as string,
+    mode: Number.parseInt(m[2] as string, 8),
+    uid: Number(m[3]),
+    gid: Number(m[4]),
+    mtime: Number(m[5]),
+  };
+}
 
 export class ContentStore {
   readonly root: string;
@@ -83,12 +101,14 @@ export class ContentStore {
       await unlink(tmp).catch(() => {});
       throw e;
     }
+    const { ino } = await fh.stat();
     await fh.close();
     const key = ContentStore.key(hash.digest("hex"), meta);
     const entry = this.entryPath(key);
+    const own = { newBytes: onDisk(size), shared: false, key, ino };
     if (privateKeys.has(key)) {
       await rename(tmp, dest);
-      return { newBytes: onDisk(size), shared: false };
+      return own;
     }
     privateKeys.add(key);
     try {
@@ -100,23 +120,22 @@ export class ContentStore {
         await link(tmp, entry).catch((e2: NodeJS.ErrnoException) => {
           if (e2.code !== "EEXIST") throw e2;
         });
-        return this.placeExisting(tmp, entry, dest, size);
+        return this.placeExisting(tmp, entry, dest, own);
       }
       if (code !== "EEXIST") throw e;
-      return this.placeExisting(tmp, entry, dest, size);
+      return this.placeExisting(tmp, entry, dest, own);
     }
     await rename(tmp, dest);
-    return { newBytes: onDisk(size), shared: false };
+    return own;
   }
 
   /** Links the stored entry at `dest`; the file just written is dropped, or kept if linking fails. */
-  private async placeExisting(tmp: string, entry: string, dest: string, size: number): Promise<Placed> {
-    const st = await lstat(tmp);
+  private async placeExisting(tmp: string, entry: string, dest: string, own: Placed): Promise<Placed> {
     const est = await lstat(entry);
-    if (st.ino === est.ino) {
+    if (own.ino === est.ino) {
       // This call created the entry (after making its folder).
       await rename(tmp, dest);
-      return { newBytes: onDisk(size), shared: false };
+      return own;
     }
     try {
       await link(entry, dest);
@@ -126,10 +145,54 @@ export class ContentStore {
       const code = (e as NodeJS.ErrnoException).code;
       if (code !== "EMLINK" && code !== "ENOENT") throw e;
       await rename(tmp, dest);
-      return { newBytes: onDisk(size), shared: false };
+      return own;
     }
     await unlink(tmp);
-    return { newBytes: 0, shared: true };
+    return { newBytes: 0, shared: true, key: own.key, ino: est.ino };
+  }
+
+  /** The stored entry's path when it is here. */
+  async has(key: string): Promise<boolean> {
+    return (await lstat(this.entryPath(key)).catch(() => null))?.isFile() ?? false;
+  }
+
+  /**
+   * Stores content that arrived by its key (from a peer): written to a temp file, its sha256
+   * checked against the key, its owner, mode and mtime set from the key, then published.
+   * Anything else is refused and nothing is stored.
+   */
+  async adopt(body: AsyncIterable<Buffer>, key: string, maxBytes: number): Promise<number> {
+    const meta = metaOfKey(key);
+    if (!meta) throw new Error(`not a content key: ${key.slice(0, 80)}`);
+    const tmp = join(this.tmpDir, randomBytes(8).toString("hex"));
+    const hash = createHash("sha256");
+    let size = 0;
+    const fh = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    try {
+      try {
+        for await (const chunk of body) {
+          size += chunk.length;
+          if (size > maxBytes) throw new Error(`content ${key.slice(0, 12)} is longer than its ${maxBytes} bytes`);
+          hash.update(chunk);
+          await fh.write(chunk);
+        }
+        const got = hash.digest("hex");
+        if (got !== meta.hex)
+          throw new Error(`content ${key.slice(0, 12)} arrived as ${got.slice(0, 12)} (digest mismatch)`);
+        if (this.asRoot && (meta.uid !== 0 || meta.gid !== 0)) await fh.chown(meta.uid, meta.gid);
+        await fh.chmod(meta.mode);
+        await fh.utimes(meta.mtime, meta.mtime);
+      } finally {
+        await fh.close();
+      }
+      await mkdir(join(this.root, key.slice(0, 2)), { recursive: true, mode: 0o700 });
+      await link(tmp, this.entryPath(key)).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== "EEXIST") throw e;
+      });
+      return onDisk(size);
+    } finally {
+      await unlink(tmp).catch(() => {});
+    }
   }
 
   /** Removes entries no tree links any more; returns the bytes freed. */

@@ -107,6 +107,8 @@ export interface PulledImage {
 
 export interface UnpackResult extends UnpackStats {
   dir: string;
+  /** With a content store: the key of each file placed through it, by inode. */
+  keysByIno: Map<number, string>;
 }
 
 async function exists(p: string): Promise<boolean> {
@@ -209,6 +211,14 @@ export class ImageStore {
       }
       throw e;
     }
+  }
+
+  /** The digest `ref` names now (one manifest request; none when the reference pins it). */
+  async resolve(ref: string): Promise<string> {
+    const src = this.source(ref);
+    if (src.pinnedDigest) return src.pinnedDigest;
+    const root = await src.root();
+    return root.pinned ?? digestOf(root.bytes);
   }
 
   /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
@@ -385,6 +395,6 @@ export class ImageStore {
       throw e;
     }
     this.log(`unpacked ${image.ref} into ${destDir}: ${JSON.stringify(writer.stats)}`);
-    return { dir: destDir, ...writer.stats };
+    return { dir: destDir, ...writer.stats, keysByIno: writer.keysByIno };
   }
 }

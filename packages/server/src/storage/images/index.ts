@@ -1,6 +1,6 @@
 /** Public surface of the OCI image library (see docs/images.md). */
 export { BlobStore } from "./blob-store.js";
-export { ContentStore, type FileMeta, onDisk } from "./content-store.js";
+export { ContentStore, type FileMeta, metaOfKey, onDisk } from "./content-store.js";
 export { type ImageErrorCode, ImagePullError, UnsafeLayerError } from "./errors.js";
 export {
   ImageStore,

@@ -22,7 +22,7 @@ import {
   utimes,
 } from "node:fs/promises";
 import { join } from "node:path";
-import { type ContentStore, onDisk } from "./content-store.js";
+import { type ContentStore, onDisk, type Placed } from "./content-store.js";
 import { ImagePullError, UnsafeLayerError } from "./errors.js";
 import type { TarEntry, TarHeader } from "./tar.js";
 
@@ -121,6 +121,8 @@ export class RootfsWriter {
 
   /** Content keys this tree links (see ContentStore.place). */
   private readonly treeKeys = new Set<string>();
+  /** The content key of each file placed through the store, by inode (for a tree index). */
+  readonly keysByIno = new Map<number, string>();
 
   constructor(
     readonly root: string,
@@ -251,10 +253,11 @@ export class RootfsWriter {
       case "file": {
         if (this.content && h.size > 0) {
           const done = await this.content.budget.room(onDisk(h.size));
-          let placed = { newBytes: onDisk(h.size), shared: false };
+          let placed: Placed = { newBytes: onDisk(h.size), shared: false, key: "", ino: 0 };
           try {
             await this.clear(abs, false);
             placed = await this.content.store.place(body, h, abs, this.treeKeys);
+            this.keysByIno.set(placed.ino, placed.key);
           } finally {
             done(placed.newBytes);
           }

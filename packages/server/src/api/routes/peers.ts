@@ -1,0 +1,45 @@
+import { open } from "node:fs/promises";
+import type { FastifyInstance, FastifyReply } from "fastify";
+import { errorBodyOf } from "../../http-errors.js";
+
+/** Where this node keeps what it serves its peers; undefined when it does not hold it. */
+export interface PeerFiles {
+  blob(digest: string): string | undefined;
+  treeIndex(imageDigest: string): string | undefined;
+  content(key: string): string | undefined;
+}
+
+const SHA256 = /^[a-f0-9]{64}$/;
+
+async function sendFile(reply: FastifyReply, file: string | undefined) {
+  const fh = file ? await open(file, "r").catch(() => undefined) : undefined;
+  if (!fh) return reply.status(404).send(errorBodyOf(404, "not held here"));
+  const { size } = await fh.stat();
+  return reply
+    .header("content-type", "application/octet-stream")
+    .header("content-length", String(size))
+    .send(fh.createReadStream());
+}
+
+/**
+ * What the cluster's nodes fetch from each other (cluster.p2p), behind the API key like the
+ * rest of the node API: layer blobs by digest, an image tree's index by image digest, file
+ * content by content key. Names are checked here; the fetching node verifies every byte.
+ */
+export async function peerRoutes(app: FastifyInstance, files: PeerFiles): Promise<void> {
+  app.get("/cluster/blobs/sha256/:hex", async (req, reply) => {
+    const { hex } = req.params as { hex: string };
+    if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
+    return sendFile(reply, files.blob(`sha256:${hex}`));
+  });
+  app.get("/cluster/images/:digest/index", async (req, reply) => {
+    const { digest } = req.params as { digest: string };
+    const hex = digest.startsWith("sha256:") ? digest.slice(7) : "";
+    if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
+    return sendFile(reply, files.treeIndex(`sha256:${hex}`));
+  });
+  app.get("/cluster/content/:key", async (req, reply) => {
+    const { key } = req.params as { key: string };
+    return sendFile(reply, files.content(key));
+  });
+}

@@ -1,0 +1,20 @@
+/** aenv-lazyfs's Go unit tests (its index checks) beside the sandbox suites that mount it. */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import path from "node:path";
+import { describe, it } from "node:test";
+
+const hasGo = spawnSync("go", ["version"], { stdio: "ignore" }).status === 0;
+
+describe("aenv-lazyfs (Go)", { skip: !hasGo && "go is not installed" }, () => {
+  it("go test", () => {
+    const r = spawnSync("go", ["test", "-count=1", "./..."], {
+      cwd: path.join(import.meta.dirname, "..", "native", "lazyfs"),
+      env: { ...process.env, CGO_ENABLED: "0", GOPROXY: "off", GOFLAGS: "-mod=mod" },
+      encoding: "utf8",
+      timeout: 300_000,
+    });
+    assert.equal(r.status, 0, `go test:\n${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, /^ok\s/m);
+  });
+});
