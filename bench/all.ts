@@ -19,6 +19,7 @@ const BENCHMARKS = [
   "density.ts",
   "desktop.ts",
   "tti.ts",
+  "images.ts",
 ];
 
 function runOne(file: string): Promise<number> {

@@ -1,9 +1,10 @@
 // `npm run bench` runs end to end on the machine the suite runs on (the `base` template as
 // setup made it), with tiny settings: each benchmark here exits 0 and the raw runsc column is
 // filled. Figures are not judged here; that is what the benchmarks are for. The three whose
-// tiny run alone takes most of two minutes (desktop, rollouts, density) are left to
-// `npm run bench`: the suite has a 20-minute budget on two cores, and what they drive (the
-// desktop, fork, many idle sandboxes) has tests of its own.
+// tiny run alone takes most of two minutes (desktop, rollouts, density), and images (a
+// registry and a cluster of its own), are left to `npm run bench`: the suite has a 20-minute
+// budget on two cores, and what they drive (the desktop, fork, many idle sandboxes, images on
+// demand) has tests of its own.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";

@@ -187,6 +187,16 @@ describe("image layers between nodes", () => {
     assert.ok(started < 30_000);
   });
 
+  test("a lazy tree outlives a crash of its node: the restarted node starts from it again", async () => {
+    const old = cluster.nodes.get("c")!;
+    await old.crash();
+    const again = await old.restart();
+    cluster.nodes.set("c", again);
+    const id = await createOn(again.url, ref(1));
+    assert.equal(await run(again.url, id, "cat /id.txt /own/f0 | wc -c"), `${8 + MiB}\n`);
+    assert.doesNotMatch(again.logs(), /image started on demand/, "no new pull, no new tree");
+  });
+
   test("the gateway places a create naming an image on a node that holds it", async () => {
     const a = cluster.nodes.get("a")!.url;
     await createOn(a, ref(3));

@@ -46,6 +46,9 @@ func main() {
 			FsName:       "aenv-lazyfs",
 			Name:         "aenv-lazyfs",
 			MaxReadAhead: 1 << 20,
+			// The kernel checks the tree's modes for the host's other users, as it would on an
+			// unpacked tree (root, and runsc's gofer, pass).
+			Options: []string{"default_permissions"},
 		},
 		EntryTimeout:    &hour,
 		AttrTimeout:     &hour,

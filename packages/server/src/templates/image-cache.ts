@@ -47,6 +47,8 @@ export class ImageCache implements DiskBudget {
   /** Blobs an unpack in progress reads: never dropped under it. */
   private readonly pinned = new Map<string, number>();
   private making: Promise<void> | undefined;
+  private measuring: Promise<void> | undefined;
+  private measuredAt = 0;
   /** Told of each layer blob dropped (a cluster's holder index forgets this node). */
   onBlobDropped: ((digest: string) => void) | undefined;
 
@@ -56,13 +58,23 @@ export class ImageCache implements DiskBudget {
     return this.d.maxBytes;
   }
 
+  /** Usage as last measured and counted; read without a limit, it is measured again at most once a minute. */
   get usedBytes(): number {
+    if (this.d.maxBytes === 0 && Date.now() - this.measuredAt > 60_000 && !this.measuring) {
+      this.measuring = this.measure().finally(() => {
+        this.measuring = undefined;
+      });
+    }
     return this.used + this.reserved;
   }
 
+  /**
+   * The first measurement runs in the background (`du` over a large templates folder takes
+   * seconds): the first `room()` waits for it. Without a limit nothing waits for it at all.
+   */
   async init(): Promise<void> {
     await this.d.content.init();
-    await this.measure();
+    if (this.d.maxBytes > 0) this.measuring = this.measure();
   }
 
   /** The template was started from: it is the most recently used. */
@@ -86,6 +98,7 @@ export class ImageCache implements DiskBudget {
 
   async room(bytes: number): Promise<(added: number) => void> {
     if (this.d.maxBytes > 0) {
+      await this.measuring;
       while (this.used + this.reserved + bytes > this.d.maxBytes) {
         // One eviction pass at a time; every waiter checks again after it.
         if (this.making) {
@@ -173,6 +186,7 @@ export class ImageCache implements DiskBudget {
 
   /** Bytes under the templates folder, each inode once (`du -x`: warm images elsewhere are not). */
   async measure(): Promise<void> {
+    this.measuredAt = Date.now();
     try {
       const { stdout } = await run("du", ["-sx", "--block-size=1", this.d.dir], { maxBuffer: 1 << 20 });
       this.used = Number(stdout.split("\t")[0]) || 0;

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, openSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, openSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { dirname, join } from "node:path";
 import type { Readable } from "node:stream";
@@ -103,6 +103,8 @@ export class LazyTrees {
       this.server?.once("error", reject);
       this.server?.listen(this.d.socketPath, () => resolve());
     });
+    // Only root (the FUSE servers) asks for content.
+    chmodSync(this.d.socketPath, 0o600);
     const mounted = mountPoints();
     for (const t of this.d.templates.list()) {
       if (!t.lazy || !t.treeIndex) continue;

@@ -48,9 +48,10 @@ export class OnDemandImages {
 
   /** Whether a create's template names an image this node may pull (and no template has that name). */
   resolves(templateRef: string): boolean {
-    if (this.d.templates.get(templateRef)) return false;
+    // The rule first: a create naming a template pays no catalog read here.
+    if (!this.d.prefixes.some((p) => p === "*" || templateRef.startsWith(p))) return false;
     if (isHostPathSource(templateRef)) return false;
-    return this.d.prefixes.some((p) => p === "*" || templateRef.startsWith(p));
+    return !this.d.templates.get(templateRef);
   }
 
   /** Imports on demand right now (their references), for the cache's eviction to leave alone. */
