@@ -192,7 +192,7 @@ describe("pull from a registry", () => {
       const again = store("shared");
       const seen: Progress[] = [];
       const img = await again.pull(`${proxy.host}/test/multi:multi`, (p) => seen.push(p));
-      assert.deepEqual(img.transfer, { blobsFetched: 0, bytesFetched: 0, layersCached: 3 });
+      assert.deepEqual(img.transfer, { blobsFetched: 0, bytesFetched: 0, layersCached: 3, bytesFromPeers: 0 });
       assert.deepEqual(
         proxy.requests.filter((r) => r.includes("/blobs/")),
         [],
