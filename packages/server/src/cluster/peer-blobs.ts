@@ -23,14 +23,17 @@ export class RedisPeerBlobs implements PeerBlobs, TreePeers {
   constructor(private readonly d: { redis: Redis; nodeId: string; apiKey: string; log: Logger }) {}
 
   async holders(digest: string) {
-    const ids = (await this.d.redis.smembers(keys.blob(digest))).filter((id) => id !== this.d.nodeId);
-    ids.sort(() => Math.random() - 0.5);
-    const out: Array<{ name: string; open(): Promise<Readable> }> = [];
-    for (const id of ids) {
+    const live = await this.liveOthers(await this.d.redis.smembers(keys.blob(digest)));
+    return live.map(({ id, url }) => ({ name: id, open: () => this.open(url, peerBlobPath(digest)) }));
+  }
+
+  /** The other nodes among `ids` that are alive (a dead one's disk is not reachable), in random order. */
+  private async liveOthers(ids: string[]): Promise<Array<{ id: string; url: string }>> {
+    const others = ids.filter((id) => id !== this.d.nodeId).sort(() => Math.random() - 0.5);
+    const out: Array<{ id: string; url: string }> = [];
+    for (const id of others) {
       const raw = await this.d.redis.get(keys.node(id));
-      if (!raw) continue; // not alive: its disk is not reachable
-      const node = JSON.parse(raw) as NodeInfo;
-      out.push({ name: id, open: () => this.open(node.url, peerBlobPath(digest)) });
+      if (raw) out.push({ id, url: (JSON.parse(raw) as NodeInfo).url });
     }
     return out;
   }
@@ -51,16 +54,12 @@ export class RedisPeerBlobs implements PeerBlobs, TreePeers {
   /** Live nodes that hold an image's whole tree (index and content), in random order. */
   async treeHolders(imageDigest: string): Promise<TreeHolder[]> {
     const all = await this.d.redis.hgetall(keys.tree(imageDigest));
-    const ids = Object.keys(all).filter((id) => id !== this.d.nodeId);
-    ids.sort(() => Math.random() - 0.5);
-    const out: TreeHolder[] = [];
-    for (const id of ids) {
-      const raw = await this.d.redis.get(keys.node(id));
-      if (!raw) continue;
-      const node = JSON.parse(raw) as NodeInfo;
-      out.push({ name: id, indexSha256: all[id] as string, get: (path) => this.open(node.url, path) });
-    }
-    return out;
+    const live = await this.liveOthers(Object.keys(all));
+    return live.map(({ id, url }) => ({
+      name: id,
+      indexSha256: all[id] as string,
+      get: (path) => this.open(url, path),
+    }));
   }
 
   publishTree(imageDigest: string, indexSha256: string): void {

@@ -11,7 +11,7 @@
  * own (`nlink == 1`) belongs to no tree and is what `sweep` removes.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { constants } from "node:fs";
+import { constants, type Stats } from "node:fs";
 import { link, lstat, mkdir, open, readdir, rename, rm, unlink } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -195,20 +195,27 @@ export class ContentStore {
     }
   }
 
+  /** Every stored entry with its stat (entries gone meanwhile are skipped). */
+  private async *entries(): AsyncGenerator<{ path: string; st: Stats }> {
+    for (const shard of await readdir(this.root).catch(() => [] as string[])) {
+      const dir = join(this.root, shard);
+      for (const name of await readdir(dir).catch(() => [] as string[])) {
+        const path = join(dir, name);
+        const st = await lstat(path).catch(() => null);
+        if (st) yield { path, st };
+      }
+    }
+  }
+
   /** Removes entries no tree links any more; returns the bytes freed. */
   async sweep(): Promise<{ entries: number; bytes: number }> {
     let entries = 0;
     let bytes = 0;
-    for (const shard of await readdir(this.root).catch(() => [] as string[])) {
-      const dir = join(this.root, shard);
-      for (const name of await readdir(dir).catch(() => [] as string[])) {
-        const p = join(dir, name);
-        const st = await lstat(p).catch(() => null);
-        if (!st || st.nlink > 1) continue;
-        await unlink(p).catch(() => {});
-        entries++;
-        bytes += st.blocks * 512;
-      }
+    for await (const { path, st } of this.entries()) {
+      if (st.nlink > 1) continue;
+      await unlink(path).catch(() => {});
+      entries++;
+      bytes += st.blocks * 512;
     }
     return { entries, bytes };
   }
@@ -217,14 +224,9 @@ export class ContentStore {
   async usage(): Promise<{ entries: number; bytes: number }> {
     let entries = 0;
     let bytes = 0;
-    for (const shard of await readdir(this.root).catch(() => [] as string[])) {
-      const dir = join(this.root, shard);
-      for (const name of await readdir(dir).catch(() => [] as string[])) {
-        const st = await lstat(join(dir, name)).catch(() => null);
-        if (!st) continue;
-        entries++;
-        bytes += st.blocks * 512;
-      }
+    for await (const { st } of this.entries()) {
+      entries++;
+      bytes += st.blocks * 512;
     }
     return { entries, bytes };
   }
