@@ -14,8 +14,9 @@ bash scripts/build-code-interpreter-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var
 bash scripts/build-desktop-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 shopt -s nullglob
 # The packages' own tests start no sandbox (the fast tier, scripts/test-unit.sh): two files at
-# a time. The rest, and the two package files that start a registry or probe runsc, one at a
-# time: sandboxes are heavy on 2 cores.
+# a time. The rest, and the two package files that start a registry or probe runsc, in two
+# lanes of one file each (scripts/test-e2e.mjs: each lane its own network; files that share a
+# fixed resource run in one lane, in order).
 unit=()
 e2e=()
 for f in packages/*/test/*.test.ts; do
@@ -25,14 +26,12 @@ for f in packages/*/test/*.test.ts; do
   esac
 done
 e2e+=(test/*.test.ts)
-# A file that hangs fails after 10 minutes (the longest takes about two) instead of holding CI
-# until its limit. Under tini as a subreaper: the sandboxes' processes, orphaned by `runsc
+# A file that hangs fails after 10 minutes (the longest takes about three) instead of holding
+# CI until its limit. Under tini as a subreaper: the sandboxes' processes, orphaned by `runsc
 # create`, are reaped at once (not by whatever PID 1 is), so `runsc delete` does not wait 1-2 s
 # for each.
-run() {
-  tini -s -- node --import tsx --test --test-timeout=600000 --test-reporter=spec "$@"
-}
 status=0
-run --test-concurrency=2 "${unit[@]}" "$@" || status=$?
-run --test-concurrency=1 "${e2e[@]}" "$@" || status=$?
+tini -s -- node --import tsx --test --test-timeout=600000 --test-reporter=spec --test-concurrency=2 \
+  "${unit[@]}" "$@" || status=$?
+node scripts/test-e2e.mjs --lanes "${AENV_TEST_LANES:-2}" --test-timeout=600000 "$@" "${e2e[@]}" || status=$?
 exit "$status"

@@ -12,14 +12,19 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
 import { rendezvous } from "../packages/server/src/templates/lazy-trees.js";
-import { type Proxy, type Registry, startProxy, startRegistry } from "../packages/server/test/helpers/registry.js";
+import {
+  type Registry,
+  type Proxy as RegistryProxy,
+  startProxy,
+  startRegistry,
+} from "../packages/server/test/helpers/registry.js";
 import { API_KEY, TestCluster, via } from "./helpers/cluster.js";
 import { imageFamily, pushFamily } from "./helpers/image-family.js";
 
 const MiB = 1024 * 1024;
 const cluster = new TestCluster("aep");
 let registry: Registry;
-let proxy: Proxy;
+let proxy: RegistryProxy;
 let gateway: string;
 let work: string;
 const created: Array<{ url: string; id: string }> = [];

@@ -72,8 +72,10 @@ test("a sandbox cannot reach the host's own services or another sandbox", async 
   const b = await Sandbox.create();
   try {
     await b.commands.run("python3 -m http.server 9000", { background: true, timeoutMs: 0 });
+    // The host's side of the slot range (the server's default network for this file).
+    const [o1, o2] = (process.env.AENV_TEST_SLOT_CIDR ?? "10.202.0.0/16").split(".");
     const slotsOut = await a.commands.run(
-      `curl -s -m 3 http://10.202.0.1:${server.port}/health -o /dev/null -w '%{http_code}' || echo blocked`,
+      `curl -s -m 3 http://${o1}.${o2}.0.1:${server.port}/health -o /dev/null -w '%{http_code}' || echo blocked`,
     );
     assert.match(slotsOut.stdout, /blocked|000/);
     const ip = await a.commands.run(

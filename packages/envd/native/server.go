@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -318,89 +317,4 @@ func hexLoopback(a string) bool {
 			(strings.HasPrefix(ip, "0000000000000000FFFF0000") && strings.HasSuffix(ip, "7F"))
 	}
 	return false
-}
-
-type metrics struct {
-	Ts          int64   `json:"ts"`
-	CPUCount    int     `json:"cpu_count"`
-	CPUUsedPct  float64 `json:"cpu_used_pct"`
-	MemTotal    uint64  `json:"mem_total"`
-	MemUsed     uint64  `json:"mem_used"`
-	MemCache    uint64  `json:"mem_cache"`
-	MemTotalMiB uint64  `json:"mem_total_mib"`
-	MemUsedMiB  uint64  `json:"mem_used_mib"`
-	DiskUsed    uint64  `json:"disk_used"`
-	DiskTotal   uint64  `json:"disk_total"`
-}
-
-var lastCPU struct{ idle, total uint64 }
-
-func readCPU() (idle, total uint64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "cpu ") {
-			continue
-		}
-		f := strings.Fields(line)[1:]
-		for i := 0; i < len(f) && i < 8; i++ {
-			v, _ := strconv.ParseUint(f[i], 10, 64)
-			total += v
-			if i == 3 || i == 4 {
-				idle += v
-			}
-		}
-		return idle, total, true
-	}
-	return 0, 0, false
-}
-
-func collectMetrics() metrics {
-	m := metrics{Ts: time.Now().Unix(), CPUCount: numCPU()}
-	pi, pt := lastCPU.idle, lastCPU.total
-	if pt == 0 {
-		pi, pt, _ = readCPU()
-		time.Sleep(100 * time.Millisecond)
-	}
-	if ci, ct, ok := readCPU(); ok {
-		lastCPU.idle, lastCPU.total = ci, ct
-		if ct > pt {
-			busy := float64(ct-pt) - float64(ci-pi)
-			pct := busy / float64(ct-pt) * 100
-			if pct < 0 {
-				pct = 0
-			} else if pct > 100 {
-				pct = 100
-			}
-			m.CPUUsedPct = float64(int(pct*100+0.5)) / 100
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		kb := map[string]uint64{}
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				v, _ := strconv.ParseUint(f[1], 10, 64)
-				kb[strings.TrimSuffix(f[0], ":")] = v * 1024
-			}
-		}
-		avail, ok := kb["MemAvailable"]
-		if !ok {
-			avail = kb["MemFree"]
-		}
-		m.MemTotal = kb["MemTotal"]
-		if m.MemTotal > avail {
-			m.MemUsed = m.MemTotal - avail
-		}
-		m.MemCache = kb["Cached"] + kb["Buffers"]
-		m.MemTotalMiB, m.MemUsedMiB = m.MemTotal>>20, m.MemUsed>>20
-	}
-	var st syscall.Statfs_t
-	if syscall.Statfs("/", &st) == nil {
-		m.DiskTotal = st.Blocks * uint64(st.Bsize)
-		m.DiskUsed = (st.Blocks - st.Bfree) * uint64(st.Bsize)
-	}
-	return m
 }

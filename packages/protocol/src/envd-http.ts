@@ -18,7 +18,13 @@ export interface EnvdInitBody {
 export interface EnvdMetrics {
   ts: number;
   cpu_count: number;
+  /** The sandbox's processes' CPU since envd's previous sample, percent of all its CPUs. */
   cpu_used_pct: number;
+  /**
+   * aenv's: CPU time the sandbox's processes have used in all, ms (envd's own left out). What
+   * the workload computes, without the runtime's housekeeping that the host's cgroup counts too.
+   */
+  cpu_time_ms?: number;
   mem_total: number;
   mem_used: number;
   mem_cache: number;

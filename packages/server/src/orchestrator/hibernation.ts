@@ -21,6 +21,11 @@ export interface HibernationDeps {
    * and if stillIdle() then; NotIdleError when it must not be saved.
    */
   save: (id: string, stillIdle: () => boolean) => Promise<void>;
+  /**
+   * CPU time the sandbox's own processes have used, ms (envd's accounting); undefined when it
+   * cannot be asked. Consulted only when the host-side figure says busy and nothing else does.
+   */
+  guestCpuMs?: (l: Live) => Promise<number | undefined>;
   /** Best effort, right before a freeze: the sandbox gives back memory it holds but does not use. */
   reduceMemory?: (l: Live) => Promise<void>;
   log: Logger;
@@ -29,6 +34,8 @@ export interface HibernationDeps {
 interface Watch {
   lastActive: number;
   cpu?: { t: number; ns: number };
+  /** The processes' own CPU time when last asked (ms). */
+  guest?: { t: number; ms: number };
   /** The sandbox's operation epoch when last seen: a lifecycle operation since is activity. */
   epoch?: number;
 }
@@ -62,9 +69,13 @@ export class Hibernation {
     this.busy = fn;
   }
 
+  private get everyMs(): number {
+    return Math.max(250, Math.min(5000, (this.d.idleS * 1000) / 4));
+  }
+
   start(): void {
     if (!this.enabled || this.timer) return;
-    const everyMs = Math.max(250, Math.min(5000, (this.d.idleS * 1000) / 4));
+    const everyMs = this.everyMs;
     this.timer = setInterval(() => {
       // A sweep that saves sandboxes can outlast the interval: never two at once.
       if (this.sweeping) return;
@@ -127,17 +138,33 @@ export class Hibernation {
         w.lastActive = now;
       }
       const ns = this.d.driver.cpuTimeNs?.(l.rec.runtimeId);
+      let hostBusy = false;
       if (ns !== undefined) {
-        if (w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.d.cpuPct) {
-          w.lastActive = now;
-        }
+        hostBusy = !!w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.d.cpuPct;
         w.cpu = { t: now, ns };
       }
       if (this.busy(id) || (l.opsPending ?? 0) > 0 || l.inflight || l.gate) w.lastActive = now;
+      else if (hostBusy && !(await this.quietInside(l, w, now))) w.lastActive = now;
       if (now - w.lastActive < this.d.idleS * 1000 || this.optedOut(l)) continue;
       await this.freeze(l, w);
     }
     for (const id of this.watch.keys()) if (!ids.has(id)) this.watch.delete(id);
+  }
+
+  /**
+   * Whether the sandbox's processes used under `cpuPct` since it was last asked. The host's
+   * cgroup counts the runtime's housekeeping too: an idle desktop (a dozen GUI processes
+   * with timers) costs 10-15 % of a core in the sentry while its processes use under 1 %, and
+   * more on a slower host, so the host figure alone kept such sandboxes awake. A first answer,
+   * or one older than three sweeps, only starts a window: busy until the next sweep.
+   */
+  private async quietInside(l: Live, w: Watch, now: number): Promise<boolean> {
+    if (!this.d.guestCpuMs) return false;
+    const ms = await this.d.guestCpuMs(l).catch(() => undefined);
+    const prev = w.guest;
+    w.guest = ms === undefined ? undefined : { t: now, ms };
+    if (ms === undefined || !prev || now <= prev.t || now - prev.t > 3 * this.everyMs) return false;
+    return ((ms - prev.ms) / (now - prev.t)) * 100 <= this.d.cpuPct;
   }
 
   private saveDue(l: Live, w: Watch, now: number): boolean {

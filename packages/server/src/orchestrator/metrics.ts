@@ -67,3 +67,15 @@ export async function sampleMetrics(
   if (rec.state === "running") l.lastMetric = sample;
   return [sample];
 }
+
+/**
+ * CPU time the sandbox's own processes have used (ms), as envd accounts it; undefined when it
+ * is not running or envd does not answer within a second.
+ */
+export async function guestCpuMs(l: Sampled): Promise<number | undefined> {
+  if (!l.slot || l.hibernated || l.rec.state !== "running") return undefined;
+  const r = await envdRequest(l.slot.slotIp, "GET", "/metrics", { token: envdTokenOf(l.rec), timeoutMs: 1000 });
+  if (r.status !== 200) return undefined;
+  const ms = (JSON.parse(r.body) as Partial<EnvdMetrics>).cpu_time_ms;
+  return typeof ms === "number" && Number.isFinite(ms) ? ms : undefined;
+}

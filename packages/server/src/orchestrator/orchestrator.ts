@@ -22,7 +22,7 @@ import { envdTokenOf, trafficTokenOf } from "./envd-credentials.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
 import { Lifetimes } from "./lifetimes.js";
-import type { MetricSample } from "./metrics.js";
+import { guestCpuMs, type MetricSample } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
 import { PauseCommits } from "./pause-commits.js";
 import { autoResumable, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
@@ -123,6 +123,7 @@ export class Orchestrator {
       cpuPct: cfg.hibernateCpuPct,
       saveAfterS: cfg.hibernateSaveAfterS,
       save: (id, stillIdle) => this.pauses.pause(id, { idle: true, stillIdle }),
+      guestCpuMs,
       reduceMemory: (l) => runner.reduceMemory(l),
       log,
     });

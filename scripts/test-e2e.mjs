@@ -1,0 +1,146 @@
+#!/usr/bin/env node
+// Runs the test files that start real sandboxes in two lanes side by side: most of a file's time
+// is spent waiting (a start, a restore, a timeout, an idle window), not on the CPU, so two
+// lanes on two cores take about two thirds of one lane's time. Each lane has its own network
+// prefix and slot range (AENV_TEST_NET_PREFIX / AENV_TEST_SLOT_CIDR, honoured by
+// test/helpers/server.ts). Files that name fixed networks of their own, or share a fixed
+// resource, form one chain that a single lane runs in order, so no two of them ever overlap.
+// A file's output is printed whole once it ends, then a summary; exit status 1 if any failed.
+//
+//   node scripts/test-e2e.mjs [--lanes N] [node --test options...] file...
+import { spawn } from "node:child_process";
+
+/**
+ * Files that must not run beside each other (each line says why); a lane takes a chain whole.
+ * The cluster helper gives its nodes 10.210-10.217 and the benchmarks' cluster does too; the
+ * code interpreter bench and cli-templates both take aec / 10.205; fs-pause and
+ * fs-pause-cluster both take 10.241; restart tries 10.238, which cluster-partition's hosts use;
+ * repository-s3 and volumes-secrets both take aev.
+ */
+const CHAINS = [
+  [
+    "test/bench-smoke.test.ts",
+    "test/cli-templates.test.ts",
+    "test/cluster.test.ts",
+    "test/sim-cluster.test.ts",
+    "test/cluster-partition.test.ts",
+    "test/restart.test.ts",
+    "test/cluster-sentinel.test.ts",
+    "test/cluster-upgrade.test.ts",
+    "test/cluster-fencing.test.ts",
+    "test/images-p2p.test.ts",
+    "test/code-interpreter-gateway.test.ts",
+    "test/fs-pause.test.ts",
+    "test/fs-pause-cluster.test.ts",
+    "test/metrics.test.ts",
+  ],
+  ["test/repository-s3.test.ts", "test/volumes-secrets.test.ts"],
+];
+
+/** The longest files start first, so no lane is left with a long one at the end. */
+const LONG_FIRST = [
+  "test/desktop.test.ts",
+  "test/code-interpreter.test.ts",
+  "test/admission.test.ts",
+  "test/hibernation-save.test.ts",
+  "test/network-policy.test.ts",
+  "test/hibernation.test.ts",
+  "test/paused-retention.test.ts",
+  "test/repository-shared.test.ts",
+  "test/cli.test.ts",
+  "test/lifecycle.test.ts",
+  "test/dashboard.test.ts",
+  "test/deploy.test.ts",
+  "test/egress-proxy.test.ts",
+];
+
+/** Each lane's network; lane 0 keeps the files' own defaults. */
+const LANE_NETS = [
+  { AENV_TEST_NET_PREFIX: "aet", AENV_TEST_SLOT_CIDR: "10.202.0.0/16" },
+  { AENV_TEST_NET_PREFIX: "aes", AENV_TEST_SLOT_CIDR: "10.192.0.0/16" },
+];
+
+function parseArgs(argv) {
+  const files = [];
+  const opts = [];
+  let lanes = 2;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === "--lanes") lanes = Math.max(1, Math.min(LANE_NETS.length, Number(argv[++i]) || 1));
+    else if (a.startsWith("-")) opts.push(a);
+    else files.push(a);
+  }
+  return { files, opts, lanes };
+}
+
+/** Work items: each chain's files that were asked for, then every other file alone; longest first. */
+function plan(files) {
+  const asked = new Set(files);
+  const chained = new Set(CHAINS.flat());
+  const items = CHAINS.map((c) => c.filter((f) => asked.has(f))).filter((c) => c.length > 0);
+  const rank = (f) => {
+    const i = LONG_FIRST.indexOf(f);
+    return i < 0 ? LONG_FIRST.length : i;
+  };
+  const singles = files.filter((f) => !chained.has(f)).sort((a, b) => rank(a) - rank(b));
+  return [...items, ...singles.map((f) => [f])];
+}
+
+function runFile(file, lane, opts) {
+  const t0 = Date.now();
+  return new Promise((resolve) => {
+    const p = spawn(
+      "tini",
+      ["-s", "--", process.execPath, "--import", "tsx", "--test", "--test-reporter=spec", ...opts, file],
+      { env: { ...process.env, ...LANE_NETS[lane] }, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    p.stdout.on("data", (d) => (out += d));
+    p.stderr.on("data", (d) => (out += d));
+    p.on("close", (code, signal) => {
+      const count = (k) => Number(new RegExp(`^ℹ ${k} (\\d+)$`, "m").exec(out)?.[1] ?? 0);
+      resolve({
+        file,
+        lane,
+        code: code ?? (signal ? 1 : 0),
+        s: (Date.now() - t0) / 1000,
+        out,
+        tests: count("tests"),
+        pass: count("pass"),
+        fail: count("fail"),
+      });
+    });
+  });
+}
+
+async function main() {
+  const { files, opts, lanes } = parseArgs(process.argv.slice(2));
+  const queue = plan(files);
+  const results = [];
+  const t0 = Date.now();
+  const lane = async (n) => {
+    for (let item = queue.shift(); item; item = queue.shift()) {
+      for (const f of item) {
+        const r = await runFile(f, n, opts);
+        results.push(r);
+        const verdict = r.code === 0 ? "ok" : "FAILED";
+        process.stdout.write(`\n━━ ${f} · lane ${n} · ${r.s.toFixed(1)} s · ${verdict}\n${r.out}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: lanes }, (_, n) => lane(n)));
+  const sum = (k) => results.reduce((a, r) => a + r[k], 0);
+  const failed = results.filter((r) => r.code !== 0);
+  process.stdout.write(
+    `\n━━ ${results.length} files in ${lanes} lanes, ${((Date.now() - t0) / 1000).toFixed(0)} s` +
+      ` (${sum("s").toFixed(0)} s of files): tests ${sum("tests")}, pass ${sum("pass")}, fail ${sum("fail")}\n`,
+  );
+  for (const r of [...results].sort((a, b) => b.s - a.s))
+    process.stdout.write(`${r.s.toFixed(1).padStart(7)} s  lane ${r.lane}  ${r.code === 0 ? "ok    " : "FAILED"}  ${r.file}\n`);
+  if (failed.length > 0) {
+    process.stdout.write(`\n✖ failing files: ${failed.map((r) => r.file).join(", ")}\n`);
+    process.exitCode = 1;
+  }
+}
+
+await main();
