@@ -60,6 +60,8 @@ test("the benchmarks run once with tiny settings, raw column included", async ()
       p.stderr.on("data", (d: Buffer) => (log += d.toString()));
       p.on("exit", (c) => resolve(c ?? 1));
     });
+    // What each took, in the suite's output: the smoke's share of the suite's time.
+    for (const line of log.match(/^\[bench\] \S+: exit \d+ after \d+ s$/gm) ?? []) console.log(line);
     // A failed benchmark's own output (from its header to its exit line), then the log's end.
     const failed = /\[bench\] FAILED: (.*)/.exec(log)?.[1]?.split(", ") ?? [];
     const own = failed.map((f) => {

@@ -1,6 +1,7 @@
 // Kill -9 of the server in the middle of a pause and of a fork: after a restart every sandbox
 // is in its previous or its new state, and usable.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -139,8 +140,19 @@ test("SIGKILL in the middle of a fork leaves the parent usable, no half-started 
     },
   ));
 
+/** The runtime sandboxes a server's runsc state folder holds (another lane's are not its). */
+function runtimesOf(server: TestServer): Set<string> {
+  const out = execFileSync("runsc", [`--root=${server.dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
+  return new Set(out.split("\n").filter(Boolean));
+}
+
 /** Runtime sandboxes (by runtime ID) whose cgroup is frozen now: hibernated or pooled ones. */
-function frozenRuntimes(): string[] {
+function frozenRuntimes(server: TestServer): string[] {
+  const mine = runtimesOf(server);
+  return frozenCgroups().filter((id) => mine.has(id));
+}
+
+function frozenCgroups(): string[] {
   const v2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
   const root = v2 ? "/sys/fs/cgroup/aenv" : "/sys/fs/cgroup/freezer/aenv";
   if (!existsSync(root)) return [];
@@ -161,16 +173,16 @@ function frozenRuntimes(): string[] {
 test("SIGKILL with a hibernated sandbox and a frozen warm pool: the next start thaws and adopts the sandbox, and removes the pool's", () =>
   acrossACrash(
     { AENV_HIBERNATE_AFTER: "2" },
-    async () => {
+    async (first) => {
       const s = await Sandbox.create();
       await s.files.write("/home/user/mark", "marked\n");
       // Frozen (a SIGKILL cannot end such a process until it is thawed): the sandbox by
       // hibernation, and the pooled sandbox that replaced the one this create took.
       await waitFor("the sandbox and a pooled one frozen", () => {
-        const f = frozenRuntimes();
+        const f = frozenRuntimes(first);
         return f.some((r) => r.startsWith(s.sandboxId)) && f.some((r) => !r.startsWith(s.sandboxId));
       });
-      return { id: s.sandboxId, pooled: frozenRuntimes().filter((r) => !r.startsWith(s.sandboxId)) };
+      return { id: s.sandboxId, pooled: frozenRuntimes(first).filter((r) => !r.startsWith(s.sandboxId)) };
     },
     async (second, before) => {
       const ids = await everySandboxUsable(second);
