@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { BuildState } from "@aenv/protocol/rest";
 import { z } from "zod";
@@ -98,22 +98,29 @@ function writeAtomic(dir: string, name: string, data: unknown): void {
  * older revision keep the exact tree they were taken on.
  */
 export class TemplateStore {
+  /** Parsed template.json files by folder, with the file version they were read from. */
+  private readonly parsed = new Map<string, { version: string; t: Template }>();
+  private scanned: { at: number; list: Template[] } | undefined;
+
   constructor(readonly dir: string) {}
 
   /** By ID, name, alias, or `name:tag` (`alias:tag`). An ID wins over a name, a name over an alias. */
   get(ref: string): Template | undefined {
-    const all = this.list();
+    // An ID is its folder's name: one read, not a scan (a node may hold thousands of images).
+    const byId = SAFE_NAME.test(ref) ? this.read(ref) : undefined;
+    if (byId?.id === ref) return structuredClone(byId);
+    const all = this.scan();
     const named = (name: string) =>
       all.find((t) => t.id === name) ?? all.find((t) => t.name === name) ?? all.find((t) => t.aliases.includes(name));
     const direct = named(ref);
-    if (direct) return direct;
+    if (direct) return structuredClone(direct);
     const i = ref.lastIndexOf(":");
     if (i <= 0) return undefined;
     const [name, tag] = [ref.slice(0, i), ref.slice(i + 1)];
     const t = named(name);
     const buildId = t?.tags.find((x) => x.tag === tag)?.buildId;
     if (!t || !buildId) return undefined;
-    return buildId === t.buildId ? t : this.readBuild(t, buildId);
+    return buildId === t.buildId ? structuredClone(t) : this.readBuild(t, buildId);
   }
 
   /**
@@ -136,19 +143,61 @@ export class TemplateStore {
 
   /** Every template folder, including ones still building or failed. */
   list(): Template[] {
+    return this.scan().map((t) => structuredClone(t));
+  }
+
+  /**
+   * Every template as parsed (shared: callers outside this class get copies). Scanned again at
+   * most once a second (a stat per template: ~25 ms for 2,000 on this host) unless this store
+   * wrote or removed one since; another process's change is seen within that second, and at
+   * once by ID.
+   */
+  private scan(): Template[] {
+    const now = Date.now();
+    if (this.scanned && now - this.scanned.at < 1000) return this.scanned.list;
+    const list = this.scanDir();
+    this.scanned = { at: now, list };
+    return list;
+  }
+
+  private scanDir(): Template[] {
     if (!existsSync(this.dir)) return [];
     const out: Template[] = [];
-    for (const name of readdirSync(this.dir)) {
-      if (name.startsWith(".")) continue;
+    const names = readdirSync(this.dir).filter((n) => !n.startsWith("."));
+    for (const name of names) {
       const t = this.read(name);
       if (t) out.push(t);
+    }
+    if (this.parsed.size > names.length) {
+      const present = new Set(names);
+      for (const k of this.parsed.keys()) if (!present.has(k)) this.parsed.delete(k);
     }
     return out;
   }
 
+  /**
+   * A folder's template.json, parsed once per version of the file: a lookup by name scans
+   * every template, and reading and validating thousands of files took ~40 µs each. The file is
+   * only ever replaced by a rename, so its inode, size and mtime say whether it changed, also
+   * when another process on this host wrote it. Shared: what leaves this class is a copy.
+   */
   private read(id: string): Template | undefined {
-    const t = readTemplateFile(join(this.dir, id, "template.json"));
-    return t && { ...t, dir: join(this.dir, id), rootfs: join(this.dir, id, t.rootfsDir) };
+    const file = join(this.dir, id, "template.json");
+    const st = statSync(file, { throwIfNoEntry: false, bigint: true });
+    if (!st) {
+      // Gone since it was read: the last scan that listed it is stale too.
+      if (this.parsed.delete(id)) this.scanned = undefined;
+      return undefined;
+    }
+    const version = `${st.ino}:${st.size}:${st.mtimeNs}`;
+    let hit = this.parsed.get(id);
+    if (hit?.version !== version) {
+      const t = readTemplateFile(file);
+      if (!t) return undefined;
+      hit = { version, t: { ...t, dir: join(this.dir, id), rootfs: join(this.dir, id, t.rootfsDir) } };
+      this.parsed.set(id, hit);
+    }
+    return hit.t;
   }
 
   /** Writes template.json atomically (temp name, rename). */
@@ -156,12 +205,15 @@ export class TemplateStore {
     const dir = join(this.dir, t.id);
     const data = TemplateFile.parse({ ...t, updatedAt: new Date().toISOString() });
     writeAtomic(dir, "template.json", data);
+    this.scanned = undefined;
     return { ...data, dir, rootfs: join(dir, data.rootfsDir) };
   }
 
   /** Removes a template's folder (every revision). */
   remove(id: string): void {
     if (!SAFE_NAME.test(id)) return;
+    this.parsed.delete(id);
+    this.scanned = undefined;
     detachMountsUnder(join(this.dir, id));
     rmSync(join(this.dir, id), { recursive: true, force: true });
   }
