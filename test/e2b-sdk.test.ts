@@ -104,6 +104,24 @@ describe("sandbox lifecycle", () => {
     assert.equal(r.stdout, "via-connect\n");
   });
 
+  test("creates retried with one idempotency key give one sandbox, on a node of its own too", async () => {
+    const opts = { metadata: { "aenv.idempotency_key": `e2b-suite-${process.pid}` } };
+    const [a, b] = await Promise.all([Sandbox.create(opts), Sandbox.create(opts)]);
+    try {
+      assert.equal(a.sandboxId, b.sandboxId);
+      assert.equal((await b.commands.run("echo one")).stdout, "one\n");
+      assert.equal((await Sandbox.create(opts)).sandboxId, a.sandboxId, "a later retry");
+      const bad = await fetch(`${server.url}/sandboxes`, {
+        method: "POST",
+        headers: { "x-api-key": server.apiKey, "content-type": "application/json", "idempotency-key": "has space" },
+        body: JSON.stringify({ templateID: "base" }),
+      });
+      assert.equal(bad.status, 400);
+    } finally {
+      await a.kill();
+    }
+  });
+
   test("kill removes the sandbox", async () => {
     const s = await Sandbox.create();
     assert.equal(await s.kill(), true);

@@ -122,6 +122,48 @@ describe("a simulated node behind the gateway", () => {
       for (const id of [s.sandboxId, ...kids]) await Sandbox.kill(id, via(gw)).catch(() => {});
     }
   });
+
+  test("creates with one idempotency key, at once and retried, make one sandbox; after its kill the key makes a new one", async () => {
+    const key = `rollout-${process.pid}-${Date.now()}`;
+    const opts = { ...via(gw), metadata: { "aenv.idempotency_key": key } };
+    const made = await Promise.all([Sandbox.create(opts), Sandbox.create(opts), Sandbox.create(opts)]);
+    const id = made[0]?.sandboxId as string;
+    try {
+      assert.deepEqual(
+        made.map((s) => s.sandboxId),
+        [id, id, id],
+      );
+      // The header form names the same key: a retry of the first create.
+      const again = await fetch(`${gw}/sandboxes`, {
+        method: "POST",
+        headers: { "x-api-key": API_KEY, "content-type": "application/json", "idempotency-key": key },
+        body: JSON.stringify({ templateID: "base" }),
+      });
+      assert.equal(again.status, 201);
+      assert.equal(((await again.json()) as { sandboxID: string }).sandboxID, id);
+      const listed = await Sandbox.list({
+        ...via(gw),
+        query: { metadata: { "aenv.idempotency_key": key } },
+      }).nextItems();
+      assert.deepEqual(
+        listed.map((i) => i.sandboxId),
+        [id],
+        "one sandbox holds the key",
+      );
+      const clash = await fetch(`${gw}/sandboxes`, {
+        method: "POST",
+        headers: { "x-api-key": API_KEY, "content-type": "application/json", "idempotency-key": `${key}-x` },
+        body: JSON.stringify({ templateID: "base", metadata: { "aenv.idempotency_key": key } }),
+      });
+      assert.equal(clash.status, 400, "header and metadata naming two keys");
+      await Sandbox.kill(id, via(gw));
+      const next = await Sandbox.create(opts);
+      assert.notEqual(next.sandboxId, id, "a killed sandbox frees its key");
+      await next.kill();
+    } finally {
+      await Sandbox.kill(id, via(gw)).catch(() => {});
+    }
+  });
 });
 
 describe("a gateway cut off from Redis", () => {

@@ -41,3 +41,34 @@ export const FORK_SPILL = {
   created: 201,
   spilledErrorCode: "sandbox_capacity_unavailable",
 } as const;
+
+/**
+ * A create's idempotency key: a client that retries a create (after a timeout, a lost answer)
+ * with the same key gets the sandbox the first attempt made, not a second one, while that
+ * sandbox exists; a retry while the first is still starting waits for it. Given as the
+ * `Idempotency-Key` header or, for the unmodified E2B SDKs (which send no custom headers), as
+ * this metadata entry; the header is kept in the sandbox's metadata under the same entry, so
+ * it lasts as long as the sandbox and lists can be filtered by it.
+ */
+export const IDEMPOTENCY = {
+  header: "idempotency-key",
+  metadataKey: "aenv.idempotency_key",
+  /** Printable ASCII without spaces, at most this long. */
+  maxLength: 200,
+} as const;
+
+/** The create's idempotency key from its header and metadata; an error message when it is malformed. */
+export function idempotencyKeyOf(
+  header: string | string[] | undefined,
+  metadata: Record<string, string> | undefined,
+): { key?: string; error?: string } {
+  const h = Array.isArray(header) ? header[0] : header;
+  const m = metadata?.[IDEMPOTENCY.metadataKey];
+  if (h !== undefined && m !== undefined && h !== m)
+    return { error: `the ${IDEMPOTENCY.header} header and metadata ${IDEMPOTENCY.metadataKey} differ` };
+  const key = h ?? m;
+  if (key === undefined) return {};
+  if (key.length === 0 || key.length > IDEMPOTENCY.maxLength || !/^[\x21-\x7e]+$/.test(key))
+    return { error: `an idempotency key is 1-${IDEMPOTENCY.maxLength} printable ASCII characters without spaces` };
+  return { key };
+}

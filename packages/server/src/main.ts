@@ -101,7 +101,8 @@ async function main(): Promise<void> {
   const logBook = new SandboxLogBook();
   const log = pino({ level: cfg.logLevel, hooks: { logMethod: logBook.hook() } });
   installSafetyNet(log);
-  if (process.getuid?.() !== 0) {
+  // The simulated runtime starts no sandbox: a developer's checkout runs it unprivileged.
+  if (process.getuid?.() !== 0 && cfg.runtimeDriver !== "sim") {
     log.fatal("aenv-server must run as root (gVisor sandboxes, network namespaces, checkpoints)");
     process.exit(1);
   }

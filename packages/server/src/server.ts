@@ -64,7 +64,7 @@ export async function startServer(
   const volumes = await openVolumes(cfg, paths, log);
   const secrets = new SecretStore(paths.secrets);
   const egressCa = await openEgressCa(cfg);
-  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot);
+  const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, { simulated: cfg.runtimeDriver === "sim" });
   const runtimeInfo = await runtime.probing;
   const sync = templateSync(cfg, templates, repository, log);
   const checkpointKey = `${runtimeInfo.checkpointKey}-${basename(runtimeDir)}`;

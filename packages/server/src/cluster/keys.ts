@@ -32,6 +32,8 @@ export const keys = {
   checkpointKeys: "aenv:checkpoint-keys",
   snapshot: (name: string) => `aenv:snapshot:${name}`,
   lock: (name: string) => `aenv:lock:${name}`,
+  /** The sandbox a create with this idempotency key made. */
+  idempotent: (key: string) => `aenv:idem:${key}`,
   blob: (digest: string) => `aenv:blob:${digest}`,
   tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
 };

@@ -1,6 +1,13 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { ERROR_CODES, PARTIAL_HEADER, type SandboxCreated, TOTAL_RUNNING_HEADER } from "@aenv/protocol";
+import {
+  ERROR_CODES,
+  IDEMPOTENCY,
+  idempotencyKeyOf,
+  PARTIAL_HEADER,
+  type SandboxCreated,
+  TOTAL_RUNNING_HEADER,
+} from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -23,7 +30,7 @@ import { endWithError } from "../util/socket-error.js";
 import { BATCH_METRICS_PATH, batchMetrics } from "./batch-metrics.js";
 import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-view.js";
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
-import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
+import { type NodeAnswer, nodeHeaders, parseJson, relayReply } from "./http-util.js";
 import { failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
 
 export interface GatewayOptions {
@@ -184,8 +191,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   });
 
   // Creates: placed on a node with room, retried on another if that one turns out full.
-  const create = async (req: { raw: IncomingMessage; body: unknown; url: string }, reply: FastifyReply) => {
-    const body = Buffer.isBuffer(req.body) ? req.body : Buffer.from("");
+  const place = async (req: { raw: IncomingMessage; url: string }, body: Buffer, reply: FastifyReply) => {
     // Malformed JSON is placed anyway: the node answers it.
     const templateId = parseJson<{ templateID?: unknown }>(body)?.templateID;
     const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
@@ -197,16 +203,59 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       const message = (await view.nodes()).some((n) => n.status === "ready")
         ? "no node has room for another sandbox"
         : "no node is ready";
-      return reply
+      reply
         .status(503)
         .header("retry-after", "1")
         .send(errorBodyOf(503, message, ERROR_CODES.capacityUnavailable));
+      return undefined;
     }
-    if (placed.ans.status === 201) {
-      const id = (JSON.parse(placed.ans.body.toString()) as Partial<SandboxCreated>).sandboxID;
-      if (id) await calls.recordOwner(id, placed.node.nodeID);
+    const id = createdId(placed.ans);
+    if (id) await calls.recordOwner(id, placed.node.nodeID);
+    relayReply(reply, placed.ans);
+    return id;
+  };
+  /**
+   * A create with an idempotency key, one at a time per key across gateways: a retry gets the
+   * sandbox the first attempt made, from its node (which answers for it by the key in its
+   * metadata), or waits for a first attempt still in flight.
+   */
+  const placeOnce = async (
+    req: { raw: IncomingMessage; url: string },
+    body: Buffer,
+    reply: FastifyReply,
+    key: string,
+  ) => {
+    const unlock = await view.lock(`idem:${key}`, 120_000);
+    try {
+      const earlier = await view.idempotentSandbox(key);
+      const node = earlier ? (await view.owner(earlier)).node : undefined;
+      if (node) {
+        const ans = await call(node.url, "POST", req.url, nodeHeaders(req.raw), body).catch(() => undefined);
+        const id = ans && createdId(ans);
+        if (ans && id) {
+          if (id !== earlier) await view.setIdempotentSandbox(key, id);
+          await calls.recordOwner(id, node.nodeID);
+          return relayReply(reply, ans);
+        }
+      }
+      const id = await place(req, body, reply);
+      if (id) await view.setIdempotentSandbox(key, id);
+      return reply;
+    } finally {
+      await unlock().catch(() => {});
     }
-    return relayReply(reply, placed.ans);
+  };
+  const create = async (req: { raw: IncomingMessage; body: unknown; url: string }, reply: FastifyReply) => {
+    const body = Buffer.isBuffer(req.body) ? req.body : Buffer.from("");
+    const metadata = parseJson<{ metadata?: unknown }>(body)?.metadata;
+    const { key, error } = idempotencyKeyOf(
+      req.raw.headers[IDEMPOTENCY.header],
+      metadata && typeof metadata === "object" ? (metadata as Record<string, string>) : undefined,
+    );
+    if (error) return reply.status(400).send(errorBodyOf(400, error));
+    if (key) return placeOnce(req, body, reply, key);
+    await place(req, body, reply);
+    return reply;
   };
   fastify.post("/sandboxes", create);
   fastify.post("/v2/sandboxes", create);
@@ -324,4 +373,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     fastify.route({ method, url: "/snapshots/*", handler: anyNode });
   }
   return fastify;
+}
+
+/** The sandbox a node's 201 answer to a create made. */
+function createdId(ans: NodeAnswer): string | undefined {
+  if (ans.status !== 201) return undefined;
+  return parseJson<Partial<SandboxCreated>>(ans.body)?.sandboxID;
 }

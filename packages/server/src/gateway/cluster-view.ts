@@ -267,6 +267,16 @@ export class ClusterView {
     return undefined;
   }
 
+  /** The sandbox a create with this idempotency key made, if one did. */
+  async idempotentSandbox(key: string): Promise<string | undefined> {
+    return (await guard(this.redis.get(keys.idempotent(key)))) ?? undefined;
+  }
+
+  /** Kept a week: past the longest sandbox lifetime; a node answers for a sandbox since gone. */
+  async setIdempotentSandbox(key: string, sandboxId: string): Promise<void> {
+    await guard(this.redis.set(keys.idempotent(key), sandboxId, "EX", 7 * 86_400));
+  }
+
   /** A short lock (a resume moving a sandbox): true when this caller holds it. */
   async lock(name: string, ttlMs: number): Promise<() => Promise<void>> {
     const token = randomBytes(8).toString("hex");

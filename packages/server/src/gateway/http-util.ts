@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { IDEMPOTENCY } from "@aenv/protocol";
 import type { FastifyReply } from "fastify";
 import type { call } from "./forward.js";
 
@@ -7,7 +8,7 @@ export type NodeAnswer = Awaited<ReturnType<typeof call>>;
 /** The headers a gateway passes on when it calls a node itself (not a streamed forward). */
 export function nodeHeaders(req: IncomingMessage): Record<string, string> {
   const h: Record<string, string> = {};
-  for (const k of ["x-api-key", "content-type", "authorization", "user-agent"]) {
+  for (const k of ["x-api-key", "content-type", "authorization", "user-agent", IDEMPOTENCY.header]) {
     const v = req.headers[k];
     if (typeof v === "string") h[k] = v;
   }

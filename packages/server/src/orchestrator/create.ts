@@ -1,3 +1,4 @@
+import { IDEMPOTENCY } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { AenvError, StartFailedError } from "../errors.js";
@@ -50,6 +51,8 @@ interface Plan {
 export class Creator {
   /** Creates that start a sandbox (not a pooled one) take their turn here, or are refused. */
   private readonly gate: StartGate;
+  /** Creates in flight by their idempotency key. */
+  private readonly byKey = new Map<string, Promise<SandboxRecord>>();
 
   constructor(private readonly d: CreateDeps) {
     this.gate = new StartGate({
@@ -60,7 +63,31 @@ export class Creator {
     });
   }
 
-  async create(req: CreateRequest): Promise<SandboxRecord> {
+  /**
+   * A create with an idempotency key returns the sandbox an earlier create with that key made,
+   * while it exists (running or paused), or joins that create while it is still starting; a
+   * failed start frees the key. Checked and registered without an await between, so two
+   * concurrent creates with one key start one sandbox. The key is in the record's metadata,
+   * so it holds across a restart of the server too.
+   */
+  create(req: CreateRequest): Promise<SandboxRecord> {
+    const key = req.metadata?.[IDEMPOTENCY.metadataKey];
+    if (key === undefined) return this.createNew(req);
+    const pending = this.byKey.get(key);
+    if (pending) return pending;
+    const made = this.d.registry
+      .all()
+      .find(
+        (l) =>
+          l.rec.metadata[IDEMPOTENCY.metadataKey] === key && (l.rec.state === "running" || l.rec.state === "paused"),
+      );
+    if (made) return Promise.resolve(made.rec);
+    const p = this.createNew(req).finally(() => this.byKey.delete(key));
+    this.byKey.set(key, p);
+    return p;
+  }
+
+  private async createNew(req: CreateRequest): Promise<SandboxRecord> {
     const { registry } = this.d;
     registry.assertOpen();
     checkCreateRequest(req);

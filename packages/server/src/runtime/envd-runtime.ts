@@ -79,7 +79,14 @@ function statKey(files: string[]): string {
  * (restored images expect identical files). The content ID is remembered by the inputs'
  * stat key, so a start with unchanged inputs reads none of them.
  */
-export function prepareEnvdRuntime(root: string): string {
+export function prepareEnvdRuntime(root: string, opts: { simulated?: boolean } = {}): string {
+  // Simulated sandboxes run nothing: their folder holds the arguments alone, so the sim
+  // runtime needs no Go build (the fast tier runs it from a bare checkout).
+  if (opts.simulated) {
+    const dir = join(root, "sim");
+    if (!existsSync(join(dir, ".complete"))) buildRuntimeFolder(dir, []);
+    return dir;
+  }
   const inputs = runtimeInputs();
   const files = inputs.map(([src]) => src);
   const key = statKey(files);

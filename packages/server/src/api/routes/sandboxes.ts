@@ -1,7 +1,10 @@
+import type { IncomingHttpHeaders } from "node:http";
 import {
   AUTO_RESUME_HEADER,
   FORK_SPILL,
   type ForkResult,
+  IDEMPOTENCY,
+  idempotencyKeyOf,
   type SandboxesWithMetrics,
   type SandboxMetric,
   TOTAL_RUNNING_HEADER,
@@ -88,11 +91,21 @@ function sandboxOptions(b: SandboxOptions, bindingOf: BindingOf) {
   };
 }
 
+/**
+ * A create's idempotency key (header or metadata) kept in its metadata, where the creator
+ * looks for an earlier sandbox with the same key.
+ */
+function withIdempotencyKey<T extends { metadata?: Record<string, string> }>(b: T, headers: IncomingHttpHeaders): T {
+  const { key, error } = idempotencyKeyOf(headers[IDEMPOTENCY.header], b.metadata);
+  if (error) throw new InvalidRequestError(error);
+  return key ? { ...b, metadata: { ...b.metadata, [IDEMPOTENCY.metadataKey]: key } } : b;
+}
+
 export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOptions): Promise<void> {
   const { orch, ctx } = opts;
 
-  const create = async (raw: unknown) => {
-    const b = NewSandbox.parse(body(raw));
+  const create = async (raw: unknown, headers: IncomingHttpHeaders) => {
+    const b = withIdempotencyKey(NewSandbox.parse(body(raw)), headers);
     // A template named by an image reference the operator allows (images.on_demand): the
     // E2B SDKs pass the string as it is, so `Sandbox.create("registry/repo:tag")` starts it.
     const image = opts.onDemand.resolves(b.templateID) ? await opts.onDemand.template(b.templateID) : undefined;
@@ -105,12 +118,12 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     });
     return sandboxCreated(rec, ctx);
   };
-  app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body)));
-  app.post("/v2/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body)));
+  app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body, req.headers)));
+  app.post("/v2/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body, req.headers)));
 
   // Cold start: boot a sandbox straight from an image (pulled and unpacked on first use).
   app.post("/sandboxes-cold", async (req, reply) => {
-    const b = ColdSandbox.parse(body(req.body));
+    const b = withIdempotencyKey(ColdSandbox.parse(body(req.body)), req.headers);
     // Before the pull: a refused size costs no download.
     orch.checkDiskSize(b.diskSizeMB);
     const tpl = await opts.onDemand.template(b.image);

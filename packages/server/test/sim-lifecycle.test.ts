@@ -1,0 +1,111 @@
+// The lifecycle through a real aenv-server on the simulated runtime, driven by the unmodified
+// e2b SDK, in the fast tier (no root, no build, no runsc): create, commands, list, timeout,
+// pause and resume, fork, kill, and creates with an idempotency key. The same calls against
+// runsc sandboxes are test/e2b-sdk.test.ts and its neighbours.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { NotFoundError, Sandbox } from "e2b";
+import { type SimServer, simSdk, startSimServer } from "./helpers/sim-server.js";
+
+let server: SimServer;
+let sdk: ReturnType<typeof simSdk>;
+
+before(async () => {
+  server = await startSimServer(150);
+  sdk = simSdk(server);
+});
+
+after(() => server?.stop());
+
+test("create, run, list, timeout, kill", async () => {
+  const s = await Sandbox.create({ ...sdk, metadata: { suite: "sim" } });
+  try {
+    assert.equal((await s.commands.run("echo hello")).stdout, "hello\n");
+    const info = await s.getInfo();
+    assert.equal(info.templateId, "base");
+    assert.equal(info.metadata.suite, "sim");
+    const listed = await Sandbox.list({ ...sdk, query: { metadata: { suite: "sim" } } }).nextItems();
+    assert.deepEqual(
+      listed.map((i) => i.sandboxId),
+      [s.sandboxId],
+    );
+    const before = (await s.getInfo()).endAt.getTime();
+    await s.setTimeout(600_000);
+    assert.ok((await s.getInfo()).endAt.getTime() > before, "setTimeout moves endAt");
+  } finally {
+    await s.kill();
+  }
+  await assert.rejects(Sandbox.getInfo(s.sandboxId, sdk), NotFoundError);
+});
+
+test("pause, list as paused, resume by connect", async () => {
+  const s = await Sandbox.create(sdk);
+  try {
+    await s.pause();
+    const paused = await Sandbox.list({ ...sdk, query: { state: ["paused"] } }).nextItems();
+    assert.ok(paused.some((i) => i.sandboxId === s.sandboxId));
+    const back = await Sandbox.connect(s.sandboxId, sdk);
+    assert.equal((await back.commands.run("true")).exitCode, 0);
+    assert.equal((await back.getInfo()).state, "running");
+  } finally {
+    await s.kill();
+  }
+});
+
+test("fork: children run beside the parent", async () => {
+  const s = await Sandbox.create(sdk);
+  const r = await fetch(`${server.url}/v2/sandboxes/${s.sandboxId}/fork`, {
+    method: "POST",
+    headers: { "x-api-key": server.apiKey, "content-type": "application/json" },
+    body: JSON.stringify({ count: 2 }),
+  });
+  const kids = (await r.json()) as Array<{ sandbox?: { sandboxID: string } }>;
+  try {
+    assert.equal(r.status, 201, JSON.stringify(kids));
+    assert.equal(kids.length, 2);
+    for (const k of kids) {
+      assert.ok(k.sandbox, JSON.stringify(k));
+      const c = await Sandbox.connect(k.sandbox.sandboxID, sdk);
+      assert.equal((await c.commands.run("echo child")).stdout, "child\n");
+    }
+  } finally {
+    for (const id of [s.sandboxId, ...kids.flatMap((k) => (k.sandbox ? [k.sandbox.sandboxID] : []))])
+      await Sandbox.kill(id, sdk).catch(() => {});
+  }
+});
+
+test("creates with one idempotency key make one sandbox, at once, retried and by header; a kill frees the key", async () => {
+  const key = `sim-${process.pid}`;
+  const opts = { ...sdk, metadata: { "aenv.idempotency_key": key } };
+  const made = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)));
+  const id = made[0]?.sandboxId as string;
+  try {
+    assert.deepEqual(
+      made.map((s) => s.sandboxId),
+      made.map(() => id),
+    );
+    assert.equal((await Sandbox.create(opts)).sandboxId, id, "a later retry");
+    const post = (headers: Record<string, string>, body: unknown) =>
+      fetch(`${server.url}/sandboxes`, {
+        method: "POST",
+        headers: { "x-api-key": server.apiKey, "content-type": "application/json", ...headers },
+        body: JSON.stringify(body),
+      });
+    const byHeader = await post({ "idempotency-key": key }, { templateID: "base" });
+    assert.equal(byHeader.status, 201);
+    assert.equal(((await byHeader.json()) as { sandboxID: string }).sandboxID, id);
+    const clash = await post(
+      { "idempotency-key": `${key}-other` },
+      { templateID: "base", metadata: { "aenv.idempotency_key": key } },
+    );
+    assert.equal(clash.status, 400);
+    assert.equal((await post({ "idempotency-key": "a b" }, { templateID: "base" })).status, 400);
+    assert.equal((await post({ "idempotency-key": "x".repeat(201) }, { templateID: "base" })).status, 400);
+    await Sandbox.kill(id, sdk);
+    const next = await Sandbox.create(opts);
+    assert.notEqual(next.sandboxId, id, "a killed sandbox frees its key");
+    await next.kill();
+  } finally {
+    await Sandbox.kill(id, sdk).catch(() => {});
+  }
+});
