@@ -13,4 +13,4 @@ for f in packages/*/test/*.test.ts; do
     *) files+=("$f") ;;
   esac
 done
-exec node --import tsx --test --test-concurrency=2 "${files[@]}" "$@"
+exec node --import tsx --test --test-concurrency=3 "${files[@]}" "$@"

@@ -13,7 +13,7 @@ bash scripts/build-base-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/te
 bash scripts/build-code-interpreter-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 bash scripts/build-desktop-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 shopt -s nullglob
-# The packages' own tests start no sandbox (the fast tier, scripts/test-unit.sh): two files at
+# The packages' own tests start no sandbox (the fast tier, scripts/test-unit.sh): three files at
 # a time. The rest, and the two package files that start a registry or probe runsc, in two
 # lanes of one file each (scripts/test-e2e.mjs: each lane its own network; files that share a
 # fixed resource run in one lane, in order).
@@ -31,7 +31,7 @@ e2e+=(test/*.test.ts)
 # create`, are reaped at once (not by whatever PID 1 is), so `runsc delete` does not wait 1-2 s
 # for each.
 status=0
-tini -s -- node --import tsx --test --test-timeout=600000 --test-reporter=spec --test-concurrency=2 \
+tini -s -- node --import tsx --test --test-timeout=600000 --test-reporter=spec --test-concurrency=3 \
   "${unit[@]}" "$@" || status=$?
 node scripts/test-e2e.mjs --lanes "${AENV_TEST_LANES:-2}" --test-timeout=600000 "$@" "${e2e[@]}" || status=$?
 exit "$status"
