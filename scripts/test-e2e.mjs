@@ -12,15 +12,12 @@ import { spawn } from "node:child_process";
 
 /**
  * Files that must not run beside each other (each line says why); a lane takes a chain whole.
- * The cluster helper gives its nodes 10.210-10.217 and the benchmarks' cluster does too; the
- * code interpreter bench and cli-templates both take aec / 10.205; fs-pause and
- * fs-pause-cluster both take 10.241; restart tries 10.238, which cluster-partition's hosts use;
- * repository-s3 and volumes-secrets both take aev.
+ * The cluster helper gives its nodes 10.210-10.217; fs-pause and fs-pause-cluster both take
+ * 10.241; restart tries 10.238, which cluster-partition's hosts use; repository-s3 and
+ * volumes-secrets both take aev.
  */
 const CHAINS = [
   [
-    "test/bench-smoke.test.ts",
-    "test/cli-templates.test.ts",
     "test/cluster.test.ts",
     "test/sim-cluster.test.ts",
     "test/cluster-partition.test.ts",
@@ -40,6 +37,7 @@ const CHAINS = [
 /** The longest files start first, so no lane is left with a long one at the end. */
 const LONG_FIRST = [
   "test/desktop.test.ts",
+  "test/bench-smoke.test.ts",
   "test/code-interpreter.test.ts",
   "test/admission.test.ts",
   "test/hibernation-save.test.ts",
