@@ -303,7 +303,7 @@ describe("TTL", () => {
 });
 
 describe("snapshots", () => {
-  test("snapshot → create from it → list → delete", async () => {
+  test("snapshot → create from it → list → delete; a name taken again is a new build", async () => {
     const s = await Sandbox.create();
     try {
       await s.files.write("/home/user/snap.txt", "in the snapshot");
@@ -322,11 +322,32 @@ describe("snapshots", () => {
       }
       const byName = await Sandbox.create("my-snap");
       await byName.kill();
+      // The name taken again is a new build under it: the name starts the newest, the first
+      // build still starts by its ID.
+      const again = await s.createSnapshot({ name: "my-snap" } as never);
+      assert.notEqual(again.snapshotId, snap.snapshotId);
+      const newer = await Sandbox.create("my-snap");
+      try {
+        assert.equal(await newer.files.read("/home/user/snap.txt"), "changed after");
+      } finally {
+        await newer.kill();
+      }
       const listed = await Sandbox.listSnapshots({ sandboxId: s.sandboxId } as never).nextItems();
       assert.deepEqual(
         listed.map((x) => x.snapshotId),
-        [snap.snapshotId],
+        [snap.snapshotId, again.snapshotId],
       );
+      assert.equal(await Sandbox.deleteSnapshot(again.snapshotId), true);
+      const first = await Sandbox.create("my-snap");
+      try {
+        assert.equal(
+          await first.files.read("/home/user/snap.txt"),
+          "in the snapshot",
+          "the name falls back to the build left",
+        );
+      } finally {
+        await first.kill();
+      }
       assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
       assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false);
       await assert.rejects(Sandbox.create(snap.snapshotId));

@@ -85,9 +85,12 @@ export class Snapshots {
     }
   }
 
-  /** By ID or name, among those this node knows. */
+  /**
+   * By ID or name, among those this node knows. A name taken again names a new build (as E2B's
+   * snapshots do): the newest answers to it, the older ones to their IDs.
+   */
   findLocal(ref: string): SnapshotRecord | undefined {
-    return this.byId.get(ref) ?? [...this.byId.values()].find((s) => s.names.includes(ref));
+    return this.byId.get(ref) ?? newest([...this.byId.values()].filter((s) => s.names.includes(ref)));
   }
 
   /**
@@ -123,7 +126,6 @@ export class Snapshots {
   /** Captures a running sandbox (it keeps running); the repository commit follows in the background. */
   async take(id: string, name: string | undefined): Promise<SnapshotRecord> {
     const l = this.d.registry.mustGet(id);
-    if (name !== undefined && this.findLocal(name)) throw new ConflictError(`a snapshot named '${name}' exists`);
     if (name !== undefined && this.d.isTemplateName(name)) {
       throw new ConflictError(`'${name}' is a template's name; a snapshot cannot take it`);
     }
@@ -296,10 +298,11 @@ export class Snapshots {
       const byId = adopt(await this.d.repository.get(ref).catch(() => undefined));
       if (byId) return byId;
     }
-    for (const m of await this.d.repository.listFresh().catch(() => [])) {
-      const meta = snapshotMetaOf(m, this.reject);
-      if (meta?.names.includes(ref)) return adopt(m);
-    }
+    const named = (await this.d.repository.listFresh().catch(() => [])).filter((m) =>
+      snapshotMetaOf(m, this.reject)?.names.includes(ref),
+    );
+    const latest = newest(named.flatMap((m) => this.ofManifest(m) ?? []));
+    if (latest) return adopt(named.find((m) => m.id === latest.id));
     // Taken on another server a moment ago and still being committed: wait for it.
     const pending = (await this.d.repository.announced().catch(() => [])).find(
       (a) => a.id === ref || a.names.includes(ref),
@@ -331,4 +334,9 @@ export class Snapshots {
     const { kind: _k, ...rec } = meta;
     return { ...rec, imageDir: this.d.paths.snapshot(m.id), committed: true };
   }
+}
+
+/** The most recently taken of some snapshots (a name's current build). */
+function newest(snaps: SnapshotRecord[]): SnapshotRecord | undefined {
+  return snaps.reduce<SnapshotRecord | undefined>((a, b) => (!a || b.createdAt > a.createdAt ? b : a), undefined);
 }
