@@ -1,11 +1,19 @@
 // Templates from OCI images in a real registry (Debian's docker-registry on loopback): the e2b
 // SDK's Template builder on a busybox image, and cold starts straight from an image reference.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox, Template } from "e2b";
-import { makeTar, OciLayout, push, type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
+import {
+  makeTar,
+  OciLayout,
+  push,
+  type Registry,
+  startProxy,
+  startRegistry,
+} from "../packages/server/test/helpers/registry.js";
 import { tinyImage } from "./helpers/images.js";
 import { cleanupDataDir, getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
@@ -135,6 +143,48 @@ describe("templates from OCI images", () => {
     await Template.removeTags("img-tags", ["v1"]);
     assert.equal((await server.api("POST", "/sandboxes", { templateID: "img-tags:v1" })).status, 404);
     assert.equal(await which("img-tags"), "second");
+  });
+
+  test("a build's own registry credentials (fromImage with username and password) pull a private image; they are kept nowhere", async () => {
+    const proxy = await startProxy(registry.host, "bearer", "trainer", "pa55-private");
+    try {
+      const image = `${proxy.host}/tiny:1`;
+      await assert.rejects(
+        Template.build(Template().fromImage(image).runCmd("true"), "img-private-none"),
+        /unauthorized/,
+        "no credentials: the pull is refused",
+      );
+      await Template.build(
+        Template().fromImage(image, { username: "trainer", password: "pa55-private" }).runCmd("echo ok > /private.txt"),
+        "img-private",
+      );
+      const sbx = await Sandbox.create("img-private");
+      try {
+        assert.equal((await sbx.commands.run("cat /private.txt")).stdout, "ok\n");
+      } finally {
+        await sbx.kill();
+      }
+      assert.ok(proxy.tokensIssued >= 1, "the registry's token was asked for with them");
+      // Never written down: not in the template's folder (template.json, build records and
+      // logs), not in the server's log.
+      const found = spawnSync("grep", ["-rlF", "pa55-private", join(templatesDir, "img-private")], {
+        encoding: "utf8",
+      });
+      assert.equal(found.stdout, "", "credentials in the template's files");
+      assert.ok(!server.logs().includes("pa55-private"), "credentials in the server's log");
+      const aws = await server.api("POST", "/v2/templates", { alias: "img-aws", cpuCount: 1, memoryMB: 256 });
+      const { templateID, buildID } = aws.body as { templateID: string; buildID: string };
+      const refused = await server.api("POST", `/v2/templates/${templateID}/builds/${buildID}`, {
+        fromImage: image,
+        fromImageRegistry: { type: "aws", awsAccessKeyId: "a", awsSecretAccessKey: "b", awsRegion: "c" },
+      });
+      assert.equal(refused.status, 400);
+      assert.match((refused.body as { message: string }).message, /aws is not supported/);
+    } finally {
+      for (const name of ["img-private", "img-private-none", "img-aws"])
+        await server.api("DELETE", `/templates/${name}`).catch(() => {});
+      await proxy.close();
+    }
   });
 
   test("POST /sandboxes-cold boots an image directly; the second start reuses the unpacked tree", async () => {

@@ -6,19 +6,23 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join, posix } from "node:path";
 import { envdProcess, type ProcessSpec } from "../orchestrator/envd-process.js";
 import { DEFAULT_PATH, type TemplateStore, usable } from "../state/template-catalog.js";
+import type { Credentials } from "../storage/images/auth.js";
 import { exec } from "../util/exec.js";
 import { LineSplitter, type LogEntry } from "./build-log.js";
 import type { ContextFiles } from "./context-files.js";
 import { inSandbox } from "./in-sandbox.js";
+import { registryCredentials } from "./registry-access.js";
 import type { BuildStart, BuildStep } from "./spec.js";
 
 /** What a build needs from the image machinery: a tree and its config. */
 export interface ImageProvider {
   /** Pulls (layers cached) and unpacks `ref` into the new folder `dest`. */
+  /** `credentials`: the build's own for the image's registry (never stored, never logged). */
   pullInto(
     ref: string,
     dest: string,
     onLog: (message: string) => void,
+    credentials?: Credentials,
   ): Promise<{ ref: string; digest: string; env: Record<string, string>; workdir?: string; user?: string }>;
 }
 
@@ -61,7 +65,7 @@ export async function baseTree(
 ): Promise<StepContext & { imageDigest?: string }> {
   if (spec.fromImage) {
     onLog(`FROM ${spec.fromImage}`);
-    const img = await d.images.pullInto(spec.fromImage, dest, onLog);
+    const img = await d.images.pullInto(spec.fromImage, dest, onLog, registryCredentials(spec.fromImageRegistry));
     return {
       env: { ...img.env },
       args: {},

@@ -23,9 +23,9 @@ function progressLines(onLog: (m: string) => void) {
 /** Image templates from the OCI image store: pull (layers cached), then unpack. */
 export function imageProvider(store: ImageStore): ImageProvider {
   return {
-    async pullInto(ref, dest, onLog) {
+    async pullInto(ref, dest, onLog, credentials) {
       const t0 = Date.now();
-      const img = await store.pull(ref, progressLines(onLog));
+      const img = await store.pull(ref, progressLines(onLog), undefined, credentials);
       const { blobsFetched, bytesFetched, layersCached } = img.transfer;
       onLog(
         `Pulled ${img.ref}@${img.digest}: ${img.layers.length} layers, ${layersCached} cached, ` +

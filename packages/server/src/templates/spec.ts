@@ -25,11 +25,31 @@ export const BuildStep = z.looseObject({
 });
 export type BuildStep = z.infer<typeof BuildStep>;
 
+/**
+ * E2B's `fromImageRegistry`: credentials for the base image's registry, for this build's pull
+ * only (kept in memory while it runs; never in the template, its build record or a log).
+ */
+export const RegistryAccess = z.discriminatedUnion("type", [
+  z.looseObject({
+    type: z.literal("registry"),
+    username: z.string().min(1).max(1024),
+    password: z.string().min(1).max(65_536),
+  }),
+  z.looseObject({
+    type: z.literal("aws"),
+    awsAccessKeyId: z.string().min(1).max(1024),
+    awsSecretAccessKey: z.string().min(1).max(1024),
+    awsRegion: z.string().min(1).max(64),
+  }),
+  z.looseObject({ type: z.literal("gcp"), serviceAccountJson: z.string().min(1).max(65_536) }),
+]);
+export type RegistryAccess = z.infer<typeof RegistryAccess>;
+
 /** POST /v2/templates/{templateID}/builds/{buildID} body (E2B TemplateBuildStartV2). */
 export const BuildStart = z.looseObject({
   fromImage: z.string().min(1).max(1024).optional(),
   fromTemplate: z.string().min(1).max(256).optional(),
-  fromImageRegistry: z.looseObject({ type: z.string() }).optional(),
+  fromImageRegistry: RegistryAccess.optional(),
   force: z.boolean().optional(),
   steps: z.array(BuildStep).max(1000).default([]),
   startCmd: z.string().max(65_536).optional(),

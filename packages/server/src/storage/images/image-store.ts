@@ -8,7 +8,7 @@ import { basename, dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { publishTree } from "../../util/durable-write.js";
 import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
-import { authFilePath, loadCredentials } from "./auth.js";
+import { authFilePath, type Credentials, loadCredentials } from "./auth.js";
 import { BlobStore, digestOf } from "./blob-store.js";
 import { onDisk } from "./content-store.js";
 import { decompressFile } from "./decompress.js";
@@ -144,12 +144,13 @@ export class ImageStore {
     this.log = opts.log ?? (() => {});
   }
 
-  private source(input: string): ImageSource {
+  /** `credentials`: a build's own for its registry, used instead of the credentials file's. */
+  private source(input: string, credentials?: Credentials): ImageSource {
     const spec = parseSource(input);
     const name = formatSource(spec);
     switch (spec.kind) {
       case "registry": {
-        const creds = loadCredentials(authFilePath(this.opts.authFile)).get(spec.ref.registry);
+        const creds = credentials ?? loadCredentials(authFilePath(this.opts.authFile)).get(spec.ref.registry);
         const client = new RegistryClient(spec.ref, {
           ...(creds ? { credentials: creds } : {}),
           insecureRegistries: this.opts.insecureRegistries ?? [],
@@ -222,8 +223,13 @@ export class ImageStore {
   }
 
   /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
-  async pull(ref: string, onProgress?: ProgressCallback, budget?: DiskBudget): Promise<PulledImage> {
-    const src = this.source(ref);
+  async pull(
+    ref: string,
+    onProgress?: ProgressCallback,
+    budget?: DiskBudget,
+    credentials?: Credentials,
+  ): Promise<PulledImage> {
+    const src = this.source(ref, credentials);
     const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0, bytesFromPeers: 0 };
     const root =
       src.pinnedDigest && (await this.blobs.has(src.pinnedDigest))
