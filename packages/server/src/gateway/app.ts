@@ -225,7 +225,18 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     reply: FastifyReply,
     key: string,
   ) => {
-    const unlock = await view.lock(`idem:${key}`, 120_000);
+    // Held past its wait: a first create with this key that has not ended (or a gateway that
+    // died holding it; the lock then expires). Nothing was started for this request: retry.
+    const unlock = await view.lock(`idem:${key}`, 120_000).catch((err: unknown) => {
+      if (err instanceof StateUnavailableError) throw err;
+      return undefined;
+    });
+    if (!unlock) {
+      return reply
+        .status(503)
+        .header("retry-after", "1")
+        .send(errorBodyOf(503, "a create with this idempotency key is still in progress"));
+    }
     try {
       const earlier = await view.idempotentSandbox(key);
       const node = earlier ? (await view.owner(earlier)).node : undefined;
