@@ -178,6 +178,8 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		return nil
 	case fsLayerCapture, fsLayerApply:
 		return handleFsLayer(env, w, r)
+	case "/files/compose":
+		return handleCompose(env, w, r)
 	case "/files":
 		switch r.Method {
 		case "GET":

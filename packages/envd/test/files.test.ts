@@ -352,6 +352,36 @@ describe("envd filesystem and HTTP routes (e2b SDK)", { skip: needsRoot }, () =>
     });
   });
 
+  describe("compose", () => {
+    it("concatenates the parts in order into a file of the user's, then removes them", async () => {
+      const hdr = { "x-access-token": TOKEN, "content-type": "application/json" };
+      const parts = ["p0", "p1", "p2"].map((n) => path.join(h.workdir, "parts", n));
+      await sbx.files.write(parts.map((p, i) => ({ path: p, data: `part ${i};` })));
+      const compose = (body: unknown, headers: Record<string, string> = hdr) =>
+        fetch(`${h.envdUrl}/files/compose`, { method: "POST", headers, body: JSON.stringify(body) });
+      const dest = path.join(h.workdir, "joined", "all.txt");
+      const r = await compose({ destination: dest, source_paths: parts });
+      assert.equal(r.status, 200);
+      assert.deepEqual(await r.json(), { path: dest, name: "all.txt", type: "file" });
+      assert.equal(readFileSync(dest, "utf8"), "part 0;part 1;part 2;");
+      assert.equal(statSync(dest).uid, 1000, "owned by the user");
+      for (const p of parts) assert.throws(() => lstatSync(p), `${p} removed`);
+
+      assert.equal((await compose({ destination: dest, source_paths: parts }, {})).status, 401, "no token");
+      assert.equal((await compose({ destination: dest, source_paths: [parts[0]] })).status, 404, "a missing part");
+      writeFileSync(path.join(h.workdir, "real.txt"), "secret");
+      symlinkSync(path.join(h.workdir, "real.txt"), path.join(h.workdir, "link.txt"));
+      const viaLink = await compose({ destination: `${dest}.2`, source_paths: [path.join(h.workdir, "link.txt")] });
+      assert.equal(viaLink.status, 400, "a part that is a symlink is not followed");
+      assert.throws(() => lstatSync(`${dest}.2`), "nothing written for a refused compose");
+      const self = await compose({ destination: dest, source_paths: [dest] });
+      assert.equal(self.status, 400, "the destination as a part");
+      assert.equal(readFileSync(dest, "utf8"), "part 0;part 1;part 2;", "left as it was");
+      assert.equal((await compose({ destination: dest, source_paths: [] })).status, 400);
+      assert.equal((await compose({ destination: dest, source_paths: [h.workdir] })).status, 400, "a directory");
+    });
+  });
+
   describe("http routes", () => {
     it("health, init, envs, metrics", async () => {
       assert.equal((await fetch(`${h.envdUrl}/health`)).status, 204);
