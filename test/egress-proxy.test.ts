@@ -246,7 +246,7 @@ test("the proxy's credentials are not in the sandbox nor in API answers", async 
   }
 });
 
-test("bad egressProxy values, the envd port in httpsPorts and iam tokens are 400s with a message", async () => {
+test("bad egressProxy values and the envd port in httpsPorts are 400s with a message; iam tokens a 501", async () => {
   const cases: Array<[unknown, RegExp]> = [
     [{ address: "ftp://proxy.example.com:21" }, /scheme 'ftp'/],
     [{ address: ":1080" }, /host is missing/],
@@ -264,13 +264,23 @@ test("bad egressProxy values, the envd port in httpsPorts and iam tokens are 400
     assert.equal(body.code, 400);
     assert.match(body.message, message);
   }
-  const refused: Array<[Record<string, unknown>, RegExp]> = [
-    [{ network: { httpsPorts: [49983] } }, /httpsPorts: the envd port/],
-    [{ iam: { tokens: { aws: { audience: "sts.amazonaws.com", tokenType: "JWT-SVID" } } } }, /iam: workload identity/],
+  const refused: Array<[Record<string, unknown>, number, RegExp]> = [
+    [{ network: { httpsPorts: [49983] } }, 400, /httpsPorts: the envd port/],
+    [
+      { iam: { tokens: { aws: { audience: "sts.amazonaws.com", tokenType: "JWT-SVID" } } } },
+      501,
+      /iam: workload identity tokens are not offered/,
+    ],
+    [
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's placeholder syntax in a rule, not a template
+      { network: { rules: { "example.com": [{ transform: { headers: { A: "${e2b.identity.tokens.aws}" } } }] } } },
+      501,
+      /workload identity tokens \(iam\) are not offered/,
+    ],
   ];
-  for (const [extra, message] of refused) {
+  for (const [extra, status, message] of refused) {
     const r = await server.api("POST", "/sandboxes", { templateID: "base", ...extra });
-    assert.equal(r.status, 400, JSON.stringify(extra));
+    assert.equal(r.status, status, JSON.stringify(extra));
     assert.match((r.body as { message: string }).message, message);
   }
 });

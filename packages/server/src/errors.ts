@@ -62,6 +62,8 @@ export const NEEDS_CHECKPOINT_KEY_HEADER = "x-aenv-needs-checkpoint-key";
 export class StartFailedError extends AenvError {}
 /** A fork child did not come up; its siblings are unaffected. */
 export class ChildFailedError extends AenvError {}
+/** A part of E2B's API this server deliberately does not implement; the message says why. */
+export class NotImplementedError extends AenvError {}
 /** A sandbox port could not be reached or answered something that is not HTTP. */
 export class UpstreamError extends AenvError {}
 

@@ -1,6 +1,6 @@
 import { isIPv4, isIPv6 } from "node:net";
 import { ENVD_PORT } from "@aenv/protocol";
-import { InvalidRequestError } from "../errors.js";
+import { InvalidRequestError, NotImplementedError } from "../errors.js";
 import { type EgressProxySpec, validateEgressProxy } from "./egress-proxy-config.js";
 
 /**
@@ -158,8 +158,8 @@ export function validateNetworkSpec(raw: {
             throw new InvalidRequestError(`network.rules['${k}']: header '${h.slice(0, 80)}' is not a valid header`);
           }
           if (v.includes("${e2b.identity.")) {
-            throw new InvalidRequestError(
-              "network.rules: workload identity tokens (iam) are not supported by this server",
+            throw new NotImplementedError(
+              "network.rules: workload identity tokens (iam) are not offered by this server: it is no JWT-SVID issuer",
             );
           }
         }

@@ -31,7 +31,7 @@ import {
   TimeoutBody,
 } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { ConflictError, InvalidRequestError, NotFoundError } from "../../errors.js";
+import { ConflictError, InvalidRequestError, NotFoundError, NotImplementedError } from "../../errors.js";
 import { errorBody } from "../../http-errors.js";
 import { type NetworkSpec, validateNetworkSpec } from "../../network/policy.js";
 import type { MetricSample } from "../../orchestrator/metrics.js";
@@ -76,8 +76,8 @@ function networkSpec(raw: Parameters<typeof validateNetworkSpec>[0], bindingOf: 
 function sandboxOptions(b: SandboxOptions, bindingOf: BindingOf) {
   // An empty tokens map asks for nothing (E2B: a non-empty map enables workload identity).
   if (Object.keys(b.iam?.tokens ?? {}).length > 0) {
-    throw new InvalidRequestError(
-      "iam: workload identity tokens are not supported by this server (it is no JWT-SVID issuer)",
+    throw new NotImplementedError(
+      "iam: workload identity tokens are not offered by this server: it is no JWT-SVID issuer (no signing keys, no OIDC discovery a cloud provider could trust)",
     );
   }
   return {
