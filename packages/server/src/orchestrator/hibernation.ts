@@ -1,8 +1,12 @@
 import type { Logger } from "pino";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import { countSweep } from "../telemetry/prometheus.js";
+import { forEachLimit } from "../util/concurrency.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import { NotIdleError } from "./runner.js";
+
+/** envd calls in flight at once when a sweep asks sandboxes what their processes used. */
+const GUEST_CHECKS_AT_ONCE = 8;
 
 /** Metadata that turns hibernation off for one sandbox. */
 export const HIBERNATE_METADATA_KEY = "aenv.hibernate";
@@ -122,6 +126,7 @@ export class Hibernation {
   private async sweep(): Promise<void> {
     const now = Date.now();
     const ids = new Set<string>();
+    const running: Array<{ l: Live; w: Watch; hostBusy: boolean }> = [];
     for (const l of this.d.registry.all()) {
       const id = l.rec.id;
       ids.add(id);
@@ -144,7 +149,18 @@ export class Hibernation {
         w.cpu = { t: now, ns };
       }
       if (this.busy(id) || (l.opsPending ?? 0) > 0 || l.inflight || l.gate) w.lastActive = now;
-      else if (hostBusy && !(await this.quietInside(l, w, now))) w.lastActive = now;
+      else running.push({ l, w, hostBusy });
+    }
+    // Those busy by the host's figure alone are asked, GUI sandboxes being many on a node:
+    // a few at a time, so a sweep does not wait on each sandbox in turn.
+    await forEachLimit(
+      running.filter((r) => r.hostBusy),
+      GUEST_CHECKS_AT_ONCE,
+      async ({ l, w }) => {
+        if (!(await this.quietInside(l, w, now))) w.lastActive = now;
+      },
+    );
+    for (const { l, w } of running) {
       if (now - w.lastActive < this.d.idleS * 1000 || this.optedOut(l)) continue;
       await this.freeze(l, w);
     }
