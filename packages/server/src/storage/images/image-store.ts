@@ -6,6 +6,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdir, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import type { Readable } from "node:stream";
+import { forEachLimit } from "../../util/concurrency.js";
 import { publishTree } from "../../util/durable-write.js";
 import { DockerArchiveSource, type ImageSource, OciLayoutSource, RegistrySource } from "./archive-sources.js";
 import { authFilePath, type Credentials, loadCredentials } from "./auth.js";
@@ -116,18 +117,6 @@ async function exists(p: string): Promise<boolean> {
     () => true,
     () => false,
   );
-}
-
-/** Runs `fn` over `items` with at most `n` in flight; the first failure rejects. */
-async function eachLimit<T>(items: T[], n: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i]!, i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(n, items.length) }, worker));
 }
 
 export class ImageStore {
@@ -294,16 +283,20 @@ export class ImageStore {
     const fetched = missing > 0 && budget ? await budget.room(missing) : undefined;
     const before = transfer.bytesFetched;
     try {
-      await eachLimit(manifest.layers, this.opts.concurrency ?? 3, async (l, i) => {
-        let started = false;
-        const r = await fetchBlob(l, (n) => {
-          if (!started) progress.state(i, "downloading");
-          started = true;
-          progress.bytes(i, n);
-        });
-        if (r === "cached") transfer.layersCached++;
-        progress.state(i, r === "cached" ? "cached" : "done");
-      });
+      await forEachLimit(
+        manifest.layers.map((l, i) => [l, i] as const),
+        this.opts.concurrency ?? 3,
+        async ([l, i]) => {
+          let started = false;
+          const r = await fetchBlob(l, (n) => {
+            if (!started) progress.state(i, "downloading");
+            started = true;
+            progress.bytes(i, n);
+          });
+          if (r === "cached") transfer.layersCached++;
+          progress.state(i, r === "cached" ? "cached" : "done");
+        },
+      );
     } finally {
       fetched?.(onDisk(transfer.bytesFetched - before));
     }
