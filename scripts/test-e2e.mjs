@@ -9,6 +9,7 @@
 //
 //   node scripts/test-e2e.mjs [--lanes N] [node --test options...] file...
 import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 
 /**
  * Files that must not run beside each other (each line says why); a lane takes a chain whole.
@@ -84,6 +85,44 @@ function plan(files) {
   return [...items, ...singles.map((f) => [f])];
 }
 
+/**
+ * The most a file may take, all its tests and hooks: a test's own limit (--test-timeout) does
+ * not end a file whose process is held open, by a server a failed hook left running say.
+ */
+const FILE_LIMIT_MS = Number(process.env.AENV_TEST_FILE_LIMIT_MS ?? 15 * 60_000);
+
+/**
+ * SIGKILL to a process and everything below it. By parent links in /proc, not a process
+ * group: tini puts its child in a group of its own, and the tests' servers are further down.
+ */
+function killTree(root) {
+  const children = new Map();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (!children.has(ppid)) children.set(ppid, []);
+      children.get(ppid).push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const all = [];
+  for (const todo = [root]; todo.length > 0; ) {
+    const pid = todo.pop();
+    all.push(pid);
+    todo.push(...(children.get(pid) ?? []));
+  }
+  for (const pid of all) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone meanwhile
+    }
+  }
+}
+
 function runFile(file, lane, opts) {
   const t0 = Date.now();
   return new Promise((resolve) => {
@@ -93,14 +132,21 @@ function runFile(file, lane, opts) {
       { env: { ...process.env, ...LANE_NETS[lane] }, stdio: ["ignore", "pipe", "pipe"] },
     );
     let out = "";
+    let overLimit = false;
+    const limit = setTimeout(() => {
+      overLimit = true;
+      killTree(p.pid);
+    }, FILE_LIMIT_MS);
     p.stdout.on("data", (d) => (out += d));
     p.stderr.on("data", (d) => (out += d));
     p.on("close", (code, signal) => {
+      clearTimeout(limit);
+      if (overLimit) out += `\n✖ ${file} did not end within ${FILE_LIMIT_MS / 60_000} minutes: its processes were killed\n`;
       const count = (k) => Number(new RegExp(`^ℹ ${k} (\\d+)$`, "m").exec(out)?.[1] ?? 0);
       resolve({
         file,
         lane,
-        code: code ?? (signal ? 1 : 0),
+        code: overLimit ? 1 : (code ?? (signal ? 1 : 0)),
         s: (Date.now() - t0) / 1000,
         out,
         tests: count("tests"),

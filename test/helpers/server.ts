@@ -103,16 +103,25 @@ function keepRuntime(dataDir: string): void {
   const src = join(dataDir, "runtime");
   const m = memos(src);
   if (m.trim() === "" || m === memos(RUNTIME_CACHE)) return;
-  const tmp = `${RUNTIME_CACHE}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
-  if (spawnSync("cp", ["-al", src, tmp]).status !== 0) {
-    rmSync(tmp, { recursive: true, force: true });
-    return;
-  }
-  rmSync(RUNTIME_CACHE, { recursive: true, force: true });
+  // Servers of two lanes may start at once after a rebuild, each keeping its copy: every step
+  // is a rename of a folder of this process's own, and a lost race only leaves the other
+  // process's copy in place (an optimisation, never a reason to fail a start).
+  const tag = `${process.pid}-${Math.random().toString(36).slice(2)}`;
+  const tmp = `${RUNTIME_CACHE}.tmp-${tag}`;
+  const old = `${RUNTIME_CACHE}.old-${tag}`;
   try {
+    if (spawnSync("cp", ["-al", src, tmp]).status !== 0) return;
+    try {
+      renameSync(RUNTIME_CACHE, old);
+    } catch {
+      // none kept yet, or another process moved it first
+    }
     renameSync(tmp, RUNTIME_CACHE);
   } catch {
+    // another process put its copy there first
+  } finally {
     rmSync(tmp, { recursive: true, force: true });
+    rmSync(old, { recursive: true, force: true });
   }
 }
 
