@@ -109,3 +109,21 @@ test("creates with one idempotency key make one sandbox, at once, retried and by
     await Sandbox.kill(id, sdk).catch(() => {});
   }
 });
+
+test("TTL: a sandbox past its timeout is paused (this server's default; it resumes by connect), or killed with onTimeout kill", async () => {
+  const gone = await Sandbox.create({ ...sdk, timeoutMs: 1_000, lifecycle: { onTimeout: "kill" } });
+  const kept = await Sandbox.create({ ...sdk, timeoutMs: 1_000 });
+  try {
+    const deadline = Date.now() + 15_000;
+    const state = async (id: string) => (await Sandbox.getInfo(id, sdk).catch(() => undefined))?.state;
+    while (Date.now() < deadline && ((await state(gone.sandboxId)) || (await state(kept.sandboxId)) !== "paused"))
+      await new Promise((r) => setTimeout(r, 200));
+    assert.equal(await state(gone.sandboxId), undefined, "killed at its timeout");
+    assert.equal(await state(kept.sandboxId), "paused", "paused at its timeout");
+    const back = await Sandbox.connect(kept.sandboxId, sdk);
+    assert.equal((await back.commands.run("echo back")).stdout, "back\n");
+  } finally {
+    await Sandbox.kill(gone.sandboxId, sdk).catch(() => {});
+    await Sandbox.kill(kept.sandboxId, sdk).catch(() => {});
+  }
+});
