@@ -123,6 +123,30 @@ describe("a simulated node behind the gateway", () => {
     }
   });
 
+  test("the team's metrics through the gateway: the nodes' samples added up", async () => {
+    assert.deepEqual((await gwCall("GET", "/teams")).body, [
+      { teamID: "default", name: "default", apiKey: API_KEY, isDefault: true },
+    ]);
+    const s = await Sandbox.create(via(gw));
+    try {
+      let series: Array<{ concurrentSandboxes: number }> = [];
+      for (let i = 0; i < 60 && !series.some((m) => m.concurrentSandboxes >= 1); i++) {
+        await new Promise((r) => setTimeout(r, 200));
+        series = (await gwCall("GET", "/teams/default/metrics")).body as typeof series;
+      }
+      assert.ok(
+        series.some((m) => m.concurrentSandboxes >= 1),
+        JSON.stringify(series),
+      );
+      const max = await gwCall("GET", "/teams/default/metrics/max?metric=concurrent_sandboxes");
+      assert.equal(max.status, 200);
+      assert.ok((max.body as { value: number }).value >= 1);
+      assert.equal((await gwCall("GET", "/teams/nope/metrics")).status, 404);
+    } finally {
+      await s.kill();
+    }
+  });
+
   test("creates with one idempotency key, at once and retried, make one sandbox; after its kill the key makes a new one", async () => {
     const key = `rollout-${process.pid}-${Date.now()}`;
     const opts = { ...via(gw), metadata: { "aenv.idempotency_key": key } };

@@ -30,5 +30,5 @@ export {
   TRAFFIC_TOKEN_HEADER,
 } from "./headers.js";
 export type * from "./rest.js";
-export { ERROR_CODES } from "./rest.js";
+export { DEFAULT_TEAM_ID, ERROR_CODES } from "./rest.js";
 // Request schemas (zod) are a separate entry, @aenv/protocol/rest: envd bundles this one.

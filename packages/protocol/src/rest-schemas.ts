@@ -119,6 +119,15 @@ export const MetricsQuery = z.object({
 });
 
 /** GET /sandboxes/{id}/logs: from `start` (Unix ms), at most `limit` entries. */
+/** GET /teams/{teamID}/metrics: Unix seconds; the last hour when unset. */
+export const TeamMetricsQuery = z.object({
+  start: z.coerce.number().int().min(0).optional(),
+  end: z.coerce.number().int().min(0).optional(),
+});
+/** GET /teams/{teamID}/metrics/max. */
+export const MaxTeamMetricQuery = TeamMetricsQuery.extend({
+  metric: z.enum(["concurrent_sandboxes", "sandbox_start_rate"]),
+});
 export const LogsQueryV1 = z.object({
   start: z.coerce.number().int().min(0).optional(),
   limit: z.coerce.number().int().min(0).max(100_000).default(1000),

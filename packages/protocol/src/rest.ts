@@ -225,3 +225,34 @@ export interface SecretInfo {
   createdAt: string;
   updatedAt: string;
 }
+
+/**
+ * GET /teams (E2B `Team`): the one team a cluster has while it has one API key; its key is
+ * the caller's own.
+ */
+export interface Team {
+  teamID: string;
+  name: string;
+  apiKey: string;
+  isDefault: boolean;
+}
+
+/** The team of a cluster with one API key. */
+export const DEFAULT_TEAM_ID = "default";
+
+/** GET /teams/{teamID}/metrics (E2B `TeamMetric`): one sample of the team's sandboxes. */
+export interface TeamMetric {
+  timestamp: string;
+  timestampUnix: number;
+  /** Sandboxes running at the sample. */
+  concurrentSandboxes: number;
+  /** Sandboxes started (created or resumed) per second over the sample's interval. */
+  sandboxStartRate: number;
+}
+
+/** GET /teams/{teamID}/metrics/max (E2B `MaxTeamMetric`): the largest value in the interval. */
+export interface MaxTeamMetric {
+  timestamp: string;
+  timestampUnix: number;
+  value: number;
+}

@@ -127,3 +127,38 @@ test("TTL: a sandbox past its timeout is paused (this server's default; it resum
     await Sandbox.kill(kept.sandboxId, sdk).catch(() => {});
   }
 });
+
+test("the team and its metrics: sandboxes running and started, sampled every 5 s", async () => {
+  const get = async (path: string) => {
+    const r = await fetch(`${server.url}${path}`, { headers: { "x-api-key": server.apiKey } });
+    return { status: r.status, body: (await r.json()) as unknown };
+  };
+  assert.deepEqual((await get("/teams")).body, [
+    { teamID: "default", name: "default", apiKey: server.apiKey, isDefault: true },
+  ]);
+  const a = await Sandbox.create(sdk);
+  const b = await Sandbox.create(sdk);
+  try {
+    type Sample = { timestampUnix: number; concurrentSandboxes: number; sandboxStartRate: number };
+    let series: Sample[] = [];
+    for (let i = 0; i < 60 && !series.some((m) => m.concurrentSandboxes >= 2); i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      series = (await get("/teams/default/metrics")).body as Sample[];
+    }
+    assert.ok(
+      series.some((m) => m.concurrentSandboxes >= 2),
+      JSON.stringify(series),
+    );
+    assert.ok(
+      series.some((m) => m.sandboxStartRate > 0),
+      "the two starts are counted",
+    );
+    const max = (await get("/teams/default/metrics/max?metric=concurrent_sandboxes")).body as { value: number };
+    assert.ok(max.value >= 2);
+    assert.equal((await get("/teams/other/metrics")).status, 404);
+    assert.equal((await get("/teams/default/metrics/max?metric=nope")).status, 400);
+  } finally {
+    await a.kill();
+    await b.kill();
+  }
+});

@@ -25,6 +25,7 @@ import { type PeerFiles, peerRoutes } from "./routes/peers.js";
 import { sandboxLogRoutes } from "./routes/sandbox-logs.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { secretRoutes } from "./routes/secrets.js";
+import { teamRoutes } from "./routes/teams.js";
 import { templateRoutes } from "./routes/templates.js";
 import { volumeContentRoutes } from "./routes/volume-content.js";
 import { volumeRoutes } from "./routes/volumes.js";
@@ -152,6 +153,7 @@ export function buildApp(o: AppOptions): App {
     hasApiKey: apiKeyCheck(o.apiKey),
   });
   void fastify.register(secretRoutes, { secrets: o.secrets });
+  void fastify.register(teamRoutes, { orch: o.orch });
   void fastify.register(dashboardRoutes);
   return { fastify, proxy };
 }

@@ -13,6 +13,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { dashboardRoutes } from "../api/dashboard.js";
 import { decodeCursor, encodeCursor, parseStates } from "../api/list-filter.js";
+import { teamsOf } from "../api/routes/teams.js";
 import type { NodeInfo } from "../cluster/keys.js";
 import { errorBodyOf, NO_API_KEY, noRouteBody, statusOf } from "../http-errors.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
@@ -32,6 +33,7 @@ import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, relayReply } from "./http-util.js";
 import { failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
+import { maxTeamMetrics, teamMetrics } from "./team-metrics.js";
 
 export interface GatewayOptions {
   redis: Redis;
@@ -333,6 +335,18 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       void reply.header(TOTAL_RUNNING_HEADER, String(running));
     }
     return page(all, params, reply);
+  });
+  // The team: the caller's key is its key; its metrics are the nodes' series added up.
+  fastify.get("/teams", async (req) => teamsOf(String(req.headers["x-api-key"] ?? "")));
+  fastify.get("/teams/:teamID/metrics", async (req, reply) => {
+    const { body, partial } = await teamMetrics(view, req.raw, (req.params as { teamID: string }).teamID, log);
+    if (partial) reply.header(PARTIAL_HEADER, partial);
+    return body;
+  });
+  fastify.get("/teams/:teamID/metrics/max", async (req, reply) => {
+    const { body, partial } = await maxTeamMetrics(view, req.raw, (req.params as { teamID: string }).teamID, log);
+    if (partial) reply.header(PARTIAL_HEADER, partial);
+    return body;
   });
   fastify.get(BATCH_METRICS_PATH, async (req, reply) => {
     const { body, partial } = await batchMetrics(view, req.raw, log);
