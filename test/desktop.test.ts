@@ -373,20 +373,22 @@ test("the live view in a browser: noVNC in Chromium shows the screen the SDK see
   const b = await openBrowser();
   try {
     await b.page.goto(url.toString());
+    // Patient: this file shares two cores with another test file (the suite runs two lanes),
+    // and Chromium, noVNC and the VNC server all start here; a connection took 30 s once.
     await b.page.waitForFunction(
       () => /Connected/.test(document.getElementById("noVNC_status")?.textContent ?? ""),
       undefined,
-      { timeout: 30_000 },
+      { timeout: 60_000 },
     );
     const before = await desk.screenshot();
-    const still = await untilCanvasLike(b.page, before, 15_000);
+    const still = await untilCanvasLike(b.page, before, 30_000);
     assert.deepEqual([still.width, still.height], [W, H]);
     // A window opens: the page follows the screen away from the first picture.
     await desk.commands.run("xmessage -geometry 800x600+100+80 'aenv live view' >/dev/null 2>&1 &");
     await untilWindow(desk, /xmessage/, 15_000);
     await sleep(500);
     const after = await desk.screenshot();
-    const moved = await untilCanvasLike(b.page, after, 15_000);
+    const moved = await untilCanvasLike(b.page, after, 30_000);
     const away = (await canvasDiff(b.page, before)).diff;
     assert.ok(
       away > moved.diff + 0.5,
