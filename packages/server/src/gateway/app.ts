@@ -30,6 +30,7 @@ import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/h
 import { endWithError } from "../util/socket-error.js";
 import { BATCH_METRICS_PATH, batchMetrics } from "./batch-metrics.js";
 import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-view.js";
+import { askEveryNode } from "./every-node.js";
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, relayReply } from "./http-util.js";
 import { failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
@@ -339,13 +340,13 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   // The team: the caller's key is its key; its metrics are the nodes' series added up.
   fastify.get("/teams", async (req) => teamsOf(String(req.headers["x-api-key"] ?? "")));
   fastify.get("/teams/:teamID/metrics", async (req, reply) => {
-    const { body, partial } = await teamMetrics(view, req.raw, (req.params as { teamID: string }).teamID, log);
-    if (partial) reply.header(PARTIAL_HEADER, partial);
+    const { body, missing } = await teamMetrics(view, req.raw, (req.params as { teamID: string }).teamID);
+    warnMissing(reply, missing);
     return body;
   });
   fastify.get("/teams/:teamID/metrics/max", async (req, reply) => {
-    const { body, partial } = await maxTeamMetrics(view, req.raw, (req.params as { teamID: string }).teamID, log);
-    if (partial) reply.header(PARTIAL_HEADER, partial);
+    const { body, missing } = await maxTeamMetrics(view, req.raw, (req.params as { teamID: string }).teamID);
+    warnMissing(reply, missing);
     return body;
   });
   fastify.get(BATCH_METRICS_PATH, async (req, reply) => {
@@ -354,18 +355,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     return body;
   });
   fastify.get("/sandboxes", async (req, reply) => {
-    const nodes = await view.nodes();
-    const missing: string[] = [];
-    const parts = await Promise.all(
-      nodes.map((n) =>
-        call(n.url, "GET", req.url, nodeHeaders(req.raw), undefined, 15_000)
-          .then((a) => (a.status === 200 ? (JSON.parse(a.body.toString()) as unknown[]) : Promise.reject(a.status)))
-          .catch(() => {
-            missing.push(n.nodeID);
-            return [] as unknown[];
-          }),
-      ),
-    );
+    const { parts, missing } = await askEveryNode<unknown>(await view.nodes(), req.url, req.raw);
     warnMissing(reply, missing);
     return parts.flat();
   });
