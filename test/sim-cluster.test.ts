@@ -48,6 +48,13 @@ describe("a simulated node behind the gateway", () => {
       listed.some((i) => i.sandboxId === s.sandboxId && i.state === "running"),
       "listed as running",
     );
+    // The v1 list, every node's merged by the gateway.
+    const v1 = await gwCall("GET", "/sandboxes");
+    assert.equal(v1.status, 200);
+    assert.ok(
+      (v1.body as Array<{ sandboxID: string }>).some((i) => i.sandboxID === s.sandboxId),
+      "in the v1 list",
+    );
     await s.kill();
     const after = await Sandbox.list(via(gw)).nextItems();
     assert.ok(!after.some((i) => i.sandboxId === s.sandboxId), "gone from the list once killed");
