@@ -9,7 +9,15 @@ import { detachMountsUnder } from "../../packages/server/src/util/mounts.js";
 import type { Host, Hosts } from "./hosts.js";
 import { TEST_REPOSITORY_KEY } from "./repository.js";
 import { MASTER_NAME, SentinelGroup } from "./sentinel.js";
-import { cleanupDataDir, freePort, ROOT, startServer, TEMPLATES_DIR, type TestServer } from "./server.js";
+import {
+  cleanupDataDir,
+  cpuProfileArgs,
+  freePort,
+  ROOT,
+  startServer,
+  TEMPLATES_DIR,
+  type TestServer,
+} from "./server.js";
 
 export const API_KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
 
@@ -197,6 +205,7 @@ export class TestCluster {
       wrap[0] ?? process.execPath,
       [
         ...(wrap.length > 0 ? [...wrap.slice(1), process.execPath] : []),
+        ...cpuProfileArgs(),
         join(ROOT, "packages/server/bin/aenv-gateway.js"),
         "--listen",
         `${addr}:${port}`,
@@ -257,6 +266,17 @@ export class TestCluster {
   }
 
   async close(): Promise<void> {
+    // A profile is written at a clean exit only: gateways stop, nodes drain, before the kills.
+    if (cpuProfileArgs().length > 0) {
+      const exits = [...this.gateways.map((g) => g.proc), ...[...this.nodes.values()].map((s) => s.proc)]
+        .filter((p) => p.exitCode === null && p.signalCode === null)
+        .map((p) => {
+          const exited = new Promise((r) => p.once("exit", r));
+          p.kill("SIGTERM");
+          return exited;
+        });
+      await Promise.race([Promise.all(exits), new Promise((r) => setTimeout(r, 60_000))]);
+    }
     for (const g of this.gateways) g.proc.kill("SIGKILL");
     await Promise.all([...this.nodes.values()].map(async (s) => (alive(s) ? s.crash() : undefined)));
     // Crashed nodes leave runsc sandboxes and namespaces: a plain server on each data dir, with

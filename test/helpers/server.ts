@@ -162,6 +162,7 @@ async function startServerOnce(opts: StartOptions & { dataDir: string }): Promis
     wrap[0] ?? process.execPath,
     [
       ...(wrap.length > 0 ? [...wrap.slice(1), process.execPath] : []),
+      ...cpuProfileArgs(),
       join(ROOT, "packages/server/bin/aenv-server.js"),
       "--listen",
       `${listenHost}:${port}`,
@@ -373,4 +374,13 @@ export async function untilLogLine(server: TestServer, parts: string[], timeoutM
     if (Date.now() > deadline) throw new Error(`no server log line with ${JSON.stringify(parts)}`);
     await new Promise((res) => setTimeout(res, 50));
   }
+}
+
+/**
+ * `AENV_CHILD_CPU_PROF=<dir>`: servers and gateways the helpers start write a V8 CPU profile
+ * there when they exit (Node refuses `--cpu-prof` in NODE_OPTIONS, so it is passed as a flag).
+ */
+export function cpuProfileArgs(): string[] {
+  const dir = process.env.AENV_CHILD_CPU_PROF;
+  return dir ? ["--cpu-prof", `--cpu-prof-dir=${dir}`] : [];
 }

@@ -1,13 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import {
-  ERROR_CODES,
-  IDEMPOTENCY,
-  idempotencyKeyOf,
-  PARTIAL_HEADER,
-  type SandboxCreated,
-  TOTAL_RUNNING_HEADER,
-} from "@aenv/protocol";
+import { ERROR_CODES, IDEMPOTENCY, idempotencyKeyOf, PARTIAL_HEADER, TOTAL_RUNNING_HEADER } from "@aenv/protocol";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -32,8 +25,8 @@ import { BATCH_METRICS_PATH, batchMetrics } from "./batch-metrics.js";
 import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-view.js";
 import { askEveryNode } from "./every-node.js";
 import { call, forward, forwardUpgrade, sendError } from "./forward.js";
-import { type NodeAnswer, nodeHeaders, parseJson, relayReply } from "./http-util.js";
-import { failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
+import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
+import { createdId, failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
 import { maxTeamMetrics, teamMetrics } from "./team-metrics.js";
 
 export interface GatewayOptions {
@@ -198,7 +191,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     // Malformed JSON is placed anyway: the node answers it.
     const templateId = parseJson<{ templateID?: unknown }>(body)?.templateID;
     const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
-    const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body);
+    const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body, createdId);
     if (!placed) {
       // Every node refused (full, or its start queue too long) or none is ready (all down or
       // draining, or not yet registered again after Redis lost their keys: they do within a
@@ -212,10 +205,8 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
         .send(errorBodyOf(503, message, ERROR_CODES.capacityUnavailable));
       return undefined;
     }
-    const id = createdId(placed.ans);
-    if (id) await calls.recordOwner(id, placed.node.nodeID);
     relayReply(reply, placed.ans);
-    return id;
+    return createdId(placed.ans);
   };
   /**
    * A create with an idempotency key, one at a time per key across gateways: a retry gets the
@@ -388,10 +379,4 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     fastify.route({ method, url: "/snapshots/*", handler: anyNode });
   }
   return fastify;
-}
-
-/** The sandbox a node's 201 answer to a create made. */
-function createdId(ans: NodeAnswer): string | undefined {
-  if (ans.status !== 201) return undefined;
-  return parseJson<Partial<SandboxCreated>>(ans.body)?.sandboxID;
 }

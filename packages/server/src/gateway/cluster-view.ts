@@ -45,7 +45,11 @@ redis.call('PEXPIRE', KEYS[2], 120000)
 return 1
 `;
 
-/** A reservation answered: gone if nothing was created, else counted until a heartbeat counts it. */
+/**
+ * A reservation answered: gone if nothing was created, else counted until a heartbeat counts
+ * it; with a sandbox route (KEYS[3], ARGV[3] the node), the route is written in the same call.
+ *   KEYS: reserved zset, answered zset[, sandbox route]; ARGV: member, created '1'/'0'[, node]
+ */
 const RELEASE = `
 redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[2] == '1' then
@@ -53,16 +57,25 @@ if ARGV[2] == '1' then
   redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
   redis.call('PEXPIRE', KEYS[2], 120000)
 end
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[3]) end
 return 1
 `;
+
+/**
+ * How long placement uses one read of the nodes. Room is decided inside Redis (RESERVE reads
+ * the node's own key), so an older list only delays a node that just joined and tries, once,
+ * one that just left; reading every node's record for each create cost the gateway two round
+ * trips and a parse of every node per create.
+ */
+const PLACEMENT_NODES_MS = 500;
 
 export interface Reservation {
   node: NodeInfo;
   /**
    * A create that failed gives its room back now; one that succeeded keeps it until a
-   * heartbeat of the node counts the sandbox.
+   * heartbeat of the node counts the sandbox, and with `sandboxId` routes it to the node.
    */
-  release(created: boolean): Promise<void>;
+  release(created: boolean, sandboxId?: string): Promise<void>;
 }
 
 /** Routes a gateway remembers for sandbox traffic while Redis cannot be read (see ownerForTraffic). */
@@ -86,6 +99,22 @@ export class ClusterView {
     private readonly redis: Redis,
     private readonly routes: KnownRoutes = DEFAULT_KNOWN_ROUTES,
   ) {}
+
+  private placementRead: { at: number; nodes: Promise<NodeInfo[]> } | undefined;
+
+  /** The nodes as read at most PLACEMENT_NODES_MS ago (one read in flight at a time). */
+  placementNodes(): Promise<NodeInfo[]> {
+    const now = performance.now();
+    if (!this.placementRead || now - this.placementRead.at > PLACEMENT_NODES_MS) {
+      const read = this.nodes();
+      this.placementRead = { at: now, nodes: read };
+      // A failed read is not kept: the next placement reads again.
+      read.catch(() => {
+        if (this.placementRead?.nodes === read) this.placementRead = undefined;
+      });
+    }
+    return this.placementRead.nodes;
+  }
 
   async nodes(): Promise<NodeInfo[]> {
     const ids = await guard(this.redis.smembers(keys.nodes));
@@ -216,7 +245,7 @@ export class ClusterView {
   async place(
     opts: { templateId?: string; checkpointKey?: string; prefer?: string[]; exclude?: string[] } = {},
   ): Promise<Reservation | undefined> {
-    const all = (await this.nodes()).filter(
+    const all = (await this.placementNodes()).filter(
       (n) =>
         n.status === "ready" &&
         !opts.exclude?.includes(n.nodeID) &&
@@ -248,17 +277,15 @@ export class ClusterView {
         if (ok === 1) {
           return {
             node: pick,
-            release: async (created) => {
-              await guard(
-                this.redis.eval(
-                  RELEASE,
-                  2,
-                  keys.reserved(pick.nodeID),
-                  keys.answered(pick.nodeID),
-                  member,
-                  created ? "1" : "0",
-                ),
-              );
+            release: async (created, sandboxId) => {
+              const k = [keys.reserved(pick.nodeID), keys.answered(pick.nodeID)];
+              const a = [member, created ? "1" : "0"];
+              if (sandboxId) {
+                this.known.delete(sandboxId);
+                k.push(keys.sandbox(sandboxId));
+                a.push(pick.nodeID);
+              }
+              await guard(this.redis.eval(RELEASE, k.length, ...k, ...a));
             },
           };
         }

@@ -63,13 +63,16 @@ export class SandboxCalls {
 
   /**
    * Places a call on a node with room and makes it: a node that answers 429/503 or cannot be
-   * reached (it may have died since its last heartbeat) is skipped and another tried.
+   * reached (it may have died since its last heartbeat) is skipped and another tried. The
+   * sandbox `ownerOf` names in the node's answer is routed to that node as the reservation is
+   * released (best effort: the node's heartbeat writes a route that is missing).
    */
   async placeAndCall(
     placement: Placement,
     path: string,
     headers: Record<string, string>,
     body: Buffer,
+    ownerOf: (ans: NodeAnswer) => string | undefined,
   ): Promise<{ node: NodeInfo; ans: NodeAnswer } | undefined> {
     const exclude = [...(placement.exclude ?? [])];
     for (;;) {
@@ -86,7 +89,7 @@ export class SandboxCalls {
       }
       // Past this point the node has answered: a sandbox it made exists, so losing Redis now
       // must not turn that answer into a failure.
-      await this.releaseQuietly(r, ans.status < 300);
+      await this.releaseQuietly(r, ans.status < 300, ans.status < 300 ? ownerOf(ans) : undefined);
       if (ans.status === 429 || ans.status === 503) {
         exclude.push(r.node.nodeID);
         continue;
@@ -99,8 +102,15 @@ export class SandboxCalls {
    * Gives a reservation back without failing the call it served: if Redis is unreachable the
    * reservation expires by itself (two minutes), and the node's next beat counts what it made.
    */
-  private async releaseQuietly(r: Reservation, created: boolean): Promise<void> {
-    await r.release(created).catch((err: Error) => this.log.warn({ err: err.message }, "reservation not released"));
+  private async releaseQuietly(r: Reservation, created: boolean, sandboxId?: string): Promise<void> {
+    await r
+      .release(created, sandboxId)
+      .catch((err: Error) =>
+        this.log.warn(
+          { err: err.message, sandboxID: sandboxId },
+          "reservation not released; the node's heartbeat routes",
+        ),
+      );
   }
 
   /**
@@ -119,6 +129,8 @@ export class SandboxCalls {
   /** Placement for a start from `templateId`: a snapshot goes to the node that took it first. */
   async placementFor(templateId: string | undefined): Promise<Placement> {
     if (!templateId) return {};
+    // A template a node holds is no snapshot: no holder to look up.
+    if ((await this.view.placementNodes()).some((n) => n.templates.includes(templateId))) return { templateId };
     const holder = await this.view.snapshotHolder(templateId);
     if (!holder) return { templateId };
     const checkpointKey = await this.view.checkpointKeyOf(holder);
@@ -199,6 +211,7 @@ export class SandboxCalls {
         path,
         headers,
         body,
+        () => id,
       );
       if (!placed && checkpointKey && !(await this.view.nodes()).some((n) => n.checkpointKey === checkpointKey)) {
         return jsonAnswer(
@@ -218,7 +231,6 @@ export class SandboxCalls {
           },
         );
       }
-      if (placed.ans.status < 300) await this.recordOwner(id, placed.node.nodeID);
       // No pause image in the repository: it was running on its node when that node went
       // unreachable. It is not gone (its node may be cut off, not dead), so not a 404.
       if (placed.ans.status === 404 && dead) {
@@ -333,7 +345,8 @@ export class SandboxCalls {
     const ans = await call(node.url, "POST", req.url ?? "/", ask, body);
     const children = ans.status === FORK_SPILL.created ? parseJson<ForkChild[]>(ans.body) : undefined;
     if (!Array.isArray(children)) return relay(res, ans);
-    const owners = children.map(() => node.nodeID);
+    // Children on the parent's node; those placed elsewhere are routed as they are placed.
+    const here = children.flatMap((c) => (c.sandbox?.sandboxID ? [c.sandbox.sandboxID] : []));
     const snap = ans.headers[FORK_SPILL.snapshotHeader];
     if (typeof snap === "string") {
       const full = children.flatMap((c, i) => (c.error?.error_code === FORK_SPILL.spilledErrorCode ? [i] : []));
@@ -353,13 +366,13 @@ export class SandboxCalls {
             "/sandboxes",
             { ...headers, "content-type": "application/json" },
             create,
+            createdId,
           ).catch((err: Error) => {
             this.log.warn({ err: err.message, sandboxID: id }, "fork child not placed");
             return undefined;
           });
           if (placed?.ans.status === 201) {
             children[i] = { sandbox: parseJson<Pick<SandboxCreated, "sandboxID">>(placed.ans.body) };
-            owners[i] = placed.node.nodeID;
           } else if (placed) {
             children[i] = { error: parseJson<ErrorBody>(placed.ans.body) ?? errorBodyOf(placed.ans.status, "failed") };
           }
@@ -374,9 +387,7 @@ export class SandboxCalls {
         (err: Error) => this.log.warn({ err: err.message, snapshot: snap }, "fork capture not deleted"),
       );
     }
-    for (const [i, c] of children.entries()) {
-      if (c.sandbox?.sandboxID) await this.recordOwner(c.sandbox.sandboxID, owners[i] as string);
-    }
+    await Promise.all(here.map((child) => this.recordOwner(child, node.nodeID)));
     sendJson(res, 201, children);
   }
 
@@ -410,4 +421,10 @@ function jsonAnswer(status: number, body: unknown, headers: Record<string, strin
     headers: { "content-type": "application/json", ...headers },
     body: Buffer.from(JSON.stringify(body)),
   };
+}
+
+/** The sandbox a node's 201 answer to a create made. */
+export function createdId(ans: NodeAnswer): string | undefined {
+  if (ans.status !== 201) return undefined;
+  return parseJson<Partial<SandboxCreated>>(ans.body)?.sandboxID;
 }
