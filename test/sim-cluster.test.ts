@@ -4,8 +4,10 @@
 // node, the gateway and the repository are the real ones, so this is what bench/cluster-scale.ts
 // runs fifty of.
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
 import { after, before, describe, test } from "node:test";
 import { CommandExitError, Sandbox } from "e2b";
+import { Redis } from "ioredis";
 import { S3_CREDENTIALS, startS3 } from "../packages/server/test/helpers/s3.js";
 import { API_KEY, TestCluster, via } from "./helpers/cluster.js";
 import { Relay } from "./helpers/relay.js";
@@ -19,7 +21,12 @@ let gw = "";
 before(async () => {
   await cluster.start();
   // info: a sandbox's logs (its lifecycle lines) are what the node logs about it at info.
-  await cluster.startNode("sim-a", { AENV_LOG_LEVEL: "info" }, { sim: { slotOctet: octet } });
+  // Webhook receivers in these tests listen on loopback.
+  await cluster.startNode(
+    "sim-a",
+    { AENV_LOG_LEVEL: "info", AENV_ALLOW_PRIVATE_WEBHOOKS: "1" },
+    { sim: { slotOctet: octet } },
+  );
   gw = await cluster.startGateway();
 });
 
@@ -193,6 +200,55 @@ describe("a simulated node behind the gateway", () => {
       await next.kill();
     } finally {
       await Sandbox.kill(id, via(gw)).catch(() => {});
+    }
+  });
+
+  test("a webhook registered through the gateway is kept in Redis and told the node's lifecycle events", async () => {
+    const got: Array<{ type: string; sandboxId: string }> = [];
+    const receiver = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString()));
+      req.on("end", () => {
+        got.push(JSON.parse(body) as { type: string; sandboxId: string });
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
+    const port = (receiver.address() as { port: number }).port;
+    const made = await gwCall("POST", "/events/webhooks", {
+      name: "cluster",
+      url: `http://127.0.0.1:${port}/hook`,
+      events: ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"],
+      signatureSecret: "cluster-webhook-secret",
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const id = (made.body as { id: string }).id;
+    try {
+      const redis = new Redis(cluster.redisUrl);
+      try {
+        assert.ok(await redis.hexists("aenv:webhooks", id), "kept in the cluster's Redis");
+      } finally {
+        redis.disconnect();
+      }
+      const s = await Sandbox.create(via(gw));
+      await s.kill();
+      for (let i = 0; i < 200 && got.filter((g) => g.sandboxId === s.sandboxId).length < 2; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(
+        got.filter((g) => g.sandboxId === s.sandboxId).map((g) => g.type),
+        ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"],
+      );
+      const d = await gwCall("GET", `/events/webhooks/${id}/deliveries`);
+      assert.equal(d.status, 200);
+      const rows = (d.body as Array<{ sandboxID: string; status: string }>).filter((r) => r.sandboxID === s.sandboxId);
+      assert.deepEqual(
+        rows.map((r) => r.status),
+        ["delivered", "delivered"],
+      );
+      assert.equal((await gwCall("GET", "/events/webhooks/nope/deliveries")).status, 404);
+    } finally {
+      assert.equal((await gwCall("DELETE", `/events/webhooks/${id}`)).status, 200);
+      receiver.close();
     }
   });
 });

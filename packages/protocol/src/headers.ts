@@ -72,3 +72,11 @@ export function idempotencyKeyOf(
     return { error: `an idempotency key is 1-${IDEMPOTENCY.maxLength} printable ASCII characters without spaces` };
   return { key };
 }
+
+/** E2B's headers on a webhook delivery; the signature is over the secret followed by the body. */
+export const WEBHOOK_HEADERS = {
+  webhookId: "e2b-webhook-id",
+  deliveryId: "e2b-delivery-id",
+  signatureVersion: "e2b-signature-version",
+  signature: "e2b-signature",
+} as const;

@@ -28,6 +28,7 @@ export {
   TOTAL_RUNNING_HEADER,
   TRAFFIC_PORT_HEADER,
   TRAFFIC_TOKEN_HEADER,
+  WEBHOOK_HEADERS,
 } from "./headers.js";
 export type * from "./rest.js";
 export { DEFAULT_TEAM_ID, ERROR_CODES } from "./rest.js";

@@ -296,3 +296,51 @@ export const SecretListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).optional(),
   nextToken: z.string().optional(),
 });
+
+/** E2B's sandbox lifecycle events a webhook subscribes to (`forked`: aenv's, a fork's child). */
+export const WEBHOOK_EVENT_TYPES = [
+  "sandbox.lifecycle.created",
+  "sandbox.lifecycle.killed",
+  "sandbox.lifecycle.updated",
+  "sandbox.lifecycle.paused",
+  "sandbox.lifecycle.resumed",
+  "sandbox.lifecycle.forked",
+] as const;
+export const WebhookEventType = z.enum(WEBHOOK_EVENT_TYPES);
+export type WebhookEventType = z.infer<typeof WebhookEventType>;
+const webhookName = z.string().trim().min(1).max(128);
+/** http(s) only; where it may point is the server's check (its address, at each delivery). */
+const webhookUrl = z
+  .string()
+  .max(2048)
+  .refine((u) => URL.canParse(u) && /^https?:$/.test(new URL(u).protocol), "must be an http(s) URL");
+const webhookEvents = z.array(WebhookEventType).min(1).max(WEBHOOK_EVENT_TYPES.length);
+/** Signs each delivery (`e2b-signature`); never answered back. */
+const signatureSecret = z.string().min(8).max(256);
+/** POST /events/webhooks (E2B's body). */
+export const NewWebhook = z.looseObject({
+  name: webhookName,
+  url: webhookUrl,
+  enabled: z.boolean().optional(),
+  events: webhookEvents,
+  signatureSecret,
+});
+export type NewWebhook = z.infer<typeof NewWebhook>;
+/** PATCH /events/webhooks/{webhookID}: the fields given replace the webhook's. */
+export const WebhookUpdate = z.looseObject({
+  name: webhookName.optional(),
+  url: webhookUrl.optional(),
+  enabled: z.boolean().optional(),
+  events: webhookEvents.optional(),
+  signatureSecret: signatureSecret.optional(),
+});
+export type WebhookUpdate = z.infer<typeof WebhookUpdate>;
+export const WebhookIdParams = z.object({ webhookID: z.string().min(1).max(64) });
+export const WEBHOOK_DELIVERY_STATUSES = ["pending", "delivered", "failed"] as const;
+/** GET /events/webhooks/{webhookID}/deliveries: newest first. */
+export const WebhookDeliveriesQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(1000).optional(),
+  deliveryStatus: z.enum(WEBHOOK_DELIVERY_STATUSES).optional(),
+  eventType: WebhookEventType.optional(),
+});
+export type WebhookDeliveriesQuery = z.infer<typeof WebhookDeliveriesQuery>;

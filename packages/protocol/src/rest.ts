@@ -256,3 +256,48 @@ export interface MaxTeamMetric {
   timestampUnix: number;
   value: number;
 }
+
+/** A registered webhook as answered (E2B's shape; the signature secret is never answered). */
+export interface Webhook {
+  id: string;
+  teamID: string;
+  name: string;
+  createdAt: string;
+  enabled: boolean;
+  url: string;
+  events: string[];
+}
+
+/** What a webhook receives (E2B's payload, version v1). */
+export interface WebhookPayload {
+  version: "v1";
+  /** The event's ID: the same in every retry of its delivery. */
+  id: string;
+  type: string;
+  eventData: { sandbox_metadata: Record<string, string>; parent_sandbox_id?: string };
+  sandboxBuildId: string;
+  /** One run of the sandbox's runtime: new when it is started or restored from an image. */
+  sandboxExecutionId: string;
+  sandboxId: string;
+  sandboxTeamId: string;
+  sandboxTemplateId: string;
+  timestamp: string;
+}
+
+/** One event's delivery to one webhook, with its attempts so far. */
+export interface WebhookDelivery {
+  id: string;
+  webhookID: string;
+  eventID: string;
+  eventType: string;
+  sandboxID: string;
+  status: "pending" | "delivered" | "failed";
+  attempts: number;
+  /** The receiver's last HTTP status, if it answered. */
+  responseStatus?: number;
+  error?: string;
+  createdAt: string;
+  lastAttemptAt?: string;
+  /** When a pending delivery is tried again. */
+  nextAttemptAt?: string;
+}

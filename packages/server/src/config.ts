@@ -164,10 +164,23 @@ export interface ServerConfig {
   images: ImagesConfig;
   volumes: VolumesConfig;
   egress: EgressConfig;
+  webhooks: WebhooksConfig;
   /** Set when this node is part of a cluster (Redis-backed routes, placement, drain). */
   cluster?: ClusterConfig;
   /** The config file read, if any. */
   configFile?: string;
+}
+
+export interface WebhooksConfig {
+  /**
+   * Webhook URLs may point at loopback, private and link-local addresses. Off by default: a
+   * delivery is a request from the server. Metadata addresses are never reached.
+   */
+  allowPrivate: boolean;
+  /** The first retry's wait; each next one doubles it, up to ten minutes. */
+  retryFirstMs: number;
+  /** A delivery not accepted within this long after its event is given up (failed). */
+  windowS: number;
 }
 
 export interface CliArgs extends ClusterFlags {
@@ -333,6 +346,11 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       str("AENV_EGRESS_CA_DIR", "network.egress_ca_dir"),
       str("AENV_EGRESS_PROXY_ALLOWED", "network.egress_proxy_allowed"),
     ),
+    webhooks: {
+      allowPrivate: bool("AENV_ALLOW_PRIVATE_WEBHOOKS", "webhooks.allow_private", false),
+      retryFirstMs: Math.max(10, int("AENV_WEBHOOK_RETRY_MS", "webhooks.retry_first_ms", 1000)),
+      windowS: Math.max(1, int("AENV_WEBHOOK_WINDOW", "webhooks.window_secs", 86_400)),
+    },
     ...(cluster ? { cluster } : {}),
     configFile,
   };

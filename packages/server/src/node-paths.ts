@@ -41,6 +41,10 @@ export class NodePaths {
   get secrets(): string {
     return join(this.dataDir, "secrets");
   }
+  /** Webhooks (their signing secrets: 0700) and their delivery history. */
+  get webhooks(): string {
+    return join(this.dataDir, "webhooks");
+  }
   get stateDb(): string {
     return join(this.dataDir, "state.db");
   }

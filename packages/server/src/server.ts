@@ -14,6 +14,7 @@ import { startRuntime } from "./components/runtime.js";
 import { openState } from "./components/state.js";
 import { openTemplateCatalog, shareLocalTemplates, templateSync } from "./components/templates.js";
 import { openVolumes } from "./components/volumes.js";
+import { startWebhooks } from "./components/webhooks.js";
 import { E2B_KEY_FORM, type ServerConfig } from "./config.js";
 import type { Orchestrator, RecoveryReport } from "./orchestrator/orchestrator.js";
 import { SandboxLogBook } from "./orchestrator/sandbox-log-book.js";
@@ -97,6 +98,7 @@ export async function startServer(
   );
   const { orch, recovery } = sandboxes;
   shareLocalTemplates(cfg, sync, log);
+  const hooks = await startWebhooks(cfg, paths, orch, log);
   const egress = await startEgress(
     { cfg, log, orch, secrets, egressCa, slots: slots.slots, resolv },
     sandboxes.keepSlots,
@@ -130,6 +132,7 @@ export async function startServer(
       volumes: volumes.volumes,
       volumeContent: new VolumeContent(volumes.volumes.backend, cfg.volumes.maxSizeBytes),
       secrets,
+      webhooks: hooks.webhooks,
       log,
       apiKey: cfg.apiKey,
       domain: cfg.domain,
@@ -162,6 +165,7 @@ export async function startServer(
     gc,
     builds,
     sandboxes,
+    hooks,
     volumes,
     warmImages,
     api,

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
 import { z } from "zod";
+import type { Webhooks } from "../events/webhooks.js";
 import { errorBodyOf } from "../http-errors.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy, sendError } from "../proxy/proxy.js";
@@ -28,6 +29,7 @@ import { teamRoutes } from "./routes/teams.js";
 import { templateRoutes } from "./routes/templates.js";
 import { volumeContentRoutes } from "./routes/volume-content.js";
 import { volumeRoutes } from "./routes/volumes.js";
+import { webhookRoutes } from "./routes/webhooks.js";
 
 export interface AppOptions {
   orch: Orchestrator;
@@ -40,6 +42,7 @@ export interface AppOptions {
   volumes: VolumeCatalog;
   volumeContent: VolumeContent;
   secrets: SecretStore;
+  webhooks: Webhooks;
   log: Logger;
   apiKey: string;
   domain: string;
@@ -152,6 +155,7 @@ export function buildApp(o: AppOptions): App {
     hasApiKey: apiKeyCheck(o.apiKey),
   });
   void fastify.register(secretRoutes, { secrets: o.secrets });
+  void fastify.register(webhookRoutes, { webhooks: o.webhooks });
   void fastify.register(teamRoutes, { orch: o.orch });
   void fastify.register(dashboardRoutes);
   return { fastify, proxy };

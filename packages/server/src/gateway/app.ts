@@ -1,6 +1,7 @@
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ERROR_CODES, IDEMPOTENCY, idempotencyKeyOf, PARTIAL_HEADER, TOTAL_RUNNING_HEADER } from "@aenv/protocol";
+import { WebhookDeliveriesQuery } from "@aenv/protocol/rest";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -8,7 +9,8 @@ import { dashboardRoutes } from "../api/dashboard.js";
 import { decodeCursor, encodeCursor, parseStates } from "../api/list-filter.js";
 import { teamsOf } from "../api/routes/teams.js";
 import type { NodeInfo } from "../cluster/keys.js";
-import { errorBodyOf, NO_API_KEY, noRouteBody, statusOf } from "../http-errors.js";
+import { InvalidRequestError } from "../errors.js";
+import { errorBodyOf, NO_API_KEY, noRouteBody, statusOf, zodMessage } from "../http-errors.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
 import {
@@ -372,6 +374,29 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     reply.hijack();
     forward(req.raw, reply.raw, n.url, body ? { body } : {});
   };
+  // Webhooks are in Redis, shared by every node: one answers. Each node delivers its own
+  // sandboxes' events, so the deliveries are every node's, merged newest first.
+  fastify.get("/events/webhooks/:webhookID/deliveries", async (req, reply) => {
+    const id = encodeURIComponent((req.params as { webhookID: string }).webhookID);
+    const q = WebhookDeliveriesQuery.safeParse(req.query);
+    if (!q.success) throw new InvalidRequestError(zodMessage(q.error));
+    const limit = q.data.limit ?? 100;
+    const n = (await view.nodes()).find((x) => x.status === "ready");
+    if (!n) return reply.status(503).send(errorBodyOf(503, "no node is ready"));
+    const own = await call(n.url, "GET", `/events/webhooks/${id}`, nodeHeaders(req.raw), undefined, 15_000);
+    if (own.status !== 200) return relayReply(reply, own);
+    const nodes = (await view.nodes()).filter((x) => x.url);
+    const { parts, missing } = await askEveryNode<{ createdAt: string; id: string }>(nodes, req.url, req.raw);
+    warnMissing(reply, missing);
+    return parts
+      .flat()
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || b.id.localeCompare(a.id))
+      .slice(0, limit);
+  });
+  for (const method of ["GET", "POST", "DELETE", "PATCH"] as const) {
+    fastify.route({ method, url: "/events/webhooks", handler: anyNode });
+    fastify.route({ method, url: "/events/webhooks/:webhookID", handler: anyNode });
+  }
   for (const method of ["GET", "POST", "DELETE", "PUT", "PATCH"] as const) {
     fastify.route({ method, url: "/templates*", handler: anyNode });
     fastify.route({ method, url: "/v2/templates*", handler: anyNode });

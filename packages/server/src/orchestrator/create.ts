@@ -7,6 +7,7 @@ import { newSandboxId, newToken } from "../state/ids.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
 import { envdTokenOf } from "./envd-credentials.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
@@ -30,6 +31,7 @@ export interface CreateDeps {
   pool?: WarmPool;
   runtimeDir: string;
   volumes: VolumeLookup;
+  events: LifecycleEvents;
   log: Logger;
 }
 
@@ -150,6 +152,7 @@ export class Creator {
         { sandboxID: rec.id, template: rec.templateId, from: from.kind, ms: Date.now() - t0 },
         "sandbox created",
       );
+      this.d.events.emit("created", rec);
       // The next create from this template should be a restore.
       if (tpl?.warm && from.kind === "boot" && !req.cold) this.d.warmImages.ensureInBackground(tpl);
       return rec;
@@ -192,6 +195,7 @@ export class Creator {
       rec.endAt = Date.now() + timeoutS * 1000;
       this.d.store.put(rec);
       log.info({ sandboxID: rec.id, template: rec.templateId, from: "pool", ms: Date.now() - t0 }, "sandbox created");
+      this.d.events.emit("created", rec);
       return rec;
     } catch (err) {
       log.warn({ err, sandboxID: rec.id }, "pooled sandbox failed; starting another way");

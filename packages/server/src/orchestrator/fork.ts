@@ -8,6 +8,7 @@ import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.j
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import { captureLayer, isCompleteLayer } from "./fs-layer.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { maxLayerBytes } from "./pause-kinds.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -36,6 +37,7 @@ export interface ForkDeps {
   pausedImage: (l: Live, dest: string) => Promise<void>;
   /** A fresh boot of the template with a filesystem layer applied (PauseResume.bootWithLayer). */
   bootWithLayer: (l: Live, layer: string) => Promise<void>;
+  events: LifecycleEvents;
 }
 
 export interface ForkOptions {
@@ -216,6 +218,8 @@ export class Forker {
       rec.state = "running";
       rec.endAt = Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000;
       this.d.store.put(rec);
+      this.d.events.emit("created", rec);
+      this.d.events.emit("forked", rec, { parentId: parent.id });
       if (hold) await this.hold(live, hold);
       return rec;
     } catch (err) {

@@ -21,6 +21,7 @@ import { bootSettings, Creator } from "./create.js";
 import { envdTokenOf, trafficTokenOf } from "./envd-credentials.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
+import { LifecycleEvents } from "./lifecycle-events.js";
 import { Lifetimes } from "./lifetimes.js";
 import { guestCpuMs, type MetricSample } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
@@ -89,6 +90,8 @@ export class Orchestrator {
   private readonly lifetimes: Lifetimes;
   private readonly retention: PausedRetention;
   private readonly killedListeners: Array<(id: string) => void> = [];
+  /** Created, killed, paused, resumed, updated, forked: what clients (webhooks) are told. */
+  readonly events = new LifecycleEvents();
   readonly hibernation: Hibernation;
   readonly pool: WarmPool;
   private readonly network: SandboxNetwork;
@@ -178,6 +181,7 @@ export class Orchestrator {
       warmImages: this.warmImages,
       runtimeDir,
       volumes: d.volumes,
+      events: this.events,
       log,
     });
     this.pauseCommits = new PauseCommits({ cfg, paths, store, registry, repository, checkpointKey, trees, log });
@@ -196,6 +200,7 @@ export class Orchestrator {
       runner,
       commits: this.pauseCommits,
       bootOf: (rec) => rec.boot ?? this.templateBoot(rec.templateId),
+      events: this.events,
       log,
     });
     this.forker = new Forker({
@@ -207,6 +212,7 @@ export class Orchestrator {
       publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
       pausedImage: (l, dest) => this.pauses.linkImage(l, dest),
       bootWithLayer: (l, layer) => this.pauses.bootWithLayer(l, layer),
+      events: this.events,
     });
     this.metricsHistory = new MetricsHistory({
       registry,
@@ -303,6 +309,7 @@ export class Orchestrator {
       if (wasPaused) this.pauseCommits.forget(id);
       for (const fn of this.killedListeners) fn(id);
       this.d.log.info({ sandboxID: id }, "sandbox killed");
+      this.events.emit("killed", l.rec);
     });
   }
 
@@ -429,6 +436,7 @@ export class Orchestrator {
 
   setTimeout(id: string, timeoutS: number): void {
     this.lifetimes.set(id, timeoutS);
+    this.events.emit("updated", this.registry.mustGet(id).rec);
   }
 
   extend(id: string, timeoutS: number | undefined): SandboxRecord {

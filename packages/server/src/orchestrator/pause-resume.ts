@@ -10,6 +10,7 @@ import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import { applyLayer, captureLayer, layerBytes } from "./fs-layer.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import type { PauseCommits } from "./pause-commits.js";
 import { isCompletePause, maxLayerBytes, pauseDir } from "./pause-kinds.js";
 import { clampTimeoutS } from "./records.js";
@@ -27,6 +28,7 @@ export interface PauseResumeDeps {
   commits: PauseCommits;
   /** A sandbox's template settings for a fresh boot (records from before they were kept lack them). */
   bootOf: (rec: SandboxRecord) => BootSettings | undefined;
+  events: LifecycleEvents;
   log: Logger;
 }
 
@@ -115,6 +117,7 @@ export class PauseResume {
       }
       const msg = opts.idle ? "idle sandbox saved to disk (hibernated)" : "sandbox paused";
       this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, msg);
+      if (!opts.idle) this.d.events.emit("paused", l.rec);
       this.d.commits.commitLater(l.rec, final);
     });
   }
@@ -142,6 +145,7 @@ export class PauseResume {
     this.d.store.put(rec);
     const suspendedMs = Date.now() - t0;
     this.d.log.info({ sandboxID: rec.id, kind: "memory", ms: suspendedMs }, "sandbox paused (stopped in place)");
+    this.d.events.emit("paused", rec);
     // Written a moment later: a resume (an agent's next turn) or a kill that comes first
     // needs no image, and waits for none (a checkpoint under way cannot be cut short).
     const tag = rec.pauseTag;
@@ -212,6 +216,7 @@ export class PauseResume {
     l.rec.pausedAt = Date.now();
     this.d.store.put(l.rec);
     this.d.log.info({ sandboxID: l.rec.id }, "sandbox saved by hibernation now paused (its image kept)");
+    this.d.events.emit("paused", l.rec);
   }
 
   /**
@@ -269,6 +274,8 @@ export class PauseResume {
         }
       }
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
+      // Saved by hibernation, it was never paused to its client: no event.
+      const wasPaused = !l.rec.idleSaved;
       if (l.rec.idleSaved) {
         // Its TTL never stopped: kept, extended as a running sandbox's would be by this call.
         if (timeoutS !== undefined) l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t);
@@ -297,6 +304,7 @@ export class PauseResume {
       // Resumed in place, its image was never committed: no manifest to remove.
       if (!inPlace) this.d.commits.forget(id);
       this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace, reboot }, "sandbox resumed");
+      if (wasPaused) this.d.events.emit("resumed", l.rec);
       return { rec: l.rec, resumed: true };
     });
   }

@@ -15,7 +15,10 @@ export interface SimServer {
   url: string;
   apiKey: string;
   logs: () => string;
-  stop: () => Promise<void>;
+  /** Stops it (SIGTERM) and removes its folder, unless `keep`: then `dir` starts it again. */
+  stop: (o?: { keep?: boolean }) => Promise<void>;
+  /** Its data and templates: `startSimServer(octet, env, { dir })` restarts on them. */
+  dir: string;
 }
 
 function freePort(): Promise<number> {
@@ -38,32 +41,37 @@ export function simSdk(s: SimServer): { apiUrl: string; sandboxUrl: string; apiK
  * Starts one; `slotOctet` picks its loopback range (127.X.0.0/16), distinct per file run side
  * by side. The `base` template is a record over an empty tree: nothing reads it.
  */
-export async function startSimServer(slotOctet: number, env: Record<string, string> = {}): Promise<SimServer> {
-  const dir = mkdtempSync("/var/tmp/aenv-sim-server-");
+export async function startSimServer(
+  slotOctet: number,
+  env: Record<string, string> = {},
+  o: { dir?: string } = {},
+): Promise<SimServer> {
+  const dir = o.dir ?? mkdtempSync("/var/tmp/aenv-sim-server-");
   const templates = join(dir, "templates");
   mkdirSync(join(templates, "base", "rootfs"), { recursive: true });
-  writeFileSync(
-    join(templates, "base", "template.json"),
-    JSON.stringify({
-      revision: 1,
-      id: "base",
-      name: "base",
-      aliases: [],
-      user: "user",
-      workdir: "/home/user",
-      env: {},
-      cpuCount: 1,
-      memoryMB: 256,
-      diskSizeMB: 512,
-      createdAt: new Date().toISOString(),
-      updatedAt: new Date().toISOString(),
-      rootfsDir: "rootfs",
-      buildStatus: "ready",
-      buildCount: 1,
-      warm: true,
-      tags: [],
-    }),
-  );
+  if (!o.dir)
+    writeFileSync(
+      join(templates, "base", "template.json"),
+      JSON.stringify({
+        revision: 1,
+        id: "base",
+        name: "base",
+        aliases: [],
+        user: "user",
+        workdir: "/home/user",
+        env: {},
+        cpuCount: 1,
+        memoryMB: 256,
+        diskSizeMB: 512,
+        createdAt: new Date().toISOString(),
+        updatedAt: new Date().toISOString(),
+        rootfsDir: "rootfs",
+        buildStatus: "ready",
+        buildCount: 1,
+        warm: true,
+        tags: [],
+      }),
+    );
   const port = await freePort();
   const proc: ChildProcess = spawn(
     process.execPath,
@@ -99,13 +107,13 @@ export async function startSimServer(slotOctet: number, env: Record<string, stri
   proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
   proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
   const url = `http://127.0.0.1:${port}`;
-  const stop = async () => {
+  const stop = async (s: { keep?: boolean } = {}) => {
     if (proc.exitCode === null && proc.signalCode === null) {
       const exited = new Promise((r) => proc.once("exit", r));
       proc.kill("SIGTERM");
       await exited;
     }
-    rmSync(dir, { recursive: true, force: true });
+    if (!s.keep) rmSync(dir, { recursive: true, force: true });
   };
   const deadline = Date.now() + 30_000;
   for (;;) {
@@ -125,5 +133,5 @@ export async function startSimServer(slotOctet: number, env: Record<string, stri
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { url, apiKey: SIM_API_KEY, logs: () => out, stop };
+  return { url, apiKey: SIM_API_KEY, logs: () => out, stop, dir };
 }
