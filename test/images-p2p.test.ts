@@ -30,6 +30,7 @@ let work: string;
 const created: Array<{ url: string; id: string }> = [];
 
 const ref = (n: number) => `${proxy.host}/fam:i${n}`;
+const ref2 = (n: number) => `${proxy.host}/fam2:i${n}`;
 /** Layer blobs the registry was asked for so far (configs are small; layers are over 64 KiB). */
 const blobGets = () => proxy.requests.filter((r) => /^GET \/v2\/fam\/blobs\/sha256:/.test(r));
 
@@ -62,6 +63,15 @@ before(async () => {
     ownFileBytes: 1 * MiB,
   });
   await pushFamily(join(work, "fam"), fam.tags, registry.host, "fam");
+  const fam2 = imageFamily(join(work, "fam2"), {
+    count: 4,
+    baseFiles: 3,
+    baseFileBytes: 2 * MiB,
+    ownFiles: 1,
+    ownFileBytes: 64 * 1024,
+    seed: "fam2-",
+  });
+  await pushFamily(join(work, "fam2"), fam2.tags, registry.host, "fam2");
   proxy = await startProxy(registry.host);
   await cluster.start();
   const env = {
@@ -200,6 +210,31 @@ describe("image layers between nodes", () => {
     const id = await createOn(again.url, ref(1));
     assert.equal(await run(again.url, id, "cat /id.txt /own/f0 | wc -c"), `${8 + MiB}\n`);
     assert.doesNotMatch(again.logs(), /image started on demand/, "no new pull, no new tree");
+  });
+
+  test("the gateway places the first start of an image no node holds on the node holding most of its layers", async () => {
+    // A second family: its base layer is on no node yet.
+    const b = cluster.nodes.get("b")!;
+    await createOn(b.url, ref2(1));
+    // Node b now holds the family's base (and ref2(1)'s own layer); ref2(2) and ref2(3) share that base.
+    for (const n of [2, 3]) {
+      const id = await createOn(gateway, ref2(n));
+      assert.equal(await cluster.ownerOf(id), "b", `ref2(${n}) placed where its base layer is`);
+      assert.equal(await run(gateway, id, "cat /id.txt"), `image ${n}\n`);
+    }
+    const logs = cluster.gateways.map((g) => g.logs()).join("\n");
+    assert.match(logs, /placing by shared content/);
+    // Through /sandboxes-cold as well: a fourth image of the family.
+    const res = await fetch(`${gateway}/sandboxes-cold`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": API_KEY },
+      body: JSON.stringify({ image: ref2(4), timeout: 120 }),
+      signal: AbortSignal.timeout(90_000),
+    });
+    const body = (await res.json()) as { sandboxID?: string };
+    assert.equal(res.status, 201, JSON.stringify(body));
+    created.push({ url: gateway, id: body.sandboxID as string });
+    assert.equal(await cluster.ownerOf(body.sandboxID as string), "b");
   });
 
   test("the gateway places a create naming an image on a node that holds it", async () => {

@@ -28,6 +28,8 @@ export interface FamilyOptions {
   ownFiles: number;
   ownFileBytes: number;
   compression?: Compression;
+  /** Seeds the files' bytes: families with different seeds share no layer. */
+  seed?: string;
 }
 
 /**
@@ -52,7 +54,7 @@ export function imageFamily(dir: string, o: FamilyOptions): { tags: string[]; ba
       { length: o.baseFiles },
       (_, i): TarSpec => ({
         name: `shared/f${i}`,
-        content: seededBytes(`base-${i}`, o.baseFileBytes),
+        content: seededBytes(`${o.seed ?? ""}base-${i}`, o.baseFileBytes),
       }),
     ),
   ];
@@ -67,7 +69,7 @@ export function imageFamily(dir: string, o: FamilyOptions): { tags: string[]; ba
         { length: o.ownFiles },
         (_, i): TarSpec => ({
           name: `own/f${i}`,
-          content: seededBytes(`own-${n}-${i}`, o.ownFileBytes),
+          content: seededBytes(`${o.seed ?? ""}own-${n}-${i}`, o.ownFileBytes),
         }),
       ),
     ];

@@ -344,3 +344,12 @@ export const WebhookDeliveriesQuery = z.object({
   eventType: WebhookEventType.optional(),
 });
 export type WebhookDeliveriesQuery = z.infer<typeof WebhookDeliveriesQuery>;
+
+/** GET /cluster/image-layers (gateway → node): `cold`, any image (as /sandboxes-cold takes). */
+export const ImageLayersQuery = z.object({
+  ref: z.string().min(1).max(1024),
+  cold: z
+    .enum(["0", "1"])
+    .optional()
+    .transform((v) => v === "1"),
+});

@@ -134,7 +134,7 @@ export function buildApp(o: AppOptions): App {
   installErrorHandling(fastify);
   installAuth(fastify, o.apiKey);
   void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch });
-  void fastify.register(peerRoutes, o.peerFiles);
+  void fastify.register(peerRoutes, { files: o.peerFiles, onDemand: o.onDemand });
   void fastify.register(sandboxRoutes, {
     orch: o.orch,
     onDemand: o.onDemand,

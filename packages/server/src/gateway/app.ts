@@ -191,8 +191,11 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   // Creates: placed on a node with room, retried on another if that one turns out full.
   const place = async (req: { raw: IncomingMessage; url: string }, body: Buffer, reply: FastifyReply) => {
     // Malformed JSON is placed anyway: the node answers it.
-    const templateId = parseJson<{ templateID?: unknown }>(body)?.templateID;
-    const placement = await calls.placementFor(typeof templateId === "string" ? templateId : undefined);
+    const asked = parseJson<{ templateID?: unknown; image?: unknown }>(body);
+    // A cold start names its image; a create, its template (or an image started on demand).
+    const cold = req.url.split("?")[0] === "/sandboxes-cold";
+    const from = cold ? asked?.image : asked?.templateID;
+    const placement = await calls.placementFor(typeof from === "string" ? from : undefined, cold);
     const placed = await calls.placeAndCall(placement, req.url, nodeHeaders(req.raw), body, createdId);
     if (!placed) {
       // Every node refused (full, or its start queue too long) or none is ready (all down or

@@ -231,6 +231,15 @@ export class ClusterView {
     return (await guard(this.redis.get(keys.snapshot(name)))) ?? undefined;
   }
 
+  /** For each layer digest, the nodes that hold its blob (cluster.p2p publishes them), in one round trip. */
+  async blobHolders(digests: string[]): Promise<string[][]> {
+    if (!digests.length) return [];
+    const p = this.redis.pipeline();
+    for (const d of digests) p.smembers(keys.blob(d));
+    const res = (await guard(p.exec())) ?? [];
+    return res.map(([err, v]) => (err || !Array.isArray(v) ? [] : (v as string[])));
+  }
+
   /** The checkpoint key a node published, even after it died (what its images restore on). */
   async checkpointKeyOf(nodeId: string): Promise<string | undefined> {
     return (await guard(this.redis.hget(keys.checkpointKeys, nodeId))) ?? undefined;

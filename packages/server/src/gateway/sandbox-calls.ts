@@ -17,6 +17,7 @@ import { errorBodyOf } from "../http-errors.js";
 import { NO_SIGNER, wellFormedSignature } from "../proxy/signed-files.js";
 import { SANDBOX_NOT_FOUND, trafficErrorBody } from "../proxy/target.js";
 import { type ClusterView, type Reservation, StateUnavailableError } from "./cluster-view.js";
+import { ContentPlacement } from "./content-placement.js";
 import { call, forward, sendError, sendJson } from "./forward.js";
 import { type NodeAnswer, nodeHeaders, parseJson, readBody, relay } from "./http-util.js";
 
@@ -55,11 +56,15 @@ interface ForkChild {
  * that spill onto other nodes, and snapshots remembered where they were taken.
  */
 export class SandboxCalls {
+  private readonly content: ContentPlacement;
+
   constructor(
     private readonly view: ClusterView,
     private readonly apiKey: string,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.content = new ContentPlacement({ view, apiKey, log });
+  }
 
   /**
    * Places a call on a node with room and makes it: a node that answers 429/503 or cannot be
@@ -126,13 +131,23 @@ export class SandboxCalls {
       );
   }
 
-  /** Placement for a start from `templateId`: a snapshot goes to the node that took it first. */
-  async placementFor(templateId: string | undefined): Promise<Placement> {
+  /**
+   * Placement for a start from `templateId` (or, `cold`, from that image): a snapshot goes to
+   * the node that took it first; an image no node holds goes where most of its layers are.
+   */
+  async placementFor(templateId: string | undefined, cold = false): Promise<Placement> {
     if (!templateId) return {};
+    const nodes = await this.view.placementNodes();
     // A template a node holds is no snapshot: no holder to look up.
-    if ((await this.view.placementNodes()).some((n) => n.templates.includes(templateId))) return { templateId };
-    const holder = await this.view.snapshotHolder(templateId);
-    if (!holder) return { templateId };
+    if (nodes.some((n) => n.templates.includes(templateId))) return { templateId };
+    const holder = cold ? undefined : await this.view.snapshotHolder(templateId);
+    if (!holder) {
+      const prefer = await this.content.prefer(templateId, cold, nodes).catch((err: Error) => {
+        this.log.warn({ err: err.message, image: templateId }, "content placement skipped");
+        return [];
+      });
+      return prefer.length ? { templateId, prefer } : { templateId };
+    }
     const checkpointKey = await this.view.checkpointKeyOf(holder);
     return { templateId, prefer: [holder], ...(checkpointKey ? { checkpointKey } : {}) };
   }

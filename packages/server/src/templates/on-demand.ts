@@ -54,6 +54,15 @@ export class OnDemandImages {
     return !this.d.templates.get(templateRef);
   }
 
+  /**
+   * The layers of image `ref` (its manifest, read from the registry or the store), for a
+   * gateway to place its first start where most of them are already held.
+   */
+  layers(ref: string): Promise<Array<{ digest: string; size: number }>> {
+    if (isHostPathSource(ref)) throw new InvalidRequestError(`image '${ref}' names a path on the server's host`);
+    return this.d.images.layers(ref);
+  }
+
   /** Imports on demand right now (their references), for the cache's eviction to leave alone. */
   busy(id: string): boolean {
     return [...this.inflight.keys()].some((ref) => this.d.templates.get(onDemandName(ref))?.id === id);

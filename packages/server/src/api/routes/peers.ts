@@ -1,6 +1,9 @@
 import { open } from "node:fs/promises";
+import { ImageLayersQuery } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply } from "fastify";
+import { NotFoundError } from "../../errors.js";
 import { errorBodyOf } from "../../http-errors.js";
+import type { OnDemandImages } from "../../templates/on-demand.js";
 
 /** Where this node keeps what it serves its peers; undefined when it does not hold it. */
 export interface PeerFiles {
@@ -26,7 +29,23 @@ async function sendFile(reply: FastifyReply, file: string | undefined) {
  * rest of the node API: layer blobs by digest, an image tree's index by image digest, file
  * content by content key. Names are checked here; the fetching node verifies every byte.
  */
-export async function peerRoutes(app: FastifyInstance, files: PeerFiles): Promise<void> {
+export async function peerRoutes(
+  app: FastifyInstance,
+  o: { files: PeerFiles; onDemand: OnDemandImages },
+): Promise<void> {
+  const { files, onDemand } = o;
+  /**
+   * A gateway's question before it places the first start of an image no node holds: the
+   * image's layers, so it can prefer the node that holds most of their bytes. Only for what a
+   * create could start (an on-demand reference, or any image with `cold`, as /sandboxes-cold).
+   */
+  app.get("/cluster/image-layers", async (req) => {
+    const q = ImageLayersQuery.parse(req.query);
+    if (!q.cold && !onDemand.resolves(q.ref)) {
+      throw new NotFoundError(`'${q.ref}' is not an image this node starts on demand`);
+    }
+    return onDemand.layers(q.ref);
+  });
   app.get("/cluster/blobs/sha256/:hex", async (req, reply) => {
     const { hex } = req.params as { hex: string };
     if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));

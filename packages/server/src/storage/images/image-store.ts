@@ -211,15 +211,10 @@ export class ImageStore {
     return root.pinned ?? digestOf(root.bytes);
   }
 
-  /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
-  async pull(
-    ref: string,
-    onProgress?: ProgressCallback,
-    budget?: DiskBudget,
-    credentials?: Credentials,
-  ): Promise<PulledImage> {
-    const src = this.source(ref, credentials);
-    const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0, bytesFromPeers: 0 };
+  /** The image's root digest and, for this platform, its manifest (both verified and kept). */
+  private async manifestOf(
+    src: ImageSource,
+  ): Promise<{ digest: string; manifestDigest: string; manifest: ImageManifest }> {
     const root =
       src.pinnedDigest && (await this.blobs.has(src.pinnedDigest))
         ? { bytes: await this.blobs.read(src.pinnedDigest), mediaType: "", pinned: src.pinnedDigest }
@@ -235,7 +230,25 @@ export class ImageStore {
       manifestDigest = d.digest;
       if (parsed.kind !== "manifest") throw new ImagePullError("unsupported", `nested index in ${src.name}`);
     }
-    const manifest: ImageManifest = parsed;
+    return { digest, manifestDigest, manifest: parsed };
+  }
+
+  /** The layers `ref` names now, for this platform: its manifest only, no layer is fetched. */
+  async layers(ref: string): Promise<Array<{ digest: string; size: number }>> {
+    const { manifest } = await this.manifestOf(this.source(ref));
+    return manifest.layers.map((l) => ({ digest: l.digest, size: l.size }));
+  }
+
+  /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */
+  async pull(
+    ref: string,
+    onProgress?: ProgressCallback,
+    budget?: DiskBudget,
+    credentials?: Credentials,
+  ): Promise<PulledImage> {
+    const src = this.source(ref, credentials);
+    const transfer = { blobsFetched: 0, bytesFetched: 0, layersCached: 0, bytesFromPeers: 0 };
+    const { digest, manifestDigest, manifest } = await this.manifestOf(src);
     // Sizes are the manifest's word, and the blob store refuses a blob past its descriptor's
     // size: checking them here bounds what the pull may write before a byte moves.
     const maxConfig = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
