@@ -162,3 +162,33 @@ test("the team and its metrics: sandboxes running and started, sampled every 5 s
     await b.kill();
   }
 });
+
+test("a template's minFreeDiskMb sizes its sandboxes' disk in whole GiB, never shrinking it; past the ceiling it is a 400", async () => {
+  const post = (body: unknown) =>
+    fetch(`${server.url}/v3/templates`, {
+      method: "POST",
+      headers: { "x-api-key": server.apiKey, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  const disk = async (id: string) =>
+    (
+      (await (await fetch(`${server.url}/templates/${id}`, { headers: { "x-api-key": server.apiKey } })).json()) as {
+        diskSizeMB: number;
+      }
+    ).diskSizeMB;
+  const r = await post({ name: "sized", minFreeDiskMb: 5000 });
+  const made = (await r.json()) as { templateID: string };
+  assert.equal(r.status, 202, JSON.stringify(made));
+  assert.equal(await disk(made.templateID), 5120);
+  // A smaller request later does not shrink it.
+  for (let i = 0; i < 100; i++) {
+    const again = await post({ name: "sized", minFreeDiskMb: 100 });
+    if (again.status === 202) break;
+    assert.equal(again.status, 409, "only a build in progress holds it up");
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  assert.equal(await disk(made.templateID), 5120);
+  const huge = await post({ name: "huge", minFreeDiskMb: 2 ** 30 });
+  assert.equal(huge.status, 400);
+  assert.match(((await huge.json()) as { message: string }).message, /max_disk_size_mb/);
+});

@@ -111,11 +111,20 @@ export class TemplateBuilder {
       buildCount: 0,
       createdAt: new Date().toISOString(),
     };
+    // E2B's minFreeDiskMb: free space the template's sandboxes start with. Their writable layer
+    // is the whole disk here (the tree is not counted), so it is that layer's size, in whole
+    // GiB (disks are formatted ahead per size), never shrunk.
+    const diskSizeMB =
+      req.minFreeDiskMb === undefined
+        ? base.diskSizeMB
+        : Math.max(base.diskSizeMB ?? 2048, Math.ceil(req.minFreeDiskMb / 1024) * 1024);
+    if (diskSizeMB !== base.diskSizeMB) this.d.orch.checkDiskSize(diskSizeMB);
     const now = new Date().toISOString();
     const t = this.d.templates.save({
       ...base,
       cpuCount: req.cpuCount ?? base.cpuCount,
       memoryMB: req.memoryMB ?? base.memoryMB,
+      diskSizeMB,
       buildId,
       buildStatus: "waiting",
       reason: undefined,
