@@ -1,4 +1,3 @@
-import { rmSync } from "node:fs";
 import { hostname } from "node:os";
 import type { SandboxLogEntry } from "@aenv/protocol";
 import type { Logger } from "pino";
@@ -14,11 +13,12 @@ import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "..
 import type { Template, TemplateStore } from "../state/template-catalog.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { timed } from "../telemetry/prometheus.js";
+import { accessOf, sandboxByEnvdToken } from "./access.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { ClusterFence } from "./cluster-fence.js";
 import { readConsole } from "./console-reader.js";
 import { bootSettings, Creator } from "./create.js";
-import { envdTokenOf, trafficTokenOf } from "./envd-credentials.js";
+import { drainNode } from "./drain.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
 import { LifecycleEvents } from "./lifecycle-events.js";
@@ -368,55 +368,29 @@ export class Orchestrator {
    * to the shared repository (any node resumes them on their next use), then local copies go.
    * The caller closes the orchestrator afterwards.
    */
-  async drain(): Promise<{ paused: string[]; failed: string[] }> {
+  /** A cluster node's SIGTERM: its sandboxes paused into the repository, for other nodes to resume. */
+  drain(): Promise<{ paused: string[]; failed: string[] }> {
     this.registry.close();
     this.lifetimes.stop();
     this.retention.stop();
-    const running = this.registry.all().filter((l) => l.rec.state === "running");
-    const failed: string[] = [];
-    await Promise.all(
-      running.map((l) =>
-        this.pause(l.rec.id).catch((err) => {
-          failed.push(l.rec.id);
-          this.d.log.error({ err, sandboxID: l.rec.id }, "drain: pause failed; the sandbox is lost with this node");
-        }),
-      ),
-    );
-    await this.pauses.imagesWritten();
-    await this.pauseCommits.flush();
-    const paused: string[] = [];
-    for (const l of this.registry.all().filter((x) => x.rec.state === "paused")) {
-      if (!(await this.pauseCommits.committed(l.rec.id))) {
-        failed.push(l.rec.id);
-        continue;
-      }
-      // Another node owns it from now on: this one must not take it back after a restart.
-      this.d.store.delete(l.rec.id);
-      this.registry.remove(l.rec.id);
-      rmSync(l.rec.dir, { recursive: true, force: true });
-      paused.push(l.rec.id);
-    }
-    return { paused, failed };
+    return drainNode({
+      registry: this.registry,
+      store: this.d.store,
+      pause: (id) => this.pause(id),
+      pauses: this.pauses,
+      commits: this.pauseCommits,
+      log: this.d.log,
+    });
   }
 
   /** A sandbox's ingress settings for the proxy, without resuming or waiting for anything. */
   access(id: string): SandboxAccess | undefined {
-    const rec = this.registry.get(id)?.rec;
-    if (!rec) return undefined;
-    return {
-      ...(rec.trafficToken ? { trafficToken: rec.trafficToken } : {}),
-      ...(rec.network?.maskRequestHost ? { maskRequestHost: rec.network.maskRequestHost } : {}),
-      ...(rec.network?.httpsPorts ? { httpsPorts: rec.network.httpsPorts } : {}),
-      envdTokens: { client: rec.envdToken, envd: envdTokenOf(rec), traffic: trafficTokenOf(rec) },
-    };
+    return accessOf(this.registry, id);
   }
 
   /** The sandbox whose envd token `matches` accepts (the signer of a /files URL), if any. */
   sandboxByEnvdToken(matches: (token: string) => boolean): string | undefined {
-    for (const l of this.registry.all()) {
-      if (l.rec.state !== "killing" && matches(l.rec.envdToken)) return l.rec.id;
-    }
-    return undefined;
+    return sandboxByEnvdToken(this.registry, matches);
   }
 
   /** The sandbox whose slot has this address, for the egress proxy. */
