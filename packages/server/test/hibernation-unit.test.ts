@@ -28,11 +28,13 @@ function scene(o: { hostPct: number; guestPct: number | undefined; withGuest?: b
     enqueue: async (_l: Live, fn: () => Promise<void>) => fn(),
   } as unknown as SandboxRegistry;
   const driver = {
-    freeze: async () => {
-      freezes++;
+    freezer: {
+      freeze: async () => {
+        freezes++;
+      },
+      thaw: async () => {},
     },
-    thaw: async () => {},
-    cpuTimeNs: () => (Date.now() - t0) * 1e6 * (o.hostPct / 100),
+    cpuMeter: { cpuTimeNs: () => (Date.now() - t0) * 1e6 * (o.hostPct / 100) },
   } as unknown as RuntimeDriver;
   const h = new Hibernation({
     registry,

@@ -39,7 +39,10 @@ function fakePool(o: { restoreMs: number; quiet: () => boolean; max?: number }) 
         seen.removed++;
       },
     } as unknown as SandboxRunner,
-    driver: { freeze: async () => {}, prioritize: async () => {} } as unknown as RuntimeDriver,
+    driver: {
+      freezer: { freeze: async () => {}, thaw: async () => {} },
+      prioritize: async () => {},
+    } as unknown as RuntimeDriver,
     warmImages: { take: () => "/nonexistent/image" } as unknown as WarmImages,
     runtimeDir: "/nonexistent",
     mayGrow: () => true,

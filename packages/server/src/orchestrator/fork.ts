@@ -161,10 +161,11 @@ export class Forker {
   private async hold(live: Live, held: Held): Promise<void> {
     const driver = this.d.runner.driver;
     // The last one up is not held: nothing is left to wait for.
-    if (!driver.freeze || held.pending <= 1) return;
+    const freezer = driver.freezer;
+    if (!freezer || held.pending <= 1) return;
     live.hibernated = true;
     held.frozen.push(live);
-    await driver.freeze(live.rec.runtimeId).catch(() => {
+    await freezer.freeze(live.rec.runtimeId).catch(() => {
       live.hibernated = false;
     });
   }

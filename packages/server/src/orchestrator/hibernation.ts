@@ -65,7 +65,7 @@ export class Hibernation {
   constructor(private readonly d: HibernationDeps) {}
 
   get enabled(): boolean {
-    return this.d.idleS > 0 && !!this.d.driver.freeze && !!this.d.driver.thaw && !!this.d.driver.cpuTimeNs;
+    return this.d.idleS > 0 && !!this.d.driver.freezer && !!this.d.driver.cpuMeter;
   }
 
   /** Who knows about open client connections (the proxy). */
@@ -114,7 +114,7 @@ export class Hibernation {
   async wake(l: Live): Promise<void> {
     if (!l.hibernated) return;
     l.hibernated = false;
-    await this.d.driver.thaw?.(l.rec.runtimeId);
+    await this.d.driver.freezer?.thaw(l.rec.runtimeId);
     this.d.log.debug({ sandboxID: l.rec.id }, "sandbox thawed");
   }
 
@@ -142,7 +142,7 @@ export class Hibernation {
         w.epoch = l.opEpoch;
         w.lastActive = now;
       }
-      const ns = this.d.driver.cpuTimeNs?.(l.rec.runtimeId);
+      const ns = this.d.driver.cpuMeter?.cpuTimeNs(l.rec.runtimeId);
       let hostBusy = false;
       if (ns !== undefined) {
         hostBusy = !!w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.d.cpuPct;
@@ -218,11 +218,11 @@ export class Hibernation {
         // Marked first: traffic arriving while the freezer settles thaws it again.
         l.hibernated = true;
         try {
-          await this.d.driver.freeze?.(l.rec.runtimeId);
+          await this.d.driver.freezer?.freeze(l.rec.runtimeId);
           this.d.log.debug({ sandboxID: l.rec.id }, "sandbox hibernated");
         } catch (err) {
           l.hibernated = false;
-          await this.d.driver.thaw?.(l.rec.runtimeId).catch(() => {});
+          await this.d.driver.freezer?.thaw(l.rec.runtimeId).catch(() => {});
           throw err;
         }
       })

@@ -65,7 +65,7 @@ export class PauseResume {
       if (opts.idle && !(opts.stillIdle?.() ?? true)) throw new NotIdleError("used since it was found idle");
       // A client's memory pause answers once the sandbox is stopped; its image is written next
       // (unless the operator wants the answer to mean durable: sandbox.pause_waits_for_image).
-      if (kind === "memory" && !opts.idle && runner.driver.suspend && !this.d.cfg.pauseWaitsForImage) {
+      if (kind === "memory" && !opts.idle && runner.driver.suspender && !this.d.cfg.pauseWaitsForImage) {
         return this.suspend(l);
       }
       const t0 = Date.now();

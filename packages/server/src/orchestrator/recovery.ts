@@ -107,9 +107,10 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
         ? d.slots.describe(rec.slotIndex)
         : undefined;
     // A sandbox hibernated when the previous server stopped is frozen: thawed to be adopted.
-    if (slot) await driver.thaw?.(rec.runtimeId).catch(() => {});
+    if (slot) await driver.freezer?.thaw(rec.runtimeId).catch(() => {});
     // The server died in a pause after `runsc pause` but before recording it: still running.
-    if (slot && driver.isSuspended?.(rec.runtimeId)) await driver.unsuspend?.(rec.runtimeId).catch(() => {});
+    if (slot && driver.suspender?.isSuspended(rec.runtimeId))
+      await driver.suspender.unsuspend(rec.runtimeId).catch(() => {});
     if (slot && (await runner.answers(slot.slotIp))) {
       registry.add({ rec, slot, op: Promise.resolve() });
       keepSlots.push(slot.index);

@@ -325,19 +325,19 @@ export class SandboxRunner {
   }
 
   /**
-   * Stops the sandbox's tasks in place (driver.suspend), quiesced as for a capture; envd's
+   * Stops the sandbox's tasks in place (the driver's suspender), quiesced as for a capture; envd's
    * address stays held until the sandbox runs again or is stopped (a suspended envd answers
    * nothing, and no connection of the server's may be open in it at the checkpoint after).
    */
   async suspend(l: Live): Promise<void> {
-    const suspend = this.d.driver.suspend;
-    if (!suspend) throw new Error(`the ${this.d.driver.name} runtime cannot suspend a sandbox`);
+    const suspender = this.d.driver.suspender;
+    if (!suspender) throw new Error(`the ${this.d.driver.name} runtime cannot suspend a sandbox`);
     let open!: () => void;
     l.gate = new Promise<void>((res) => (open = res));
     const release = l.slot ? await holdEnvd(l.slot.slotIp) : () => {};
     try {
       await this.quiesce(l, envdTokenOf(l.rec));
-      await suspend.call(this.d.driver, l.rec.runtimeId);
+      await suspender.suspend(l.rec.runtimeId);
       l.suspended = { release };
     } catch (err) {
       release();
@@ -360,7 +360,7 @@ export class SandboxRunner {
 
   /** A suspended sandbox goes on where it stopped. */
   async unsuspend(l: Live): Promise<void> {
-    await this.d.driver.unsuspend?.(l.rec.runtimeId);
+    await this.d.driver.suspender?.unsuspend(l.rec.runtimeId);
     l.suspended?.release();
     l.suspended = undefined;
   }

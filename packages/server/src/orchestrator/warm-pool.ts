@@ -75,7 +75,7 @@ export class WarmPool {
   constructor(private readonly d: WarmPoolDeps) {}
 
   get enabled(): boolean {
-    return this.d.cfg.warmPoolMax > 0 && !!this.d.driver.freeze;
+    return this.d.cfg.warmPoolMax > 0 && !!this.d.driver.freezer;
   }
 
   start(): void {
@@ -188,7 +188,7 @@ export class WarmPool {
         return { live, revision: revisionKey(tpl) };
       }
       if (live.slot) await prime(live.slot.slotIp);
-      await this.d.driver.freeze?.(rec.runtimeId);
+      await this.d.driver.freezer?.freeze(rec.runtimeId);
       live.hibernated = true;
       return { live, revision: revisionKey(tpl) };
     } catch (err) {

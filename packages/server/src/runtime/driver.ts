@@ -94,27 +94,39 @@ export interface RuntimeDriver {
    */
   consoleFile?(runDir: string): string;
   stats(id: string): Promise<SandboxStats | undefined>;
-  /**
-   * Hibernation (optional): stop every thread of the sandbox where it stands, memory kept in
-   * place, and let it go on. A frozen sandbox uses no CPU; its clocks keep running.
-   */
-  freeze?(id: string): Promise<void>;
-  thaw?(id: string): Promise<void>;
-  /**
-   * Stops every task of the sandbox in place, memory kept, in a state checkpoint() can save
-   * (and leaves stopped with leaveRunning); unsuspend() lets them go on. A pause answers once
-   * this is done and writes its image behind.
-   */
-  suspend?(id: string): Promise<void>;
-  unsuspend?(id: string): Promise<void>;
-  /** Whether the sandbox is suspended (after a restart: a pause the server died in). */
-  isSuspended?(id: string): boolean;
   /** A sandbox started with lowPriority runs at normal priority from now on. */
   prioritize(id: string): Promise<void>;
-  /** CPU time the sandbox has used so far, cheaply (no process started); undefined if unknown. */
-  cpuTimeNs?(id: string): number | undefined;
+  /** Optional abilities: each absent where the runtime has no way to do it. */
+  readonly freezer?: Freezer;
+  readonly suspender?: Suspender;
+  readonly cpuMeter?: CpuMeter;
   /** IDs of every sandbox this driver's state knows about (to clean up after a restart); throws when it cannot tell. */
   list(opts?: { runningOnly?: boolean }): Promise<string[]>;
+}
+
+/**
+ * Hibernation's and the warm pool's: stop every thread of the sandbox where it stands, memory
+ * kept in place, and let it go on. A frozen sandbox uses no CPU; its clocks keep running.
+ */
+export interface Freezer {
+  freeze(id: string): Promise<void>;
+  thaw(id: string): Promise<void>;
+}
+
+/**
+ * A pause answered early: every task of the sandbox stopped in place, memory kept, in a state
+ * checkpoint() can save (and leaves stopped with leaveRunning); unsuspend() lets them go on.
+ */
+export interface Suspender {
+  suspend(id: string): Promise<void>;
+  unsuspend(id: string): Promise<void>;
+  /** Whether the sandbox is suspended (after a restart: a pause the server died in). */
+  isSuspended(id: string): boolean;
+}
+
+/** CPU time a sandbox has used so far, cheaply (no process started); undefined if unknown. */
+export interface CpuMeter {
+  cpuTimeNs(id: string): number | undefined;
 }
 
 export class RuntimeUnavailableError extends Error {}

@@ -4,11 +4,14 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
 import {
+  type CpuMeter,
+  type Freezer,
   type RuntimeDriver,
   type RuntimeInfo,
   RuntimeUnavailableError,
   type SandboxLaunch,
   type SandboxStats,
+  type Suspender,
 } from "../driver.js";
 import { ConsoleGuard } from "./console-guard.js";
 import { imageBytes, isCompleteImage } from "./image.js";
@@ -36,9 +39,13 @@ export interface GvisorOptions {
 /** cgroup v2 only (unified hierarchy at the root); v1 and hybrid hosts have per-controller trees. */
 const CGROUP_V2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
 
-export class GvisorDriver implements RuntimeDriver {
+export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter {
   readonly name = "gvisor";
   readonly quiesceBeforeCheckpoint = true;
+  // The cgroup freezer, runsc's own pause, and the cgroup's CPU accounting.
+  readonly freezer: Freezer = this;
+  readonly suspender: Suspender = this;
+  readonly cpuMeter: CpuMeter = this;
   private runsc: Runsc;
   private readonly lastCpu = new Map<string, { t: number; ns: number }>();
   /** Sandbox disks formatted ahead (with enforceDiskSize and disksDir). */

@@ -1,6 +1,14 @@
 import { existsSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { RuntimeDriver, RuntimeInfo, SandboxLaunch, SandboxStats } from "../driver.js";
+import type {
+  CpuMeter,
+  Freezer,
+  RuntimeDriver,
+  RuntimeInfo,
+  SandboxLaunch,
+  SandboxStats,
+  Suspender,
+} from "../driver.js";
 import { EnvdStandIn } from "./envd-standin.js";
 import { LatencyModel } from "./latency.js";
 
@@ -25,9 +33,12 @@ interface SimSandbox {
  * node. For scale tests of many nodes on one host (bench/cluster-scale.ts); its sandboxes run
  * nothing (envd-standin.ts says what a command does).
  */
-export class SimDriver implements RuntimeDriver {
+export class SimDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter {
   readonly name = "sim";
   readonly quiesceBeforeCheckpoint = false;
+  readonly freezer: Freezer = this;
+  readonly suspender: Suspender = this;
+  readonly cpuMeter: CpuMeter = this;
   private readonly sandboxes = new Map<string, SimSandbox>();
   private readonly latency: LatencyModel;
 
