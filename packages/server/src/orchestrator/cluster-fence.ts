@@ -3,12 +3,14 @@ import { FencedError } from "../errors.js";
 import type { PauseCommits } from "./pause-commits.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 export interface ClusterFenceDeps {
   /** Whether this node is part of a cluster; alone, the lease is never checked. */
   cluster: boolean;
   registry: SandboxRegistry;
   runner: SandboxRunner;
+  states: SandboxStates;
   commits: PauseCommits;
   log: Logger;
 }
@@ -43,7 +45,7 @@ export class ClusterFence {
    * other is kept (its route is not taken back). Returns the IDs dropped.
    */
   async supersede(moved: Map<string, string>): Promise<string[]> {
-    const { registry, commits, runner, log } = this.d;
+    const { registry, commits, runner, states, log } = this.d;
     const dropped: string[] = [];
     for (const [id, owner] of moved) {
       const l = registry.get(id);
@@ -62,7 +64,7 @@ export class ClusterFence {
             "paused sandbox superseded: another node resumed it while this node was cut off; local copy dropped, the repository left as it is",
           );
         } else if (l.rec.state === "running") {
-          l.rec.state = "killing";
+          states.killing(l.rec);
           await runner.remove(l, true);
           log.warn(
             { sandboxID: id, owner, holder },

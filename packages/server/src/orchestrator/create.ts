@@ -4,13 +4,14 @@ import type { ServerConfig } from "../config.js";
 import { AenvError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import { newSandboxId, newToken } from "../state/ids.js";
-import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { BootSettings, SandboxRecord, SnapshotRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
@@ -22,7 +23,8 @@ import type { Pooled, WarmPool } from "./warm-pool.js";
 export interface CreateDeps {
   cfg: ServerConfig;
   paths: NodePaths;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   runner: SandboxRunner;
   sources: Sources;
@@ -145,9 +147,7 @@ export class Creator {
       if (from.kind === "boot" && tpl?.startCmd && live.slot) {
         await runStartCommand(live.slot.slotIp, tpl, envdTokenOf(rec));
       }
-      rec.state = "running";
-      rec.endAt = Date.now() + timeoutS * 1000;
-      this.d.store.put(rec);
+      this.d.states.started(rec, Date.now() + timeoutS * 1000);
       log.info(
         { sandboxID: rec.id, template: rec.templateId, from: from.kind, ms: Date.now() - t0 },
         "sandbox created",
@@ -191,9 +191,7 @@ export class Creator {
       // until both are done: side by side. Both settle before a failure removes it.
       const steps = await Promise.allSettled([runner.applyNetwork(live), runner.initEnvd(live, plan.init, undefined)]);
       for (const s of steps) if (s.status === "rejected") throw s.reason;
-      rec.state = "running";
-      rec.endAt = Date.now() + timeoutS * 1000;
-      this.d.store.put(rec);
+      this.d.states.started(rec, Date.now() + timeoutS * 1000);
       log.info({ sandboxID: rec.id, template: rec.templateId, from: "pool", ms: Date.now() - t0 }, "sandbox created");
       this.d.events.emit("created", rec);
       return rec;

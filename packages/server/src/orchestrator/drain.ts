@@ -1,9 +1,9 @@
 import { rmSync } from "node:fs";
 import type { Logger } from "pino";
-import type { StateStore } from "../state/store.js";
 import type { PauseCommits } from "./pause-commits.js";
 import type { PauseResume } from "./pause-resume.js";
 import type { SandboxRegistry } from "./registry.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 /**
  * Pauses every running sandbox of a closed registry and waits until each image is committed
@@ -13,7 +13,7 @@ import type { SandboxRegistry } from "./registry.js";
  */
 export async function drainNode(d: {
   registry: SandboxRegistry;
-  store: StateStore;
+  states: SandboxStates;
   pause: (id: string) => Promise<void>;
   pauses: PauseResume;
   commits: PauseCommits;
@@ -37,7 +37,7 @@ export async function drainNode(d: {
       failed.push(l.rec.id);
       continue;
     }
-    d.store.delete(l.rec.id);
+    d.states.forget(l.rec.id);
     d.registry.remove(l.rec.id);
     rmSync(l.rec.dir, { recursive: true, force: true });
     paused.push(l.rec.id);

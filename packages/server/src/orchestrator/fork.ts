@@ -4,7 +4,7 @@ import type { ServerConfig } from "../config.js";
 import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import { newSandboxId } from "../state/ids.js";
-import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import { captureLayer, isCompleteLayer } from "./fs-layer.js";
@@ -13,6 +13,7 @@ import { maxLayerBytes } from "./pause-kinds.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 /** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
 /** One child as the node sees it: its record, or why it did not start (the API answers it as a ForkResult). */
@@ -28,7 +29,8 @@ const FORK_PARALLELISM = 64;
 export interface ForkDeps {
   cfg: ServerConfig;
   paths: NodePaths;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   runner: SandboxRunner;
   /** Makes the fork's capture a snapshot (when children did not fit here). */
@@ -216,9 +218,7 @@ export class Forker {
           { accessToken: rec.envdToken },
         );
       } else await this.d.bootWithLayer(live, imageDir);
-      rec.state = "running";
-      rec.endAt = Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000;
-      this.d.store.put(rec);
+      this.d.states.started(rec, Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000);
       this.d.events.emit("created", rec);
       this.d.events.emit("forked", rec, { parentId: parent.id });
       if (hold) await this.hold(live, hold);

@@ -1,14 +1,16 @@
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { ConflictError } from "../errors.js";
-import type { SandboxRecord, StateStore } from "../state/store.js";
+import type { SandboxRecord } from "../state/store.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 export interface LifetimesDeps {
   cfg: ServerConfig;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   runner: SandboxRunner;
   pause: (id: string, opts: { memory?: boolean }) => Promise<void>;
@@ -50,7 +52,7 @@ export class Lifetimes {
     // A sandbox saved by hibernation is running to its client: its TTL is endAt.
     if (l.rec.state === "paused" && !l.rec.idleSaved) l.rec.ttlLeftMs = t * 1000;
     else l.rec.endAt = Date.now() + t * 1000;
-    this.d.store.put(l.rec);
+    this.d.states.save(l.rec);
   }
 
   /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
@@ -59,7 +61,7 @@ export class Lifetimes {
     if (l.rec.state === "paused" && !l.rec.idleSaved) throw new ConflictError(`sandbox '${id}' is paused`);
     const t = clampTimeoutS(this.d.cfg, timeoutS);
     l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
-    this.d.store.put(l.rec);
+    this.d.states.save(l.rec);
     return l.rec;
   }
 

@@ -37,6 +37,7 @@ import { SandboxRunner } from "./runner.js";
 import type { SandboxLogBook } from "./sandbox-log-book.js";
 import { type LogsFilter, mergeLogs } from "./sandbox-logs.js";
 import { SandboxNetwork } from "./sandbox-network.js";
+import { SandboxStates } from "./sandbox-states.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
 import { TemplateTrees } from "./template-trees.js";
@@ -90,6 +91,8 @@ export class Orchestrator {
   private readonly lifetimes: Lifetimes;
   private readonly retention: PausedRetention;
   private readonly killedListeners: Array<(id: string) => void> = [];
+  /** The one place sandbox states change and records are persisted. */
+  private readonly states: SandboxStates;
   /** Created, killed, paused, resumed, updated, forked: what clients (webhooks) are told. */
   readonly events = new LifecycleEvents();
   readonly hibernation: Hibernation;
@@ -98,7 +101,9 @@ export class Orchestrator {
   private readonly clusterFence: ClusterFence;
 
   constructor(private readonly d: OrchestratorDeps) {
-    const { cfg, paths, store, log, repository, checkpointKey, runtimeDir } = d;
+    const { cfg, paths, log, repository, checkpointKey, runtimeDir } = d;
+    const states = new SandboxStates(d.store);
+    this.states = states;
     const registry = new SandboxRegistry({
       maxSandboxes: cfg.maxSandboxes,
       maxMemoryMB: cfg.maxMemoryMB,
@@ -107,7 +112,7 @@ export class Orchestrator {
     const runner = new SandboxRunner({
       driver: d.driver,
       slots: d.slots,
-      store,
+      states,
       registry,
       paths,
       resolvConf: d.resolvConf,
@@ -118,7 +123,7 @@ export class Orchestrator {
     });
     this.registry = registry;
     this.runner = runner;
-    this.network = new SandboxNetwork({ registry, runner, slots: d.slots, store, log });
+    this.network = new SandboxNetwork({ registry, runner, slots: d.slots, states, log });
     this.hibernation = new Hibernation({
       registry,
       driver: d.driver,
@@ -173,7 +178,7 @@ export class Orchestrator {
       pool: this.pool,
       cfg,
       paths,
-      store,
+      states,
       registry,
       runner,
       sources,
@@ -184,18 +189,19 @@ export class Orchestrator {
       events: this.events,
       log,
     });
-    this.pauseCommits = new PauseCommits({ cfg, paths, store, registry, repository, checkpointKey, trees, log });
+    this.pauseCommits = new PauseCommits({ cfg, paths, states, registry, repository, checkpointKey, trees, log });
     this.clusterFence = new ClusterFence({
       cluster: Boolean(cfg.cluster),
       registry,
       runner,
+      states,
       commits: this.pauseCommits,
       log,
     });
     this.pauses = new PauseResume({
       cfg,
       paths,
-      store,
+      states,
       registry,
       runner,
       commits: this.pauseCommits,
@@ -206,7 +212,7 @@ export class Orchestrator {
     this.forker = new Forker({
       cfg,
       paths,
-      store,
+      states,
       registry,
       runner,
       publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
@@ -225,19 +231,20 @@ export class Orchestrator {
     this.onKilled((id) => this.d.logBook?.forget(id));
     this.lifetimes = new Lifetimes({
       cfg,
-      store,
+      states,
       registry,
       runner,
       pause: (id, opts) => this.pause(id, opts),
       kill: (id) => this.kill(id),
       log,
     });
-    this.retention = new PausedRetention({ cfg, store, registry, runner, kill: (id) => this.kill(id), log });
+    this.retention = new PausedRetention({ cfg, states, registry, runner, kill: (id) => this.kill(id), log });
   }
 
   recover(): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
     return recover({
       ...this.d,
+      states: this.states,
       registry: this.registry,
       runner: this.runner,
       pauseCommits: this.pauseCommits,
@@ -304,7 +311,7 @@ export class Orchestrator {
     await this.registry.enqueue(l, async () => {
       if (!this.registry.has(id)) return;
       const wasPaused = l.rec.state === "paused";
-      l.rec.state = "killing";
+      this.states.killing(l.rec);
       await this.runner.remove(l, true);
       if (wasPaused) this.pauseCommits.forget(id);
       for (const fn of this.killedListeners) fn(id);
@@ -375,7 +382,7 @@ export class Orchestrator {
     this.retention.stop();
     return drainNode({
       registry: this.registry,
-      store: this.d.store,
+      states: this.states,
       pause: (id) => this.pause(id),
       pauses: this.pauses,
       commits: this.pauseCommits,

@@ -3,19 +3,21 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { NotFoundError, RuntimeMismatchError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { SandboxRecord, StateStore } from "../state/store.js";
+import type { SandboxRecord } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { countPauseCommit } from "../telemetry/prometheus.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
+import type { SandboxStates } from "./sandbox-states.js";
 import { materializeImage } from "./snapshots.js";
 import type { TemplateTrees } from "./template-trees.js";
 
 export interface PauseCommitsDeps {
   cfg: ServerConfig;
   paths: NodePaths;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   repository: SnapshotRepository;
   checkpointKey: string;
@@ -125,7 +127,7 @@ export class PauseCommits {
     if (timer) clearTimeout(timer);
     this.timers.delete(rec.id);
     this.d.repository.unpin(pauseManifestId(rec.id));
-    this.d.store.delete(rec.id);
+    this.d.states.forget(rec.id);
     this.d.registry.remove(rec.id);
     rmSync(rec.dir, { recursive: true, force: true });
   }
@@ -219,7 +221,7 @@ export class PauseCommits {
       slotIndex: null,
       runtimeDir,
     };
-    this.d.store.put(rec);
+    this.d.states.save(rec);
     this.d.registry.add({ rec, op: Promise.resolve() });
     this.d.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
     return true;

@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { BootSettings, PauseKind, SandboxRecord, StateStore } from "../state/store.js";
+import type { BootSettings, PauseKind, SandboxRecord } from "../state/store.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
@@ -16,12 +16,14 @@ import { isCompletePause, maxLayerBytes, pauseDir } from "./pause-kinds.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import { NotIdleError, type SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 import { runStartCommand } from "./start-command.js";
 
 export interface PauseResumeDeps {
   cfg: ServerConfig;
   paths: NodePaths;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   runner: SandboxRunner;
   /** The repository side: commits of pause images, claims, rebuilds. */
@@ -98,17 +100,16 @@ export class PauseResume {
           await runner.quiesce(l, envdTokenOf(l.rec));
           bytes = await captureLayer(l.slot.slotIp, envdTokenOf(l.rec), final, maxLayerBytes(l.rec));
         }
-        l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
+        const ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
         await runner.stopRuntime(l);
         step("stop");
-        l.rec.state = "paused";
-        l.rec.imageDir = final;
-        l.rec.pauseKind = kind;
-        l.rec.pauseTag = randomBytes(6).toString("hex");
-        l.rec.pausedAt = Date.now();
-        l.rec.pauseBytes = bytes;
-        if (opts.idle) l.rec.idleSaved = true;
-        this.d.store.put(l.rec);
+        this.d.states.paused(l.rec, ttlLeftMs, {
+          imageDir: final,
+          pauseKind: kind,
+          pauseTag: randomBytes(6).toString("hex"),
+          pauseBytes: bytes,
+          ...(opts.idle ? { idleSaved: true } : {}),
+        });
         step("record");
       } finally {
         if (l.gate === gate) l.gate = undefined;
@@ -134,15 +135,13 @@ export class PauseResume {
     const t0 = Date.now();
     await this.d.runner.suspend(l);
     const rec = l.rec;
-    rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
-    rec.state = "paused";
-    rec.imageDir = pauseDir(this.d.paths, rec.dir, "memory");
-    rec.pauseKind = "memory";
-    rec.pauseTag = randomBytes(6).toString("hex");
-    rec.pausedAt = Date.now();
-    rec.pauseBytes = undefined;
-    rec.imagePending = true;
-    this.d.store.put(rec);
+    this.d.states.paused(rec, Math.max(0, rec.endAt - Date.now()), {
+      imageDir: pauseDir(this.d.paths, rec.dir, "memory"),
+      pauseKind: "memory",
+      pauseTag: randomBytes(6).toString("hex"),
+      pauseBytes: undefined,
+      imagePending: true,
+    });
     const suspendedMs = Date.now() - t0;
     this.d.log.info({ sandboxID: rec.id, kind: "memory", ms: suspendedMs }, "sandbox paused (stopped in place)");
     this.d.events.emit("paused", rec);
@@ -188,7 +187,7 @@ export class PauseResume {
       rec.pauseBytes = runner.driver.checkpointBytes(final);
       rec.imagePending = undefined;
       if (!resumeWaits()) await runner.stopRuntime(l);
-      this.d.store.put(rec);
+      this.d.states.save(rec);
       this.d.log.info(
         {
           sandboxID: rec.id,
@@ -214,7 +213,7 @@ export class PauseResume {
     l.rec.idleSaved = undefined;
     l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
     l.rec.pausedAt = Date.now();
-    this.d.store.put(l.rec);
+    this.d.states.save(l.rec);
     this.d.log.info({ sandboxID: l.rec.id }, "sandbox saved by hibernation now paused (its image kept)");
     this.d.events.emit("paused", l.rec);
   }
@@ -269,29 +268,22 @@ export class PauseResume {
         } catch (err) {
           registry.release(l);
           await runner.stopRuntime(l);
-          this.d.store.put(l.rec);
+          this.d.states.save(l.rec);
           throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
         }
       }
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
       // Saved by hibernation, it was never paused to its client: no event.
       const wasPaused = !l.rec.idleSaved;
-      if (l.rec.idleSaved) {
-        // Its TTL never stopped: kept, extended as a running sandbox's would be by this call.
-        if (timeoutS !== undefined) l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t);
-      } else {
-        l.rec.endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
-      }
-      l.rec.idleSaved = undefined;
-      l.rec.state = "running";
+      // Saved by hibernation, its TTL never stopped: kept, extended as a running sandbox's
+      // would be by this call.
+      const endAt = l.rec.idleSaved
+        ? timeoutS !== undefined
+          ? Math.max(l.rec.endAt, Date.now() + t)
+          : l.rec.endAt
+        : Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      this.d.states.resumed(l.rec, endAt);
       registry.release(l);
-      l.rec.imageDir = undefined;
-      l.rec.pauseKind = undefined;
-      l.rec.ttlLeftMs = undefined;
-      l.rec.pausedAt = undefined;
-      l.rec.pauseBytes = undefined;
-      l.rec.imagePending = undefined;
-      this.d.store.put(l.rec);
       // The used image goes after the answer (a big one takes a while to delete); renamed
       // first, so a pause right after cannot lose its new image to this removal.
       const trash = `${image}.used-${randomBytes(4).toString("hex")}`;
@@ -339,7 +331,7 @@ export class PauseResume {
     } catch (err) {
       registry.release(l);
       await runner.stopRuntime(l);
-      this.d.store.put(rec);
+      this.d.states.save(rec);
       throw new StartFailedError(`failed to boot sandbox '${rec.id}' from its filesystem: ${(err as Error).message}`);
     } finally {
       rmSync(layer, { recursive: true, force: true });

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
 import type { SlotAllocator } from "../network/slots.js";
@@ -11,6 +12,7 @@ import type { PauseCommits } from "./pause-commits.js";
 import { isCompletePause, pauseDir } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 import type { Snapshots } from "./snapshots.js";
 
 export interface RecoveryReport {
@@ -27,7 +29,9 @@ export interface RecoveryReport {
 
 export interface RecoveryDeps {
   paths: NodePaths;
+  /** Read for the records left by the last run; every write goes through `states`. */
   store: StateStore;
+  states: SandboxStates;
   slots: SlotAllocator;
   registry: SandboxRegistry;
   runner: SandboxRunner;
@@ -45,7 +49,7 @@ export interface RecoveryDeps {
  * slots to keep when the network pool is reset.
  */
 export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
-  const { registry, runner, store, log } = d;
+  const { registry, runner, store, states, log } = d;
   const driver = runner.driver;
   const report: RecoveryReport = { adopted: [], paused: [], movedAway: [], cleanedUp: [], orphanedRuntime: [] };
   const keepSlots: number[] = [];
@@ -59,7 +63,7 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
         // Resumed elsewhere while this node was down: it is not ours to route or resume.
         log.info({ sandboxID: rec.id, holder }, "paused sandbox was resumed on another node; local copy dropped");
         rmSync(rec.dir, { recursive: true, force: true });
-        store.delete(rec.id);
+        states.forget(rec.id);
         report.movedAway.push(rec.id);
         continue;
       }
@@ -87,7 +91,7 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
         rec.pauseKind = "memory";
         rec.pauseBytes = driver.checkpointBytes(finalImage);
         rec.slotIndex = null;
-        store.put(rec);
+        states.save(rec);
         log.info({ sandboxID: rec.id }, "pause image written after the restart");
       }
     }
@@ -129,12 +133,13 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
     if (pausedAs) {
       // Died between committing its pause image (or layer) and recording it: it is paused.
       await driver.destroy(rec.runtimeId);
-      rec.state = "paused";
-      rec.imageDir = pausedAs === "memory" ? finalImage : finalLayer;
-      rec.pauseKind = pausedAs;
-      rec.ttlLeftMs = Math.max(0, rec.endAt - Date.now());
       rec.slotIndex = null;
-      store.put(rec);
+      states.paused(rec, Math.max(0, rec.endAt - Date.now()), {
+        imageDir: pausedAs === "memory" ? finalImage : finalLayer,
+        pauseKind: pausedAs,
+        pauseTag: rec.pauseTag ?? randomBytes(6).toString("hex"),
+        pauseBytes: rec.pauseBytes,
+      });
       registry.add({ rec, op: Promise.resolve() });
       report.paused.push(rec.id);
       continue;
@@ -142,7 +147,7 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
     log.warn({ sandboxID: rec.id, state: rec.state }, "sandbox did not survive the server restart; cleaning up");
     await driver.destroy(rec.runtimeId);
     rmSync(rec.dir, { recursive: true, force: true });
-    store.delete(rec.id);
+    states.forget(rec.id);
     report.cleanedUp.push(rec.id);
   }
   const liveRuntime = new Set(

@@ -1,14 +1,15 @@
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import type { StateStore } from "../state/store.js";
 import { countSweep } from "../telemetry/prometheus.js";
 import { layerBytes } from "./fs-layer.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 export interface RetentionDeps {
   cfg: Pick<ServerConfig, "pausedMaxAgeS" | "pausedMaxBytes">;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   runner: SandboxRunner;
   /** Deletes a sandbox as a client's kill does (its repository pause manifest too). */
@@ -53,7 +54,7 @@ export class PausedRetention {
       if (l.rec.pausedAt === undefined || l.rec.pauseBytes === undefined) {
         l.rec.pausedAt ??= now;
         l.rec.pauseBytes ??= this.bytesOf(l);
-        this.d.store.put(l.rec);
+        this.d.states.save(l.rec);
       }
       out.push(l);
     }

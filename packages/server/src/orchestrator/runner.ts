@@ -6,12 +6,12 @@ import { compileEgress } from "../network/policy.js";
 import type { Slot, SlotAllocator } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, SandboxLaunch } from "../runtime/driver.js";
-import type { StateStore } from "../state/store.js";
 import { Semaphore } from "../util/concurrency.js";
 import { trustEgressCa } from "./egress-trust.js";
 import { envdRequest, holdEnvd, waitForEnvd } from "./envd-client.js";
 import { envdHostToken, envdTokenOf } from "./envd-credentials.js";
 import type { Live, SandboxRegistry } from "./registry.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 /** Where a sandbox's memory and processes come from when it starts. */
 export type StartFrom = { kind: "boot" } | { kind: "image"; imageDir: string; oldToken?: string };
@@ -49,7 +49,8 @@ export function runtimeIdFor(sandboxId: string): string {
 export interface RunnerDeps {
   driver: RuntimeDriver;
   slots: SlotAllocator;
-  store: StateStore;
+  /** Where state changes and records are persisted (sandbox-states.ts). */
+  states: SandboxStates;
   registry: SandboxRegistry;
   paths: NodePaths;
   resolvConf: string;
@@ -148,7 +149,7 @@ export class SandboxRunner {
     const t1 = Date.now();
     let t2 = t1;
     rec.slotIndex = live.slot.index;
-    if (!live.ephemeral) this.d.store.put(rec);
+    if (!live.ephemeral) this.d.states.save(rec);
     const launch = { ...this.launch(live, live.slot), ...(background ? { lowPriority: true } : {}) };
     const ip = live.slot.slotIp;
     // Starts are CPU-bound: a burst (100 creates, a big fork) queues here instead of thrashing
@@ -195,7 +196,7 @@ export class SandboxRunner {
     if (r.status >= 300) throw new Error(`envd /init answered ${r.status}: ${r.body}`);
     if (init.accessToken !== undefined) {
       live.rec.envdCredential = "host";
-      if (!live.ephemeral) this.d.store.put(live.rec);
+      if (!live.ephemeral) this.d.states.save(live.rec);
     }
     await this.ensureEgressTrust(live);
   }
@@ -211,7 +212,7 @@ export class SandboxRunner {
     if (rec.egressCa === ca.fingerprint) return;
     await trustEgressCa(live.slot.slotIp, envdTokenOf(rec), ca.certPem);
     rec.egressCa = ca.fingerprint;
-    if (!live.ephemeral) this.d.store.put(rec);
+    if (!live.ephemeral) this.d.states.save(rec);
   }
 
   /**
@@ -248,7 +249,7 @@ export class SandboxRunner {
   async remove(live: Live, removeRecord: boolean): Promise<void> {
     await this.stopRuntime(live, true);
     if (removeRecord && !live.ephemeral) {
-      this.d.store.delete(live.rec.id);
+      this.d.states.forget(live.rec.id);
       this.d.registry.remove(live.rec.id);
     }
   }

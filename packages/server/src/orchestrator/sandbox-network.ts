@@ -3,9 +3,9 @@ import { ConflictError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import { compileEgress, type NetworkSpec } from "../network/policy.js";
 import type { SlotAllocator } from "../network/slots.js";
-import type { StateStore } from "../state/store.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
+import type { SandboxStates } from "./sandbox-states.js";
 
 /** Sandboxes' network rules on their slots: looked up for the egress proxy, applied again, replaced. */
 export class SandboxNetwork {
@@ -14,7 +14,8 @@ export class SandboxNetwork {
       registry: SandboxRegistry;
       runner: SandboxRunner;
       slots: SlotAllocator;
-      store: StateStore;
+      /** Where state changes and records are persisted (sandbox-states.ts). */
+      states: SandboxStates;
       log: Logger;
     },
   ) {}
@@ -62,7 +63,7 @@ export class SandboxNetwork {
       if (rec.network?.httpsPorts !== undefined) next.httpsPorts = rec.network.httpsPorts;
       rec.network = next;
       rec.allowInternet = allowInternet ?? true;
-      this.d.store.put(rec);
+      this.d.states.save(rec);
       if (live.slot) {
         await this.d.runner.ensureEgressTrust(live);
         await this.d.slots.applyPolicy(live.slot, compileEgress(rec.network, rec.allowInternet));
