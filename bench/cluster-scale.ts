@@ -117,6 +117,13 @@ interface Out {
    * by then (a fresh node's first creates run V8's interpreter and cost 2-3x as much).
    */
   nodeCpuMsPerCreateWarm: number | null;
+  /**
+   * The nodes' CPU with no sandboxes, per second, all together (beats, samplers): on one host
+   * it is charged to the creates; with a node per host it would not be.
+   */
+  nodesIdleCpuMsPerSec: number | null;
+  /** Node CPU per create less what the nodes use idle over the same time. */
+  nodeCpuMsPerCreateNetOfIdle: number | null;
   gatewayCpuMsPerCreateWarm: number | null;
 }
 
@@ -152,6 +159,8 @@ const out: Out = {
   nodeRssMiBIdle: null,
   nodeCpuMsPerCreate: null,
   nodeCpuMsPerCreateWarm: null,
+  nodesIdleCpuMsPerSec: null,
+  nodeCpuMsPerCreateNetOfIdle: null,
   gatewayCpuMsPerCreateWarm: null,
 };
 
@@ -219,9 +228,11 @@ async function main(): Promise<void> {
     const sandboxIds: string[] = [];
     await step(`background: Redis commands with ${NODES} idle nodes, 5 s`, async () => {
       const a = await redisCounters(redis as Redis);
+      const idle0 = nodesCpu(cluster);
       await new Promise((r) => setTimeout(r, 5000));
       const b = await redisCounters(redis as Redis);
       out.redisIdleCommandsPerSec = round(redisDelta(a, b).totalCalls / 5);
+      out.nodesIdleCpuMsPerSec = round((nodesCpu(cluster) - idle0) / 5);
       out.nodeRssMiBIdle = round(percentile(nodesRss(cluster), 50));
     });
 
@@ -281,6 +292,9 @@ async function main(): Promise<void> {
       );
       out.gatewayCpuMsPer1000Creates = round((cpu / n) * 1000, 0);
       out.nodeCpuMsPerCreate = round(nodeCpu / n);
+      if (out.nodesIdleCpuMsPerSec !== null) {
+        out.nodeCpuMsPerCreateNetOfIdle = round(Math.max(0, nodeCpu - out.nodesIdleCpuMsPerSec * secs) / n);
+      }
       if (mid && sandboxIds.length > mid.n) {
         out.nodeCpuMsPerCreateWarm = round((nodesCpu(cluster) - mid.node) / (sandboxIds.length - mid.n));
         out.gatewayCpuMsPerCreateWarm = round((gatewayCpu(cluster) - mid.gw) / (sandboxIds.length - mid.n), 2);
@@ -419,6 +433,7 @@ const table = [
   `| gateway CPU per 1,000 creates / list pages | ${f(out.gatewayCpuMsPer1000Creates)} / ${f(out.gatewayCpuMsPer1000ListPages)} ms | – |`,
   `| ${out.pausedOnDeadNode} paused on a node killed -9: all resumed elsewhere after | ${f(out.replaceNodeS, " s")} | ≤ 10 s |`,
   `| node CPU per create (all nodes): all creates / second half | ${f(out.nodeCpuMsPerCreate)} / ${f(out.nodeCpuMsPerCreateWarm)} ms | ≤ 10 ms |`,
+  `| node CPU per create less the nodes' idle CPU (${f(out.nodesIdleCpuMsPerSec)} ms/s idle) | ${f(out.nodeCpuMsPerCreateNetOfIdle)} ms | – |`,
   `| gateway CPU per create (both): second half | ${f(out.gatewayCpuMsPerCreateWarm)} ms | ≤ 2 ms |`,
   `| RSS at the end: a gateway / a node (median, max) | ${f(out.gatewayRssMiB)} / ${f(out.nodeRssMiB)}, ${f(out.nodeRssMiBMax)} MiB | – |`,
   `| RSS of a node before the creates (median) | ${f(out.nodeRssMiBIdle)} MiB | – |`,
