@@ -58,9 +58,15 @@ export class OnDemandImages {
    * The layers of image `ref` (its manifest, read from the registry or the store), for a
    * gateway to place its first start where most of them are already held.
    */
-  layers(ref: string): Promise<Array<{ digest: string; size: number }>> {
+  async layers(ref: string): Promise<Array<{ digest: string; size: number }>> {
     if (isHostPathSource(ref)) throw new InvalidRequestError(`image '${ref}' names a path on the server's host`);
-    return this.d.images.layers(ref);
+    try {
+      return await this.d.images.layers(ref);
+    } catch (err) {
+      // As a start of the image would answer: the reference is the caller's to fix.
+      if (err instanceof ImagePullError) throw new InvalidRequestError(`image '${ref}': ${err.message}`);
+      throw err;
+    }
   }
 
   /** Imports on demand right now (their references), for the cache's eviction to leave alone. */
