@@ -181,14 +181,24 @@ export class Webhooks {
       .map(deliveryShape);
   }
 
+  /** The last list the store answered: events keep matching it while the store (Redis) is out. */
+  private lastRead: WebhookRecord[] | undefined;
+
   private webhooks(): Promise<WebhookRecord[]> {
     const now = performance.now();
     if (!this.cache || now - this.cache.at > STORE_CACHE_MS) {
-      const list = this.d.store.list();
+      const list = this.d.store.list().then(
+        (l) => {
+          this.lastRead = l;
+          return l;
+        },
+        (err: unknown) => {
+          if (this.cache?.list === list) this.cache = undefined;
+          if (this.lastRead) return this.lastRead;
+          throw err;
+        },
+      );
       this.cache = { at: now, list };
-      list.catch(() => {
-        if (this.cache?.list === list) this.cache = undefined;
-      });
     }
     return this.cache.list;
   }
@@ -229,7 +239,8 @@ export class Webhooks {
         );
         this.kick();
       },
-      (err: Error) => this.d.log.warn({ err: err.message, sandboxID: e.sandboxId }, "webhooks not read; event dropped"),
+      (err: Error) =>
+        this.d.log.warn({ err: err.message, sandboxID: e.sandboxId }, "webhooks never read yet; event dropped"),
     );
     this.publishing.add(p);
     void p.finally(() => this.publishing.delete(p));
