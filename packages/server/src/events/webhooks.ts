@@ -1,5 +1,4 @@
 import { createHash, randomUUID } from "node:crypto";
-import { isIP } from "node:net";
 import {
   DEFAULT_TEAM_ID,
   WEBHOOK_HEADERS,
@@ -14,7 +13,8 @@ import type { WebhooksConfig } from "../config.js";
 import { InvalidRequestError, NotFoundError } from "../errors.js";
 import type { LifecycleEvent } from "../orchestrator/lifecycle-events.js";
 import { forEachLimit } from "../util/concurrency.js";
-import { OutboundGuard, type Resolver, systemResolve } from "../util/outbound-address.js";
+import { cachedFor } from "../util/fresh.js";
+import { OutboundGuard, type Resolver } from "../util/outbound-address.js";
 import type { DeliveryLog, DeliveryRow } from "./delivery-log.js";
 import type { WebhookRecord, WebhookStore } from "./webhook-store.js";
 
@@ -81,7 +81,7 @@ export interface WebhooksDeps {
  */
 export class Webhooks {
   private readonly guard: OutboundGuard;
-  private cache: { at: number; list: Promise<WebhookRecord[]> } | undefined;
+  private readonly cached = cachedFor(STORE_CACHE_MS, () => this.d.store.list());
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
@@ -99,22 +99,13 @@ export class Webhooks {
             : `webhook URL refused: ${host} is ${address}, a loopback, private or link-local address ` +
                 "(an operator may allow such receivers with webhooks.allow_private / AENV_ALLOW_PRIVATE_WEBHOOKS)",
         ),
-      (host) => new InvalidRequestError(`webhook URL refused: ${host} has no address`),
+      (host) => new InvalidRequestError(`webhook URL refused: ${host} does not resolve`),
     );
   }
 
   /** Refuses a URL whose host is, or resolves only to, addresses deliveries may not reach. */
-  private async checkUrl(raw: string): Promise<void> {
-    const url = new URL(raw);
-    this.guard.checkLiteral(url);
-    const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
-    if (!isIP(host)) {
-      const addrs = await (this.d.resolve ?? systemResolve)(host).catch(() => []);
-      if (!addrs.length) throw new InvalidRequestError(`webhook URL refused: ${host} does not resolve`);
-      if (addrs.every((a) => this.guard.refusal(a.address, host))) {
-        throw this.guard.refusal(addrs[0]?.address ?? "", host) as Error;
-      }
-    }
+  private checkUrl(raw: string): Promise<void> {
+    return this.guard.checkReachable(new URL(raw));
   }
 
   private async mustGet(id: string): Promise<WebhookRecord> {
@@ -135,7 +126,7 @@ export class Webhooks {
       createdAt: new Date().toISOString(),
     };
     await this.d.store.put(w);
-    this.cache = undefined;
+    this.cached.drop();
     return shape(w);
   }
 
@@ -159,14 +150,14 @@ export class Webhooks {
       ...(b.signatureSecret !== undefined ? { secret: b.signatureSecret } : {}),
     };
     await this.d.store.put(next);
-    this.cache = undefined;
+    this.cached.drop();
     return shape(next);
   }
 
   async delete(id: string): Promise<void> {
     if (!(await this.d.store.delete(id))) throw new NotFoundError(`webhook '${id}' not found`);
     this.d.deliveries.dropPending(id);
-    this.cache = undefined;
+    this.cached.drop();
   }
 
   /** This node's deliveries to a webhook, newest first (a gateway merges every node's). */
@@ -185,22 +176,16 @@ export class Webhooks {
   private lastRead: WebhookRecord[] | undefined;
 
   private webhooks(): Promise<WebhookRecord[]> {
-    const now = performance.now();
-    if (!this.cache || now - this.cache.at > STORE_CACHE_MS) {
-      const list = this.d.store.list().then(
-        (l) => {
-          this.lastRead = l;
-          return l;
-        },
-        (err: unknown) => {
-          if (this.cache?.list === list) this.cache = undefined;
-          if (this.lastRead) return this.lastRead;
-          throw err;
-        },
-      );
-      this.cache = { at: now, list };
-    }
-    return this.cache.list;
+    return this.cached.get().then(
+      (l) => {
+        this.lastRead = l;
+        return l;
+      },
+      (err: unknown) => {
+        if (this.lastRead) return this.lastRead;
+        throw err;
+      },
+    );
   }
 
   /** A lifecycle event: queued (durably) for every enabled webhook subscribed to it. */

@@ -384,12 +384,16 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const q = WebhookDeliveriesQuery.safeParse(req.query);
     if (!q.success) throw new InvalidRequestError(zodMessage(q.error));
     const limit = q.data.limit ?? 100;
-    const n = (await view.nodes()).find((x) => x.status === "ready");
+    const nodes = await view.nodes();
+    const n = nodes.find((x) => x.status === "ready");
     if (!n) return reply.status(503).send(errorBodyOf(503, "no node is ready"));
     const own = await call(n.url, "GET", `/events/webhooks/${id}`, nodeHeaders(req.raw), undefined, 15_000);
     if (own.status !== 200) return relayReply(reply, own);
-    const nodes = (await view.nodes()).filter((x) => x.url);
-    const { parts, missing } = await askEveryNode<{ createdAt: string; id: string }>(nodes, req.url, req.raw);
+    const { parts, missing } = await askEveryNode<{ createdAt: string; id: string }>(
+      nodes.filter((x) => x.url),
+      req.url,
+      req.raw,
+    );
     warnMissing(reply, missing);
     return parts
       .flat()

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
 import { keys, type NodeInfo } from "../cluster/keys.js";
 import { isRedisUnavailable } from "../cluster/redis-target.js";
+import { cachedFor } from "../util/fresh.js";
 
 /**
  * The cluster's state cannot be read or written now (Redis down, or a failover under way):
@@ -100,20 +101,11 @@ export class ClusterView {
     private readonly routes: KnownRoutes = DEFAULT_KNOWN_ROUTES,
   ) {}
 
-  private placementRead: { at: number; nodes: Promise<NodeInfo[]> } | undefined;
+  private readonly placementRead = cachedFor(PLACEMENT_NODES_MS, () => this.nodes());
 
-  /** The nodes as read at most PLACEMENT_NODES_MS ago (one read in flight at a time). */
+  /** The nodes as read at most PLACEMENT_NODES_MS ago (one read in flight at a time; a failed one not kept). */
   placementNodes(): Promise<NodeInfo[]> {
-    const now = performance.now();
-    if (!this.placementRead || now - this.placementRead.at > PLACEMENT_NODES_MS) {
-      const read = this.nodes();
-      this.placementRead = { at: now, nodes: read };
-      // A failed read is not kept: the next placement reads again.
-      read.catch(() => {
-        if (this.placementRead?.nodes === read) this.placementRead = undefined;
-      });
-    }
-    return this.placementRead.nodes;
+    return this.placementRead.get();
   }
 
   async nodes(): Promise<NodeInfo[]> {

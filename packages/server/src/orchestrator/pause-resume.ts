@@ -273,15 +273,11 @@ export class PauseResume {
         }
       }
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
-      // Saved by hibernation, it was never paused to its client: no event.
+      // Saved by hibernation, it was running to its client: its TTL never stopped (kept,
+      // extended as a running sandbox's would be by this call), and its resume is no event.
       const wasPaused = !l.rec.idleSaved;
-      // Saved by hibernation, its TTL never stopped: kept, extended as a running sandbox's
-      // would be by this call.
-      const endAt = l.rec.idleSaved
-        ? timeoutS !== undefined
-          ? Math.max(l.rec.endAt, Date.now() + t)
-          : l.rec.endAt
-        : Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      let endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      if (!wasPaused) endAt = timeoutS !== undefined ? Math.max(l.rec.endAt, Date.now() + t) : l.rec.endAt;
       this.d.states.resumed(l.rec, endAt);
       registry.release(l);
       // The used image goes after the answer (a big one takes a while to delete); renamed

@@ -31,3 +31,29 @@ export function freshSingleFlight<T>(load: () => Promise<T>): () => Promise<T> {
     return queued;
   };
 }
+
+/**
+ * `load`'s answer reused for `ms` after its run started (callers meanwhile share that run);
+ * a run that failed is not kept, so the next call runs again. `drop()` forgets the answer.
+ * For reads where an answer up to `ms` old is good enough (unlike freshSingleFlight).
+ */
+export function cachedFor<T>(ms: number, load: () => Promise<T>): { get: () => Promise<T>; drop: () => void } {
+  let kept: { at: number; value: Promise<T> } | undefined;
+  return {
+    get() {
+      const now = performance.now();
+      if (!kept || now - kept.at > ms) {
+        const value = load();
+        const entry = { at: now, value };
+        kept = entry;
+        value.catch(() => {
+          if (kept === entry) kept = undefined;
+        });
+      }
+      return kept.value;
+    },
+    drop() {
+      kept = undefined;
+    },
+  };
+}

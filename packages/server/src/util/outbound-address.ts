@@ -123,13 +123,38 @@ export class OutboundGuard {
     }
   }
 
+  /**
+   * Throws unless the URL's host may be reached now: a literal address checked, a name
+   * resolved and at least one of its addresses allowed (a name that does not resolve is
+   * `noAddress`). Connections check again on their own (see the class).
+   */
+  async checkReachable(url: URL): Promise<void> {
+    this.checkLiteral(url);
+    const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+    if (isIP(host)) return;
+    const addrs = await (this.o.resolve ?? systemResolve)(host).catch(() => []);
+    this.allowedOf(host, addrs);
+  }
+
+  /** The addresses of `hostname` this guard allows; throws the refusal, or `noAddress`, when none is. */
+  private allowedOf(hostname: string, addrs: LookupAddress[]): LookupAddress[] {
+    const usable = addrs.filter((a) => !this.refusal(a.address, hostname));
+    if (!usable.length) throw this.refusal(addrs[0]?.address ?? "", hostname) ?? this.noAddress(hostname);
+    return usable;
+  }
+
   private lookup(hostname: string, opts: { all?: boolean }, cb: LookupCallback): void {
     (this.o.resolve ?? systemResolve)(hostname).then(
       (addrs) => {
-        const usable = addrs.filter((a) => !this.refusal(a.address, hostname));
-        const first = usable[0];
-        if (!first) cb(this.refusal(addrs[0]?.address ?? "", hostname) ?? this.noAddress(hostname), []);
-        else if (opts.all) cb(null, usable);
+        let usable: LookupAddress[];
+        try {
+          usable = this.allowedOf(hostname, addrs);
+        } catch (err) {
+          cb(err as Error, []);
+          return;
+        }
+        const first = usable[0] as LookupAddress;
+        if (opts.all) cb(null, usable);
         else cb(null, first.address, first.family);
       },
       (err: Error) => cb(err, []),
