@@ -9,7 +9,7 @@ files=()
 for f in packages/*/test/*.test.ts; do
   case "$f" in
     # These start a local docker-registry or probe runsc: they belong to the full suite.
-    */images-registry.test.ts | */probe-memo.test.ts) ;;
+    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts) ;;
     *) files+=("$f") ;;
   esac
 done

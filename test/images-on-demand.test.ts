@@ -4,11 +4,17 @@
 // least recently used images no sandbox uses and refusing (503) when everything left is in use.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { type Registry, startRegistry } from "../packages/server/test/helpers/registry.js";
+import { detachMountsUnder } from "../packages/server/src/util/mounts.js";
+import {
+  type Registry,
+  type Proxy as RegistryProxy,
+  startProxy,
+  startRegistry,
+} from "../packages/server/test/helpers/registry.js";
 import { imageFamily, pushFamily } from "./helpers/image-family.js";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
@@ -16,6 +22,8 @@ const MiB = 1024 * 1024;
 const LIMIT = 40 * MiB;
 
 let registry: Registry;
+/** In front of the registry, for the eStargz images: counts requests and their ranges. */
+let proxy: RegistryProxy;
 let server: TestServer;
 let work: string;
 let templatesDir: string;
@@ -62,6 +70,18 @@ before(async () => {
     ownFileBytes: 2 * MiB,
   });
   await pushFamily(join(work, "fam"), fam.tags, registry.host, "fam");
+  // The same shape as eStargz: each file its own gzip member, a TOC, busybox marked to prefetch.
+  const esgz = imageFamily(join(work, "esgz"), {
+    count: 1,
+    baseFiles: 3,
+    baseFileBytes: 2 * MiB,
+    ownFiles: 3,
+    ownFileBytes: 2 * MiB,
+    compression: "estargz",
+    seed: "esgz",
+  });
+  await pushFamily(join(work, "esgz"), esgz.tags, registry.host, "esgz");
+  proxy = await startProxy(registry.host);
   templatesDir = join(work, "templates");
   mkdirSync(templatesDir);
   mkdirSync(join(TEMPLATES_DIR, ".warm"), { recursive: true });
@@ -70,7 +90,7 @@ before(async () => {
     templatesDir,
     env: {
       AENV_ALLOW_PRIVATE_REGISTRIES: "1",
-      AENV_IMAGE_ON_DEMAND: `${registry.host}/`,
+      AENV_IMAGE_ON_DEMAND: `${registry.host}/,${proxy.host}/`,
       AENV_IMAGE_CACHE_MAX_BYTES: String(LIMIT),
     },
   });
@@ -82,6 +102,9 @@ after(async () => {
   await server.stop();
   cleanupDataDir(server);
   await registry.stop();
+  await proxy.close();
+  // Lazily served image trees outlive their server (aenv-lazyfs runs on its own).
+  detachMountsUnder(work);
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -157,3 +180,55 @@ describe("images on demand", () => {
     }
   });
 });
+
+describe("eStargz images start lazily", () => {
+  test("a sandbox runs before its layers are fetched; files come by range; a restart serves the rest", async () => {
+    for (const id of sandboxes.splice(0)) await kill(id).catch(() => {});
+    const image = `${proxy.host}/esgz:i1`;
+    proxy.requests.length = 0;
+    const sbx = await Sandbox.create(image, { timeoutMs: 300_000 });
+    sandboxes.push(sbx.sandboxId);
+    const r = await sbx.commands.run("cat /id.txt; head -c 100 /own/f0 | wc -c");
+    assert.equal(r.stdout, "image 1\n100\n");
+    const blobGets = proxy.requests.filter((x) => x.startsWith("GET /v2/esgz/blobs/"));
+    const whole = blobGets.filter((x) => !x.includes(" range="));
+    // The config is the one blob fetched whole; every layer byte came by range.
+    assert.equal(whole.length, 1, `whole blobs fetched: ${whole.join(", ")}`);
+    assert.ok(blobGets.length > 4, "footer, TOC and files by range");
+    const t = await templateOf(image);
+    assert.ok(t, "the image has a template");
+
+    // A file whose content is not here yet (its entry removed, as if the fill had not reached
+    // it) is fetched by range after a crash and restart of the server: the tree's runs were
+    // kept beside its index.
+    await sbx.kill();
+    sandboxes.pop();
+    const files = join(templatesDir, ".images", "files", "sha256");
+    const index = JSON.parse(
+      execFileSync("cat", [join(templatesDir, t.templateID, "index-r1.json")], { encoding: "utf8" }),
+    ) as { entries: Array<{ p: string; k?: string }> };
+    const key = index.entries.find((e) => e.p === "own/f2")?.k as string;
+    await waitFor(() => existsSync(join(files, key.slice(0, 2), key)), "the background fill");
+    rmSync(join(files, key.slice(0, 2), key));
+    proxy.requests.length = 0;
+    await server.crash();
+    server = await server.restart();
+    useE2b(server);
+    const again = await Sandbox.create(image, { timeoutMs: 300_000 });
+    sandboxes.push(again.sandboxId);
+    const sum = await again.commands.run("sha256sum /own/f2 | cut -c1-64");
+    assert.equal(sum.stdout.trim(), key.slice(0, 64));
+    assert.ok(
+      proxy.requests.some((x) => x.includes(" range=")),
+      "the missing file came by range from the registry (opened, or by the restarted fill)",
+    );
+  });
+});
+
+async function waitFor(ok: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (!ok()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

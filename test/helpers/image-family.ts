@@ -1,5 +1,6 @@
 import { createCipheriv, createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { estargzLayer } from "../../packages/server/test/helpers/estargz.js";
 import {
   type Compression,
   makeTar,
@@ -27,7 +28,8 @@ export interface FamilyOptions {
   /** Files each image adds in a layer of its own. */
   ownFiles: number;
   ownFileBytes: number;
-  compression?: Compression;
+  /** `estargz`: seekable gzip layers (busybox and /etc marked to prefetch), which start lazily. */
+  compression?: Compression | "estargz";
   /** Seeds the files' bytes: families with different seeds share no layer. */
   seed?: string;
 }
@@ -59,7 +61,11 @@ export function imageFamily(dir: string, o: FamilyOptions): { tags: string[]; ba
     ),
   ];
   const layout = new OciLayout(dir);
-  const baseLayer = { tar: makeTar(base), compression: c };
+  const layer = (entries: TarSpec[], prefetch?: string[]) =>
+    c === "estargz"
+      ? { estargz: estargzLayer(entries, { chunkSize: 1024 * 1024, ...(prefetch ? { prefetch } : {}) }) }
+      : { tar: makeTar(entries), compression: c };
+  const baseLayer = layer(base, ["bin/busybox", "bin/bash", "etc/passwd", "etc/group"]);
   const tags: string[] = [];
   for (let n = 1; n <= o.count; n++) {
     const own: TarSpec[] = [
@@ -74,7 +80,7 @@ export function imageFamily(dir: string, o: FamilyOptions): { tags: string[]; ba
       ),
     ];
     const img = layout.image({
-      layers: [baseLayer, { tar: makeTar(own), compression: c }],
+      layers: [baseLayer, layer(own)],
       config: { Env: ["PATH=/bin"], WorkingDir: "/" },
     });
     layout.tag(img, `i${n}`);

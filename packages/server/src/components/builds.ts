@@ -109,6 +109,18 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
     allowHostSources: cfg.images.allowHostSources,
     log: log.child({ component: "images" }),
   });
+  if (cfg.images.lazy && existsSync(LAZYFS_BINARY)) {
+    lazyTrees = new LazyTrees({
+      templates,
+      content,
+      cache,
+      originOf: (t) => onDemand?.registryOrigin(t),
+      socketPath: join(paths.dataDir, "lazyfs.sock"),
+      log: log.child({ component: "lazy-trees" }),
+    });
+    await lazyTrees.start();
+    onDemand.useLazy(lazyTrees);
+  }
   const peerFiles: PeerFiles = {
     blob: (digest) => images.blobs.path(digest),
     treeIndex: (digest) => {
@@ -128,18 +140,9 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
       images.usePeers(peers);
       treePeers = peers;
       cache.onBlobDropped = (digest) => peers.forget(digest);
-      if (lazy && existsSync(LAZYFS_BINARY)) {
-        lazyTrees = new LazyTrees({
-          templates,
-          content,
-          cache,
-          peers,
-          socketPath: join(paths.dataDir, "lazyfs.sock"),
-          log: log.child({ component: "lazy-trees" }),
-        });
-        await lazyTrees.start();
-      }
-      onDemand?.useTrees(peers, lazyTrees);
+      // Without `lazy` (cluster.p2p's own switch) no tree is started from a peer's.
+      if (lazy) lazyTrees?.usePeers(peers);
+      onDemand?.usePeers(peers);
     },
     stop: async () => {
       await builder.close();

@@ -46,8 +46,12 @@ const TemplateFile = z.object({
   onDemand: z.boolean().default(false),
   /** The tree as an index (tree-index.ts): the file beside template.json and its sha256. */
   treeIndex: z.object({ file: z.string(), sha256: z.string() }).optional(),
-  /** The tree is served by aenv-lazyfs from its index, content fetched from these image's holders. */
-  lazy: z.object({ digest: z.string() }).optional(),
+  /**
+   * The tree is served by aenv-lazyfs from its index, content fetched from the image's holders
+   * or, with `runs` (a file beside the index saying where each file is in which layer), read by
+   * range from the image's eStargz layers.
+   */
+  lazy: z.object({ digest: z.string(), runs: z.string().optional() }).optional(),
   /**
    * E2B tags (`name:tag`); each names the build it was given to. A tag on an older build
    * starts that build's tree and settings (`builds/<buildId>.template.json`, see recordBuild).

@@ -21,6 +21,23 @@ export interface TreeHolder {
   get(path: string): Promise<Readable>;
 }
 
+/** Where a lazy tree's content comes from: the places to ask for a key, in order. */
+export interface ContentOrigin {
+  sources(key: string): Promise<Array<{ name: string; open(): Promise<AsyncIterable<Buffer>> }>>;
+}
+
+/** A tree's content from the nodes that hold the whole tree, each key asked in rendezvous order. */
+export function peerOrigin(peers: TreePeers, imageDigest: string): ContentOrigin {
+  return {
+    async sources(key) {
+      return rendezvous(await peers.treeHolders(imageDigest), key).map((h) => ({
+        name: h.name,
+        open: () => h.get(`/cluster/content/${key}`),
+      }));
+    },
+  };
+}
+
 /** The cluster's index of image trees (cluster/peer-blobs.ts over Redis). */
 export interface TreePeers {
   treeHolders(imageDigest: string): Promise<TreeHolder[]>;
@@ -50,6 +67,7 @@ interface Tree {
   template: string;
   digest: string;
   sizes: Map<string, number>;
+  origin: ContentOrigin;
 }
 
 /**
@@ -66,18 +84,31 @@ export class LazyTrees {
   private readonly inflight = new Map<string, Promise<void>>();
   private readonly fills = new Set<Promise<void>>();
   private closed = false;
+  private peers: TreePeers | undefined;
 
   constructor(
     private readonly d: {
       templates: TemplateStore;
       content: ContentStore;
       cache: ImageCache;
-      peers: TreePeers;
+      /** The origin of a tree mounted again after a restart that its holders do not serve (an eStargz image's registry). */
+      originOf?: (t: Template) => ContentOrigin | undefined;
       socketPath: string;
       binary?: string;
       log: Logger;
     },
   ) {}
+
+  /** In a cluster with p2p: trees are published when complete, and peers' trees can be served. */
+  usePeers(peers: TreePeers): void {
+    this.peers = peers;
+  }
+
+  /** Content from the nodes holding image `digest`'s whole tree (none without p2p). */
+  fromHolders(digest: string): ContentOrigin {
+    const peers = this.peers;
+    return peers ? peerOrigin(peers, digest) : { sources: async () => [] };
+  }
 
   get binary(): string {
     return this.d.binary ?? LAZYFS_BINARY;
@@ -111,9 +142,9 @@ export class LazyTrees {
       const index = join(t.dir, t.treeIndex.file);
       if (!existsSync(index)) continue;
       const idx = parseIndex(readFileSync(index));
-      this.track(t, t.lazy.digest, idx);
+      this.track(t, t.lazy.digest, idx, this.d.originOf?.(t) ?? this.fromHolders(t.lazy.digest));
       if (!mounted.has(t.rootfs)) await this.mount(t, index);
-      this.fillInBackground(t.id, idx);
+      this.fillInBackground(t.id, idx, []);
     }
   }
 
@@ -123,17 +154,27 @@ export class LazyTrees {
     await Promise.all(this.fills);
   }
 
-  /** Serves `t`'s tree from `indexFile` at its rootfs path, fetching content from the tree's holders. */
-  async serve(t: Template, digest: string, idx: TreeIndex, indexFile: string): Promise<void> {
-    this.track(t, digest, idx);
+  /**
+   * Serves `t`'s tree from `indexFile` at its rootfs path, content fetched from `origin` when a
+   * file is first opened; in the background `first` is fetched, then the rest, largest first.
+   */
+  async serve(
+    t: Template,
+    digest: string,
+    idx: TreeIndex,
+    indexFile: string,
+    origin: ContentOrigin,
+    first: string[] = [],
+  ): Promise<void> {
+    this.track(t, digest, idx, origin);
     await this.mount(t, indexFile);
-    this.fillInBackground(t.id, idx);
+    this.fillInBackground(t.id, idx, first);
   }
 
-  private track(t: Template, digest: string, idx: TreeIndex): void {
+  private track(t: Template, digest: string, idx: TreeIndex, origin: ContentOrigin): void {
     const sizes = new Map<string, number>();
     for (const e of idx.entries) if (e.k) sizes.set(e.k, e.s);
-    this.trees.set(t.id, { template: t.id, digest, sizes });
+    this.trees.set(t.id, { template: t.id, digest, sizes, origin });
   }
 
   private async mount(t: Template, indexFile: string): Promise<void> {
@@ -180,27 +221,24 @@ export class LazyTrees {
     const tree = this.trees.get(treeId);
     const size = tree?.sizes.get(key);
     if (!tree || size === undefined) throw new Error(`no lazy tree ${treeId} has content ${key.slice(0, 12)}`);
-    const holders = rendezvous(await this.d.peers.treeHolders(tree.digest), key);
-    for (const h of holders) {
+    for (const src of await tree.origin.sources(key)) {
       const done = await this.d.cache.room(Math.ceil(size / 4096) * 4096);
       let added = 0;
       try {
-        added = await this.d.content.adopt(await h.get(`/cluster/content/${key}`), key, size);
+        added = await this.d.content.adopt(await src.open(), key, size);
         return;
       } catch (err) {
-        this.d.log.warn(
-          { holder: h.name, key: key.slice(0, 12), err: (err as Error).message },
-          "content refused from peer",
-        );
+        this.d.log.warn({ from: src.name, key: key.slice(0, 12), err: (err as Error).message }, "content refused");
       } finally {
         done(added);
       }
     }
-    throw new Error(`no holder sent content ${key.slice(0, 12)} of image ${tree.digest}`);
+    throw new Error(`no source sent content ${key.slice(0, 12)} of image ${tree.digest}`);
   }
 
-  private fillInBackground(treeId: string, idx: TreeIndex): void {
-    const keys = keysOf(idx);
+  private fillInBackground(treeId: string, idx: TreeIndex, first: string[]): void {
+    const firstSet = new Set(first);
+    const keys = [...first.map((key) => ({ key })), ...keysOf(idx).filter((k) => !firstSet.has(k.key))];
     const p = (async () => {
       const t0 = Date.now();
       let next = 0;
@@ -217,7 +255,7 @@ export class LazyTrees {
       if (failed === 0 && tree) {
         this.d.log.info({ template: treeId, files: keys.length, ms: Date.now() - t0 }, "lazy image content complete");
         const t = this.d.templates.get(treeId);
-        if (t?.treeIndex) this.d.peers.publishTree(tree.digest, t.treeIndex.sha256);
+        if (t?.treeIndex) this.peers?.publishTree(tree.digest, t.treeIndex.sha256);
       } else if (failed > 0) {
         this.d.log.warn({ template: treeId, failed }, "lazy image content incomplete; files are fetched when opened");
       }

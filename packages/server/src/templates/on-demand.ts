@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { InvalidRequestError } from "../errors.js";
@@ -10,7 +10,8 @@ import { countImageRequest } from "../telemetry/prometheus.js";
 import { writeFileDurableSync } from "../util/durable-write.js";
 import type { ImageCache } from "./image-cache.js";
 import { hasAccount } from "./import.js";
-import type { LazyTrees, TreePeers } from "./lazy-trees.js";
+import type { ContentOrigin, LazyTrees, TreePeers } from "./lazy-trees.js";
+import { FileRuns, NotSeekable, readRun, type SeekableTree, seekableTree } from "./seekable-tree.js";
 import { indexTree, parseIndex, type TreeIndex } from "./tree-index.js";
 
 export interface OnDemandDeps {
@@ -40,10 +41,34 @@ export class OnDemandImages {
 
   constructor(private readonly d: OnDemandDeps) {}
 
-  /** In a cluster with p2p: trees are published, and (with `lazy`) started from other nodes' trees. */
-  useTrees(peers: TreePeers, lazy: LazyTrees | undefined): void {
-    this.peers = peers;
+  /** With `images.lazy`: eStargz images (and, with peers, other nodes' trees) start before their content is here. */
+  useLazy(lazy: LazyTrees): void {
     this.lazy = lazy;
+  }
+
+  /** In a cluster with p2p: trees are published, and started from other nodes' trees. */
+  usePeers(peers: TreePeers): void {
+    this.peers = peers;
+  }
+
+  /** Reads the files of lazy template `t` from its image's eStargz layers (after a restart). */
+  registryOrigin(t: Template): ContentOrigin | undefined {
+    if (!t.lazy?.runs || !t.fromImage) return undefined;
+    const runs = FileRuns.parse(JSON.parse(readFileSync(join(t.dir, t.lazy.runs), "utf8")));
+    return this.layersOrigin(t.fromImage, t.lazy.digest, runs);
+  }
+
+  /** A key's bytes from a node holding the whole tree first (with p2p), else by range from its layer. */
+  private layersOrigin(ref: string, digest: string, runs: FileRuns): ContentOrigin {
+    const ranges = this.d.images.ranges(ref);
+    const holders = this.lazy?.fromHolders(digest);
+    return {
+      async sources(key) {
+        const run = runs[key];
+        const peers = holders ? await holders.sources(key) : [];
+        return run ? [...peers, { name: "registry", open: async () => readRun(ranges, run) }] : peers;
+      },
+    };
   }
 
   /** Whether a create's template names an image this node may pull (and no template has that name). */
@@ -109,6 +134,12 @@ export class OnDemandImages {
       return undefined;
     });
     if (lazy) return lazy;
+    const seekable = await this.fromLayers(ref, name, id, revision, existing).catch((err: Error) => {
+      this.d.log.warn({ image: ref, err: err.message }, "image not started from its eStargz layers; pulling it");
+      this.d.templates.remove(id);
+      return undefined;
+    });
+    if (seekable) return seekable;
     try {
       const img = await this.d.images.pull(ref, undefined, this.d.cache);
       const stats = await this.d.cache.pinning(
@@ -217,41 +248,120 @@ export class OnDemandImages {
       }
     }
     if (!found) return undefined;
-    const rootfsDir = `rootfs-r${revision}`;
-    const dir = join(this.d.templates.dir, id);
-    mkdirSync(join(dir, rootfsDir), { recursive: true, mode: 0o755 });
-    const file = `index-r${revision}.json`;
-    writeFileDurableSync(join(dir, file), found.raw);
-    const user = found.idx.config.user || "root";
-    const now = new Date().toISOString();
-    const t = this.d.templates.save({
-      id,
-      name,
-      revision,
-      rootfsDir,
-      user,
-      workdir: found.idx.config.workdir || (user === "root" ? "/root" : `/home/${user}`),
-      env: { PATH: DEFAULT_PATH, ...found.idx.config.env },
-      cpuCount: 2,
-      memoryMB: 1024,
-      diskSizeMB: 2048,
-      createdAt: existing?.createdAt ?? now,
-      fromImage: ref,
-      imageDigest: digest,
-      buildId: `on-demand-r${revision}`,
-      buildStatus: "ready",
-      warm: false,
-      onDemand: true,
-      treeIndex: { file, sha256: found.sha256 },
-      lazy: { digest },
-    });
-    await this.lazy.serve(t, digest, found.idx, join(dir, file));
-    this.d.cache.touch(t.id);
-    countImageRequest(false);
+    const t = await this.startLazy(
+      { ref, name, id, revision, existing, digest },
+      found.raw,
+      found.idx,
+      this.lazy.fromHolders(digest),
+      [],
+    );
     this.d.log.info(
       { image: ref, template: t.id, ms: Date.now() - t0, entries: found.idx.entries.length },
       "image started on demand from a peer's tree",
     );
+    return t;
+  }
+
+  /**
+   * An eStargz image started before its content is here: its tree is built from the layers'
+   * TOCs (two range requests a layer), mounted by aenv-lazyfs, and each file read by range from
+   * its layer when first opened (from a peer holding the whole tree first, with p2p); the files
+   * the layers mark to prefetch come first in the background fill. Undefined when a layer is not
+   * eStargz, or lazy is off.
+   */
+  private async fromLayers(
+    ref: string,
+    name: string,
+    id: string,
+    revision: number,
+    existing: Template | undefined,
+  ): Promise<Template | undefined> {
+    if (!this.lazy) return undefined;
+    const t0 = Date.now();
+    const img = await this.d.images.seekable(ref);
+    if (!img) return undefined;
+    let tree: SeekableTree;
+    try {
+      tree = seekableTree(img);
+    } catch (err) {
+      if (err instanceof NotSeekable) {
+        this.d.log.info({ image: ref, why: err.message }, "eStargz image not served lazily");
+        return undefined;
+      }
+      throw err;
+    }
+    const raw = Buffer.from(JSON.stringify(tree.index));
+    const runsFile = `runs-r${revision}.json`;
+    mkdirSync(join(this.d.templates.dir, id), { recursive: true, mode: 0o755 });
+    writeFileDurableSync(join(this.d.templates.dir, id, runsFile), Buffer.from(JSON.stringify(tree.runs)));
+    const t = await this.startLazy(
+      { ref, name, id, revision, existing, digest: img.digest, runs: runsFile },
+      raw,
+      tree.index,
+      this.layersOrigin(ref, img.digest, tree.runs),
+      tree.prefetch,
+    );
+    this.d.log.info(
+      {
+        image: ref,
+        template: t.id,
+        ms: Date.now() - t0,
+        entries: tree.index.entries.length,
+        prefetch: tree.prefetch.length,
+      },
+      "image started on demand from its eStargz layers",
+    );
+    return t;
+  }
+
+  /** Saves the template of a lazy tree and mounts it. */
+  private async startLazy(
+    at: {
+      ref: string;
+      name: string;
+      id: string;
+      revision: number;
+      existing: Template | undefined;
+      digest: string;
+      runs?: string;
+    },
+    raw: Buffer,
+    idx: TreeIndex,
+    origin: ContentOrigin,
+    first: string[],
+  ): Promise<Template> {
+    const lazy = this.lazy as LazyTrees;
+    const rootfsDir = `rootfs-r${at.revision}`;
+    const dir = join(this.d.templates.dir, at.id);
+    mkdirSync(join(dir, rootfsDir), { recursive: true, mode: 0o755 });
+    const file = `index-r${at.revision}.json`;
+    writeFileDurableSync(join(dir, file), raw);
+    const user = idx.config.user || "root";
+    const now = new Date().toISOString();
+    const t = this.d.templates.save({
+      id: at.id,
+      name: at.name,
+      revision: at.revision,
+      rootfsDir,
+      user,
+      workdir: idx.config.workdir || (user === "root" ? "/root" : `/home/${user}`),
+      env: { PATH: DEFAULT_PATH, ...idx.config.env },
+      cpuCount: 2,
+      memoryMB: 1024,
+      diskSizeMB: 2048,
+      createdAt: at.existing?.createdAt ?? now,
+      fromImage: at.ref,
+      imageDigest: at.digest,
+      buildId: `on-demand-r${at.revision}`,
+      buildStatus: "ready",
+      warm: false,
+      onDemand: true,
+      treeIndex: { file, sha256: createHash("sha256").update(raw).digest("hex") },
+      lazy: { digest: at.digest, ...(at.runs ? { runs: at.runs } : {}) },
+    });
+    await lazy.serve(t, at.digest, idx, join(dir, file), origin, first);
+    this.d.cache.touch(t.id);
+    countImageRequest(false);
     return t;
   }
 }

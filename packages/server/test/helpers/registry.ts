@@ -19,8 +19,10 @@ import {
   TYPEFLAG,
   USTAR_MAGIC,
 } from "../../src/storage/images/ustar.js";
+import type { EStargzLayer } from "./estargz.js";
 
 const run = promisify(execFile);
+const TOC_DIGEST_ANNOTATION = "containerd.io/snapshot/stargz/toc.digest";
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -178,7 +180,7 @@ export interface Desc {
 }
 
 export interface ImageSpec {
-  layers: { tar: Buffer; compression: Compression }[];
+  layers: Array<{ tar: Buffer; compression: Compression } | { estargz: EStargzLayer }>;
   arch?: string;
   config?: Record<string, unknown>;
 }
@@ -200,12 +202,19 @@ export class OciLayout {
   /** Writes config + layers + manifest; returns the manifest descriptor (not yet in index.json). */
   image(spec: ImageSpec): Desc {
     const arch = spec.arch ?? "amd64";
-    const layers = spec.layers.map((l) => this.blob(compress(l.tar, l.compression), LAYER_MT[l.compression]));
+    const layers = spec.layers.map((l) =>
+      "estargz" in l
+        ? {
+            ...this.blob(l.estargz.blob, LAYER_MT.gzip),
+            annotations: { [TOC_DIGEST_ANNOTATION]: l.estargz.tocDigest },
+          }
+        : this.blob(compress(l.tar, l.compression), LAYER_MT[l.compression]),
+    );
     const config = {
       architecture: arch,
       os: "linux",
       config: spec.config ?? {},
-      rootfs: { type: "layers", diff_ids: spec.layers.map((l) => sha256(l.tar)) },
+      rootfs: { type: "layers", diff_ids: spec.layers.map((l) => ("estargz" in l ? l.estargz.diffId : sha256(l.tar))) },
     };
     const cfg = this.blob(Buffer.from(JSON.stringify(config)), "application/vnd.oci.image.config.v1+json");
     const manifest = { schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json", config: cfg, layers };
@@ -253,7 +262,7 @@ export async function push(dir: string, tag: string, host: string, repo: string)
 
 export interface Proxy {
   host: string;
-  /** Requests seen, as "METHOD path". */
+  /** Requests seen, as "METHOD path" (and " range=bytes=A-B" for range requests). */
   requests: string[];
   tokensIssued: number;
   close(): Promise<void>;
@@ -287,7 +296,7 @@ export async function startProxy(
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ token }));
       return;
     }
-    state.requests.push(`${req.method} ${url}`);
+    state.requests.push(`${req.method} ${url}${req.headers.range ? ` range=${req.headers.range}` : ""}`);
     const authz = req.headers.authorization ?? "";
     if (auth === "bearer" && !tokens.has(authz.replace(/^Bearer /, ""))) {
       const repo = /^\/v2\/(.+)\/(manifests|blobs)\//.exec(url)?.[1] ?? "";

@@ -30,6 +30,8 @@ export interface ImageSource {
   root(): Promise<ManifestBytes & { pinned?: string }>;
   manifest(digest: string): Promise<ManifestBytes>;
   blob(digest: string): Promise<Readable>;
+  /** Bytes `start` to `end` (exclusive) of a blob, when the source serves ranges (registries do). */
+  range?(digest: string, start: number, end: number): Promise<Buffer | undefined>;
 }
 
 export class RegistrySource implements ImageSource {
@@ -52,6 +54,9 @@ export class RegistrySource implements ImageSource {
   }
   async blob(digest: string) {
     return (await this.client.getBlob(digest)).body;
+  }
+  range(digest: string, start: number, end: number) {
+    return this.client.getBlobRange(digest, start, end);
   }
 }
 

@@ -3,7 +3,7 @@
  * blobs → a root filesystem directory (unpack). No Docker daemon involved.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, rm, stat } from "node:fs/promises";
+import { mkdir, open, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { forEachLimit } from "../../util/concurrency.js";
@@ -14,6 +14,7 @@ import { BlobStore, digestOf } from "./blob-store.js";
 import { onDisk } from "./content-store.js";
 import { decompressFile } from "./decompress.js";
 import { ImagePullError } from "./errors.js";
+import { FOOTER_SIZE, parseToc, TOC_DIGEST_ANNOTATION, type Toc, tocOffset } from "./estargz.js";
 import {
   formatPlatform,
   hostPlatform,
@@ -74,6 +75,8 @@ export interface PeerBlobs {
   holding(digests: string[]): void;
 }
 
+/** A compressed TOC larger than this is not read by range: the image is pulled whole. */
+const MAX_TOC_GZ_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_MAX_IMAGE_BYTES = 32 * 1024 ** 3;
 /** Smaller blobs (configs, tiny layers) come from the registry: a peer round trip saves nothing. */
 const PEER_MIN_BYTES = 64 * 1024;
@@ -105,6 +108,24 @@ export interface PulledImage {
   /** What this pull moved: zero blobs when everything was already stored. */
   transfer: { blobsFetched: number; bytesFetched: number; layersCached: number; bytesFromPeers: number };
 }
+
+/** An eStargz layer: its TOC, read by range and verified against the manifest's annotation. */
+export interface SeekableLayer {
+  digest: string;
+  size: number;
+  tocOffset: number;
+  toc: Toc;
+}
+
+/** An image every layer of which is eStargz: its files can be read one by one (see estargz.ts). */
+export interface SeekableImage {
+  digest: string;
+  config: ImageConfig;
+  layers: SeekableLayer[];
+}
+
+/** Bytes `start` to `end` (exclusive) of one of an image's layers. */
+export type LayerRanges = (digest: string, start: number, end: number) => Promise<Buffer>;
 
 export interface UnpackResult extends UnpackStats {
   dir: string;
@@ -237,6 +258,59 @@ export class ImageStore {
   async layers(ref: string): Promise<Array<{ digest: string; size: number }>> {
     const { manifest } = await this.manifestOf(this.source(ref));
     return manifest.layers.map((l) => ({ digest: l.digest, size: l.size }));
+  }
+
+  /**
+   * The image `ref` names as seekable layers: its manifest and config (kept in the store) and
+   * each layer's TOC, read by two range requests per layer. Undefined when a layer is not
+   * eStargz (no TOC annotation) or the source serves no ranges: such an image is pulled whole.
+   */
+  async seekable(ref: string): Promise<SeekableImage | undefined> {
+    const src = this.source(ref);
+    if (!src.range) return undefined;
+    const { digest, manifest } = await this.manifestOf(src);
+    if (!manifest.layers.length || manifest.layers.some((l) => !l.annotations?.[TOC_DIGEST_ANNOTATION])) {
+      return undefined;
+    }
+    await this.blobs.ensure(manifest.config.digest, manifest.config.size, () => src.blob(manifest.config.digest));
+    const { config } = parseConfig(await this.blobs.read(manifest.config.digest));
+    const ranges = this.ranges(ref);
+    const layers = await Promise.all(
+      manifest.layers.map(async (l): Promise<SeekableLayer | undefined> => {
+        if (l.size <= FOOTER_SIZE) return undefined;
+        const off = tocOffset(await ranges(l.digest, l.size - FOOTER_SIZE, l.size));
+        if (off === undefined || off >= l.size - FOOTER_SIZE) return undefined;
+        const tocBytes = l.size - FOOTER_SIZE - off;
+        if (tocBytes > MAX_TOC_GZ_BYTES) return undefined;
+        const toc = await parseToc(
+          await ranges(l.digest, off, l.size - FOOTER_SIZE),
+          l.annotations?.[TOC_DIGEST_ANNOTATION] ?? "",
+        );
+        return { digest: l.digest, size: l.size, tocOffset: off, toc };
+      }),
+    );
+    if (layers.some((l) => !l)) return undefined;
+    return { digest, config, layers: layers as SeekableLayer[] };
+  }
+
+  /** Reads layers of `ref` by range: from the store when a layer is here, else from its registry. */
+  ranges(ref: string): LayerRanges {
+    const src = this.source(ref);
+    return async (digest, start, end) => {
+      if (await this.blobs.has(digest)) {
+        const fh = await open(this.blobs.path(digest), "r");
+        try {
+          const b = Buffer.alloc(end - start);
+          const { bytesRead } = await fh.read(b, 0, b.length, start);
+          if (bytesRead === b.length) return b;
+        } finally {
+          await fh.close();
+        }
+      }
+      const b = await src.range?.(digest, start, end);
+      if (!b) throw new ImagePullError("unsupported", `${src.name}: the registry does not serve byte ranges`);
+      return b;
+    };
   }
 
   /** Resolves `ref`, picks the platform, and makes sure config and layers are in the store. */

@@ -2,12 +2,16 @@
 export { BlobStore } from "./blob-store.js";
 export { ContentStore, type FileMeta, metaOfKey, onDisk } from "./content-store.js";
 export { type ImageErrorCode, ImagePullError, UnsafeLayerError } from "./errors.js";
+export { modtimeOf, type TocEntry } from "./estargz.js";
 export {
   ImageStore,
   type ImageStoreOptions,
   type LayerDescriptor,
+  type LayerRanges,
   type PeerBlobs,
   type PulledImage,
+  type SeekableImage,
+  type SeekableLayer,
   type UnpackResult,
 } from "./image-store.js";
 export { formatPlatform, hostPlatform, type ImageConfig, type Platform } from "./manifest.js";

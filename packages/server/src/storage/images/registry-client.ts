@@ -79,10 +79,12 @@ export class RegistryClient {
     kind: "manifest" | "blob",
     url: string,
     accept?: string,
+    range?: string,
   ): Promise<{ res: Response; abort: AbortController }> {
     for (let attempt = 0; ; attempt++) {
       const headers: Record<string, string> = {};
       if (accept) headers.accept = accept;
+      if (range) headers.range = range;
       const authz = this.auth.authorization();
       if (authz) headers.authorization = authz;
       this.opts.onRequest?.(kind, url);
@@ -171,6 +173,53 @@ export class RegistryClient {
     const bytes = await this.readManifest(res, abort, reference);
     const mediaType = (res.headers.get("content-type") ?? "").split(";")[0]!.trim();
     return { bytes, mediaType };
+  }
+
+  /**
+   * Bytes `start` to `end` (exclusive) of a blob, by an HTTP range request; undefined when the
+   * registry answers with the whole blob instead (it does not serve ranges).
+   */
+  async getBlobRange(digest: string, start: number, end: number): Promise<Buffer | undefined> {
+    const url = `${this.base}/blobs/${digest}`;
+    const { res, abort } = await this.request("blob", url, undefined, `bytes=${start}-${end - 1}`);
+    if (res.status === 200) {
+      abort.abort(new ImagePullError("registry", "range ignored"));
+      return undefined;
+    }
+    if (res.status !== 206) {
+      throw new ImagePullError(
+        res.status === 404 ? "blob-missing" : "registry",
+        `blob ${digest} of ${formatReference(this.ref)} bytes ${start}-${end - 1}: ${await registryError(res)}`,
+      );
+    }
+    const want = end - start;
+    const timer = setTimeout(() => abort.abort(this.stalled(`blob ${digest} range`)), this.timeoutMs);
+    try {
+      // Never more than was asked for: a registry that sends more is cut off.
+      const parts: Buffer[] = [];
+      let n = 0;
+      const reader = (res.body as WebReadableStream<Uint8Array> | null)?.getReader();
+      for (;;) {
+        const r = reader ? await reader.read() : { done: true as const, value: undefined };
+        if (r.done) break;
+        n += r.value.length;
+        if (n > want) {
+          abort.abort(new ImagePullError("bad-layer", "range too long"));
+          break;
+        }
+        parts.push(Buffer.from(r.value));
+      }
+      const body = Buffer.concat(parts);
+      if (n !== want) {
+        throw new ImagePullError("bad-layer", `blob ${digest}: asked for ${want} bytes at ${start}, got ${n}`);
+      }
+      return body;
+    } catch (e) {
+      if (abort.signal.aborted) throw abort.signal.reason as ImagePullError;
+      throw e instanceof ImagePullError ? e : new ImagePullError("network", `blob ${digest}: ${(e as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Opens a blob for streaming; `size` is the Content-Length when the registry sent one. */
