@@ -4,7 +4,8 @@
  * network); two runsc nodes of a cluster with cluster.p2p, Redis between them. Each image is
  * started on node a (no node holds it: pulled and unpacked through the content store), then
  * on node b (a holds it: started from a's tree, content fetched on first read), then again on
- * each once local. Beside them, in the same run: the same image pulled and unpacked whole into
+ * each once local. The same images as eStargz layers are then started on node a, read lazily by
+ * range from the registry, and again once local. Beside them, in the same run: the same image pulled and unpacked whole into
  * an empty store without sharing (the path before images started on demand) and the disk each
  * node holds against the images' sizes.
  *
@@ -98,8 +99,20 @@ async function main(): Promise<void> {
       ownFiles: Math.max(1, Math.round(OWN_MB / FILE_MB)),
       ownFileBytes: FILE_MB * MiB,
     });
+    // The same images as eStargz layers (each file its own gzip members, a TOC, busybox marked
+    // to prefetch), which start lazily: only what a start opens is read, by range.
+    const esgz = imageFamily(join(work, "esgz"), {
+      count: N,
+      baseFiles: Math.max(1, Math.round(BASE_MB / FILE_MB)),
+      baseFileBytes: FILE_MB * MiB,
+      ownFiles: Math.max(1, Math.round(OWN_MB / FILE_MB)),
+      ownFileBytes: FILE_MB * MiB,
+      compression: "estargz",
+      seed: "esgz",
+    });
     registry = await startRegistry();
     await pushFamily(join(work, "fam"), fam.tags, registry.host, "fam");
+    await pushFamily(join(work, "esgz"), esgz.tags, registry.host, "esgz");
     const p = await throttledProxy(registry.host, MBPS);
     proxy = p.server;
     const ref = (n: number) => `${p.host}/fam:i${n}`;
@@ -141,7 +154,7 @@ async function main(): Promise<void> {
     }
     // b's background fills finish, then every image is local on both.
     const dirB = cluster.templatesDirOf.get("b") as string;
-    const deadline = Date.now() + 600_000;
+    let deadline = Date.now() + 600_000;
     while (
       (
         cluster.nodes
@@ -161,16 +174,40 @@ async function main(): Promise<void> {
       localB.push(t.ms);
       await kill(b, t.id);
     }
+    // eStargz: the first start on node a of an image no node holds, read lazily from the
+    // registry; then again once a's background fill has every file.
+    const esgzRef = (n: number) => `${p.host}/esgz:i${n}`;
+    const firstLazy: number[] = [];
+    deadline = Date.now() + 600_000;
+    const localLazy: number[] = [];
+    for (let n = 1; n <= N; n++) {
+      const s = await start(a, esgzRef(n), n);
+      firstLazy.push(s.ms);
+      await kill(a, s.id);
+    }
+    while ((cluster.nodes.get("a")?.logs().match(/lazy image content complete/g) ?? []).length < N) {
+      if (Date.now() > deadline) throw new Error("node a's fills did not finish");
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    for (let n = 1; n <= N; n++) {
+      const s = await start(a, esgzRef(n), n);
+      localLazy.push(s.ms);
+      await kill(a, s.id);
+    }
     const dirA = cluster.templatesDirOf.get("a") as string;
     const sum = (xs: Summary) => ({ p50: Math.round(xs.p50), p95: Math.round(xs.p95), n: xs.n });
     Object.assign(out, {
       imageBytes,
       sumOfImages: N * imageBytes,
       uniqueContent: unique,
+      // Node a holds both families (gzip and eStargz: different bytes), so twice the unique content.
+      uniqueContentNodeA: 2 * unique,
       firstStartNoNode: sum(summarize(firstA)),
       firstStartFromPeer: sum(summarize(firstB)),
       startLocal: sum(summarize(localA)),
       startLocalLazyTree: sum(summarize(localB)),
+      firstStartEStargz: sum(summarize(firstLazy)),
+      startLocalEStargz: sum(summarize(localLazy)),
       // Layer blobs are a transfer cache a node drops first under its limit: disk is given with
       // them and without.
       diskA: du(dirA),
@@ -206,7 +243,11 @@ async function main(): Promise<void> {
   console.log(`| start once local (node a, unpacked tree) | ${row(out.startLocal)} |`);
   console.log(`| start once local (node b, lazy tree, content complete) | ${row(out.startLocalLazyTree)} |`);
   console.log(
-    `\ndisk: sum of images ${mb(out.sumOfImages)}, unique content ${mb(out.uniqueContent)}; node a ${mb(out.diskA)} (${mb(out.diskAWithoutBlobs)} without layer blobs), node b ${mb(out.diskB)}; one image whole, no sharing: ${mb(out.wholeDiskBytes)}`,
+    `| first start of an eStargz image no node holds (node a: read by range, lazily) | ${row(out.firstStartEStargz)} |`,
+  );
+  console.log(`| start of that eStargz image once local (node a, content complete) | ${row(out.startLocalEStargz)} |`);
+  console.log(
+    `\ndisk: sum of images ${mb(out.sumOfImages)}, unique content ${mb(out.uniqueContent)}; node a (both families: ${mb(out.uniqueContentNodeA)} unique) ${mb(out.diskA)} (${mb(out.diskAWithoutBlobs)} without layer blobs), node b ${mb(out.diskB)}; one image whole, no sharing: ${mb(out.wholeDiskBytes)}`,
   );
   console.log(`\n${join(RESULTS, "images-latest.json")}`);
   if (errors.length) process.exit(1);
