@@ -185,7 +185,14 @@ async function main(): Promise<void> {
       firstLazy.push(s.ms);
       await kill(a, s.id);
     }
-    while ((cluster.nodes.get("a")?.logs().match(/lazy image content complete/g) ?? []).length < N) {
+    while (
+      (
+        cluster.nodes
+          .get("a")
+          ?.logs()
+          .match(/lazy image content complete/g) ?? []
+      ).length < N
+    ) {
       if (Date.now() > deadline) throw new Error("node a's fills did not finish");
       await new Promise((r) => setTimeout(r, 200));
     }
