@@ -353,3 +353,27 @@ export const ImageLayersQuery = z.object({
     .optional()
     .transform((v) => v === "1"),
 });
+
+/**
+ * An API key's caps (aenv's): concurrent sandboxes (running, not paused), creates a second,
+ * and API calls per window. Absent: no cap. Enforced per key, cluster-wide through gateways.
+ */
+export const ApiKeyLimits = z.strictObject({
+  maxSandboxes: z.number().int().min(1).max(1_000_000).optional(),
+  createsPerSecond: z.number().min(0.01).max(100_000).optional(),
+  callsPerWindow: z.number().int().min(1).max(100_000_000).optional(),
+  /** The calls' window in seconds (default 30, as E2B counts its 20,000 lifecycle calls). */
+  windowSeconds: z.number().int().min(1).max(86_400).optional(),
+});
+export type ApiKeyLimits = z.infer<typeof ApiKeyLimits>;
+const apiKeyName = z.string().trim().min(1).max(128);
+/** POST /api-keys (E2B's `NewTeamAPIKey`, with aenv's `limits`). */
+export const NewApiKey = z.looseObject({ name: apiKeyName, limits: ApiKeyLimits.optional() });
+export type NewApiKey = z.infer<typeof NewApiKey>;
+/** PATCH /api-keys/{apiKeyID}: a new name, new limits (null: none). */
+export const ApiKeyUpdate = z.looseObject({
+  name: apiKeyName.optional(),
+  limits: ApiKeyLimits.nullable().optional(),
+});
+export type ApiKeyUpdate = z.infer<typeof ApiKeyUpdate>;
+export const ApiKeyIdParams = z.object({ apiKeyID: z.string().min(1).max(64) });

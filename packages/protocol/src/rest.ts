@@ -4,7 +4,7 @@
  * cannot drift. Request bodies are the zod schemas in rest-schemas.ts.
  */
 
-import type { BuildState } from "./rest-schemas.js";
+import type { ApiKeyLimits, BuildState } from "./rest-schemas.js";
 
 /** Every error answer, from the API and the proxy alike. */
 export interface ErrorBody {
@@ -23,6 +23,10 @@ export const ERROR_CODES = {
   capacityUnavailable: "sandbox_capacity_unavailable",
   /** The sandbox was placed but could not be started. */
   createFailed: "sandbox_create_failed",
+  /** The API key's concurrent sandboxes are at its cap (429 with Retry-After). */
+  keySandboxLimit: "api_key_sandbox_limit",
+  /** The API key's creates a second or calls a window are at its cap (429 with Retry-After). */
+  keyRateLimit: "api_key_rate_limit",
 } as const;
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 
@@ -39,6 +43,31 @@ export interface SandboxCreated {
 }
 
 export type SandboxState = "running" | "paused";
+
+/** E2B's `IdentifierMaskingDetails`: how a key is shown without its value. */
+export interface KeyMask {
+  prefix: string;
+  valueLength: number;
+  maskedValuePrefix: string;
+  maskedValueSuffix: string;
+}
+
+/** E2B's `TeamAPIKey` (GET /api-keys), with aenv's `limits` and whether it is the operator's. */
+export interface ApiKeyInfo {
+  id: string;
+  name: string;
+  mask: KeyMask;
+  createdAt: string;
+  createdBy: null;
+  lastUsed: string | null;
+  limits?: ApiKeyLimits;
+  admin?: boolean;
+}
+
+/** E2B's `CreatedTeamAPIKey` (POST /api-keys): the key itself, shown this once. */
+export interface CreatedApiKey extends ApiKeyInfo {
+  key: string;
+}
 
 /** `ListedSandbox`: an entry of GET /v2/sandboxes. */
 export interface ListedSandbox {

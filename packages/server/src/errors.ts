@@ -36,6 +36,20 @@ export class AtCapacityError extends AenvError {
     super(message);
   }
 }
+/**
+ * The calling API key is at one of its limits: its concurrent sandboxes (`sandboxes`), or its
+ * creates a second or calls a window (`rate`). Nothing was started or changed; the same call
+ * may be retried after `retryAfterS`. A quota, not a lack of room: another node would not help.
+ */
+export class KeyLimitError extends AenvError {
+  constructor(
+    message: string,
+    readonly limit: "sandboxes" | "rate",
+    readonly retryAfterS: number,
+  ) {
+    super(message);
+  }
+}
 /** The server is stopping and takes no new work. */
 export class ShuttingDownError extends AenvError {}
 /**

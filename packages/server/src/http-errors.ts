@@ -8,6 +8,7 @@ import {
   FencedError,
   ForbiddenError,
   InvalidRequestError,
+  KeyLimitError,
   NotFoundError,
   NotImplementedError,
   PausedError,
@@ -29,6 +30,7 @@ const STATUS = new Map<abstract new (...args: never[]) => AenvError, number>([
   [PausedError, 409],
   [RuntimeMismatchError, 409],
   [TooLargeError, 413],
+  [KeyLimitError, 429],
   [AtCapacityError, 503],
   [StartFailedError, 500],
   [NotImplementedError, 501],
@@ -54,6 +56,9 @@ export function errorBodyOf(code: number, message: string, errorCode?: ErrorCode
 export function errorCodeOf(err: unknown): ErrorCode | undefined {
   if (err instanceof AtCapacityError) return ERROR_CODES.capacityUnavailable;
   if (err instanceof StartFailedError || err instanceof ChildFailedError) return ERROR_CODES.createFailed;
+  if (err instanceof KeyLimitError) {
+    return err.limit === "sandboxes" ? ERROR_CODES.keySandboxLimit : ERROR_CODES.keyRateLimit;
+  }
   return undefined;
 }
 
@@ -62,7 +67,7 @@ export function errorCodeOf(err: unknown): ErrorCode | undefined {
  * are (no room now, a node stopping or fenced): the `Retry-After` header.
  */
 export function retryAfterOf(err: unknown): number | undefined {
-  if (err instanceof AtCapacityError) return err.retryAfterS;
+  if (err instanceof AtCapacityError || err instanceof KeyLimitError) return err.retryAfterS;
   if (err instanceof ShuttingDownError || err instanceof FencedError) return 1;
   return undefined;
 }

@@ -13,6 +13,7 @@ import { startRepositoryGc } from "./components/repository-gc.js";
 import { startRuntime } from "./components/runtime.js";
 import { openState } from "./components/state.js";
 import { openTemplateCatalog, shareLocalTemplates, templateSync } from "./components/templates.js";
+import { startTenants } from "./components/tenants.js";
 import { openVolumes } from "./components/volumes.js";
 import { startWebhooks } from "./components/webhooks.js";
 import { E2B_KEY_FORM, type ServerConfig } from "./config.js";
@@ -99,6 +100,7 @@ export async function startServer(
   const { orch, recovery } = sandboxes;
   shareLocalTemplates(cfg, sync, log);
   const hooks = await startWebhooks(cfg, paths, orch, log);
+  const keys = await startTenants(cfg, paths, orch, log);
   const egress = await startEgress(
     { cfg, log, orch, secrets, egressCa, slots: slots.slots, resolv },
     sandboxes.keepSlots,
@@ -135,6 +137,8 @@ export async function startServer(
       webhooks: hooks.webhooks,
       log,
       apiKey: cfg.apiKey,
+      tenants: keys.tenants,
+      ...(keys.keyLimits ? { keyLimits: keys.keyLimits } : {}),
       domain: cfg.domain,
       bodyLimitBytes: cfg.bodyLimitBytes,
       limits: cfg.http,
@@ -169,6 +173,7 @@ export async function startServer(
     volumes,
     warmImages,
     api,
+    keys,
     slots,
     egress,
     runtime,

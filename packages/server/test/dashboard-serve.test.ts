@@ -8,11 +8,12 @@ import { after, describe, test } from "node:test";
 import Fastify from "fastify";
 import type { Redis } from "ioredis";
 import pino from "pino";
-import { installAuth } from "../src/api/auth.js";
 import { dashboardRoutes, defaultDashboardDir } from "../src/api/dashboard.js";
 import { installErrorHandling } from "../src/api/error-handler.js";
+import { installAuth } from "../src/api/tenancy.js";
 import { httpLimitsFromEnv } from "../src/config.js";
 import { buildGateway } from "../src/gateway/app.js";
+import { memoryTenants } from "./helpers/tenants.js";
 
 const KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
 const HTML = { accept: "text/html,application/xhtml+xml;q=0.9" };
@@ -27,7 +28,7 @@ after(() => rmSync(bundle, { recursive: true, force: true }));
 async function api(dir: string | undefined) {
   const app = Fastify();
   installErrorHandling(app);
-  installAuth(app, KEY);
+  installAuth(app, memoryTenants(KEY));
   app.get("/v2/sandboxes", async () => []);
   await app.register(dashboardRoutes, { dir });
   return app;

@@ -25,6 +25,7 @@ import type { SandboxRecord } from "../src/state/store.js";
 import { TemplateStore } from "../src/state/template-catalog.js";
 import type { BuildRecord } from "../src/templates/build-log.js";
 import { TemplateBuilder } from "../src/templates/builder.js";
+import { asOperator } from "./helpers/tenants.js";
 
 const KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
 const auth = { "x-api-key": KEY };
@@ -69,6 +70,7 @@ async function sandboxApi(recs: SandboxRecord[], metrics: Record<string, MetricS
   } as unknown as Orchestrator;
   const app = Fastify();
   installErrorHandling(app);
+  asOperator(app);
   await app.register(sandboxRoutes, { orch, builder: {} as never, ctx: { domain: "test" }, secretBinding: () => [] });
   return app;
 }
@@ -178,6 +180,7 @@ describe("template updates and build logs", () => {
   async function api(): Promise<FastifyInstance> {
     const app = Fastify();
     installErrorHandling(app);
+    asOperator(app);
     await app.register(templateRoutes, { templates, builder, files: {} as never, orch: {} as never });
     return app;
   }

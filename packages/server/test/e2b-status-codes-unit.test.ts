@@ -117,7 +117,7 @@ async function registeredRoutes(): Promise<Map<string, number[]>> {
   await app.register(sandboxLogRoutes, { orch: o });
   await app.register(templateRoutes, { templates: o, builder: o, files: o, orch: o });
   await app.register(volumeRoutes, { volumes: o, orch: o });
-  await app.register(volumeContentRoutes, { volumes: o, content: o, hasApiKey: o });
+  await app.register(volumeContentRoutes, { volumes: o, content: o, tenantOfKey: o });
   await app.register(secretRoutes, { secrets: o });
   await app.ready();
   await app.close();

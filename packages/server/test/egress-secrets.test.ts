@@ -90,22 +90,22 @@ test("a secret's value must be a header value and its hosts domains, at creation
   }
   const store = new SecretStore(join(dir, "validate"));
   mkdirSync(join(dir, "validate"), { recursive: true });
-  assert.throws(() => store.create("n", "a\nb"), InvalidRequestError);
-  assert.throws(() => store.create("n", "ok", {}, ["https://x.test/"]), InvalidRequestError);
-  const info = store.create("n", "ok", {}, ["API.Test.", "*.cdn.test"]);
+  assert.throws(() => store.create("n", "a\nb", {}, undefined, undefined), InvalidRequestError);
+  assert.throws(() => store.create("n", "ok", {}, ["https://x.test/"], undefined), InvalidRequestError);
+  const info = store.create("n", "ok", {}, ["API.Test.", "*.cdn.test"], undefined);
   assert.deepEqual(info.allowedHosts, ["api.test", "*.cdn.test"]);
-  assert.throws(() => store.update("n", "bad\r\n"), InvalidRequestError);
-  assert.deepEqual(store.update("n", "new", undefined, ["other.test"]).allowedHosts, ["other.test"]);
-  assert.deepEqual(store.update("n", "newer").allowedHosts, ["other.test"]);
+  assert.throws(() => store.update("n", {}, "bad\r\n"), InvalidRequestError);
+  assert.deepEqual(store.update("n", {}, "new", undefined, ["other.test"]).allowedHosts, ["other.test"]);
+  assert.deepEqual(store.update("n", {}, "newer").allowedHosts, ["other.test"]);
 });
 
 test("rules may name a secret only for hosts it is bound to (400 when set)", () => {
   const sub = join(dir, "rules");
   mkdirSync(sub);
   const store = new SecretStore(sub);
-  store.create("bound", "v", {}, ["api.test", "*.cdn.test"]);
-  store.create("unbound", "v");
-  const bindingOf = (n: string) => store.bindingOf(n);
+  store.create("bound", "v", {}, ["api.test", "*.cdn.test"], undefined);
+  store.create("unbound", "v", {}, undefined, undefined);
+  const bindingOf = (n: string) => store.bindingOf(n, undefined);
   checkRuleBindings(rule("api.test", "bound").rules, bindingOf);
   checkRuleBindings(rule("a.b.cdn.test", "bound").rules, bindingOf);
   checkRuleBindings(rule("*.x.cdn.test", "bound").rules, bindingOf);
@@ -145,10 +145,10 @@ test("the egress proxy fills a secret in only for its hosts, and refuses bad val
     ]),
   );
   const store = new SecretStore(sub);
-  store.create("token", "s3cr3t", {}, ["api.test"]);
+  store.create("token", "s3cr3t", {}, ["api.test"], undefined);
   const rw = new HeaderRewriter({
     ca: {} as EgressCa,
-    secret: (name, host) => store.use(name, host),
+    secret: (name, host, owner) => store.use(name, host, owner),
     log: pino({ level: "silent" }),
   });
   const get = (host: string) => `GET /x HTTP/1.1\r\nhost: ${host}\r\nconnection: close\r\n\r\n`;

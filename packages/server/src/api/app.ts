@@ -16,11 +16,14 @@ import { CONTENT_TYPE, countConnectionShed, countRequest, countUpgrade, scrape }
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { ContextFiles } from "../templates/context-files.js";
 import type { OnDemandImages } from "../templates/on-demand.js";
+import type { LocalKeyLimits } from "../tenancy/limits.js";
+import type { Tenants } from "../tenancy/tenants.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
-import { apiKeyCheck, bearerKeyMatcher, installAuth } from "./auth.js";
+import { apiKeyCheck, bearerKeyMatcher } from "./auth.js";
 import { dashboardRoutes } from "./dashboard.js";
 import { installErrorHandling } from "./error-handler.js";
+import { apiKeyRoutes } from "./routes/api-keys.js";
 import { type PeerFiles, peerRoutes } from "./routes/peers.js";
 import { sandboxLogRoutes } from "./routes/sandbox-logs.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
@@ -30,6 +33,7 @@ import { templateRoutes } from "./routes/templates.js";
 import { volumeContentRoutes } from "./routes/volume-content.js";
 import { volumeRoutes } from "./routes/volumes.js";
 import { webhookRoutes } from "./routes/webhooks.js";
+import { installAuth, installOwnership, keyOf, type OwnedKind } from "./tenancy.js";
 
 export interface AppOptions {
   orch: Orchestrator;
@@ -45,6 +49,10 @@ export interface AppOptions {
   webhooks: Webhooks;
   log: Logger;
   apiKey: string;
+  /** The API keys: the operator's (apiKey) and tenants'. */
+  tenants: Tenants;
+  /** A node of its own enforces keys' limits; behind gateways they do (absent here). */
+  keyLimits?: LocalKeyLimits;
   domain: string;
   bodyLimitBytes: number;
   /** Timeouts and the connection cap of the listener (slow clients cannot hold it). */
@@ -132,14 +140,16 @@ export function buildApp(o: AppOptions): App {
     },
   });
   installErrorHandling(fastify);
-  installAuth(fastify, o.apiKey);
+  installAuth(fastify, o.tenants, o.keyLimits);
+  installOwnership(fastify, ownedKinds(o));
   void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch });
   void fastify.register(peerRoutes, { files: o.peerFiles, onDemand: o.onDemand });
   void fastify.register(sandboxRoutes, {
     orch: o.orch,
     onDemand: o.onDemand,
     ctx: { domain: o.domain },
-    secretBinding: (name) => o.secrets.bindingOf(name),
+    secretBinding: (name, owner) => o.secrets.bindingOf(name, owner),
+    ...(o.keyLimits ? { keyLimits: o.keyLimits } : {}),
   });
   void fastify.register(sandboxLogRoutes, { orch: o.orch });
   void fastify.register(templateRoutes, {
@@ -152,13 +162,33 @@ export function buildApp(o: AppOptions): App {
   void fastify.register(volumeContentRoutes, {
     volumes: o.volumes,
     content: o.volumeContent,
-    hasApiKey: apiKeyCheck(o.apiKey),
+    tenantOfKey: async (req) => {
+      const key = keyOf(req.headers);
+      return key ? o.tenants.resolve(key) : undefined;
+    },
   });
   void fastify.register(secretRoutes, { secrets: o.secrets });
   void fastify.register(webhookRoutes, { webhooks: o.webhooks });
   void fastify.register(teamRoutes, { orch: o.orch });
+  void fastify.register(apiKeyRoutes, { tenants: o.tenants });
   void fastify.register(dashboardRoutes);
   return { fastify, proxy };
+}
+
+/** How the ownership check finds who owns what a path parameter names (api/tenancy.ts). */
+function ownedKinds(o: AppOptions): Record<string, OwnedKind> {
+  const template = (id: string) => {
+    const t = o.templates.get(id);
+    return t ? { owner: t.owner, shared: !t.owner || t.public } : undefined;
+  };
+  return {
+    sandboxID: { kind: "sandbox", find: (id) => o.orch.registry.get(id)?.rec },
+    // Snapshots are looked up by their routes among the caller's own (a name is each key's newest build).
+    templateID: { kind: "template", find: template },
+    alias: { kind: "template", find: template },
+    volumeID: { kind: "volume", find: (id) => o.volumes.get(id) },
+    webhookID: { kind: "webhook", find: (id) => o.webhooks.find(id) },
+  };
 }
 
 /** The node's own routes: health, Prometheus metrics, itself as a node, the gateway's signer query. */

@@ -1,8 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
-import type { FastifyInstance } from "fastify";
-import { UnauthorizedError } from "../errors.js";
-import { NO_API_KEY } from "../http-errors.js";
+import { TENANT_KEY_FORM } from "../tenancy/tenants.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -12,10 +10,14 @@ export function apiKeyMatcher(apiKey: string): (value: string) => boolean {
   return (got) => timingSafeEqual(digest(got), want);
 }
 
-/** Whether an Authorization header value is `Bearer <API key>`. */
+/**
+ * Whether an Authorization header value is `Bearer <an API key>`: the operator's, or any of the
+ * form this server gives keys (checked by form, not looked up: the proxy strips it either way,
+ * so no client key reaches a sandbox).
+ */
 export function bearerKeyMatcher(apiKey: string): (authorization: string) => boolean {
   const isKey = apiKeyMatcher(apiKey);
-  return (auth) => auth.startsWith("Bearer ") && isKey(auth.slice(7));
+  return (auth) => auth.startsWith("Bearer ") && (isKey(auth.slice(7)) || TENANT_KEY_FORM.test(auth.slice(7)));
 }
 
 /** Whether a request carries the API key (X-API-Key, or Authorization: Bearer). Constant-time. */
@@ -27,15 +29,4 @@ export function apiKeyCheck(apiKey: string): (req: { headers: IncomingHttpHeader
       (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
     return !!got && isKey(got);
   };
-}
-
-/** X-API-Key on every control-plane route except GET /health and self-authenticating ones. */
-export function installAuth(app: FastifyInstance, apiKey: string): void {
-  const hasKey = apiKeyCheck(apiKey);
-  app.addHook("onRequest", async (req) => {
-    if (req.method === "GET" && req.url === "/health") return;
-    // Routes that authenticate themselves (signed upload links, volume tokens).
-    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
-    if (!hasKey(req)) throw new UnauthorizedError(NO_API_KEY);
-  });
 }

@@ -56,6 +56,11 @@ export interface NodeInfo {
   version: string;
   /** Template IDs with a local tree (placement prefers them). */
   templates: string[];
+  /**
+   * Sandboxes counted against their API key's concurrent ones (running, hibernated too), by
+   * key ID; the operator's are not counted. Gateways sum them to hold a key's cap cluster-wide.
+   */
+  owners?: Record<string, number>;
   /** When Redis stored this heartbeat (Redis clock, ms). */
   updatedAt: number;
 }

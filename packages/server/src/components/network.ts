@@ -97,7 +97,7 @@ export async function startEgress(d: EgressDeps, keepSlots: number[]): Promise<C
     userProxy,
     rewriter: new HeaderRewriter({
       ca: d.egressCa,
-      secret: (name, host) => d.secrets.use(name, host),
+      secret: (name, host, owner) => d.secrets.use(name, host, owner),
       log: log.child({ component: "egress" }),
       ...(upstreamCa ? { extraUpstreamCa: upstreamCa } : {}),
       via: (sandbox, name, port) => {

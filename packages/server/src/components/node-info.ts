@@ -2,6 +2,7 @@ import type { NodeInfo } from "../cluster/keys.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { type TemplateStore, usable } from "../state/template-catalog.js";
+import { countsAsRunning } from "./tenants.js";
 
 /** What this node tells the cluster about itself (and GET /nodes answers on the node). */
 export function describeNode(
@@ -14,8 +15,10 @@ export function describeNode(
   let pausedCount = 0;
   let cpu = 0;
   let mem = 0;
+  const owners: Record<string, number> = {};
   for (const l of orch.registry.all()) {
     if (l.ephemeral) continue;
+    if (l.rec.owner && countsAsRunning(l.rec)) owners[l.rec.owner] = (owners[l.rec.owner] ?? 0) + 1;
     if (l.rec.state === "paused") pausedCount++;
     else if (l.rec.state === "running" || l.rec.state === "creating") {
       sandboxCount++;
@@ -40,5 +43,6 @@ export function describeNode(
       .list()
       .filter(usable)
       .flatMap((t) => (t.onDemand && t.fromImage ? [t.id, t.fromImage] : [t.id])),
+    owners,
   };
 }

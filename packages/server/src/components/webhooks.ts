@@ -4,10 +4,11 @@ import type { Logger } from "pino";
 import { openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import { DeliveryLog } from "../events/delivery-log.js";
-import { FileWebhookStore, RedisWebhookStore, type WebhookStore } from "../events/webhook-store.js";
+import { WEBHOOKS_FILE, WEBHOOKS_KEY, type WebhookRecord, type WebhookStore } from "../events/webhook-store.js";
 import { Webhooks } from "../events/webhooks.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import { FileRecordStore, RedisRecordStore } from "../util/record-store.js";
 import type { Component } from "./component.js";
 
 export interface WebhooksComponent extends Component {
@@ -30,9 +31,9 @@ export async function startWebhooks(
   if (cfg.cluster) {
     // Its own connection, lazily connected: registering a webhook waits for Redis, a node's start does not.
     const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
-    store = new RedisWebhookStore(redis);
+    store = new RedisRecordStore<WebhookRecord>(redis, WEBHOOKS_KEY);
     closeRedis = () => redis.disconnect();
-  } else store = new FileWebhookStore(paths.webhooks);
+  } else store = new FileRecordStore<WebhookRecord>(paths.webhooks, WEBHOOKS_FILE);
   const webhooks = new Webhooks({
     store,
     deliveries: new DeliveryLog(join(paths.webhooks, "deliveries.db")),

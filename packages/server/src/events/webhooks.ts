@@ -108,13 +108,19 @@ export class Webhooks {
     return this.guard.checkReachable(new URL(raw));
   }
 
+  /** The webhook as stored, for the ownership check (undefined: no such webhook). */
+  find(id: string): Promise<WebhookRecord | undefined> {
+    return this.d.store.get(id);
+  }
+
   private async mustGet(id: string): Promise<WebhookRecord> {
     const w = await this.d.store.get(id);
     if (!w) throw new NotFoundError(`webhook '${id}' not found`);
     return w;
   }
 
-  async create(b: NewWebhook): Promise<Webhook> {
+  /** `owner`: the API key registering it (absent: the operator's, which hears of every sandbox). */
+  async create(b: NewWebhook, owner?: string): Promise<Webhook> {
     await this.checkUrl(b.url);
     const w: WebhookRecord = {
       id: randomUUID(),
@@ -124,14 +130,19 @@ export class Webhooks {
       events: [...new Set(b.events)],
       secret: b.signatureSecret,
       createdAt: new Date().toISOString(),
+      ...(owner ? { owner } : {}),
     };
     await this.d.store.put(w);
     this.cached.drop();
     return shape(w);
   }
 
-  async list(): Promise<Webhook[]> {
-    return (await this.d.store.list()).sort((a, b) => a.createdAt.localeCompare(b.createdAt)).map(shape);
+  /** The webhooks `visible` lets the caller see (its own; the operator all). */
+  async list(visible: (owner: string | undefined) => boolean = () => true): Promise<Webhook[]> {
+    return (await this.d.store.list())
+      .filter((w) => visible(w.owner))
+      .sort((a, b) => a.createdAt.localeCompare(b.createdAt))
+      .map(shape);
   }
 
   async get(id: string): Promise<Webhook> {
@@ -193,7 +204,9 @@ export class Webhooks {
     const type = `sandbox.lifecycle.${e.kind}`;
     const p = this.webhooks().then(
       (all) => {
-        const to = all.filter((w) => w.enabled && w.events.includes(type));
+        const to = all.filter(
+          (w) => w.enabled && w.events.includes(type) && (w.owner === undefined || w.owner === e.owner),
+        );
         if (!to.length || this.stopped) return;
         const eventId = randomUUID();
         const payload: WebhookPayload = {

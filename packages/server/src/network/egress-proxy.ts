@@ -9,6 +9,8 @@ import { dialThroughProxy } from "./proxy-dial.js";
 /** What the proxy needs to know about the sandbox behind a connection. */
 export interface EgressSandbox {
   id: string;
+  /** Its API key (absent: the operator's): its rules may name only that key's secrets. */
+  owner?: string;
   /** The host's end of the sandbox's slot link: the one address its router sends proxied traffic to. */
   hostIp: string;
   policy: EgressPolicy;

@@ -22,6 +22,7 @@ import { HEADER_VALUE, rulesFor } from "./policy.js";
 export type SecretValue = (
   name: string,
   host: string,
+  owner: string | undefined,
 ) => { value: string } | { refused: "missing" | "unbound" | "host" | "invalid"; message: string };
 
 interface Conn {
@@ -129,7 +130,7 @@ export class HeaderRewriter implements EgressRewriter {
     for (const rule of rulesFor(conn.sandbox.spec?.rules, conn.host) ?? []) {
       for (const [k, v] of Object.entries(rule.transform?.headers ?? {})) {
         const value = v.replace(SECRET, (_m, name: string) => {
-          const s = this.o.secret(name, conn.host);
+          const s = this.o.secret(name, conn.host, conn.sandbox.owner);
           if ("value" in s) return s.value;
           this.o.log.warn(
             { sandboxID: conn.sandbox.id, host: conn.host, secret: name, why: s.refused },

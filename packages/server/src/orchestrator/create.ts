@@ -6,6 +6,7 @@ import type { NodePaths } from "../node-paths.js";
 import { newSandboxId, newToken } from "../state/ids.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
+import { ownerOf } from "../tenancy/tenants.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
@@ -77,17 +78,22 @@ export class Creator {
   create(req: CreateRequest): Promise<SandboxRecord> {
     const key = req.metadata?.[IDEMPOTENCY.metadataKey];
     if (key === undefined) return this.createNew(req);
-    const pending = this.byKey.get(key);
+    const scoped = `${req.requester && !req.requester.admin ? req.requester.id : ""}/${key}`;
+    const pending = this.byKey.get(scoped);
     if (pending) return pending;
+    // Each API key's keys are its own: another key's sandbox is never the answer.
+    const owner = req.requester ? ownerOf(req.requester).owner : undefined;
     const made = this.d.registry
       .all()
       .find(
         (l) =>
-          l.rec.metadata[IDEMPOTENCY.metadataKey] === key && (l.rec.state === "running" || l.rec.state === "paused"),
+          l.rec.metadata[IDEMPOTENCY.metadataKey] === key &&
+          l.rec.owner === owner &&
+          (l.rec.state === "running" || l.rec.state === "paused"),
       );
     if (made) return Promise.resolve(made.rec);
-    const p = this.createNew(req).finally(() => this.byKey.delete(key));
-    this.byKey.set(key, p);
+    const p = this.createNew(req).finally(() => this.byKey.delete(scoped));
+    this.byKey.set(scoped, p);
     return p;
   }
 
@@ -125,8 +131,8 @@ export class Creator {
     let from = plan.from;
     // Resolved and registered in one synchronous step: a volume destroy checks the registry.
     const mounts = plan.snap
-      ? mountsForSnapshot(this.d.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts)
-      : resolveMounts(this.d.volumes, req.volumeMounts ?? []);
+      ? mountsForSnapshot(this.d.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts, rec.owner)
+      : resolveMounts(this.d.volumes, req.volumeMounts ?? [], rec.owner);
     if (mounts.length) rec.volumeMounts = mounts;
     const live: Live = { rec, op: Promise.resolve() };
     registry.addAdmitted(live);
@@ -206,7 +212,7 @@ export class Creator {
   private async plan(req: CreateRequest): Promise<Plan> {
     const id = newSandboxId();
     const dir = this.d.paths.sandbox(id);
-    const source = await this.d.sources.resolve(req.templateID);
+    const source = await this.d.sources.resolve(req.templateID, req.requester);
     if (source.kind === "snapshot") {
       const { snap } = source;
       await this.d.snapshots.ensureLocal(snap);

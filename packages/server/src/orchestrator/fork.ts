@@ -208,6 +208,8 @@ export class Forker {
     // and a volume is one folder on the node, not something a fork could copy on write.
     if (parent.volumeMounts?.length) rec.volumeMounts = parent.volumeMounts.map((m) => ({ ...m }));
     if (parent.boot) rec.boot = parent.boot;
+    // A child is its parent's key's, whoever forked it (the key itself or the operator).
+    if (parent.owner) rec.owner = parent.owner;
     const live: Live = { rec, op: Promise.resolve() };
     registry.addAdmitted(live);
     try {

@@ -13,6 +13,8 @@ export interface LifecycleEvent {
    */
   executionId: string;
   metadata: Record<string, string>;
+  /** The sandbox's API key (absent: the operator's): only its webhooks, and the operator's, hear of it. */
+  owner?: string;
   /** `forked`: the sandbox the child was forked from. */
   parentId?: string;
   at: number;
@@ -39,6 +41,7 @@ export class LifecycleEvents {
       sandboxId: rec.id,
       templateId: rec.templateId,
       executionId: rec.runtimeId,
+      ...(rec.owner ? { owner: rec.owner } : {}),
       metadata: { ...rec.metadata },
       ...extra,
       at: Date.now(),

@@ -26,7 +26,7 @@ import { Lifetimes } from "./lifetimes.js";
 import { guestCpuMs, type MetricSample } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
 import { PauseCommits } from "./pause-commits.js";
-import { autoResumable, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
+import { autoResumable, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
 import { PauseResume } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
@@ -354,7 +354,7 @@ export class Orchestrator {
       await this.pauseCommits.adopt(id, this.d.runtimeDir, opts);
     }
     const l = this.registry.get(id);
-    if (l) refuseTraffic(l.rec, opts);
+    if (l) refuseResumer(l.rec, opts);
     if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
     if (l?.rec.state === "paused") this.clusterFence.assertLease(id);
     return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t), { memory: opts.memory });

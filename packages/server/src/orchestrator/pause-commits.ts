@@ -7,7 +7,7 @@ import type { SandboxRecord } from "../state/store.js";
 import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { countPauseCommit } from "../telemetry/prometheus.js";
-import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseTraffic } from "./pause-kinds.js";
+import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxStates } from "./sandbox-states.js";
 import { materializeImage } from "./snapshots.js";
@@ -192,7 +192,7 @@ export class PauseCommits {
       m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
     if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
     // Before it is taken over: traffic that may not reach it must not move it here either.
-    refuseTraffic(meta.sandbox, opts);
+    refuseResumer(meta.sandbox, opts);
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
     // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
     if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {

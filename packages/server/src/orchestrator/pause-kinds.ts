@@ -1,8 +1,9 @@
-import { ForbiddenError, PausedError } from "../errors.js";
+import { ForbiddenError, NotFoundError, PausedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import { trafficTokenProblem } from "../proxy/traffic-token.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { PauseKind, SandboxRecord } from "../state/store.js";
+import { owns, type Requester } from "../tenancy/tenants.js";
 import { isCompleteLayer } from "./fs-layer.js";
 
 // What a pause is, for every module that meets one: where it keeps what it keeps, whether
@@ -50,10 +51,16 @@ export interface ResumeOptions {
   traffic?: { port: number; token?: string };
   /** false: a pause that kept memory boots from its filesystem instead (PauseResume.reboot). */
   memory?: boolean;
+  /** The API key asking: another key's sandbox is not found (checked before a takeover too). */
+  requester?: Requester;
 }
 
-/** Throws a ForbiddenError when the traffic behind an auto-resume may not reach the sandbox. */
-export function refuseTraffic(rec: Pick<SandboxRecord, "id" | "trafficToken">, opts: ResumeOptions): void {
+/**
+ * Refuses a resume the caller may not make: another API key's sandbox (404, as an unknown
+ * one), or traffic behind an auto-resume that may not reach it (403).
+ */
+export function refuseResumer(rec: Pick<SandboxRecord, "id" | "trafficToken" | "owner">, opts: ResumeOptions): void {
+  if (opts.requester && !owns(opts.requester, rec.owner)) throw new NotFoundError(`sandbox '${rec.id}' not found`);
   if (!opts.traffic) return;
   const problem = trafficTokenProblem(rec.id, opts.traffic.port, opts.traffic.token, rec.trafficToken);
   if (problem) throw new ForbiddenError(problem);

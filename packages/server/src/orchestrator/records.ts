@@ -5,12 +5,18 @@ import type { NodePaths } from "../node-paths.js";
 import { newClientId, newSandboxId, newToken } from "../state/ids.js";
 import type { SandboxRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
+import { ownerOf, type Requester } from "../tenancy/tenants.js";
 import type { Live } from "./registry.js";
 import { runtimeIdFor } from "./runner.js";
 
 /** What a client asks for when it creates a sandbox (from any template source). */
 export interface CreateRequest {
   templateID: string;
+  /**
+   * The API key creating it (absent: the operator, as inside the server): it owns the sandbox,
+   * starts only templates and snapshots it may see, and mounts only its own volumes.
+   */
+  requester?: Requester;
   timeoutS?: number;
   metadata?: Record<string, string>;
   envVars?: Record<string, string>;
@@ -72,6 +78,7 @@ export function newSandboxRecord(
   const now = Date.now();
   return {
     id: o.id,
+    ...(o.req.requester ? ownerOf(o.req.requester) : {}),
     templateId: o.templateId,
     alias: o.alias,
     clientId: newClientId(),

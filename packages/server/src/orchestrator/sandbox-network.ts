@@ -26,6 +26,7 @@ export class SandboxNetwork {
       if (l.slot?.slotIp === slotIp) {
         return {
           id: l.rec.id,
+          ...(l.rec.owner ? { owner: l.rec.owner } : {}),
           hostIp: l.slot.hostIp,
           policy: compileEgress(l.rec.network, l.rec.allowInternet),
           spec: l.rec.network,

@@ -89,18 +89,24 @@ export class Snapshots {
    * By ID or name, among those this node knows. A name taken again names a new build (as E2B's
    * snapshots do): the newest answers to it, the older ones to their IDs.
    */
-  findLocal(ref: string): SnapshotRecord | undefined {
-    return this.byId.get(ref) ?? newest([...this.byId.values()].filter((s) => s.names.includes(ref)));
+  findLocal(ref: string, visible: Visible = all): SnapshotRecord | undefined {
+    const byId = this.byId.get(ref);
+    if (byId && visible(byId.owner)) return byId;
+    return newest([...this.byId.values()].filter((s) => s.names.includes(ref) && visible(s.owner)));
   }
 
   /**
    * By ID or name: one this node knows (unless deleted elsewhere meanwhile), else, with
-   * `remote`, one another server sharing the repository committed.
+   * `remote`, one another server sharing the repository committed. With `visible`, only
+   * snapshots of owners it accepts answer: a name another API key took is not this caller's
+   * (names are a shared namespace, but each key's newest build of a name is its own).
    */
-  async find(ref: string, opts: { remote: boolean } = { remote: true }): Promise<SnapshotRecord | undefined> {
-    const known = await this.stillCommitted(this.findLocal(ref));
-    if (known || !opts.remote) return known;
-    return this.findRemote(ref);
+  async find(ref: string, opts: { remote?: boolean; visible?: Visible } = {}): Promise<SnapshotRecord | undefined> {
+    const visible = opts.visible ?? all;
+    const known = await this.stillCommitted(this.findLocal(ref, visible));
+    if (known || opts.remote === false) return known;
+    const found = await this.findRemote(ref, visible);
+    return found && visible(found.owner) ? found : undefined;
   }
 
   /** What GET /snapshots shows: this node's, and those others committed, less those deleted elsewhere. */
@@ -244,6 +250,7 @@ export class Snapshots {
   ): SnapshotRecord {
     return {
       id: snapId,
+      ...(src.owner ? { owner: src.owner } : {}),
       names: [name ?? snapId],
       sandboxId: src.id,
       templateId: src.templateId,
@@ -288,7 +295,7 @@ export class Snapshots {
    * A snapshot this node has not seen yet: another node sharing the repository committed it.
    * Looked up by ID (one manifest read), then by name in a listing taken after this call.
    */
-  private async findRemote(ref: string): Promise<SnapshotRecord | undefined> {
+  private async findRemote(ref: string, visible: Visible): Promise<SnapshotRecord | undefined> {
     const adopt = (m: Manifest | undefined) => {
       const local = m && this.ofManifest(m);
       if (local) this.byId.set(local.id, local);
@@ -298,9 +305,10 @@ export class Snapshots {
       const byId = adopt(await this.d.repository.get(ref).catch(() => undefined));
       if (byId) return byId;
     }
-    const named = (await this.d.repository.listFresh().catch(() => [])).filter((m) =>
-      snapshotMetaOf(m, this.reject)?.names.includes(ref),
-    );
+    const named = (await this.d.repository.listFresh().catch(() => [])).filter((m) => {
+      const meta = snapshotMetaOf(m, this.reject);
+      return meta?.names.includes(ref) && visible(meta.owner);
+    });
     const latest = newest(named.flatMap((m) => this.ofManifest(m) ?? []));
     if (latest) return adopt(named.find((m) => m.id === latest.id));
     // Taken on another server a moment ago and still being committed: wait for it.
@@ -335,6 +343,10 @@ export class Snapshots {
     return { ...rec, imageDir: this.d.paths.snapshot(m.id), committed: true };
   }
 }
+
+/** Which owners' snapshots a lookup may answer with (absent owner: the operator's). */
+export type Visible = (owner: string | undefined) => boolean;
+const all: Visible = () => true;
 
 /** The most recently taken of some snapshots (a name's current build). */
 function newest(snaps: SnapshotRecord[]): SnapshotRecord | undefined {

@@ -1,6 +1,7 @@
 import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.js";
 import type { SnapshotRecord } from "../state/store.js";
 import { type Template, type TemplateStore, usable } from "../state/template-catalog.js";
+import { owns, type Requester } from "../tenancy/tenants.js";
 import type { Snapshots } from "./snapshots.js";
 import type { TemplateTrees } from "./template-trees.js";
 
@@ -25,11 +26,16 @@ export interface SourcesDeps {
 export class Sources {
   constructor(private readonly d: SourcesDeps) {}
 
-  async resolve(ref: string): Promise<SandboxSource> {
+  /**
+   * `requester`: only its own snapshots, and templates it owns, the operator's (no owner) or
+   * public ones, answer; anything else is as unknown as a name nothing has.
+   */
+  async resolve(ref: string, requester?: Requester): Promise<SandboxSource> {
+    const visible = (owner: string | undefined) => !requester || owns(requester, owner);
     const localTpl = this.d.templates.get(ref);
     // A template's name or alias is never a snapshot's: whatever a snapshot calls itself
     // (a manifest from elsewhere included), a template of that name here wins.
-    const snap = localTpl ? undefined : await this.d.snapshots.find(ref);
+    const snap = localTpl ? undefined : await this.d.snapshots.find(ref, { visible });
     if (snap) {
       this.d.trees.assertNamesTree(snap.rootfs, `snapshot '${snap.id}'`);
       if (snap.imageKey && snap.imageKey !== this.d.checkpointKey) {
@@ -43,7 +49,9 @@ export class Sources {
       return { kind: "snapshot", snap: { ...snap, rootfs } };
     }
     const tpl = localTpl ?? (await this.fetchTemplate(ref));
-    if (!tpl) throw new NotFoundError(`template '${ref}' not found`);
+    if (!tpl || !(tpl.owner === undefined || tpl.public || visible(tpl.owner))) {
+      throw new NotFoundError(`template '${ref}' not found`);
+    }
     if (!usable(tpl)) throw new InvalidRequestError(`template '${ref}' has no finished build yet (${tpl.buildStatus})`);
     return { kind: "template", tpl };
   }

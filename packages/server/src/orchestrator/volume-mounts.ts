@@ -4,7 +4,8 @@ import type { SandboxVolumeMount } from "../state/store.js";
 
 /** What the orchestrator needs to know about volumes (storage/volumes/catalog.ts has it). */
 export interface VolumeLookup {
-  byName(name: string): { id: string; name: string } | undefined;
+  /** A volume of `owner` (absent: the operator) by name: names are each API key's own. */
+  byName(name: string, owner: string | undefined): { id: string; name: string } | undefined;
   get(id: string): { id: string; name: string } | undefined;
   /** Host folder bind-mounted into the sandbox. */
   root(id: string): string;
@@ -34,13 +35,14 @@ export function checkMountPath(path: string): void {
 export function resolveMounts(
   volumes: VolumeLookup,
   mounts: ReadonlyArray<{ name: string; path: string }>,
+  owner: string | undefined,
 ): SandboxVolumeMount[] {
   const out: SandboxVolumeMount[] = [];
   for (const m of mounts) {
     checkMountPath(m.path);
     const other = out.find((o) => under(m.path, o.path) || under(o.path, m.path));
     if (other) throw new InvalidRequestError(`volume mount paths '${other.path}' and '${m.path}' overlap`);
-    const vol = volumes.byName(m.name);
+    const vol = volumes.byName(m.name, owner);
     if (!vol) throw new NotFoundError(`volume '${m.name}' not found`);
     out.push({ name: vol.name, path: m.path, volumeId: vol.id });
   }
@@ -57,6 +59,7 @@ export function mountsForSnapshot(
   snapshotId: string,
   taken: ReadonlyArray<SandboxVolumeMount>,
   requested: ReadonlyArray<{ name: string; path: string }> | undefined,
+  owner: string | undefined,
 ): SandboxVolumeMount[] {
   const want = [...taken.map((m) => m.path)].sort().join(",");
   if (requested?.length) {
@@ -66,7 +69,7 @@ export function mountsForSnapshot(
         `snapshot '${snapshotId}' was taken with volumes at [${want}]; volumeMounts must name exactly those paths`,
       );
     }
-    return resolveMounts(volumes, requested);
+    return resolveMounts(volumes, requested, owner);
   }
   for (const m of taken) {
     if (!volumes.get(m.volumeId)) {

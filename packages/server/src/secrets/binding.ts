@@ -45,6 +45,7 @@ export function patternCovered(allowed: readonly string[], key: string): boolean
 }
 
 /** A secret's binding as the store holds it: undefined when it does not exist (yet). */
+/** A secret's binding by name, among one owner's secrets (api/routes/sandboxes.ts fixes the owner). */
 export type BindingOf = (name: string) => { name: string; allowedHosts: readonly string[] } | undefined;
 
 /**

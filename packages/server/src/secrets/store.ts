@@ -21,6 +21,17 @@ interface SecretRecord {
   allowedHosts?: string[];
   createdAt: number;
   updatedAt: number;
+  /** The API key that made it (absent: the operator's): only its sandboxes are sent its value. */
+  owner?: string;
+}
+
+/**
+ * Whose secrets a call sees: one owner's (absent: the operator's), and with `all` (the
+ * operator's API calls) every secret, an owner's own name first.
+ */
+export interface SecretScope {
+  owner?: string;
+  all?: boolean;
 }
 
 /** What the egress proxy gets for a placeholder: the value, or why it may not have it. */
@@ -48,13 +59,14 @@ export class SecretStore {
     writePrivateFile(this.file, JSON.stringify([...this.byId.values()]));
   }
 
-  /** By ID or (case-insensitive) name, as the SDK selects them. */
-  find(ref: string): SecretRecord | undefined {
+  /** By ID or (case-insensitive) name, as the SDK selects them, among the secrets `scope` sees. */
+  private find(ref: string, scope: SecretScope): SecretRecord | undefined {
+    const mine = (rec: SecretRecord) => rec.owner === scope.owner;
     const byId = this.byId.get(ref);
-    if (byId) return byId;
+    if (byId && (scope.all || mine(byId))) return byId;
     const name = ref.toLowerCase();
-    for (const rec of this.byId.values()) if (rec.name === name) return rec;
-    return undefined;
+    const named = [...this.byId.values()].filter((rec) => rec.name === name);
+    return named.find(mine) ?? (scope.all ? named[0] : undefined);
   }
 
   /**
@@ -62,8 +74,8 @@ export class SecretStore {
    * here, whatever the rules said when they were set: a rule may name a secret made later, and
    * a value stored before values were validated may not be a valid header value.
    */
-  use(name: string, host: string): SecretUse {
-    const rec = this.find(name);
+  use(name: string, host: string, owner: string | undefined): SecretUse {
+    const rec = this.find(name, { owner });
     if (!rec) return { refused: "missing", message: `secret '${name}' named by a network rule does not exist` };
     const allowed = rec.allowedHosts ?? [];
     if (allowed.length === 0) {
@@ -79,22 +91,29 @@ export class SecretStore {
   }
 
   /** A secret's name and binding (no value), for checking network rules when they are set. */
-  bindingOf(ref: string): { name: string; allowedHosts: string[] } | undefined {
-    const rec = this.find(ref);
+  bindingOf(ref: string, owner: string | undefined): { name: string; allowedHosts: string[] } | undefined {
+    const rec = this.find(ref, { owner });
     return rec ? { name: rec.name, allowedHosts: [...(rec.allowedHosts ?? [])] } : undefined;
   }
 
-  private mustFind(ref: string): SecretRecord {
-    const rec = this.find(ref);
+  private mustFind(ref: string, scope: SecretScope): SecretRecord {
+    const rec = this.find(ref, scope);
     if (!rec) throw new NotFoundError(`secret '${ref}' not found`);
     return rec;
   }
 
-  create(name: string, value: string, metadata: Record<string, string> = {}, allowedHosts?: string[]): SecretInfo {
+  create(
+    name: string,
+    value: string,
+    metadata: Record<string, string> = {},
+    allowedHosts: string[] | undefined,
+    owner: string | undefined,
+  ): SecretInfo {
     checkValue(value);
     const canonical = name.toLowerCase();
     const hosts = allowedHosts ? normaliseAllowedHosts(allowedHosts) : undefined;
-    if (this.find(canonical)) throw new ConflictError(`secret '${canonical}' already exists`);
+    // Names are each owner's own: another key's secret of this name is neither seen nor in the way.
+    if (this.find(canonical, { owner })) throw new ConflictError(`secret '${canonical}' already exists`);
     const now = Date.now();
     const rec: SecretRecord = {
       id: `sec_${randomBytes(12).toString("hex")}`,
@@ -105,6 +124,7 @@ export class SecretStore {
       ...(hosts ? { allowedHosts: hosts } : {}),
       createdAt: now,
       updatedAt: now,
+      ...(owner ? { owner } : {}),
     };
     this.byId.set(rec.id, rec);
     this.save();
@@ -112,10 +132,16 @@ export class SecretStore {
   }
 
   /** A new binding comes only with a new value, so no binding ever redirects the old one. */
-  update(ref: string, value: string, metadata?: Record<string, string>, allowedHosts?: string[]): SecretInfo {
+  update(
+    ref: string,
+    scope: SecretScope,
+    value: string,
+    metadata?: Record<string, string>,
+    allowedHosts?: string[],
+  ): SecretInfo {
     checkValue(value);
     const hosts = allowedHosts ? normaliseAllowedHosts(allowedHosts) : undefined;
-    const rec = this.mustFind(ref);
+    const rec = this.mustFind(ref, scope);
     rec.value = value;
     rec.version += 1;
     if (metadata) rec.metadata = metadata;
@@ -125,16 +151,19 @@ export class SecretStore {
     return info(rec);
   }
 
-  get(ref: string): SecretInfo {
-    return info(this.mustFind(ref));
+  get(ref: string, scope: SecretScope): SecretInfo {
+    return info(this.mustFind(ref, scope));
   }
 
-  list(): SecretInfo[] {
-    return [...this.byId.values()].sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id)).map(info);
+  list(scope: SecretScope): SecretInfo[] {
+    return [...this.byId.values()]
+      .filter((rec) => scope.all || rec.owner === scope.owner)
+      .sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id))
+      .map(info);
   }
 
-  delete(ref: string): void {
-    const rec = this.mustFind(ref);
+  delete(ref: string, scope: SecretScope): void {
+    const rec = this.mustFind(ref, scope);
     this.byId.delete(rec.id);
     this.save();
   }

@@ -25,6 +25,8 @@ export interface BootSettings {
 
 export interface SandboxRecord {
   id: string;
+  /** The API key that made it (absent: the operator's): only that key and the operator see it. */
+  owner?: string;
   templateId: string;
   alias: string;
   clientId: string;
@@ -96,6 +98,8 @@ export interface SandboxRecord {
 /** A named capture of a running sandbox; usable as a templateID. */
 export interface SnapshotRecord {
   id: string;
+  /** The API key whose sandbox it was taken of (absent: the operator's). */
+  owner?: string;
   names: string[];
   sandboxId: string;
   templateId: string;

@@ -38,8 +38,13 @@ const TemplateFile = z.object({
   buildStatus: BuildState.default("ready"),
   reason: z.object({ message: z.string(), step: z.string().optional() }).optional(),
   buildCount: z.number().int().nonnegative().default(1),
-  /** E2B's `public` flag, as PATCH /templates/{id} sets it (one API key here: it changes no access). */
+  /**
+   * E2B's `public` flag, as PATCH /templates/{id} sets it: other API keys may start it (a
+   * template without an owner, the operator's, is started by every key).
+   */
   public: z.boolean().default(false),
+  /** The API key that built it (absent: the operator's, or an image started on demand). */
+  owner: z.string().max(64).optional(),
   /** Whether sandboxes start from a warm image (false for the templates behind cold starts). */
   warm: z.boolean().default(true),
   /** An image started on demand: the image cache may evict it when no sandbox uses it. */

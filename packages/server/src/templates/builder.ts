@@ -17,6 +17,7 @@ import {
   validTemplateName,
 } from "../state/template-catalog.js";
 import { isHostPathSource } from "../storage/images/reference.js";
+import { ownerOf, owns, type Requester } from "../tenancy/tenants.js";
 import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
 import { appendLog, type BuildRecord, type LogEntry, selectBuildLogs } from "./build-log.js";
 import { buildOwnerAlive, claimBuild } from "./build-owner.js";
@@ -77,7 +78,7 @@ export class TemplateBuilder {
   }
 
   /** POST /v3/templates: registers a build; an existing name gets a new build of its template. */
-  request(req: TemplateRequest): { template: Template; tags: string[] } {
+  request(req: TemplateRequest, requester?: Requester): { template: Template; tags: string[] } {
     const raw = req.name ?? req.alias;
     if (!raw) throw badRequest("name is required");
     const [name, tag] = raw.split(":", 2) as [string, string | undefined];
@@ -87,6 +88,8 @@ export class TemplateBuilder {
     const tags = [...new Set([...(req.tags ?? []), ...(tag ? [tag] : [])])];
     for (const x of tags) if (!TAG_RE.test(x)) throw badRequest(`invalid tag '${x}'`);
     const existing = this.d.templates.get(name);
+    // Names are one namespace: another API key's template (or the operator's) is not rebuilt.
+    if (existing && requester && !owns(requester, existing.owner)) throw conflict(`name '${name}' is taken`);
     if (existing && (existing.buildStatus === "building" || this.isQueued(existing))) {
       throw conflict(`template '${name}' has a build in progress`);
     }
@@ -110,6 +113,7 @@ export class TemplateBuilder {
       buildStatus: "waiting",
       buildCount: 0,
       createdAt: new Date().toISOString(),
+      ...(requester ? ownerOf(requester) : {}),
     };
     // E2B's minFreeDiskMb: free space the template's sandboxes start with. Their writable layer
     // is the whole disk here (the tree is not counted), so it is that layer's size, in whole

@@ -39,6 +39,8 @@ import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { ResumeOptions } from "../../orchestrator/pause-kinds.js";
 import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
 import type { OnDemandImages } from "../../templates/on-demand.js";
+import type { LocalKeyLimits } from "../../tenancy/limits.js";
+import { ownerOf, owns, type Tenant } from "../../tenancy/tenants.js";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   apiState,
@@ -48,13 +50,16 @@ import {
   sandboxListed,
   snapshotInfo,
 } from "../serialize.js";
+import { tenantOf } from "../tenancy.js";
 
 export interface SandboxRoutesOptions {
   orch: Orchestrator;
   onDemand: OnDemandImages;
   ctx: SerializeContext;
-  /** A secret's binding, to refuse rules that would send it to a host it is not bound to. */
-  secretBinding: BindingOf;
+  /** A secret of `owner`'s, to refuse rules that would send it to a host it is not bound to. */
+  secretBinding: (name: string, owner: string | undefined) => ReturnType<BindingOf>;
+  /** A node of its own enforces API keys' limits (behind gateways they do). */
+  keyLimits?: LocalKeyLimits;
 }
 
 const body = (b: unknown) => (b === undefined || b === null ? {} : b);
@@ -103,37 +108,59 @@ function withIdempotencyKey<T extends { metadata?: Record<string, string> }>(b: 
 
 export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOptions): Promise<void> {
   const { orch, ctx } = opts;
-
-  const create = async (raw: unknown, headers: IncomingHttpHeaders) => {
-    const b = withIdempotencyKey(NewSandbox.parse(body(raw)), headers);
-    // A template named by an image reference the operator allows (images.on_demand): the
-    // E2B SDKs pass the string as it is, so `Sandbox.create("registry/repo:tag")` starts it.
-    const image = opts.onDemand.resolves(b.templateID) ? await opts.onDemand.template(b.templateID) : undefined;
-    const rec = await orch.create({
-      templateID: image?.id ?? b.templateID,
-      ...(image ? { cold: true } : {}),
-      autoPauseMemory: b.autoPauseMemory,
-      ...sandboxOptions(b, opts.secretBinding),
-      ...(b.volumeMounts ? { volumeMounts: b.volumeMounts } : {}),
-    });
-    return sandboxCreated(rec, ctx);
+  /** `owner`'s secrets' bindings. */
+  const bindings =
+    (owner: string | undefined): BindingOf =>
+    (name) =>
+      opts.secretBinding(name, owner);
+  /** Room in the caller's limits for `n` sandboxes more, held until `run` ends. */
+  const withinLimits = async <T>(t: Tenant, n: number, run: () => Promise<T>): Promise<T> => {
+    const done = opts.keyLimits?.admitCreate(t, n);
+    try {
+      return await run();
+    } finally {
+      done?.();
+    }
   };
-  app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body, req.headers)));
-  app.post("/v2/sandboxes", async (req, reply) => reply.status(201).send(await create(req.body, req.headers)));
+
+  const create = async (req: FastifyRequest) => {
+    const t = tenantOf(req);
+    const b = withIdempotencyKey(NewSandbox.parse(body(req.body)), req.headers);
+    return withinLimits(t, 1, async () => {
+      // A template named by an image reference the operator allows (images.on_demand): the
+      // E2B SDKs pass the string as it is, so `Sandbox.create("registry/repo:tag")` starts it.
+      const image = opts.onDemand.resolves(b.templateID) ? await opts.onDemand.template(b.templateID) : undefined;
+      const rec = await orch.create({
+        templateID: image?.id ?? b.templateID,
+        requester: t,
+        ...(image ? { cold: true } : {}),
+        autoPauseMemory: b.autoPauseMemory,
+        ...sandboxOptions(b, bindings(ownerOf(t).owner)),
+        ...(b.volumeMounts ? { volumeMounts: b.volumeMounts } : {}),
+      });
+      return sandboxCreated(rec, ctx);
+    });
+  };
+  app.post("/sandboxes", async (req, reply) => reply.status(201).send(await create(req)));
+  app.post("/v2/sandboxes", async (req, reply) => reply.status(201).send(await create(req)));
 
   // Cold start: boot a sandbox straight from an image (pulled and unpacked on first use).
   app.post("/sandboxes-cold", async (req, reply) => {
+    const t = tenantOf(req);
     const b = withIdempotencyKey(ColdSandbox.parse(body(req.body)), req.headers);
     // Before the pull: a refused size costs no download.
     orch.checkDiskSize(b.diskSizeMB);
-    const tpl = await opts.onDemand.template(b.image);
-    const rec = await orch.create({
-      templateID: tpl.id,
-      cold: true,
-      cpuCount: b.cpuCount,
-      memoryMB: b.memoryMB,
-      diskSizeMB: b.diskSizeMB,
-      ...sandboxOptions(b, opts.secretBinding),
+    const rec = await withinLimits(t, 1, async () => {
+      const tpl = await opts.onDemand.template(b.image);
+      return orch.create({
+        templateID: tpl.id,
+        requester: t,
+        cold: true,
+        cpuCount: b.cpuCount,
+        memoryMB: b.memoryMB,
+        diskSizeMB: b.diskSizeMB,
+        ...sandboxOptions(b, bindings(ownerOf(t).owner)),
+      });
     });
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
@@ -149,8 +176,10 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const states = parseStates(q.state);
     const after = q.startedAfter ? Date.parse(q.startedAfter) : undefined;
     if (after !== undefined && Number.isNaN(after)) throw new InvalidRequestError("startedAfter is not a date");
+    const t = tenantOf(req);
     const items = orch
       .list()
+      .filter((r) => owns(t, r.owner))
       .filter((r) => states.has(apiState(r)) && matchesMetadata(r, meta))
       .filter((r) => (after === undefined ? true : r.startedAt >= after))
       .filter((r) => (q.template ? r.templateId === q.template || r.alias === q.template : true));
@@ -169,9 +198,10 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.get("/sandboxes", async (req) => {
     const q = ListQuery.parse(req.query);
     const meta = parseMetadataFilter(q.metadata);
+    const t = tenantOf(req);
     return orch
       .list()
-      .filter((r) => apiState(r) === "running" && matchesMetadata(r, meta))
+      .filter((r) => owns(t, r.owner) && apiState(r) === "running" && matchesMetadata(r, meta))
       .map((r) => sandboxListed(r, orch.placeOf(r.id)));
   });
 
@@ -211,7 +241,12 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const auto = req.headers[AUTO_RESUME_HEADER] === "1";
     // memory: false (E2B's onResume: 'reboot') boots a pause that kept memory from its disk.
     const memory = b.memory === false ? { memory: false } : {};
-    const { rec, resumed } = await orch.resume(sandboxID, b.timeout, { auto, ...trafficOf(req), ...memory });
+    const t = tenantOf(req);
+    // A resume runs one more of the key's sandboxes; a connect to a running one does not.
+    const paused = !orch.registry.has(sandboxID) || apiState(orch.get(sandboxID)) === "paused";
+    const { rec, resumed } = await withinLimits(t, paused ? 1 : 0, () =>
+      orch.resume(sandboxID, b.timeout, { auto, requester: t, ...trafficOf(req), ...memory }),
+    );
     return reply.status(resumed ? 201 : 200).send(sandboxCreated(rec, ctx));
   };
   app.post("/sandboxes/:sandboxID/connect", connect);
@@ -223,7 +258,10 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     if (orch.registry.has(sandboxID) && apiState(orch.get(sandboxID)) !== "paused") {
       throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
     }
-    const { rec } = await orch.resume(sandboxID, b.timeout, b.memory === false ? { memory: false } : {});
+    const t = tenantOf(req);
+    const { rec } = await withinLimits(t, 1, () =>
+      orch.resume(sandboxID, b.timeout, { requester: t, ...(b.memory === false ? { memory: false } : {}) }),
+    );
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
 
@@ -242,7 +280,9 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/snapshots", async (req, reply) => {
     const q = SnapshotListQuery.parse(req.query);
+    const t = tenantOf(req);
     const all = (await orch.snapshots.list())
+      .filter((s) => owns(t, s.owner))
       .filter((s) => (q.sandboxID ? s.sandboxId === q.sandboxID : true))
       .filter((s) => (q.name ? s.names.includes(q.name) : true));
     return paginate(all, q, (t) => void reply.header("x-next-token", t)).map(snapshotInfo);
@@ -250,7 +290,8 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
 
   app.get("/snapshots/:snapshotID", async (req) => {
     const { snapshotID } = SnapshotIdParams.parse(req.params);
-    const s = await orch.snapshots.find(snapshotID);
+    const t = tenantOf(req);
+    const s = await orch.snapshots.find(snapshotID, { visible: (owner) => owns(t, owner) });
     if (!s) throw new NotFoundError(`snapshot '${snapshotID}' not found`);
     return snapshotInfo(s);
   });
@@ -265,11 +306,13 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     // A cluster gateway asks for the children that do not fit here as a snapshot it starts
     // elsewhere (named in a header: the body stays the list the SDK expects).
     const spill = req.headers[FORK_SPILL.request.header] === FORK_SPILL.request.value;
-    const { children, spillSnapshot } = await orch.fork(sandboxID, b.count ?? 1, b.timeout, {
-      spill,
-      ...(b.memory === false ? { memory: false } : {}),
-      defaultTimeout: v2,
-    });
+    const { children, spillSnapshot } = await withinLimits(tenantOf(req), b.count ?? 1, () =>
+      orch.fork(sandboxID, b.count ?? 1, b.timeout, {
+        spill,
+        ...(b.memory === false ? { memory: false } : {}),
+        defaultTimeout: v2,
+      }),
+    );
     if (spillSnapshot) void reply.header(FORK_SPILL.snapshotHeader, spillSnapshot.id);
     return children.map((r) =>
       "sandbox" in r ? { sandbox: sandboxCreated(r.sandbox, ctx) } : { error: errorBody(r.error) },
@@ -281,7 +324,9 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   app.put("/sandboxes/:sandboxID/network", async (req, reply) => {
     const { sandboxID } = SandboxIdParams.parse(req.params);
     const b = NetworkUpdate.parse(body(req.body));
-    await orch.updateNetwork(sandboxID, networkSpec(b, opts.secretBinding), b.allow_internet_access);
+    // The sandbox's own key's secrets, whoever (it or the operator) sets its rules.
+    const spec = networkSpec(b, bindings(orch.get(sandboxID).owner));
+    await orch.updateNetwork(sandboxID, spec, b.allow_internet_access);
     return reply.status(204).send();
   });
 
@@ -299,7 +344,10 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
   // hold, or paused ones, are left out (E2B's answer is a map of running sandboxes), so a
   // gateway can ask each node for all of its own and merge the maps.
   app.get("/sandboxes/metrics", async (req): Promise<SandboxesWithMetrics> => {
-    const { sandbox_ids: ids } = BatchMetricsQuery.parse(req.query);
+    const { sandbox_ids: asked } = BatchMetricsQuery.parse(req.query);
+    const t = tenantOf(req);
+    // Another key's sandboxes are left out as IDs this node does not hold are.
+    const ids = t.admin ? asked : asked.filter((id) => owns(t, orch.registry.get(id)?.rec.owner));
     const latest = await orch.latestMetrics(ids);
     return { sandboxes: Object.fromEntries([...latest].map(([id, m]) => [id, metricOf(m)])) };
   });

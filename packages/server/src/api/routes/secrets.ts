@@ -1,7 +1,15 @@
 import { NewSecret, SecretIdParams, SecretListQuery, SecretUpdate } from "@aenv/protocol/rest";
-import type { FastifyInstance } from "fastify";
-import type { SecretStore } from "../../secrets/store.js";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { SecretScope, SecretStore } from "../../secrets/store.js";
+import { ownerOf } from "../../tenancy/tenants.js";
 import { paginate } from "../list-filter.js";
+import { tenantOf } from "../tenancy.js";
+
+/** The caller's secrets (names are each key's own); the operator's calls see every key's. */
+function scopeOf(req: FastifyRequest): SecretScope {
+  const t = tenantOf(req);
+  return t.admin ? { all: true } : { owner: t.id };
+}
 
 /** /secrets: create, list, get, update, delete. No answer ever carries a value; bindings are shown. */
 export async function secretRoutes(app: FastifyInstance, o: { secrets: SecretStore }): Promise<void> {
@@ -9,24 +17,25 @@ export async function secretRoutes(app: FastifyInstance, o: { secrets: SecretSto
 
   app.post("/secrets", async (req, reply) => {
     const b = NewSecret.parse(req.body ?? {});
-    return reply.status(201).send(secrets.create(b.name, b.value, b.metadata, b.allowedHosts));
+    const { owner } = ownerOf(tenantOf(req));
+    return reply.status(201).send(secrets.create(b.name, b.value, b.metadata, b.allowedHosts, owner));
   });
 
   app.get("/secrets", async (req, reply) => {
     const q = SecretListQuery.parse(req.query);
-    return paginate(secrets.list(), q, (t) => void reply.header("x-next-token", t));
+    return paginate(secrets.list(scopeOf(req)), q, (t) => void reply.header("x-next-token", t));
   });
 
-  app.get("/secrets/:secretID", async (req) => secrets.get(SecretIdParams.parse(req.params).secretID));
+  app.get("/secrets/:secretID", async (req) => secrets.get(SecretIdParams.parse(req.params).secretID, scopeOf(req)));
 
   app.post("/secrets/:secretID", async (req) => {
     const { secretID } = SecretIdParams.parse(req.params);
     const b = SecretUpdate.parse(req.body ?? {});
-    return secrets.update(secretID, b.value, b.metadata, b.allowedHosts);
+    return secrets.update(secretID, scopeOf(req), b.value, b.metadata, b.allowedHosts);
   });
 
   app.delete("/secrets/:secretID", async (req, reply) => {
-    secrets.delete(SecretIdParams.parse(req.params).secretID);
+    secrets.delete(SecretIdParams.parse(req.params).secretID, scopeOf(req));
     return reply.status(204).send();
   });
 }

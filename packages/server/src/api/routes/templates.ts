@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream";
 import { ENVD_VERSION, type TemplateUpdated } from "@aenv/protocol";
 import { BuildLogsQuery, ListQuery, TemplateIdParams, TemplateUpdateBody } from "@aenv/protocol/rest";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
@@ -9,7 +9,9 @@ import type { Template, TemplateStore } from "../../state/template-catalog.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
 import type { ContextFiles } from "../../templates/context-files.js";
 import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../templates/spec.js";
+import { owns, type Tenant } from "../../tenancy/tenants.js";
 import { paginate } from "../list-filter.js";
+import { tenantOf } from "../tenancy.js";
 
 /** Every name a template answers to, its primary one first (E2B's `aliases` and `names`). */
 function namesOf(t: Pick<Template, "name" | "aliases">): string[] {
@@ -58,17 +60,29 @@ export interface TemplateRouteOptions {
 
 /** The E2B template API: catalog, builds (v2/v3), COPY context uploads, aliases. */
 export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptions): Promise<void> {
-  const all = () => o.templates.list().sort((a, b) => a.id.localeCompare(b.id));
+  /** What a key sees: its own templates, the operator's and public ones. */
+  const visibleTo = (t: Tenant) => (x: Template) => !x.owner || x.public || owns(t, x.owner);
+  const all = (req: FastifyRequest) =>
+    o.templates
+      .list()
+      .filter(visibleTo(tenantOf(req)))
+      .sort((a, b) => a.id.localeCompare(b.id));
+  /** A template the caller may change (the hook has checked path parameters; bodies name them too). */
+  const mustOwn = (req: FastifyRequest, ref: string): Template => {
+    const t = mustGet(ref);
+    if (!owns(tenantOf(req), t.owner)) throw new NotFoundError(`template '${ref}' not found`);
+    return t;
+  };
   const mustGet = (ref: string) => {
     const t = o.templates.get(ref);
     if (!t) throw new NotFoundError(`template '${ref}' not found`);
     return t;
   };
 
-  app.get("/templates", async () => all().map(templateInfo));
+  app.get("/templates", async (req) => all(req).map(templateInfo));
   app.get("/v2/templates", async (req, reply) => {
     const q = ListQuery.parse(req.query);
-    return paginate(all(), q, (t) => void reply.header("x-next-token", t)).map(templateInfo);
+    return paginate(all(req), q, (t) => void reply.header("x-next-token", t)).map(templateInfo);
   });
   app.get("/templates/:templateID", async (req) => {
     const { templateID } = TemplateIdParams.parse(req.params);
@@ -106,8 +120,8 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     return { templateID: t.id, public: t.public };
   });
 
-  const request = async (req: { body: unknown }, reply: { status(n: number): { send(b: unknown): unknown } }) => {
-    const { template: t, tags } = o.builder.request(TemplateRequest.parse(req.body ?? {}));
+  const request = async (req: FastifyRequest, reply: { status(n: number): { send(b: unknown): unknown } }) => {
+    const { template: t, tags } = o.builder.request(TemplateRequest.parse(req.body ?? {}), tenantOf(req));
     return reply.status(202).send({
       templateID: t.id,
       buildID: t.buildId,
@@ -123,7 +137,8 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   // 201, as E2B's spec says: the Python SDK accepts nothing else ("Failed to get file upload link").
   app.get("/templates/:templateID/files/:hash", async (req, reply) => {
     const { templateID, hash } = FilesParams.parse(req.params);
-    const t = mustGet(templateID);
+    // A link to write into a build's context: the template's own key only, even if it is shared.
+    const t = mustOwn(req, templateID);
     return reply.status(201).send(o.files.link(t.id, hash, `${req.protocol}://${req.headers.host}`));
   });
 
@@ -145,7 +160,12 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
 
   app.post("/v2/templates/:templateID/builds/:buildID", async (req, reply) => {
     const { templateID, buildID } = BuildParams.parse(req.params);
-    o.builder.start(templateID, buildID, BuildStart.parse(req.body ?? {}));
+    const spec = BuildStart.parse(req.body ?? {});
+    // A build starts from a template the caller may start sandboxes of, as a create would.
+    if (spec.fromTemplate && !visibleTo(tenantOf(req))(mustGet(spec.fromTemplate))) {
+      throw new NotFoundError(`template '${spec.fromTemplate}' not found`);
+    }
+    o.builder.start(templateID, buildID, spec);
     return reply.status(202).send();
   });
   app.get("/templates/:templateID/builds/:buildID/status", async (req) => {
@@ -161,10 +181,12 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
 
   app.post("/templates/tags", async (req, reply) => {
     const b = TagsBody.parse(req.body ?? {});
+    mustOwn(req, b.target);
     return reply.status(201).send(o.builder.assignTags(b.target, b.tags));
   });
   app.delete("/templates/tags", async (req, reply) => {
     const b = UntagBody.parse(req.body ?? {});
+    mustOwn(req, b.name);
     o.builder.removeTags(b.name, b.tags);
     return reply.status(204).send();
   });
@@ -178,7 +200,10 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
     const { templateID } = TemplateIdParams.parse(req.params);
     // A snapshot here, or one another server sharing the repository committed.
     // A template's name is never a snapshot's (see Sources.resolve): the template goes.
-    const snapshot = o.templates.get(templateID) ? undefined : await o.orch.snapshots.find(templateID);
+    const t = tenantOf(req);
+    const snapshot = o.templates.get(templateID)
+      ? undefined
+      : await o.orch.snapshots.find(templateID, { visible: (owner) => owns(t, owner) });
     if (snapshot) await o.orch.snapshots.delete(snapshot.id);
     else await o.builder.delete(templateID);
     return reply.status(204).send();

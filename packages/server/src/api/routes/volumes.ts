@@ -4,6 +4,8 @@ import type { FastifyInstance } from "fastify";
 import { ConflictError, NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { VolumeCatalog, VolumeRecord } from "../../storage/volumes/catalog.js";
+import { ownerOf, owns } from "../../tenancy/tenants.js";
+import { tenantOf } from "../tenancy.js";
 
 export interface VolumeRoutesOptions {
   volumes: VolumeCatalog;
@@ -19,10 +21,16 @@ export async function volumeRoutes(app: FastifyInstance, o: VolumeRoutesOptions)
 
   app.post("/volumes", async (req, reply) => {
     const b = NewVolume.parse(req.body ?? {});
-    return reply.status(201).send(withToken(await volumes.create(b.name)));
+    return reply.status(201).send(withToken(await volumes.create(b.name, ownerOf(tenantOf(req)).owner)));
   });
 
-  app.get("/volumes", async () => volumes.list().map(listed));
+  app.get("/volumes", async (req) => {
+    const t = tenantOf(req);
+    return volumes
+      .list()
+      .filter((v) => owns(t, v.owner))
+      .map(listed);
+  });
 
   app.get("/volumes/:volumeID", async (req) => {
     const { volumeID } = VolumeIdParams.parse(req.params);

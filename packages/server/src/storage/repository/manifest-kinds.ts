@@ -70,6 +70,7 @@ const boot = z.object({
 
 const SnapshotMetaSchema = z.object({
   id: z.string().regex(SNAPSHOT_ID_RE),
+  owner: z.string().max(64).optional(),
   names: z.array(SnapshotBody.shape.name.unwrap()).min(1).max(16),
   sandboxId: z.string().regex(SANDBOX_ID_RE),
   templateId: z.string().refine(isId, "not a plain ID"),

@@ -14,6 +14,8 @@ export interface VolumeRecord {
   /** Authorises the content API for this volume only (Authorization: Bearer). */
   token: string;
   createdAt: number;
+  /** The API key that made it (absent: the operator's). */
+  owner?: string;
 }
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
@@ -67,9 +69,10 @@ export class VolumeCatalog {
     }
   }
 
-  async create(name: string): Promise<VolumeRecord> {
+  async create(name: string, owner: string | undefined): Promise<VolumeRecord> {
     // Also against volumes still being created or destroyed: a name is taken until they finish.
-    if ([...this.byId.values()].some((r) => r.name === name)) {
+    // Names are each API key's own (a create body mounts the caller's volumes by name).
+    if ([...this.byId.values()].some((r) => r.name === name && r.owner === owner)) {
       throw new ConflictError(`volume '${name}' already exists`);
     }
     const rec: VolumeRecord = {
@@ -77,6 +80,7 @@ export class VolumeCatalog {
       name,
       token: `vtok_${randomBytes(24).toString("hex")}`,
       createdAt: Date.now(),
+      ...(owner ? { owner } : {}),
     };
     // Claimed before the first await, so two concurrent creates of one name cannot both win.
     this.byId.set(rec.id, rec);
@@ -104,8 +108,10 @@ export class VolumeCatalog {
     return rec;
   }
 
-  byName(name: string): VolumeRecord | undefined {
-    for (const rec of this.byId.values()) if (rec.name === name && !this.deleting.has(rec.id)) return rec;
+  byName(name: string, owner: string | undefined): VolumeRecord | undefined {
+    for (const rec of this.byId.values()) {
+      if (rec.name === name && rec.owner === owner && !this.deleting.has(rec.id)) return rec;
+    }
     return undefined;
   }
 

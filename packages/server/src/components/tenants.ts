@@ -1,0 +1,50 @@
+import type { Logger } from "pino";
+import { openRedis } from "../cluster/redis-target.js";
+import type { ServerConfig } from "../config.js";
+import type { NodePaths } from "../node-paths.js";
+import type { Orchestrator } from "../orchestrator/orchestrator.js";
+import type { SandboxRecord } from "../state/store.js";
+import { LocalKeyLimits } from "../tenancy/limits.js";
+import { type ApiKeyRecord, Tenants } from "../tenancy/tenants.js";
+import { FileRecordStore, RedisRecordStore } from "../util/record-store.js";
+import type { Component } from "./component.js";
+
+export interface TenantsComponent extends Component {
+  tenants: Tenants;
+  /** A node of its own enforces keys' limits; in a cluster the gateways do. */
+  keyLimits?: LocalKeyLimits;
+}
+
+/** Redis hash of a cluster's API keys (ID → record, the key's sha256 only). */
+export const API_KEYS_KEY = "aenv:apikeys";
+const API_KEYS_FILE = "api-keys.json";
+
+/** Whether a sandbox counts against its key's concurrent sandboxes: running (hibernated too), not paused. */
+export function countsAsRunning(r: Pick<SandboxRecord, "state" | "idleSaved">): boolean {
+  return r.state !== "killing" && (r.state !== "paused" || r.idleSaved === true);
+}
+
+/**
+ * API keys: in the node's own file (DATA/secrets/api-keys.json, 0600), or a cluster's Redis so
+ * that every node and gateway knows every key.
+ */
+export async function startTenants(
+  cfg: ServerConfig,
+  paths: NodePaths,
+  orch: Orchestrator,
+  log: Logger,
+): Promise<TenantsComponent> {
+  const onUseFailed = (err: Error) => log.warn({ err: err.message }, "API key lastUsed not written");
+  if (cfg.cluster) {
+    const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
+    const store = new RedisRecordStore<ApiKeyRecord>(redis, API_KEYS_KEY);
+    return { tenants: new Tenants(store, cfg.apiKey, onUseFailed), stop: async () => redis.disconnect() };
+  }
+  const store = new FileRecordStore<ApiKeyRecord>(paths.secrets, API_KEYS_FILE);
+  const running = (owner: string) => orch.list().filter((r) => r.owner === owner && countsAsRunning(r)).length;
+  return {
+    tenants: new Tenants(store, cfg.apiKey, onUseFailed),
+    keyLimits: new LocalKeyLimits(running),
+    stop: async () => {},
+  };
+}

@@ -1,0 +1,90 @@
+import type { ApiKeyLimits } from "@aenv/protocol/rest";
+import { KeyLimitError } from "../errors.js";
+import type { Tenant } from "./tenants.js";
+
+/** E2B counts its lifecycle calls over 30 s. */
+export const DEFAULT_WINDOW_S = 30;
+
+/**
+ * What a key's limits allow now, from counts the caller holds (in memory on a node, in Redis at
+ * a gateway): the one place the rules and their Retry-After are written.
+ */
+export const limitRules = {
+  /** A create of `n` beside `running` sandboxes of the key and `pending` creates in flight. */
+  sandboxes(l: ApiKeyLimits, running: number, pending: number, n: number): KeyLimitError | undefined {
+    if (l.maxSandboxes === undefined || running + pending + n <= l.maxSandboxes) return undefined;
+    return new KeyLimitError(
+      `this API key may run ${l.maxSandboxes} sandboxes at once (${running} running, ${pending} starting); kill or pause one, or retry`,
+      "sandboxes",
+      1,
+    );
+  },
+  creates: (l: ApiKeyLimits, waitS: number) =>
+    new KeyLimitError(
+      `this API key may create ${l.createsPerSecond} sandboxes a second; retry in ${waitS} s`,
+      "rate",
+      waitS,
+    ),
+  calls: (l: ApiKeyLimits, waitS: number) =>
+    new KeyLimitError(
+      `this API key may make ${l.callsPerWindow} API calls in ${l.windowSeconds ?? DEFAULT_WINDOW_S} s; retry in ${waitS} s`,
+      "rate",
+      waitS,
+    ),
+};
+
+/**
+ * A node's own enforcement of key limits, when it is not behind gateways (they enforce them
+ * cluster-wide in Redis): creates a second as a token bucket, calls as a fixed window, and
+ * concurrent sandboxes from the node's own count.
+ */
+export class LocalKeyLimits {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly windows = new Map<string, { start: number; calls: number }>();
+  private readonly pending = new Map<string, number>();
+
+  constructor(private readonly running: (owner: string) => number) {}
+
+  /** One API call of `t`: refused past its calls per window. */
+  call(t: Tenant): void {
+    const l = t.limits;
+    if (!l?.callsPerWindow) return;
+    const span = (l.windowSeconds ?? DEFAULT_WINDOW_S) * 1000;
+    const now = Date.now();
+    let w = this.windows.get(t.id);
+    if (!w || now - w.start >= span) {
+      w = { start: now - (now % span), calls: 0 };
+      this.windows.set(t.id, w);
+    }
+    if (w.calls >= l.callsPerWindow) throw limitRules.calls(l, Math.max(1, Math.ceil((w.start + span - now) / 1000)));
+    w.calls++;
+  }
+
+  /** Room for `n` creates of `t`; the returned function ends them (started or not). */
+  admitCreate(t: Tenant, n = 1): () => void {
+    const l = t.limits;
+    if (!l) return () => {};
+    const pending = this.pending.get(t.id) ?? 0;
+    const refused = limitRules.sandboxes(l, this.running(t.id), pending, n);
+    if (refused) throw refused;
+    if (l.createsPerSecond) {
+      const rate = l.createsPerSecond;
+      const now = performance.now();
+      const b = this.buckets.get(t.id) ?? { tokens: Math.max(1, rate), at: now };
+      b.tokens = Math.min(Math.max(1, rate), b.tokens + ((now - b.at) / 1000) * rate);
+      b.at = now;
+      this.buckets.set(t.id, b);
+      if (b.tokens < n) throw limitRules.creates(l, Math.max(1, Math.ceil((n - b.tokens) / rate)));
+      b.tokens -= n;
+    }
+    this.pending.set(t.id, pending + n);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const left = (this.pending.get(t.id) ?? n) - n;
+      if (left > 0) this.pending.set(t.id, left);
+      else this.pending.delete(t.id);
+    };
+  }
+}
