@@ -253,6 +253,76 @@ describe("a simulated node behind the gateway", () => {
   });
 });
 
+describe("API keys through the gateway", () => {
+  const as = async (key: string, method: string, path: string, body?: unknown) => {
+    const r = await fetch(`${gw}${path}`, {
+      method,
+      headers: { "x-api-key": key, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+    });
+    const text = await r.text();
+    return { status: r.status, headers: r.headers, body: text ? (JSON.parse(text) as unknown) : undefined };
+  };
+  const newKey = async (name: string, limits?: Record<string, number>) => {
+    const r = await as(API_KEY, "POST", "/api-keys", { name, ...(limits ? { limits } : {}) });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return (r.body as { key: string }).key;
+  };
+
+  test("a key reaches only its own sandboxes, by the gateway's routes and the node's", async () => {
+    const a = await newKey("gw-a");
+    const b = await newKey("gw-b");
+    assert.equal((await as(a, "GET", "/api-keys")).status, 403, "keys are the operator's to manage");
+    const s = await Sandbox.create({ ...via(gw), apiKey: a });
+    const id = s.sandboxId;
+    for (const [m, p] of [
+      ["GET", `/sandboxes/${id}`],
+      ["POST", `/sandboxes/${id}/connect`],
+      ["POST", `/sandboxes/${id}/pause`],
+      ["POST", `/v2/sandboxes/${id}/fork`],
+      ["GET", `/sandboxes/${id}/logs`],
+      ["DELETE", `/sandboxes/${id}`],
+    ] as const) {
+      const r = await as(b, m, p, m === "POST" ? {} : undefined);
+      assert.equal(r.status, 404, `${m} ${p}: ${r.status} ${JSON.stringify(r.body)}`);
+    }
+    const listed = (await as(b, "GET", "/v2/sandboxes")).body as Array<{ sandboxID: string }>;
+    assert.ok(!listed.some((x) => x.sandboxID === id));
+    const batch = await as(b, "GET", `/sandboxes/metrics?sandbox_ids=${id}`);
+    assert.deepEqual((batch.body as { sandboxes: unknown }).sandboxes, {});
+    assert.equal((await as(a, "GET", `/sandboxes/${id}`)).status, 200);
+    assert.equal((await as(API_KEY, "GET", `/sandboxes/${id}`)).status, 200, "the operator sees every key's");
+    await s.kill();
+  });
+
+  test("a key's cap holds across the gateway: the rest get 429 with Retry-After, and a retry gets in once one is gone", async () => {
+    const c = await newKey("gw-c", { maxSandboxes: 3 });
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, () => as(c, "POST", "/sandboxes", { templateID: "base", timeout: 120 })),
+    );
+    const made = answers.filter((r) => r.status === 201).map((r) => (r.body as { sandboxID: string }).sandboxID);
+    const refused = answers.filter((r) => r.status === 429);
+    assert.equal(made.length, 3, JSON.stringify(answers.map((r) => r.status)));
+    assert.equal(refused.length, 3);
+    for (const r of refused) {
+      assert.equal((r.body as { error_code: string }).error_code, "api_key_sandbox_limit");
+      assert.ok(Number(r.headers.get("retry-after")) >= 1);
+    }
+    await as(c, "DELETE", `/sandboxes/${made[0]}`);
+    // The freed place is seen once the node's heartbeat counts it: a client that honours
+    // Retry-After gets in within a few tries.
+    let got: { status: number; headers: Headers } | undefined;
+    for (let i = 0; i < 10; i++) {
+      got = await as(c, "POST", "/sandboxes", { templateID: "base", timeout: 120 });
+      if (got.status !== 429) break;
+      await new Promise((r) => setTimeout(r, Number(got?.headers.get("retry-after") ?? 1) * 1000));
+    }
+    assert.equal(got?.status, 201);
+    const mine = ((await as(c, "GET", "/v2/sandboxes")).body as unknown[]).length;
+    assert.equal(mine, 3, "the key's list and its cap agree");
+  });
+});
+
 describe("a gateway cut off from Redis", () => {
   test("serves traffic on the routes it read for a bounded time; creates and sandboxes it never routed get a 503", async () => {
     const relay = new Relay();

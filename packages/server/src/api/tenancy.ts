@@ -2,7 +2,6 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ForbiddenError, NotFoundError, UnauthorizedError } from "../errors.js";
 import { NO_API_KEY } from "../http-errors.js";
-import type { LocalKeyLimits } from "../tenancy/limits.js";
 import { owns, type Tenant, type Tenants } from "../tenancy/tenants.js";
 
 declare module "fastify" {
@@ -26,8 +25,16 @@ export function tenantOf(req: FastifyRequest): Tenant {
   return req.tenant;
 }
 
-/** Routes only the operator's key may call: other nodes' and the operator's own business. */
-const OPERATOR_ONLY = [/^\/cluster\//, /^\/api-keys(?:[/?]|$)/, /^\/nodes(?:[/?]|$)/];
+/**
+ * Routes only the operator's key may call: other nodes' and the operator's own business, and
+ * the team's metrics (every key's sandboxes added up).
+ */
+const OPERATOR_ONLY = [/^\/cluster\//, /^\/api-keys(?:[/?]|$)/, /^\/nodes(?:[/?]|$)/, /^\/teams\/[^/]+\/metrics/];
+
+/** Counts a key's API calls against its limit (a node's own count, or a cluster's in Redis). */
+export interface KeyCalls {
+  call(t: Tenant): void | Promise<void>;
+}
 
 /**
  * The key check on every control-plane route except GET /health and the routes that
@@ -35,7 +42,7 @@ const OPERATOR_ONLY = [/^\/cluster\//, /^\/api-keys(?:[/?]|$)/, /^\/nodes(?:[/?]
  * operator's routes refused to others, and each call counted against the key's limits (by
  * `limits` on a node of its own; behind gateways they count).
  */
-export function installAuth(app: FastifyInstance, tenants: Tenants, limits?: LocalKeyLimits): void {
+export function installAuth(app: FastifyInstance, tenants: Tenants, limits?: KeyCalls): void {
   app.decorateRequest("tenant", null);
   app.addHook("onRequest", async (req) => {
     if (req.method === "GET" && req.url === "/health") return;
@@ -46,7 +53,7 @@ export function installAuth(app: FastifyInstance, tenants: Tenants, limits?: Loc
     if (!t.admin && OPERATOR_ONLY.some((re) => re.test(req.url))) {
       throw new ForbiddenError("this route is the operator's: call it with the server's own API key");
     }
-    limits?.call(t);
+    await limits?.call(t);
     req.tenant = t;
   });
 }

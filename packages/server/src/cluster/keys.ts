@@ -16,6 +16,11 @@
  *                            others fetch it from them before the registry
  *   aenv:tree:{digest}       hash node → sha256 of its index of an image's unpacked tree: the
  *                            nodes other nodes start the image from lazily (cluster.p2p)
+ *   aenv:apikeys             hash ID → API key record (its sha256, name, limits); not rebuilt:
+ *                            keep Redis persistent (AOF) or re-create the keys after a loss
+ *   aenv:keypending:{id}     a key's creates in flight and just answered (gateway/key-limits.ts)
+ *   aenv:keybucket:{id}      a key's creates-a-second token bucket
+ *   aenv:keycalls:{id}:{w}   a key's API calls in window w
  *
  * Times written by the cluster (`updatedAt`, reservation scores) are Redis's own clock
  * (TIME), so hosts with skewed clocks still agree on what came first.
@@ -36,6 +41,8 @@ export const keys = {
   idempotent: (key: string) => `aenv:idem:${key}`,
   blob: (digest: string) => `aenv:blob:${digest}`,
   tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
+  /** Hash of the cluster's API keys: ID → record (sha256 of the key, never the key). */
+  apiKeys: "aenv:apikeys",
 };
 
 /** What a node publishes about itself every heartbeat (E2B's node shape is built from it). */

@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { keys } from "../cluster/keys.js";
 import { openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
@@ -15,8 +16,6 @@ export interface TenantsComponent extends Component {
   keyLimits?: LocalKeyLimits;
 }
 
-/** Redis hash of a cluster's API keys (ID → record, the key's sha256 only). */
-export const API_KEYS_KEY = "aenv:apikeys";
 const API_KEYS_FILE = "api-keys.json";
 
 /** Whether a sandbox counts against its key's concurrent sandboxes: running (hibernated too), not paused. */
@@ -37,7 +36,7 @@ export async function startTenants(
   const onUseFailed = (err: Error) => log.warn({ err: err.message }, "API key lastUsed not written");
   if (cfg.cluster) {
     const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
-    const store = new RedisRecordStore<ApiKeyRecord>(redis, API_KEYS_KEY);
+    const store = new RedisRecordStore<ApiKeyRecord>(redis, keys.apiKeys);
     return { tenants: new Tenants(store, cfg.apiKey, onUseFailed), stop: async () => redis.disconnect() };
   }
   const store = new FileRecordStore<ApiKeyRecord>(paths.secrets, API_KEYS_FILE);

@@ -2,15 +2,17 @@ import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ERROR_CODES, IDEMPOTENCY, idempotencyKeyOf, PARTIAL_HEADER, TOTAL_RUNNING_HEADER } from "@aenv/protocol";
 import { WebhookDeliveriesQuery } from "@aenv/protocol/rest";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { dashboardRoutes } from "../api/dashboard.js";
 import { decodeCursor, encodeCursor, parseStates } from "../api/list-filter.js";
+import { apiKeyRoutes } from "../api/routes/api-keys.js";
 import { teamsOf } from "../api/routes/teams.js";
-import type { NodeInfo } from "../cluster/keys.js";
-import { InvalidRequestError } from "../errors.js";
-import { errorBodyOf, NO_API_KEY, noRouteBody, statusOf, zodMessage } from "../http-errors.js";
+import { installAuth, keyOf, tenantOf } from "../api/tenancy.js";
+import { keys, type NodeInfo } from "../cluster/keys.js";
+import { InvalidRequestError, KeyLimitError } from "../errors.js";
+import { errorBody, errorBodyOf, NO_API_KEY, noRouteBody, retryAfterOf, statusOf, zodMessage } from "../http-errors.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
 import {
@@ -21,13 +23,16 @@ import {
   registerGateway,
   scrape,
 } from "../telemetry/prometheus.js";
+import { type ApiKeyRecord, type Tenant, Tenants } from "../tenancy/tenants.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
+import { RedisRecordStore } from "../util/record-store.js";
 import { endWithError } from "../util/socket-error.js";
 import { BATCH_METRICS_PATH, batchMetrics } from "./batch-metrics.js";
 import { ClusterView, type KnownRoutes, StateUnavailableError } from "./cluster-view.js";
 import { askEveryNode } from "./every-node.js";
-import { call, forward, forwardUpgrade, sendError } from "./forward.js";
-import { nodeHeaders, parseJson, relayReply } from "./http-util.js";
+import { call, forward, forwardUpgrade, sendError, sendErrorOf } from "./forward.js";
+import { nodeHeaders, parseJson, readBody, relayReply } from "./http-util.js";
+import { ClusterKeyLimits, forkCount, keyHolds } from "./key-limits.js";
 import { createdId, failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
 import { maxTeamMetrics, teamMetrics } from "./team-metrics.js";
 
@@ -43,14 +48,6 @@ export interface GatewayOptions {
 
 /** API paths about one sandbox: routed to the node that owns it. */
 const SANDBOX_PATH = /^\/(?:v2\/)?sandboxes\/([^/?]+)(\/[^?]*)?(?:\?.*)?$/;
-
-function keyOk(req: IncomingMessage, apiKey: string): boolean {
-  const got = req.headers["x-api-key"];
-  if (typeof got !== "string") return false;
-  const a = Buffer.from(got);
-  const b = Buffer.from(apiKey);
-  return a.length === b.length && timingSafeEqual(a, b);
-}
 
 /** E2B's node shape for GET /nodes. */
 function nodeShape(n: NodeInfo) {
@@ -79,6 +76,19 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
   const unauthorized = (res: ServerResponse) => sendError(res, 401, NO_API_KEY);
 
   const calls = new SandboxCalls(view, o.apiKey, log);
+  // API keys live in Redis, shared with the nodes; the gateways hold their limits cluster-wide.
+  const tenants = new Tenants(new RedisRecordStore<ApiKeyRecord>(o.redis, keys.apiKeys), o.apiKey, (err) =>
+    log.warn({ err: err.message }, "API key lastUsed not written"),
+  );
+  const keyLimits = new ClusterKeyLimits(o.redis);
+  const tenantOfRaw = async (req: IncomingMessage): Promise<Tenant | undefined> => {
+    const key = keyOf(req.headers);
+    return key ? tenants.resolve(key) : undefined;
+  };
+  const isOperator = (req: IncomingMessage) => {
+    const key = keyOf(req.headers);
+    return !!key && tenants.isOperator(key);
+  };
 
   const dispatch = async (req: IncomingMessage, res: ServerResponse, next: () => void) => {
     const target = resolveTarget(req);
@@ -92,14 +102,35 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const m = SANDBOX_PATH.exec(req.url ?? "");
     // The batch metrics route is the gateway's own (a fan-out), not a sandbox called "metrics".
     if (m && (req.url ?? "").split("?")[0] !== BATCH_METRICS_PATH) {
-      if (!keyOk(req, o.apiKey)) return unauthorized(res);
+      const t = await tenantOfRaw(req);
+      if (!t) return unauthorized(res);
       let id: string;
       try {
         id = decodeURIComponent(m[1] as string);
       } catch {
         return sendError(res, 400, "sandbox ID is not valid URL encoding");
       }
-      return calls.route(req, res, id, m[2] ?? "");
+      const rest = m[2] ?? "";
+      let body: Buffer | undefined;
+      try {
+        await keyLimits.call(t);
+        // A fork's children and a resume run more of the key's sandboxes: held cluster-wide.
+        const held = keyHolds(t, req.method ?? "GET", rest);
+        if (held) {
+          body = await readBody(req);
+          const n = held === "fork" ? forkCount(body) : (await calls.isPaused(id, req)) ? 1 : 0;
+          const release = await keyLimits.reserve(t, n, { creates: held === "fork" });
+          res.on("close", () => {
+            release(res.statusCode === 201 ? n : 0).catch((err: Error) =>
+              log.warn({ err: err.message }, "key reservation not released"),
+            );
+          });
+        }
+      } catch (err) {
+        if (err instanceof KeyLimitError) return sendErrorOf(res, err);
+        throw err;
+      }
+      return calls.route(req, res, id, rest, body);
     }
     next();
   };
@@ -126,7 +157,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
             sendError(res, status, `gateway error: ${(err as Error).message}`);
           });
         },
-        { trusted: (req) => keyOk(req, o.apiKey), onShed: countConnectionShed },
+        { trusted: isOperator, onShed: countConnectionShed },
       );
       server.on("upgrade", (req: IncomingMessage, socket, head) => {
         socket.on("error", () => socket.destroy());
@@ -152,21 +183,18 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       req.log.warn({ err: err.message }, "gateway request refused");
       return reply.status(503).header("retry-after", "1").send(errorBodyOf(503, err.message));
     }
-    // A domain error the gateway threw itself (a bad query) has its status from the one table.
-    const status = statusOf(err) ?? (typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502);
+    // A domain error the gateway threw itself (a bad query, a key's limit) has its status from the one table.
+    const known = statusOf(err);
+    const status = known ?? (typeof err.statusCode === "number" && err.statusCode < 500 ? err.statusCode : 502);
     if (status >= 500) req.log.error({ err }, "gateway request failed");
-    void reply.status(status).send(errorBodyOf(status, err.message));
+    const retry = retryAfterOf(err);
+    if (retry !== undefined) void reply.header("retry-after", String(retry));
+    void reply.status(status).send(known ? errorBody(err) : errorBodyOf(status, err.message));
   });
   fastify.setNotFoundHandler((req, reply) => {
     void reply.status(404).send(noRouteBody(req.method, req.url));
   });
-  fastify.addHook("onRequest", async (req, reply) => {
-    if (req.url === "/health" || req.url === "/metrics") return;
-    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
-    if (!keyOk(req.raw, o.apiKey)) {
-      return reply.status(401).send(errorBodyOf(401, NO_API_KEY));
-    }
-  });
+  installAuth(fastify, tenants, keyLimits);
   // Bodies stay bytes: they are passed to a node as they came.
   fastify.removeAllContentTypeParsers();
   fastify.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
@@ -178,7 +206,20 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
 
   // Prometheus, without the key like /health (docs/deployment.md#metrics).
   registerGateway(() => view.nodes());
-  fastify.get("/metrics", async (_req, reply) => reply.header("content-type", CONTENT_TYPE).send(await scrape()));
+  fastify.get("/metrics", { config: { public: true } }, async (_req, reply) =>
+    reply.header("content-type", CONTENT_TYPE).send(await scrape()),
+  );
+  // The operator's key management, here as on a node (the keys are the cluster's, in Redis).
+  void fastify.register(async (keysApp) => {
+    keysApp.addContentTypeParser("application/json", { parseAs: "string" }, (_req, raw, done) => {
+      try {
+        done(null, raw ? JSON.parse(raw as string) : {});
+      } catch (err) {
+        done(new InvalidRequestError(`invalid JSON: ${(err as Error).message}`), undefined);
+      }
+    });
+    await apiKeyRoutes(keysApp, { tenants });
+  });
 
   void fastify.register(dashboardRoutes);
   fastify.get("/nodes", async () => (await view.nodes()).map(nodeShape));
@@ -255,7 +296,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       await unlock().catch(() => {});
     }
   };
-  const create = async (req: { raw: IncomingMessage; body: unknown; url: string }, reply: FastifyReply) => {
+  const create = async (req: FastifyRequest, reply: FastifyReply) => {
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.from("");
     const metadata = parseJson<{ metadata?: unknown }>(body)?.metadata;
     const { key, error } = idempotencyKeyOf(
@@ -263,8 +304,17 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
       metadata && typeof metadata === "object" ? (metadata as Record<string, string>) : undefined,
     );
     if (error) return reply.status(400).send(errorBodyOf(400, error));
-    if (key) return placeOnce(req, body, reply, key);
-    await place(req, body, reply);
+    const t = tenantOf(req);
+    const release = await keyLimits.reserve(t, 1);
+    try {
+      // Each key's idempotency keys are its own.
+      if (key) await placeOnce(req, body, reply, `${t.id}/${key}`);
+      else await place(req, body, reply);
+    } finally {
+      await release(reply.statusCode === 201 ? 1 : 0).catch((err: Error) =>
+        log.warn({ err: err.message }, "key reservation not released"),
+      );
+    }
     return reply;
   };
   fastify.post("/sandboxes", create);
@@ -334,7 +384,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     return page(all, params, reply);
   });
   // The team: the caller's key is its key; its metrics are the nodes' series added up.
-  fastify.get("/teams", async (req) => teamsOf(String(req.headers["x-api-key"] ?? "")));
+  fastify.get("/teams", async (req) => teamsOf(keyOf(req.headers) ?? ""));
   fastify.get("/teams/:teamID/metrics", async (req, reply) => {
     const { body, missing } = await teamMetrics(view, req.raw, (req.params as { teamID: string }).teamID);
     warnMissing(reply, missing);

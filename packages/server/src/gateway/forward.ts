@@ -1,7 +1,7 @@
 import { Agent, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
-import { errorBodyOf } from "../http-errors.js";
+import { errorBody, errorBodyOf, retryAfterOf, statusOf } from "../http-errors.js";
 import { type HttpLimits, tunnelIdle } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
 
@@ -30,6 +30,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, ext
 /** An E2B error answer ({code, message}). */
 export function sendError(res: ServerResponse, status: number, message: string): void {
   sendJson(res, status, errorBodyOf(status, message));
+}
+
+/** A domain error as a node would answer it: its status, E2B body and Retry-After. */
+export function sendErrorOf(res: ServerResponse, err: Error): void {
+  const retry = retryAfterOf(err);
+  sendJson(res, statusOf(err) ?? 500, errorBody(err), retry !== undefined ? { "retry-after": String(retry) } : {});
 }
 
 function headersFor(req: IncomingMessage, keepUpgrade: boolean): Record<string, string | string[]> {

@@ -152,14 +152,31 @@ export class SandboxCalls {
     return { templateId, prefer: [holder], ...(checkpointKey ? { checkpointKey } : {}) };
   }
 
-  /** API calls about one sandbox, routed to its node; a paused sandbox whose node is gone moves on connect. */
-  async route(req: IncomingMessage, res: ServerResponse, id: string, rest: string): Promise<void> {
+  /**
+   * Whether a sandbox is paused, for a resume that runs one more of its key's sandboxes: asked
+   * of its node with the caller's own key (another key's sandbox is as good as absent); one
+   * whose node is gone can only have been paused to move at all.
+   */
+  async isPaused(id: string, req: IncomingMessage): Promise<boolean> {
+    const owner = await this.view.owner(id);
+    if (!owner.node) return !!owner.dead;
+    const headers = { ...nodeHeaders(req) };
+    delete headers["content-type"];
+    const ans = await call(owner.node.url, "GET", `/sandboxes/${encodeURIComponent(id)}`, headers, undefined, 15_000);
+    return ans.status === 200 && parseJson<{ state?: string }>(ans.body)?.state === "paused";
+  }
+
+  /**
+   * API calls about one sandbox, routed to its node; a paused sandbox whose node is gone moves
+   * on connect. `read`: the body, when the caller has read it already (to count a fork).
+   */
+  async route(req: IncomingMessage, res: ServerResponse, id: string, rest: string, read?: Buffer): Promise<void> {
     const owner = await this.view.owner(id);
     const moving = req.method === "POST" && (rest === "/connect" || rest === "/resume");
     if (owner.node && moving) {
       // Its node may have died since its last heartbeat: then the sandbox moves (only a paused
       // one can: the node that takes it over needs its pause image in the repository).
-      const body = await readBody(req);
+      const body = read ?? (await readBody(req));
       let ans: NodeAnswer;
       try {
         ans = await call(owner.node.url, "POST", req.url ?? "/", nodeHeaders(req), body);
@@ -180,7 +197,7 @@ export class SandboxCalls {
       return relay(res, ans);
     }
     if (owner.node) {
-      if (req.method === "POST" && rest === "/fork") return this.fork(req, res, owner.node, id);
+      if (req.method === "POST" && rest === "/fork") return this.fork(req, res, owner.node, id, read);
       if (req.method === "POST" && rest === "/snapshots") return this.snapshot(req, res, owner.node);
       if (req.method === "DELETE" && !rest) {
         res.on("finish", () => {
@@ -196,7 +213,7 @@ export class SandboxCalls {
     }
     return relay(
       res,
-      await this.resumeElsewhere(id, req.url ?? "/", nodeHeaders(req), await readBody(req), owner.dead),
+      await this.resumeElsewhere(id, req.url ?? "/", nodeHeaders(req), read ?? (await readBody(req)), owner.dead),
     );
   }
 
@@ -351,8 +368,14 @@ export class SandboxCalls {
    * fit start on other nodes from the same capture, which the node publishes as a snapshot
    * for them and which is deleted once they run.
    */
-  private async fork(req: IncomingMessage, res: ServerResponse, node: NodeInfo, id: string): Promise<void> {
-    const body = await readBody(req);
+  private async fork(
+    req: IncomingMessage,
+    res: ServerResponse,
+    node: NodeInfo,
+    id: string,
+    read: Buffer | undefined,
+  ): Promise<void> {
+    const body = read ?? (await readBody(req));
     const headers = nodeHeaders(req);
     // Calls without a body (the parent's info, the capture's delete) must not claim JSON.
     const { "content-type": _ct, ...bare } = headers;

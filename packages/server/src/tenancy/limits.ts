@@ -60,14 +60,17 @@ export class LocalKeyLimits {
     w.calls++;
   }
 
-  /** Room for `n` creates of `t`; the returned function ends them (started or not). */
-  admitCreate(t: Tenant, n = 1): () => void {
+  /**
+   * Room for `n` sandboxes more of `t`; the returned function ends them (started or not).
+   * `creates: false` (a resume) takes no token of the creates a second.
+   */
+  admitCreate(t: Tenant, n = 1, o: { creates?: boolean } = {}): () => void {
     const l = t.limits;
     if (!l) return () => {};
     const pending = this.pending.get(t.id) ?? 0;
     const refused = limitRules.sandboxes(l, this.running(t.id), pending, n);
     if (refused) throw refused;
-    if (l.createsPerSecond) {
+    if (l.createsPerSecond && o.creates !== false) {
       const rate = l.createsPerSecond;
       const now = performance.now();
       const b = this.buckets.get(t.id) ?? { tokens: Math.max(1, rate), at: now };

@@ -52,6 +52,8 @@ export const TENANT_KEY_FORM = /^e2b_[0-9a-f]{40}$/;
 const KEY_PREFIX = "e2b_";
 /** How stale a process's view of the keys may be: a new or revoked key takes effect within it elsewhere. */
 const KEYS_FRESH_MS = 1000;
+/** An unknown key re-reads the store at most this often. */
+const MISS_RELOAD_MS = 100;
 /** lastUsed is written at most this often per key (it is shown, not enforced). */
 const LAST_USED_EVERY_MS = 60_000;
 
@@ -88,6 +90,7 @@ export class Tenants {
     return byHash;
   });
   private readonly lastUsedWritten = new Map<string, number>();
+  private lastMissReload = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly store: RecordStore<ApiKeyRecord>,
@@ -107,7 +110,15 @@ export class Tenants {
   async resolve(key: string): Promise<Tenant | undefined> {
     if (this.isOperator(key)) return OPERATOR;
     if (!TENANT_KEY_FORM.test(key)) return undefined;
-    const r = (await this.keys.get()).get(sha256(key));
+    const hash = sha256(key);
+    let r = (await this.keys.get()).get(hash);
+    // A key made a moment ago on another process (a gateway, another node): read again, at
+    // most every MISS_RELOAD_MS, so unknown keys cannot make every request a store read.
+    if (!r && performance.now() - this.lastMissReload > MISS_RELOAD_MS) {
+      this.lastMissReload = performance.now();
+      this.keys.drop();
+      r = (await this.keys.get()).get(hash);
+    }
     if (!r) return undefined;
     this.noteUse(r);
     return { id: r.id, name: r.name, admin: false, ...(r.limits ? { limits: r.limits } : {}) };

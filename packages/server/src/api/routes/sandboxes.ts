@@ -114,8 +114,8 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     (name) =>
       opts.secretBinding(name, owner);
   /** Room in the caller's limits for `n` sandboxes more, held until `run` ends. */
-  const withinLimits = async <T>(t: Tenant, n: number, run: () => Promise<T>): Promise<T> => {
-    const done = opts.keyLimits?.admitCreate(t, n);
+  const withinLimits = async <T>(t: Tenant, n: number, run: () => Promise<T>, creates = true): Promise<T> => {
+    const done = n > 0 ? opts.keyLimits?.admitCreate(t, n, { creates }) : undefined;
     try {
       return await run();
     } finally {
@@ -244,8 +244,11 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     const t = tenantOf(req);
     // A resume runs one more of the key's sandboxes; a connect to a running one does not.
     const paused = !orch.registry.has(sandboxID) || apiState(orch.get(sandboxID)) === "paused";
-    const { rec, resumed } = await withinLimits(t, paused ? 1 : 0, () =>
-      orch.resume(sandboxID, b.timeout, { auto, requester: t, ...trafficOf(req), ...memory }),
+    const { rec, resumed } = await withinLimits(
+      t,
+      paused ? 1 : 0,
+      () => orch.resume(sandboxID, b.timeout, { auto, requester: t, ...trafficOf(req), ...memory }),
+      false,
     );
     return reply.status(resumed ? 201 : 200).send(sandboxCreated(rec, ctx));
   };
@@ -259,8 +262,11 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
       throw new ConflictError(`sandbox '${sandboxID}' is not paused`);
     }
     const t = tenantOf(req);
-    const { rec } = await withinLimits(t, 1, () =>
-      orch.resume(sandboxID, b.timeout, { requester: t, ...(b.memory === false ? { memory: false } : {}) }),
+    const { rec } = await withinLimits(
+      t,
+      1,
+      () => orch.resume(sandboxID, b.timeout, { requester: t, ...(b.memory === false ? { memory: false } : {}) }),
+      false,
     );
     return reply.status(201).send(sandboxCreated(rec, ctx));
   });
