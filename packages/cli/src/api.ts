@@ -1,5 +1,7 @@
 import {
+  type ApiKeyInfo,
   type BuildStatus,
+  type CreatedApiKey,
   E2B_SANDBOX_ID_HEADER,
   E2B_SANDBOX_PORT_HEADER,
   type ErrorBody,
@@ -11,12 +13,22 @@ import {
   TRAFFIC_TOKEN_HEADER,
 } from "@aenv/protocol";
 import { CODE_INTERPRETER_PORT, type ExecuteRequest } from "@aenv/protocol/code-interpreter";
-import type { ColdSandboxBody, NewSandboxBody } from "@aenv/protocol/rest";
+import type { ApiKeyLimits, ColdSandboxBody, NewSandboxBody } from "@aenv/protocol/rest";
 import { Sandbox } from "e2b";
 import type { ResolvedConfig } from "./config.js";
 import { CliError } from "./errors.js";
 
-export type { BuildStatus, ForkResult, ListedSandbox, SandboxCreated, SnapshotInfo, TemplateInfo };
+export type {
+  ApiKeyInfo,
+  ApiKeyLimits,
+  BuildStatus,
+  CreatedApiKey,
+  ForkResult,
+  ListedSandbox,
+  SandboxCreated,
+  SnapshotInfo,
+  TemplateInfo,
+};
 
 export type ColdOptions = ColdSandboxBody;
 export type CreateOptions = NewSandboxBody;
@@ -116,6 +128,18 @@ export class Api {
   }
   snapshots(sandboxID?: string): Promise<SnapshotInfo[]> {
     return this.request("GET", `/snapshots${sandboxID ? `?sandboxID=${encodeURIComponent(sandboxID)}` : ""}`);
+  }
+  apiKeys(): Promise<ApiKeyInfo[]> {
+    return this.request("GET", "/api-keys");
+  }
+  createApiKey(name: string, limits?: ApiKeyLimits): Promise<CreatedApiKey> {
+    return this.request("POST", "/api-keys", { name, ...(limits ? { limits } : {}) });
+  }
+  updateApiKey(id: string, body: { name?: string; limits?: ApiKeyLimits | null }): Promise<ApiKeyInfo> {
+    return this.request("PATCH", `/api-keys/${encodeURIComponent(id)}`, body);
+  }
+  revokeApiKey(id: string): Promise<void> {
+    return this.request("DELETE", `/api-keys/${encodeURIComponent(id)}`);
   }
   deleteSnapshot(id: string): Promise<void> {
     return this.request("DELETE", `/templates/${encodeURIComponent(id)}`);

@@ -3,6 +3,7 @@ import { registerAuth } from "./commands/auth.js";
 import { registerBuild } from "./commands/build.js";
 import { registerCompletion } from "./commands/completion.js";
 import { registerFiles } from "./commands/files.js";
+import { registerKeys } from "./commands/keys.js";
 import { registerRunCode } from "./commands/run-code.js";
 import { registerSandboxes } from "./commands/sandboxes.js";
 import { registerShell } from "./commands/shell.js";
@@ -44,6 +45,7 @@ export function buildProgram(io: ProgramIO = {}): Command {
   registerRunCode(program, ctx);
   registerSnapshots(program, ctx);
   registerTemplates(program, ctx);
+  registerKeys(program, ctx);
   registerBuild(program, ctx);
   registerCompletion(program, ctx);
   const configure = (c: Command) => {
