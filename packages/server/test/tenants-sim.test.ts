@@ -270,6 +270,9 @@ describe("API keys", () => {
     assert.equal(resume.status, 429);
     // Other keys and the operator are not held by C's cap.
     assert.equal((await op("POST", "/sandboxes", { templateID: "base" })).status, 201);
+    const metrics = await (await fetch(`${server.url}/metrics`, { headers: { "x-api-key": server.apiKey } })).text();
+    assert.match(metrics, new RegExp(`aenv_api_key_sandboxes\\{key="${C.id}"\\} 2\\b`));
+    assert.match(metrics, new RegExp(`aenv_api_key_refusals_total\\{key="${C.id}",limit="sandboxes"\\} 3\\b`));
 
     const D = await newKey("d", { createsPerSecond: 0.2 });
     assert.equal((await call(D.key, "POST", "/sandboxes", { templateID: "base" })).status, 201);

@@ -5,6 +5,7 @@ import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { SandboxRecord } from "../state/store.js";
+import { registerKeySandboxes } from "../telemetry/key-metrics.js";
 import { LocalKeyLimits } from "../tenancy/limits.js";
 import { type ApiKeyRecord, Tenants } from "../tenancy/tenants.js";
 import { FileRecordStore, RedisRecordStore } from "../util/record-store.js";
@@ -34,6 +35,11 @@ export async function startTenants(
   log: Logger,
 ): Promise<TenantsComponent> {
   const onUseFailed = (err: Error) => log.warn({ err: err.message }, "API key lastUsed not written");
+  registerKeySandboxes(() => {
+    const n = new Map<string, number>();
+    for (const r of orch.list()) if (r.owner && countsAsRunning(r)) n.set(r.owner, (n.get(r.owner) ?? 0) + 1);
+    return n;
+  });
   if (cfg.cluster) {
     const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
     const store = new RedisRecordStore<ApiKeyRecord>(redis, keys.apiKeys);

@@ -15,6 +15,7 @@ import { InvalidRequestError, KeyLimitError } from "../errors.js";
 import { errorBody, errorBodyOf, NO_API_KEY, noRouteBody, retryAfterOf, statusOf, zodMessage } from "../http-errors.js";
 import { isSignedFiles } from "../proxy/signed-files.js";
 import { resolveTarget, targetProblem } from "../proxy/target.js";
+import { registerKeySandboxes } from "../telemetry/key-metrics.js";
 import {
   CONTENT_TYPE,
   countConnectionShed,
@@ -206,6 +207,13 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
 
   // Prometheus, without the key like /health (docs/deployment.md#metrics).
   registerGateway(() => view.nodes());
+  registerKeySandboxes(async () => {
+    const n = new Map<string, number>();
+    for (const node of await view.nodes().catch(() => [])) {
+      for (const [k, c] of Object.entries(node.owners ?? {})) n.set(k, (n.get(k) ?? 0) + c);
+    }
+    return n;
+  });
   fastify.get("/metrics", { config: { public: true } }, async (_req, reply) =>
     reply.header("content-type", CONTENT_TYPE).send(await scrape()),
   );

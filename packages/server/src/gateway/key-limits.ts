@@ -116,7 +116,7 @@ export class ClusterKeyLimits {
       .pexpire(key, span * 2)
       .exec();
     const count = Number(r?.[0]?.[1] ?? 0);
-    if (count > l.callsPerWindow) throw limitRules.calls(l, Math.max(1, Math.ceil(((window + 1) * span - now) / 1000)));
+    if (count > l.callsPerWindow) throw limitRules.calls(t, Math.max(1, Math.ceil(((window + 1) * span - now) / 1000)));
   }
 
   /**
@@ -143,8 +143,8 @@ export class ClusterKeyLimits {
       String(rate ?? -1),
     )) as [number, string?, number?, number?];
     if (ans[0] !== 1) {
-      if (ans[1] === "rate") throw limitRules.creates(l, Math.max(1, Number(ans[2] ?? 1)));
-      throw limitRules.sandboxes(l, Number(ans[2] ?? 0), Number(ans[3] ?? 0), n) ?? limitRules.creates(l, 1);
+      if (ans[1] === "rate") throw limitRules.creates(t, Math.max(1, Number(ans[2] ?? 1)));
+      throw limitRules.sandboxes(t, Number(ans[2] ?? 0), Number(ans[3] ?? 0), n) ?? limitRules.creates(t, 1);
     }
     if (l.maxSandboxes === undefined) return none;
     let done = false;

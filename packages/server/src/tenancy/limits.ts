@@ -1,5 +1,5 @@
-import type { ApiKeyLimits } from "@aenv/protocol/rest";
 import { KeyLimitError } from "../errors.js";
+import { countKeyRefusal } from "../telemetry/key-metrics.js";
 import type { Tenant } from "./tenants.js";
 
 /** E2B counts its lifecycle calls over 30 s. */
@@ -11,27 +11,37 @@ export const DEFAULT_WINDOW_S = 30;
  */
 export const limitRules = {
   /** A create of `n` beside `running` sandboxes of the key and `pending` creates in flight. */
-  sandboxes(l: ApiKeyLimits, running: number, pending: number, n: number): KeyLimitError | undefined {
+  sandboxes(t: Tenant, running: number, pending: number, n: number): KeyLimitError | undefined {
+    const l = t.limits ?? {};
     if (l.maxSandboxes === undefined || running + pending + n <= l.maxSandboxes) return undefined;
-    return new KeyLimitError(
+    return refused(
+      t,
       `this API key may run ${l.maxSandboxes} sandboxes at once (${running} running, ${pending} starting); kill or pause one, or retry`,
       "sandboxes",
       1,
     );
   },
-  creates: (l: ApiKeyLimits, waitS: number) =>
-    new KeyLimitError(
-      `this API key may create ${l.createsPerSecond} sandboxes a second; retry in ${waitS} s`,
+  creates: (t: Tenant, waitS: number) =>
+    refused(
+      t,
+      `this API key may create ${t.limits?.createsPerSecond} sandboxes a second; retry in ${waitS} s`,
       "rate",
       waitS,
     ),
-  calls: (l: ApiKeyLimits, waitS: number) =>
-    new KeyLimitError(
-      `this API key may make ${l.callsPerWindow} API calls in ${l.windowSeconds ?? DEFAULT_WINDOW_S} s; retry in ${waitS} s`,
+  calls: (t: Tenant, waitS: number) =>
+    refused(
+      t,
+      `this API key may make ${t.limits?.callsPerWindow} API calls in ${t.limits?.windowSeconds ?? DEFAULT_WINDOW_S} s; retry in ${waitS} s`,
       "rate",
       waitS,
     ),
 };
+
+/** A refusal by `t`'s limits, counted on /metrics. */
+function refused(t: Tenant, message: string, limit: "sandboxes" | "rate", retryAfterS: number): KeyLimitError {
+  countKeyRefusal(t.id, limit);
+  return new KeyLimitError(message, limit, retryAfterS);
+}
 
 /**
  * A node's own enforcement of key limits, when it is not behind gateways (they enforce them
@@ -56,7 +66,7 @@ export class LocalKeyLimits {
       w = { start: now - (now % span), calls: 0 };
       this.windows.set(t.id, w);
     }
-    if (w.calls >= l.callsPerWindow) throw limitRules.calls(l, Math.max(1, Math.ceil((w.start + span - now) / 1000)));
+    if (w.calls >= l.callsPerWindow) throw limitRules.calls(t, Math.max(1, Math.ceil((w.start + span - now) / 1000)));
     w.calls++;
   }
 
@@ -68,8 +78,8 @@ export class LocalKeyLimits {
     const l = t.limits;
     if (!l) return () => {};
     const pending = this.pending.get(t.id) ?? 0;
-    const refused = limitRules.sandboxes(l, this.running(t.id), pending, n);
-    if (refused) throw refused;
+    const over = limitRules.sandboxes(t, this.running(t.id), pending, n);
+    if (over) throw over;
     if (l.createsPerSecond && o.creates !== false) {
       const rate = l.createsPerSecond;
       const now = performance.now();
@@ -77,7 +87,7 @@ export class LocalKeyLimits {
       b.tokens = Math.min(Math.max(1, rate), b.tokens + ((now - b.at) / 1000) * rate);
       b.at = now;
       this.buckets.set(t.id, b);
-      if (b.tokens < n) throw limitRules.creates(l, Math.max(1, Math.ceil((n - b.tokens) / rate)));
+      if (b.tokens < n) throw limitRules.creates(t, Math.max(1, Math.ceil((n - b.tokens) / rate)));
       b.tokens -= n;
     }
     this.pending.set(t.id, pending + n);
