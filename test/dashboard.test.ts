@@ -40,16 +40,17 @@ async function until(what: string, cond: () => Promise<boolean>, ms = 30_000): P
 
 /**
  * The refusals the page expects: the wrong key (401 on its one check), GET /nodes on a server
- * that is not in a cluster (404). Any other answer over 400 fails the suite.
+ * that is not in a cluster (404), the keys page signed in with a key that is not the
+ * operator's (403). Any other answer over 400 fails the suite.
  */
-const EXPECTED_FAILURES = new Set(["401 GET /v2/sandboxes", "404 GET /nodes"]);
+const EXPECTED_FAILURES = new Set(["401 GET /v2/sandboxes", "404 GET /nodes", "403 GET /api-keys"]);
 /**
  * The browser's own log lines about those answers, and about the terminal's stream that a
  * pause cuts (an incomplete chunked answer). Every other console error and every uncaught
  * exception fails.
  */
 const EXPECTED_LOG =
-  /^console: Failed to load resource: (the server responded with a status of (401|404)|net::ERR_INCOMPLETE_CHUNKED_ENCODING)/;
+  /^console: Failed to load resource: (the server responded with a status of (401|403|404)|net::ERR_INCOMPLETE_CHUNKED_ENCODING)/;
 
 describe("dashboard", () => {
   test("the page and its files are served without the key; the API still needs it", async () => {
@@ -269,6 +270,48 @@ describe("dashboard", () => {
       // Templates are shot with a build's log in the build test below.
       if (name !== "nodes" && name !== "templates") await shot(name);
     }
+  });
+
+  test("API keys: made in the page with a limit and shown once; that key sees none of the operator's sandboxes; revoked", async () => {
+    const s = srv();
+    const signIn = async (key: string) => {
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.getByLabel("API key").fill(key);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Sandboxes" }).click();
+      await page.getByRole("heading", { name: "Sandboxes", level: 1 }).waitFor();
+    };
+    await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click();
+    await page.getByRole("heading", { name: "API keys", level: 1 }).waitFor();
+    const form = page.getByRole("form", { name: "New API key" });
+    await form.getByLabel("Name").fill("dash-trainer");
+    await form.getByLabel("Max sandboxes").fill("2");
+    await form.getByRole("button", { name: "Create key" }).click();
+    const shown = page.getByRole("status").filter({ hasText: "not shown again" });
+    await shown.waitFor();
+    const key = String(await shown.locator("code").textContent());
+    assert.match(key, /^e2b_[0-9a-f]{40}$/);
+    const row = page.getByRole("table", { name: "API keys" }).getByRole("row").filter({ hasText: "dash-trainer" });
+    await row.filter({ hasText: "2 sandboxes" }).waitFor();
+    assert.ok(!String(await row.textContent()).includes(key), "listed masked");
+    await shot("keys");
+    const listed = (await s.api("GET", "/api-keys")).body as Array<{ id: string; name: string }>;
+    assert.ok(listed.some((k) => k.name === "dash-trainer"));
+
+    await signIn(key);
+    await page.waitForTimeout(2000);
+    assert.ok(!(await page.content()).includes(sbx.sandboxId), "the operator's sandbox is not this key's");
+    await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click();
+    await page.getByText("managed with the operator's key").waitFor();
+
+    await signIn(s.apiKey);
+    await page.getByRole("link", { name: sbx.sandboxId }).waitFor();
+    await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "API keys" }).click();
+    await page.getByRole("button", { name: "Revoke dash-trainer" }).click();
+    await page.getByRole("button", { name: "Confirm revoke" }).click();
+    await until("the key is gone from the table", async () => (await row.count()) === 0);
+    const after = await fetch(`${s.url}/v2/sandboxes`, { headers: { "x-api-key": key } });
+    assert.equal(after.status, 401, "a revoked key opens nothing");
   });
 
   test("a template's build log streams while the build runs", async () => {

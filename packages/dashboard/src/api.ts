@@ -1,5 +1,7 @@
 import type {
+  ApiKeyInfo,
   BuildStatus,
+  CreatedApiKey,
   ErrorBody,
   ForkResult,
   ListedSandbox,
@@ -10,6 +12,7 @@ import type {
   TemplateInfo,
   VolumeListed,
 } from "@aenv/protocol";
+import type { ApiKeyLimits } from "@aenv/protocol/rest";
 
 /**
  * The dashboard's only way to the control plane: the public REST API of the origin that
@@ -134,6 +137,11 @@ export const api = {
   volumes: () => get<VolumeListed[]>("/volumes"),
   /** A gateway's nodes; a single server without a cluster answers 404. */
   nodes: () => get<NodeInfo[]>("/nodes"),
+  /** API keys: the operator's key only (others: 403). */
+  keys: () => get<ApiKeyInfo[]>("/api-keys"),
+  createKey: async (name: string, limits?: ApiKeyLimits) =>
+    (await call<CreatedApiKey>("POST", "/api-keys", { name, ...(limits ? { limits } : {}) })).body,
+  revokeKey: (id: string) => call<void>("DELETE", `/api-keys/${enc(id)}`),
 };
 
 /** E2B's node shape (GET /nodes). */

@@ -2,6 +2,7 @@ import "./style.css";
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { forgetKey, setUnauthorizedHandler, storedKey } from "./api.js";
+import { KeysPage } from "./pages/keys.js";
 import { NodesPage, SnapshotsPage, VolumesPage } from "./pages/resources.js";
 import { SandboxPage } from "./pages/sandbox.js";
 import { SandboxesPage } from "./pages/sandboxes.js";
@@ -31,6 +32,7 @@ const NAV: Array<[string, string]> = [
   ["snapshots", "Snapshots"],
   ["volumes", "Volumes"],
   ["nodes", "Nodes"],
+  ["keys", "API keys"],
 ];
 
 function Page({ route }: { route: string[] }) {
@@ -40,6 +42,7 @@ function Page({ route }: { route: string[] }) {
   if (section === "snapshots") return <SnapshotsPage />;
   if (section === "volumes") return <VolumesPage />;
   if (section === "nodes") return <NodesPage />;
+  if (section === "keys") return <KeysPage />;
   return <SandboxesPage />;
 }
 
