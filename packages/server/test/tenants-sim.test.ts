@@ -187,6 +187,7 @@ describe("API keys", () => {
     // A rule of B's naming A's secret for a host A never bound it to: B's create does not learn
     // A's binding (no 400 naming it; the sim runtime then fails to install the egress CA).
     const rule = {
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's placeholder, sent as it is
       network: { rules: { "evil.example": [{ transform: { headers: { "x-t": "${e2b.secrets.a-only}" } } }] } },
     };
     const ruled = await call(B.key, "POST", "/sandboxes", { templateID: "base", ...rule });

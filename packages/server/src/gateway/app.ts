@@ -1,4 +1,3 @@
-import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ERROR_CODES, IDEMPOTENCY, idempotencyKeyOf, PARTIAL_HEADER, TOTAL_RUNNING_HEADER } from "@aenv/protocol";
 import { WebhookDeliveriesQuery } from "@aenv/protocol/rest";
