@@ -69,6 +69,11 @@ describe("API keys", () => {
     assert.equal((await op("POST", "/api-keys", { name: "x", limits: { maxSandboxes: -1 } })).status, 400);
     assert.equal((await op("DELETE", "/api-keys/operator")).status, 400);
     assert.equal((await call(a.key, "GET", "/sandboxes")).status, 200);
+    const used = async () =>
+      ((await op("GET", "/api-keys")).body as Array<{ id: string; lastUsed: string | null }>).find((x) => x.id === a.id)
+        ?.lastUsed;
+    for (let i = 0; i < 20 && !(await used()); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(await used(), "lastUsed is kept");
     assert.equal((await op("DELETE", `/api-keys/${a.id}`)).status, 204);
     assert.equal((await call(a.key, "GET", "/sandboxes")).status, 401, "a revoked key opens nothing");
     assert.equal((await op("DELETE", `/api-keys/${a.id}`)).status, 404);

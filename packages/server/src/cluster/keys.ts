@@ -43,6 +43,8 @@ export const keys = {
   tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
   /** Hash of the cluster's API keys: ID → record (sha256 of the key, never the key). */
   apiKeys: "aenv:apikeys",
+  /** Hash key ID → when it was last used (apart from the record: see tenancy/tenants.ts). */
+  apiKeyUses: "aenv:apikeys:used",
 };
 
 /** What a node publishes about itself every heartbeat (E2B's node shape is built from it). */

@@ -7,7 +7,7 @@ import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { SandboxRecord } from "../state/store.js";
 import { registerKeySandboxes } from "../telemetry/key-metrics.js";
 import { LocalKeyLimits } from "../tenancy/limits.js";
-import { type ApiKeyRecord, Tenants } from "../tenancy/tenants.js";
+import { type ApiKeyRecord, type KeyUse, Tenants } from "../tenancy/tenants.js";
 import { FileRecordStore, RedisRecordStore } from "../util/record-store.js";
 import type { Component } from "./component.js";
 
@@ -18,6 +18,7 @@ export interface TenantsComponent extends Component {
 }
 
 const API_KEYS_FILE = "api-keys.json";
+const API_KEY_USES_FILE = "api-keys-used.json";
 
 /** Whether a sandbox counts against its key's concurrent sandboxes: running (hibernated too), not paused. */
 export function countsAsRunning(r: Pick<SandboxRecord, "state" | "idleSaved">): boolean {
@@ -43,12 +44,14 @@ export async function startTenants(
   if (cfg.cluster) {
     const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
     const store = new RedisRecordStore<ApiKeyRecord>(redis, keys.apiKeys);
-    return { tenants: new Tenants(store, cfg.apiKey, onUseFailed), stop: async () => redis.disconnect() };
+    const uses = new RedisRecordStore<KeyUse>(redis, keys.apiKeyUses);
+    return { tenants: new Tenants(store, uses, cfg.apiKey, onUseFailed), stop: async () => redis.disconnect() };
   }
   const store = new FileRecordStore<ApiKeyRecord>(paths.secrets, API_KEYS_FILE);
+  const uses = new FileRecordStore<KeyUse>(paths.secrets, API_KEY_USES_FILE);
   const running = (owner: string) => orch.list().filter((r) => r.owner === owner && countsAsRunning(r)).length;
   return {
-    tenants: new Tenants(store, cfg.apiKey, onUseFailed),
+    tenants: new Tenants(store, uses, cfg.apiKey, onUseFailed),
     keyLimits: new LocalKeyLimits(running),
     stop: async () => {},
   };

@@ -23,7 +23,7 @@ import {
   registerGateway,
   scrape,
 } from "../telemetry/prometheus.js";
-import { type ApiKeyRecord, type Tenant, Tenants } from "../tenancy/tenants.js";
+import { type ApiKeyRecord, type KeyUse, type Tenant, Tenants } from "../tenancy/tenants.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { RedisRecordStore } from "../util/record-store.js";
 import { endWithError } from "../util/socket-error.js";
@@ -77,8 +77,11 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
 
   const calls = new SandboxCalls(view, o.apiKey, log);
   // API keys live in Redis, shared with the nodes; the gateways hold their limits cluster-wide.
-  const tenants = new Tenants(new RedisRecordStore<ApiKeyRecord>(o.redis, keys.apiKeys), o.apiKey, (err) =>
-    log.warn({ err: err.message }, "API key lastUsed not written"),
+  const tenants = new Tenants(
+    new RedisRecordStore<ApiKeyRecord>(o.redis, keys.apiKeys),
+    new RedisRecordStore<KeyUse>(o.redis, keys.apiKeyUses),
+    o.apiKey,
+    (err) => log.warn({ err: err.message }, "API key lastUsed not written"),
   );
   const keyLimits = new ClusterKeyLimits(o.redis);
   const tenantOfRaw = async (req: IncomingMessage): Promise<Tenant | undefined> => {

@@ -43,8 +43,17 @@ export interface ApiKeyRecord {
   sha256: string;
   mask: KeyMask;
   createdAt: string;
-  lastUsed?: string;
   limits?: ApiKeyLimits;
+}
+
+/**
+ * When a key was last used, kept apart from its record: written in the background on use, it
+ * could otherwise overwrite a record changed meanwhile (new limits lost) or bring a revoked key
+ * back. A use of a key that is gone leaves a stray entry that nothing reads.
+ */
+export interface KeyUse {
+  id: string;
+  at: string;
 }
 
 /** The keys this server makes: E2B's form, `e2b_` and 40 hex digits. */
@@ -69,14 +78,14 @@ function maskOf(key: string): KeyMask {
   };
 }
 
-function infoOf(r: ApiKeyRecord): ApiKeyInfo {
+function infoOf(r: ApiKeyRecord, lastUsed?: string): ApiKeyInfo {
   return {
     id: r.id,
     name: r.name,
     mask: r.mask,
     createdAt: r.createdAt,
     createdBy: null,
-    lastUsed: r.lastUsed ?? null,
+    lastUsed: lastUsed ?? null,
     ...(r.limits ? { limits: r.limits } : {}),
   };
 }
@@ -94,6 +103,7 @@ export class Tenants {
 
   constructor(
     private readonly store: RecordStore<ApiKeyRecord>,
+    private readonly uses: RecordStore<KeyUse>,
     operatorKey: string,
     private readonly onUseFailed: (err: Error) => void = () => {},
   ) {
@@ -137,17 +147,13 @@ export class Tenants {
     const now = Date.now();
     if (now - (this.lastUsedWritten.get(r.id) ?? 0) < LAST_USED_EVERY_MS) return;
     this.lastUsedWritten.set(r.id, now);
-    const lastUsed = new Date(now).toISOString();
-    r.lastUsed = lastUsed;
-    void this.store
-      .get(r.id)
-      .then((cur) => (cur ? this.store.put({ ...cur, lastUsed }) : undefined))
-      .catch((err: Error) => this.onUseFailed(err));
+    void this.uses.put({ id: r.id, at: new Date(now).toISOString() }).catch((err: Error) => this.onUseFailed(err));
   }
 
   /** Every key, the operator's first (it cannot be revoked; its limits are none). */
   async list(): Promise<ApiKeyInfo[]> {
     const all = (await this.store.list()).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+    const used = new Map((await this.uses.list()).map((u) => [u.id, u.at]));
     const operator: ApiKeyInfo = {
       id: OPERATOR_ID,
       name: OPERATOR.name,
@@ -157,7 +163,7 @@ export class Tenants {
       lastUsed: null,
       admin: true,
     };
-    return [operator, ...all.map(infoOf)];
+    return [operator, ...all.map((r) => infoOf(r, used.get(r.id)))];
   }
 
   async create(name: string, limits: ApiKeyLimits | undefined): Promise<CreatedApiKey> {
@@ -182,12 +188,13 @@ export class Tenants {
     const next: ApiKeyRecord = { ...rest, ...(u.name ? { name: u.name } : {}), ...(limits ? { limits } : {}) };
     await this.store.put(next);
     this.keys.drop();
-    return infoOf(next);
+    return infoOf(next, (await this.uses.get(id))?.at);
   }
 
   async revoke(id: string): Promise<void> {
     await this.mustGet(id);
     await this.store.delete(id);
+    await this.uses.delete(id);
     this.keys.drop();
   }
 

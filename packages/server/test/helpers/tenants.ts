@@ -1,17 +1,20 @@
 import type { FastifyInstance } from "fastify";
-import { type ApiKeyRecord, OPERATOR, Tenants } from "../../src/tenancy/tenants.js";
+import { type ApiKeyRecord, type KeyUse, OPERATOR, Tenants } from "../../src/tenancy/tenants.js";
 import type { RecordStore } from "../../src/util/record-store.js";
 
 /** Tenants over records held in memory: the operator's key `key`, others made by the test. */
-export function memoryTenants(key: string): Tenants {
-  const m = new Map<string, ApiKeyRecord>();
-  const store: RecordStore<ApiKeyRecord> = {
+function memoryStore<T extends { id: string }>(): RecordStore<T> {
+  const m = new Map<string, T>();
+  return {
     list: async () => [...m.values()],
     get: async (id) => m.get(id),
     put: async (r) => void m.set(r.id, r),
     delete: async (id) => m.delete(id),
   };
-  return new Tenants(store, key);
+}
+
+export function memoryTenants(key: string): Tenants {
+  return new Tenants(memoryStore<ApiKeyRecord>(), memoryStore<KeyUse>(), key);
 }
 
 /** Routes registered without the key check run as the operator (the unit tests of routes alone). */

@@ -3,7 +3,7 @@ import { ENVD_VERSION, type TemplateUpdated } from "@aenv/protocol";
 import { BuildLogsQuery, ListQuery, TemplateIdParams, TemplateUpdateBody } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { NotFoundError } from "../../errors.js";
+import { InvalidRequestError, NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { Template, TemplateStore } from "../../state/template-catalog.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
@@ -161,9 +161,11 @@ export async function templateRoutes(app: FastifyInstance, o: TemplateRouteOptio
   app.post("/v2/templates/:templateID/builds/:buildID", async (req, reply) => {
     const { templateID, buildID } = BuildParams.parse(req.params);
     const spec = BuildStart.parse(req.body ?? {});
-    // A build starts from a template the caller may start sandboxes of, as a create would.
-    if (spec.fromTemplate && !visibleTo(tenantOf(req))(mustGet(spec.fromTemplate))) {
-      throw new NotFoundError(`template '${spec.fromTemplate}' not found`);
+    // A build starts from a template the caller may start sandboxes of, as a create would;
+    // another key's is answered as a missing one is (the builder's 400).
+    const from = spec.fromTemplate ? o.templates.get(spec.fromTemplate) : undefined;
+    if (from && !visibleTo(tenantOf(req))(from)) {
+      throw new InvalidRequestError(`base template '${spec.fromTemplate}' not found`);
     }
     o.builder.start(templateID, buildID, spec);
     return reply.status(202).send();
