@@ -14,6 +14,7 @@ Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--temp
                    [--node-id NAME] [--advertise-url URL]
        aenv-server gc [--dry-run] [--grace SECONDS]        garbage-collect the snapshot repository
        aenv-server import-template --name NAME IMAGE       a template from an image, offline
+       aenv-server convert-image --to DIR IMAGE            an image's layers as eStargz (starts lazily)
 
   --config         TOML config file (default: AENV_CONFIG_PATH; see docs/configuration.md);
                    flags override environment variables, which override the file
@@ -54,6 +55,10 @@ async function main(): Promise<void> {
   if (process.argv[2] === "import-template") {
     const { importTemplateCommand } = await import("./commands/import-template.js");
     process.exit(await importTemplateCommand(process.argv.slice(3)));
+  }
+  if (process.argv[2] === "convert-image") {
+    const { convertImageCommand } = await import("./commands/convert-image.js");
+    process.exit(await convertImageCommand(process.argv.slice(3)));
   }
   if (process.argv[2] === "gc") {
     const { gcCommand } = await import("./commands/gc.js");

@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { convertToEStargz } from "../src/storage/images/convert.js";
 import { ContentStore, ImageStore, metaOfKey } from "../src/storage/images/index.js";
 import { NotSeekable, readRun, seekableTree } from "../src/templates/seekable-tree.js";
 import { indexTree } from "../src/templates/tree-index.js";
@@ -55,6 +56,15 @@ const esgz = layout.image({
 layout.tag(esgz, "esgz");
 const plain = layout.image({ layers: [{ tar: makeTar(lower), compression: "gzip" }], config });
 layout.tag(plain, "plain");
+// The same two layers as plain gzip (zstd for one): what convert-image rewrites.
+const plain2 = layout.image({
+  layers: [
+    { tar: makeTar(lower), compression: "gzip" },
+    { tar: makeTar(upper), compression: "zstd" },
+  ],
+  config,
+});
+layout.tag(plain2, "plain2");
 // The TOC the annotation pins is not the one in the layer.
 const other = estargzLayer([{ name: "x", content: "x" }]);
 const lying = layout.image({
@@ -100,7 +110,7 @@ async function spoilingProxy(upstream: string): Promise<{ host: string; close():
 
 before(async () => {
   registry = await startRegistry();
-  for (const tag of ["esgz", "plain", "lying"]) await push(layout.dir, tag, registry.host, `test/${tag}`);
+  for (const tag of ["esgz", "plain", "plain2", "lying"]) await push(layout.dir, tag, registry.host, `test/${tag}`);
 });
 after(async () => {
   await registry?.stop();
@@ -184,6 +194,42 @@ describe("eStargz images by range", () => {
   test("a TOC that is not the one the manifest pins is refused; a plain gzip image is not seekable", async () => {
     await assert.rejects(store("lying").seekable(`${registry.host}/test/lying:lying`), /TOC digest/);
     assert.equal(await store("plain").seekable(`${registry.host}/test/plain:plain`), undefined);
+  });
+
+  test("convert-image: a plain image rewritten as eStargz starts lazily, with the tree and bytes of the original", async () => {
+    const out = join(root, "converted");
+    const c = await convertToEStargz(store("convert"), `${registry.host}/test/plain2:plain2`, out, "v1");
+    assert.equal(c.layers.length, 2);
+    await push(out, "v1", registry.host, "test/converted");
+    const ref = `${registry.host}/test/converted:v1`;
+    const img = await store("converted-lazy").seekable(ref);
+    assert.ok(img, "every converted layer is eStargz");
+    const tree = seekableTree(img);
+    // The original, pulled and unpacked whole.
+    const whole = store("converted-whole");
+    const pulled = await whole.pull(`${registry.host}/test/plain2:plain2`);
+    const content = new ContentStore(join(root, "content2"));
+    await content.init();
+    const dest = join(root, "unpacked2");
+    const r = await whole.unpack(pulled, dest, undefined, { store: content, budget: { room: async () => () => {} } });
+    const unpacked = await indexTree(dest, r.keysByIno, tree.index.config);
+    assert.ok(unpacked);
+    const shape = (es: typeof tree.index.entries) =>
+      es
+        .map((e) => `${e.p}|${e.t}|${e.m.toString(8)}|${e.u}:${e.g}|${e.s}|${e.l ?? ""}|${e.k ?? ""}`)
+        .filter((l) => !l.startsWith("|d|"))
+        .sort();
+    assert.deepEqual(shape(tree.index.entries), shape(unpacked.entries));
+    const ranges = store("converted-lazy").ranges(ref);
+    for (const [key, run] of Object.entries(tree.runs)) {
+      const h = createHash("sha256");
+      for await (const chunk of readRun(ranges, run)) h.update(chunk);
+      assert.equal(h.digest("hex"), metaOfKey(key)?.hex);
+    }
+    // Still a plain image to anyone else: a whole pull checks its diff_ids and unpacks it.
+    const again = store("converted-plain");
+    const p2 = await again.pull(ref);
+    await again.unpack(p2, join(root, "unpacked3"));
   });
 
   test("an entry that climbs out of the tree is not served lazily", () => {
