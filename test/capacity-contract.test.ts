@@ -51,6 +51,10 @@ test("300 creates at once against a node capped at 50: 201 or 503 with Retry-Aft
         const id = ((await a.json()) as { sandboxID: string }).sandboxID;
         const s = await Sandbox.connect(id, simSdk(capped));
         assert.equal((await s.commands.run("true")).exitCode, 0);
+        // A rollout's work: held long enough that 300 clients at once fill the node's 50
+        // whatever the host's speed (a sim create is milliseconds, so without it the node may
+        // never hold 50 at once and the retry path would go untested).
+        await new Promise((r) => setTimeout(r, 500));
         await s.kill();
         return;
       }

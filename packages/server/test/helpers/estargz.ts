@@ -3,6 +3,9 @@
  * benchmarks: every non-empty file's bytes in gzip members of their own (split into chunks),
  * tar headers and padding in the members between, the TOC as the last member and the 51-byte
  * footer. The result is still a plain gzip tar, so a whole pull unpacks it as any layer.
+ *
+ * Written apart from the server's own writer (src/storage/images/estargz-writer.ts) on purpose:
+ * the reader is checked against a second reading of the format, not against itself.
  */
 import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
