@@ -2,7 +2,7 @@ import { hostname } from "node:os";
 import type { SandboxLogEntry } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { InvalidRequestError, NotFoundError } from "../errors.js";
+import { InvalidRequestError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import type { NetworkSpec } from "../network/policy.js";
 import type { SlotAllocator } from "../network/slots.js";
@@ -21,6 +21,7 @@ import { bootSettings, Creator } from "./create.js";
 import { drainNode } from "./drain.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
+import { Killer } from "./kill.js";
 import { LifecycleEvents } from "./lifecycle-events.js";
 import { Lifetimes } from "./lifetimes.js";
 import { guestCpuMs, type MetricSample } from "./metrics.js";
@@ -90,7 +91,7 @@ export class Orchestrator {
   private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;
   private readonly retention: PausedRetention;
-  private readonly killedListeners: Array<(id: string) => void> = [];
+  private readonly killer: Killer;
   /** The one place sandbox states change and records are persisted. */
   private readonly states: SandboxStates;
   /** Created, killed, paused, resumed, updated, forked: what clients (webhooks) are told. */
@@ -190,6 +191,7 @@ export class Orchestrator {
       log,
     });
     this.pauseCommits = new PauseCommits({ cfg, paths, states, registry, repository, checkpointKey, trees, log });
+    this.killer = new Killer({ registry, states, runner, commits: this.pauseCommits, events: this.events, log });
     this.clusterFence = new ClusterFence({
       cluster: Boolean(cfg.cluster),
       registry,
@@ -303,21 +305,8 @@ export class Orchestrator {
     );
   }
 
-  async kill(id: string): Promise<void> {
-    const l = this.registry.get(id);
-    if (!l || l.rec.state === "killing" || l.rec.state === "creating") {
-      throw new NotFoundError(`sandbox '${id}' not found`);
-    }
-    await this.registry.enqueue(l, async () => {
-      if (!this.registry.has(id)) return;
-      const wasPaused = l.rec.state === "paused";
-      this.states.killing(l.rec);
-      await this.runner.remove(l, true);
-      if (wasPaused) this.pauseCommits.forget(id);
-      for (const fn of this.killedListeners) fn(id);
-      this.d.log.info({ sandboxID: id }, "sandbox killed");
-      this.events.emit("killed", l.rec);
-    });
+  kill(id: string): Promise<void> {
+    return this.killer.kill(id);
   }
 
   /** memory: false keeps only the writable filesystem (a resume boots afresh). */
@@ -470,7 +459,7 @@ export class Orchestrator {
 
   /** Called when a sandbox is gone for good (killed, expired with autoPause off). */
   onKilled(fn: (id: string) => void): void {
-    this.killedListeners.push(fn);
+    this.killer.onKilled(fn);
   }
 
   buildSandbox(opts: {
