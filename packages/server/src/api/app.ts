@@ -20,7 +20,7 @@ import type { LocalKeyLimits } from "../tenancy/limits.js";
 import type { Tenants } from "../tenancy/tenants.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { endWithError } from "../util/socket-error.js";
-import { apiKeyCheck, bearerKeyMatcher } from "./auth.js";
+import { bearerKeyMatcher, operatorKeyCheck } from "./auth.js";
 import { dashboardRoutes } from "./dashboard.js";
 import { installErrorHandling } from "./error-handler.js";
 import { apiKeyRoutes } from "./routes/api-keys.js";
@@ -33,7 +33,7 @@ import { templateRoutes } from "./routes/templates.js";
 import { volumeContentRoutes } from "./routes/volume-content.js";
 import { volumeRoutes } from "./routes/volumes.js";
 import { webhookRoutes } from "./routes/webhooks.js";
-import { installAuth, installOwnership, keyOf, type OwnedKind } from "./tenancy.js";
+import { installAuth, installOwnership, type OwnedKind, tenantOfHeaders } from "./tenancy.js";
 
 export interface AppOptions {
   orch: Orchestrator;
@@ -79,13 +79,13 @@ export function buildApp(o: AppOptions): App {
     { route: (id) => o.orch.route(id), access: (id) => o.orch.access(id) },
     o.log.child({ component: "proxy" }),
     // Authorization: Bearer <API key> was meant for aenv, not for the sandbox.
-    bearerKeyMatcher(o.apiKey),
+    bearerKeyMatcher(o.tenants),
     o.limits,
   );
   o.orch.onStopped((id) => proxy.forget(id));
   // A sandbox with a client stream open (a running command, a WebSocket) is never idle.
   o.orch.hibernation.setBusyCheck((id) => proxy.hasOpenConnections(id));
-  const hasKey = apiKeyCheck(o.apiKey);
+  const hasKey = operatorKeyCheck(o.tenants);
   const fastify = Fastify({
     // Per-request logs at info would drown the rest; errors are still logged.
     loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,
@@ -162,10 +162,7 @@ export function buildApp(o: AppOptions): App {
   void fastify.register(volumeContentRoutes, {
     volumes: o.volumes,
     content: o.volumeContent,
-    tenantOfKey: async (req) => {
-      const key = keyOf(req.headers);
-      return key ? o.tenants.resolve(key) : undefined;
-    },
+    tenantOfKey: (req) => tenantOfHeaders(o.tenants, req.headers),
   });
   void fastify.register(secretRoutes, { secrets: o.secrets });
   void fastify.register(webhookRoutes, { webhooks: o.webhooks });

@@ -1,32 +1,29 @@
-import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
-import { TENANT_KEY_FORM } from "../tenancy/tenants.js";
-
-const digest = (s: string) => createHash("sha256").update(s).digest();
-
-/** Whether a value is the API key. Constant-time. */
-export function apiKeyMatcher(apiKey: string): (value: string) => boolean {
-  const want = digest(apiKey);
-  return (got) => timingSafeEqual(digest(got), want);
-}
+import { TENANT_KEY_FORM, type Tenants } from "../tenancy/tenants.js";
+import { keyOf } from "./tenancy.js";
 
 /**
  * Whether an Authorization header value is `Bearer <an API key>`: the operator's, or any of the
  * form this server gives keys (checked by form, not looked up: the proxy strips it either way,
  * so no client key reaches a sandbox).
  */
-export function bearerKeyMatcher(apiKey: string): (authorization: string) => boolean {
-  const isKey = apiKeyMatcher(apiKey);
-  return (auth) => auth.startsWith("Bearer ") && (isKey(auth.slice(7)) || TENANT_KEY_FORM.test(auth.slice(7)));
+export function bearerKeyMatcher(tenants: Pick<Tenants, "isOperator">): (authorization: string) => boolean {
+  return (auth) => {
+    if (!auth.startsWith("Bearer ")) return false;
+    const key = auth.slice(7);
+    return tenants.isOperator(key) || TENANT_KEY_FORM.test(key);
+  };
 }
 
-/** Whether a request carries the API key (X-API-Key, or Authorization: Bearer). Constant-time. */
-export function apiKeyCheck(apiKey: string): (req: { headers: IncomingHttpHeaders }) => boolean {
-  const isKey = apiKeyMatcher(apiKey);
+/**
+ * Whether a request carries the operator's key (X-API-Key, or Authorization: Bearer), without a
+ * store read: the connection guard's "trusted" test, on a node and a gateway. Constant-time.
+ */
+export function operatorKeyCheck(
+  tenants: Pick<Tenants, "isOperator">,
+): (req: { headers: IncomingHttpHeaders }) => boolean {
   return (req) => {
-    const auth = req.headers.authorization;
-    const got =
-      (req.headers["x-api-key"] as string | undefined) ?? (auth?.startsWith("Bearer ") ? auth.slice(7) : undefined);
-    return !!got && isKey(got);
+    const key = keyOf(req.headers);
+    return !!key && tenants.isOperator(key);
   };
 }

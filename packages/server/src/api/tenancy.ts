@@ -19,6 +19,12 @@ export function keyOf(headers: IncomingHttpHeaders): string | undefined {
   return auth?.startsWith("Bearer ") ? auth.slice(7) : undefined;
 }
 
+/** The tenant the key a request carries is, if it carries one that is a key. */
+export async function tenantOfHeaders(tenants: Tenants, headers: IncomingHttpHeaders): Promise<Tenant | undefined> {
+  const key = keyOf(headers);
+  return key ? tenants.resolve(key) : undefined;
+}
+
 /** The caller of a route behind the key check. */
 export function tenantOf(req: FastifyRequest): Tenant {
   if (!req.tenant) throw new UnauthorizedError(NO_API_KEY);
@@ -47,8 +53,7 @@ export function installAuth(app: FastifyInstance, tenants: Tenants, limits?: Key
   app.addHook("onRequest", async (req) => {
     if (req.method === "GET" && req.url === "/health") return;
     if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
-    const key = keyOf(req.headers);
-    const t = key ? await tenants.resolve(key) : undefined;
+    const t = await tenantOfHeaders(tenants, req.headers);
     if (!t) throw new UnauthorizedError(NO_API_KEY);
     if (!t.admin && OPERATOR_ONLY.some((re) => re.test(req.url))) {
       throw new ForbiddenError("this route is the operator's: call it with the server's own API key");

@@ -2,7 +2,7 @@ import type { NodeInfo } from "../cluster/keys.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { type TemplateStore, usable } from "../state/template-catalog.js";
-import { countsAsRunning } from "./tenants.js";
+import { runningByOwner } from "./tenants.js";
 
 /** What this node tells the cluster about itself (and GET /nodes answers on the node). */
 export function describeNode(
@@ -15,10 +15,8 @@ export function describeNode(
   let pausedCount = 0;
   let cpu = 0;
   let mem = 0;
-  const owners: Record<string, number> = {};
   for (const l of orch.registry.all()) {
     if (l.ephemeral) continue;
-    if (l.rec.owner && countsAsRunning(l.rec)) owners[l.rec.owner] = (owners[l.rec.owner] ?? 0) + 1;
     if (l.rec.state === "paused") pausedCount++;
     else if (l.rec.state === "running" || l.rec.state === "creating") {
       sandboxCount++;
@@ -43,6 +41,6 @@ export function describeNode(
       .list()
       .filter(usable)
       .flatMap((t) => (t.onDemand && t.fromImage ? [t.id, t.fromImage] : [t.id])),
-    owners,
+    owners: Object.fromEntries(runningByOwner(orch.registry.all().flatMap((l) => (l.ephemeral ? [] : [l.rec])))),
   };
 }

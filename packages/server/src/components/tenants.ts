@@ -20,9 +20,19 @@ export interface TenantsComponent extends Component {
 const API_KEYS_FILE = "api-keys.json";
 const API_KEY_USES_FILE = "api-keys-used.json";
 
-/** Whether a sandbox counts against its key's concurrent sandboxes: running (hibernated too), not paused. */
-export function countsAsRunning(r: Pick<SandboxRecord, "state" | "idleSaved">): boolean {
-  return r.state !== "killing" && (r.state !== "paused" || r.idleSaved === true);
+/**
+ * Each API key's sandboxes that count against its concurrent ones: running or starting
+ * (hibernated too), not paused or being killed; the operator's are not counted.
+ */
+export function runningByOwner(
+  recs: Iterable<Pick<SandboxRecord, "owner" | "state" | "idleSaved">>,
+): Map<string, number> {
+  const n = new Map<string, number>();
+  for (const r of recs) {
+    if (!r.owner || r.state === "killing" || (r.state === "paused" && r.idleSaved !== true)) continue;
+    n.set(r.owner, (n.get(r.owner) ?? 0) + 1);
+  }
+  return n;
 }
 
 /**
@@ -36,11 +46,7 @@ export async function startTenants(
   log: Logger,
 ): Promise<TenantsComponent> {
   const onUseFailed = (err: Error) => log.warn({ err: err.message }, "API key lastUsed not written");
-  registerKeySandboxes(() => {
-    const n = new Map<string, number>();
-    for (const r of orch.list()) if (r.owner && countsAsRunning(r)) n.set(r.owner, (n.get(r.owner) ?? 0) + 1);
-    return n;
-  });
+  registerKeySandboxes(() => runningByOwner(orch.list()));
   if (cfg.cluster) {
     const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
     const store = new RedisRecordStore<ApiKeyRecord>(redis, keys.apiKeys);
@@ -49,7 +55,7 @@ export async function startTenants(
   }
   const store = new FileRecordStore<ApiKeyRecord>(paths.secrets, API_KEYS_FILE);
   const uses = new FileRecordStore<KeyUse>(paths.secrets, API_KEY_USES_FILE);
-  const running = (owner: string) => orch.list().filter((r) => r.owner === owner && countsAsRunning(r)).length;
+  const running = (owner: string) => runningByOwner(orch.list()).get(owner) ?? 0;
   return {
     tenants: new Tenants(store, uses, cfg.apiKey, onUseFailed),
     keyLimits: new LocalKeyLimits(running),

@@ -4,11 +4,12 @@ import { WebhookDeliveriesQuery } from "@aenv/protocol/rest";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
+import { operatorKeyCheck } from "../api/auth.js";
 import { dashboardRoutes } from "../api/dashboard.js";
 import { decodeCursor, encodeCursor, parseStates } from "../api/list-filter.js";
 import { apiKeyRoutes } from "../api/routes/api-keys.js";
 import { teamsOf } from "../api/routes/teams.js";
-import { installAuth, keyOf, tenantOf } from "../api/tenancy.js";
+import { installAuth, keyOf, tenantOf, tenantOfHeaders } from "../api/tenancy.js";
 import { keys, type NodeInfo } from "../cluster/keys.js";
 import { InvalidRequestError, KeyLimitError } from "../errors.js";
 import { errorBody, errorBodyOf, NO_API_KEY, noRouteBody, retryAfterOf, statusOf, zodMessage } from "../http-errors.js";
@@ -23,7 +24,7 @@ import {
   registerGateway,
   scrape,
 } from "../telemetry/prometheus.js";
-import { type ApiKeyRecord, type KeyUse, type Tenant, Tenants } from "../tenancy/tenants.js";
+import { type ApiKeyRecord, type KeyUse, Tenants } from "../tenancy/tenants.js";
 import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
 import { RedisRecordStore } from "../util/record-store.js";
 import { endWithError } from "../util/socket-error.js";
@@ -84,14 +85,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     (err) => log.warn({ err: err.message }, "API key lastUsed not written"),
   );
   const keyLimits = new ClusterKeyLimits(o.redis);
-  const tenantOfRaw = async (req: IncomingMessage): Promise<Tenant | undefined> => {
-    const key = keyOf(req.headers);
-    return key ? tenants.resolve(key) : undefined;
-  };
-  const isOperator = (req: IncomingMessage) => {
-    const key = keyOf(req.headers);
-    return !!key && tenants.isOperator(key);
-  };
+  const isOperator = operatorKeyCheck(tenants);
 
   const dispatch = async (req: IncomingMessage, res: ServerResponse, next: () => void) => {
     const target = resolveTarget(req);
@@ -105,7 +99,7 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const m = SANDBOX_PATH.exec(req.url ?? "");
     // The batch metrics route is the gateway's own (a fan-out), not a sandbox called "metrics".
     if (m && (req.url ?? "").split("?")[0] !== BATCH_METRICS_PATH) {
-      const t = await tenantOfRaw(req);
+      const t = await tenantOfHeaders(tenants, req.headers);
       if (!t) return unauthorized(res);
       let id: string;
       try {

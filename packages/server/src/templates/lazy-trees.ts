@@ -27,7 +27,7 @@ export interface ContentOrigin {
 }
 
 /** A tree's content from the nodes that hold the whole tree, each key asked in rendezvous order. */
-export function peerOrigin(peers: TreePeers, imageDigest: string): ContentOrigin {
+function peerOrigin(peers: TreePeers, imageDigest: string): ContentOrigin {
   return {
     async sources(key) {
       return rendezvous(await peers.treeHolders(imageDigest), key).map((h) => ({

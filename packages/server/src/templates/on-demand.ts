@@ -12,7 +12,7 @@ import type { ImageCache } from "./image-cache.js";
 import { hasAccount } from "./import.js";
 import type { ContentOrigin, LazyTrees, TreePeers } from "./lazy-trees.js";
 import { FileRuns, NotSeekable, readRun, type SeekableTree, seekableTree } from "./seekable-tree.js";
-import { indexTree, parseIndex, type TreeIndex } from "./tree-index.js";
+import { indexTree, parseIndex, type TreeIndex, treeConfig } from "./tree-index.js";
 
 export interface OnDemandDeps {
   templates: TemplateStore;
@@ -146,38 +146,16 @@ export class OnDemandImages {
         img.layers.map((l) => l.digest),
         () => this.d.images.unpack(img, dest, undefined, { store: this.d.content, budget: this.d.cache }),
       );
-      const user = img.config.user || "root";
+      const config = treeConfig(img.config);
+      const user = config.user || "root";
       if (user !== "root" && user !== "0" && !hasAccount(dest, user)) {
         this.d.templates.remove(id);
         throw new InvalidRequestError(`image ${ref} has no account '${user}' (set the image's User)`);
       }
-      const treeIndex = this.peers
-        ? await this.writeIndex(dest, revision, stats.keysByIno, {
-            env: img.config.env,
-            ...(img.config.workdir ? { workdir: img.config.workdir } : {}),
-            ...(img.config.user ? { user: img.config.user } : {}),
-          })
-        : undefined;
-      const now = new Date().toISOString();
+      const treeIndex = this.peers ? await this.writeIndex(dest, revision, stats.keysByIno, config) : undefined;
       const t = this.d.templates.save({
+        ...onDemandRecord({ ref, name, id, revision, existing, digest: img.digest }, config),
         ...(treeIndex ? { treeIndex } : {}),
-        id,
-        name,
-        revision,
-        rootfsDir,
-        user,
-        workdir: img.config.workdir || (user === "root" ? "/root" : `/home/${user}`),
-        env: { PATH: DEFAULT_PATH, ...img.config.env },
-        cpuCount: 2,
-        memoryMB: 1024,
-        diskSizeMB: 2048,
-        createdAt: existing?.createdAt ?? now,
-        fromImage: ref,
-        imageDigest: img.digest,
-        buildId: `on-demand-r${revision}`,
-        buildStatus: "ready",
-        warm: false,
-        onDemand: true,
       });
       this.d.cache.touch(t.id);
       if (treeIndex) this.peers?.publishTree(img.digest, treeIndex.sha256);
@@ -316,15 +294,7 @@ export class OnDemandImages {
 
   /** Saves the template of a lazy tree and mounts it. */
   private async startLazy(
-    at: {
-      ref: string;
-      name: string;
-      id: string;
-      revision: number;
-      existing: Template | undefined;
-      digest: string;
-      runs?: string;
-    },
+    at: OnDemandAt & { runs?: string },
     raw: Buffer,
     idx: TreeIndex,
     origin: ContentOrigin,
@@ -336,26 +306,8 @@ export class OnDemandImages {
     mkdirSync(join(dir, rootfsDir), { recursive: true, mode: 0o755 });
     const file = `index-r${at.revision}.json`;
     writeFileDurableSync(join(dir, file), raw);
-    const user = idx.config.user || "root";
-    const now = new Date().toISOString();
     const t = this.d.templates.save({
-      id: at.id,
-      name: at.name,
-      revision: at.revision,
-      rootfsDir,
-      user,
-      workdir: idx.config.workdir || (user === "root" ? "/root" : `/home/${user}`),
-      env: { PATH: DEFAULT_PATH, ...idx.config.env },
-      cpuCount: 2,
-      memoryMB: 1024,
-      diskSizeMB: 2048,
-      createdAt: at.existing?.createdAt ?? now,
-      fromImage: at.ref,
-      imageDigest: at.digest,
-      buildId: `on-demand-r${at.revision}`,
-      buildStatus: "ready",
-      warm: false,
-      onDemand: true,
+      ...onDemandRecord(at, idx.config),
       treeIndex: { file, sha256: createHash("sha256").update(raw).digest("hex") },
       lazy: { digest: at.digest, ...(at.runs ? { runs: at.runs } : {}) },
     });
@@ -364,6 +316,43 @@ export class OnDemandImages {
     countImageRequest(false);
     return t;
   }
+}
+
+/** Where and as what image `at.ref` is started on demand. */
+interface OnDemandAt {
+  ref: string;
+  name: string;
+  id: string;
+  revision: number;
+  existing: Template | undefined;
+  digest: string;
+}
+
+/**
+ * The catalog record of an image started on demand, however its tree came (unpacked, a peer's,
+ * its eStargz layers): the config's user, workdir and env, the on-demand sizes, booted cold.
+ */
+function onDemandRecord(at: OnDemandAt, config: TreeIndex["config"]) {
+  const user = config.user || "root";
+  return {
+    id: at.id,
+    name: at.name,
+    revision: at.revision,
+    rootfsDir: `rootfs-r${at.revision}`,
+    user,
+    workdir: config.workdir || (user === "root" ? "/root" : `/home/${user}`),
+    env: { PATH: DEFAULT_PATH, ...config.env },
+    cpuCount: 2,
+    memoryMB: 1024,
+    diskSizeMB: 2048,
+    createdAt: at.existing?.createdAt ?? new Date().toISOString(),
+    fromImage: at.ref,
+    imageDigest: at.digest,
+    buildId: `on-demand-r${at.revision}`,
+    buildStatus: "ready" as const,
+    warm: false,
+    onDemand: true,
+  };
 }
 
 /** An index of a few million entries is a few hundred MB; past this a peer is refused. */

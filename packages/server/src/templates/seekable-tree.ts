@@ -9,7 +9,7 @@ import {
   type SeekableLayer,
   type TocEntry,
 } from "../storage/images/index.js";
-import type { IndexEntry, TreeIndex } from "./tree-index.js";
+import { type IndexEntry, type TreeIndex, treeConfig } from "./tree-index.js";
 
 /**
  * An eStargz image's tree, built from its layers' TOCs alone: the index aenv-lazyfs mounts
@@ -75,8 +75,7 @@ export function seekableTree(img: SeekableImage): SeekableTree {
   const prefetch: string[] = [];
   for (const layer of img.layers) applyLayer(layer, merged, runs, prefetch);
   const entries = [...merged.values()].sort((a, b) => (a.p < b.p ? -1 : a.p > b.p ? 1 : 0));
-  const c = img.config;
-  const config = { env: c.env, ...(c.workdir ? { workdir: c.workdir } : {}), ...(c.user ? { user: c.user } : {}) };
+  const config = treeConfig(img.config);
   // A file an upper layer replaced is not worth prefetching.
   const live = new Set(entries.flatMap((e) => (e.k ? [e.k] : [])));
   return { index: { v: 1, config, entries }, runs, prefetch: [...new Set(prefetch)].filter((k) => live.has(k)) };
@@ -115,7 +114,7 @@ function applyLayer(layer: SeekableLayer, merged: Map<string, IndexEntry>, runs:
       if (removed.has(p) || up.some((a) => removed.has(a) || opaque.has(a))) merged.delete(p);
     }
   }
-  let current: { key: string; size: number; run: FileRun } | undefined;
+  let current: { size: number; run: FileRun } | undefined;
   let beforeLandmark: string[] = [];
   for (const e of layer.toc.entries) {
     if (e.type === "chunk") {
@@ -144,8 +143,10 @@ function applyLayer(layer: SeekableLayer, merged: Map<string, IndexEntry>, runs:
     if (e.type === "reg" && entry.k) {
       if (e.offset === undefined) throw new NotSeekable(`${p.slice(0, 200)} has no offset`);
       const run: FileRun = { layer: layer.digest, chunks: [chunkOf(e, entry.s, endOf)] };
+      // The same content twice (another path, same key) is read from where it came first; the
+      // later one's chunks go to this run, which is then kept nowhere.
       runs[entry.k] ??= run;
-      current = { key: entry.k, size: entry.s, run: runs[entry.k] === run ? run : { layer: "", chunks: [] } };
+      current = { size: entry.s, run };
       beforeLandmark.push(entry.k);
     }
   }

@@ -1,7 +1,7 @@
 import { lstat, readdir, readlink } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
-import { metaOfKey } from "../storage/images/index.js";
+import { type ImageConfig, metaOfKey } from "../storage/images/index.js";
 
 /**
  * An image tree as a list: every folder, link and file with its metadata, a file's bytes by
@@ -40,6 +40,11 @@ export const TreeIndex = z.object({
   entries: z.array(Entry).max(8_000_000),
 });
 export type TreeIndex = z.infer<typeof TreeIndex>;
+
+/** What a template needs of an image's config, as an index carries it. */
+export function treeConfig(c: Pick<ImageConfig, "env" | "workdir" | "user">): TreeIndex["config"] {
+  return { env: c.env, ...(c.workdir ? { workdir: c.workdir } : {}), ...(c.user ? { user: c.user } : {}) };
+}
 
 /**
  * The index of an unpacked tree; undefined when a file's content key is unknown (the tree

@@ -134,15 +134,6 @@ export class Tenants {
     return { id: r.id, name: r.name, admin: false, ...(r.limits ? { limits: r.limits } : {}) };
   }
 
-  /** The tenant with this ID (the operator too), as a node learns it from a gateway's call. */
-  async byId(id: string): Promise<Tenant | undefined> {
-    if (id === OPERATOR_ID) return OPERATOR;
-    for (const r of (await this.keys.get()).values()) {
-      if (r.id === id) return { id: r.id, name: r.name, admin: false, ...(r.limits ? { limits: r.limits } : {}) };
-    }
-    return undefined;
-  }
-
   private noteUse(r: ApiKeyRecord): void {
     const now = Date.now();
     if (now - (this.lastUsedWritten.get(r.id) ?? 0) < LAST_USED_EVERY_MS) return;

@@ -119,17 +119,23 @@ export class RegistryClient {
     }
   }
 
-  /** A manifest body, read within the size limit and the timeout (a huge or endless one is cut). */
-  private async readManifest(res: Response, abort: AbortController, reference: string): Promise<Buffer> {
-    const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
-    const tooLarge = () =>
-      new ImagePullError("too-large", `manifest ${reference} of ${formatReference(this.ref)} is over ${max} bytes`);
+  /**
+   * A body read within `max` bytes and the timeout (a huge or endless one is cut): a manifest,
+   * or a range of a blob. `tooLarge` is the error for a body over `max`; `what` names it.
+   */
+  private async readBounded(
+    res: Response,
+    abort: AbortController,
+    max: number,
+    what: string,
+    tooLarge: () => ImagePullError,
+  ): Promise<Buffer> {
     const declared = Number(res.headers.get("content-length"));
     if (res.headers.has("content-length") && declared > max) {
       abort.abort(tooLarge());
       throw tooLarge();
     }
-    const timer = setTimeout(() => abort.abort(this.stalled(`manifest ${reference}`)), this.timeoutMs);
+    const timer = setTimeout(() => abort.abort(this.stalled(what)), this.timeoutMs);
     const parts: Buffer[] = [];
     let n = 0;
     try {
@@ -147,11 +153,24 @@ export class RegistryClient {
       }
     } catch (e) {
       if (abort.signal.aborted) throw abort.signal.reason as ImagePullError;
-      throw new ImagePullError("network", `manifest ${reference}: ${(e as Error).message}`, { cause: e });
+      throw new ImagePullError("network", `${what}: ${(e as Error).message}`, { cause: e });
     } finally {
       clearTimeout(timer);
     }
     return Buffer.concat(parts);
+  }
+
+  /** A manifest body, read within the size limit and the timeout. */
+  private readManifest(res: Response, abort: AbortController, reference: string): Promise<Buffer> {
+    const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    return this.readBounded(
+      res,
+      abort,
+      max,
+      `manifest ${reference}`,
+      () =>
+        new ImagePullError("too-large", `manifest ${reference} of ${formatReference(this.ref)} is over ${max} bytes`),
+    );
   }
 
   /** Fetches a manifest or index by tag or digest; verification is the caller's job. */
@@ -193,33 +212,18 @@ export class RegistryClient {
       );
     }
     const want = end - start;
-    const timer = setTimeout(() => abort.abort(this.stalled(`blob ${digest} range`)), this.timeoutMs);
-    try {
-      // Never more than was asked for: a registry that sends more is cut off.
-      const parts: Buffer[] = [];
-      let n = 0;
-      const reader = (res.body as WebReadableStream<Uint8Array> | null)?.getReader();
-      for (;;) {
-        const r = reader ? await reader.read() : { done: true as const, value: undefined };
-        if (r.done) break;
-        n += r.value.length;
-        if (n > want) {
-          abort.abort(new ImagePullError("bad-layer", "range too long"));
-          break;
-        }
-        parts.push(Buffer.from(r.value));
-      }
-      const body = Buffer.concat(parts);
-      if (n !== want) {
-        throw new ImagePullError("bad-layer", `blob ${digest}: asked for ${want} bytes at ${start}, got ${n}`);
-      }
-      return body;
-    } catch (e) {
-      if (abort.signal.aborted) throw abort.signal.reason as ImagePullError;
-      throw e instanceof ImagePullError ? e : new ImagePullError("network", `blob ${digest}: ${(e as Error).message}`);
-    } finally {
-      clearTimeout(timer);
+    // Never more than was asked for: a registry that sends more is cut off.
+    const body = await this.readBounded(
+      res,
+      abort,
+      want,
+      `blob ${digest} range`,
+      () => new ImagePullError("bad-layer", `blob ${digest}: sent more than the ${want} bytes asked for at ${start}`),
+    );
+    if (body.length !== want) {
+      throw new ImagePullError("bad-layer", `blob ${digest}: asked for ${want} bytes at ${start}, got ${body.length}`);
     }
+    return body;
   }
 
   /** Opens a blob for streaming; `size` is the Content-Length when the registry sent one. */
