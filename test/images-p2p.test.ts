@@ -11,7 +11,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statS
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
-import { rendezvous } from "../packages/server/src/templates/lazy-trees.js";
+import { rendezvous } from "../packages/server/src/util/rendezvous.js";
 import {
   type Registry,
   type Proxy as RegistryProxy,
@@ -245,5 +245,67 @@ describe("image layers between nodes", () => {
       const id = await createOn(gateway, ref(3));
       assert.equal(await cluster.ownerOf(id), "a");
     }
+  });
+});
+
+describe("snapshot chunks between nodes", () => {
+  /** Chunk files in the shared repository (posix_fs). */
+  const repoChunks = () =>
+    execFileSync("find", [cluster.repo, "-name", "*.zst"], { encoding: "utf8" }).split("\n").filter(Boolean);
+  const metric = async (url: string, line: RegExp) =>
+    Number(line.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? Number.NaN);
+
+  test("a node starts a snapshot from the chunks a peer holds; a chunk the peer sends wrong comes from the repository", async () => {
+    const a = cluster.nodes.get("a")!;
+    const b = cluster.nodes.get("b")!;
+    const src = await createOn(a.url, "base");
+    await run(a.url, src, "echo snapped > /home/user/s.txt");
+    const before = new Set(repoChunks());
+    const res = await fetch(`${a.url}/sandboxes/${src}/snapshots`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": API_KEY },
+      body: "{}",
+    });
+    const snap = (await res.json()) as { snapshotID: string };
+    assert.equal(res.status, 201, JSON.stringify(snap));
+    const committed = new RegExp(`"snapshotID":"${snap.snapshotID}"[^\\n]*snapshot committed to the repository`);
+    for (let i = 0; i < 600 && !committed.test(a.logs()); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.match(a.logs(), committed);
+    // What the snapshot added to the repository leaves it but one chunk, and that one is
+    // spoiled where node a serves it from (its snapshot image; same size, other bytes: only
+    // the digest tells).
+    const manifest = JSON.parse(
+      (JSON.parse(readFileSync(join(cluster.repo, "manifests", `${snap.snapshotID}.json`), "utf8")) as { body: string })
+        .body,
+    ) as { files: Array<{ chunks: Array<{ sha256: string }> }> };
+    const own = new Set(manifest.files.flatMap((f) => f.chunks.map((c) => c.sha256)));
+    const added = repoChunks().filter((f) => !before.has(f) && own.has(f.replace(/^.*\/([0-9a-f]{64})\.zst$/, "$1")));
+    assert.ok(added.length >= 2, `${added.length} new chunks`);
+    const [kept, ...gone] = added as [string, ...string[]];
+    for (const f of gone) rmSync(f);
+    const bytes = execFileSync("zstd", ["-dc", kept], { maxBuffer: 64 * MiB });
+    const imageDir = join(a.dataDir, "snapshots", snap.snapshotID);
+    let spoiled = 0;
+    for (const f of execFileSync("find", [imageDir, "-type", "f"], { encoding: "utf8" }).split("\n").filter(Boolean)) {
+      const content = readFileSync(f);
+      const fd = openSync(f, "r+");
+      for (let at = content.indexOf(bytes); at >= 0; at = content.indexOf(bytes, at + bytes.length)) {
+        writeSync(fd, Buffer.alloc(bytes.length, 0x5a), 0, bytes.length, at);
+        spoiled++;
+      }
+      closeSync(fd);
+    }
+    assert.ok(spoiled > 0, "the kept chunk is in a's snapshot image");
+    const peerLine = /^aenv_chunk_cache_requests_total\{result="peer"\} (\d+)$/m;
+    const refusedLine = /^aenv_chunk_peer_refused_total (\d+)$/m;
+    const peerBefore = await metric(b.url, peerLine);
+    const refusedBefore = await metric(b.url, refusedLine);
+    const onB = await createOn(b.url, snap.snapshotID);
+    assert.equal(await run(b.url, onB, "cat /home/user/s.txt"), "snapped\n");
+    assert.ok(
+      (await metric(b.url, peerLine)) - peerBefore >= gone.length,
+      "the chunks gone from the repository came from a",
+    );
+    assert.equal((await metric(b.url, refusedLine)) - refusedBefore, 1, "a's spoiled chunk was refused");
   });
 });

@@ -129,7 +129,7 @@ export async function startServer(
       templates,
       builder: builds.builder,
       onDemand: builds.onDemand,
-      peerFiles: builds.peerFiles,
+      peerFiles: { ...builds.peerFiles, chunk: (sha) => repository.chunkForPeer(sha) },
       files: builds.files,
       volumes: volumes.volumes,
       volumeContent: new VolumeContent(volumes.volumes.backend, cfg.volumes.maxSizeBytes),
@@ -154,6 +154,7 @@ export async function startServer(
   const cluster: ClusterMember | undefined =
     c && describe ? await joinCluster(c, describe, orch, log, cfg.apiKey) : undefined;
   if (cluster?.peers) await builds.usePeers(cluster.peers, cfg.images.lazy);
+  if (cluster?.chunkPeers) repository.usePeers(cluster.chunkPeers);
   ready = true;
   // Pre-booted template images make creates restores; built in the background.
   const warming = orch.prepareWarmImages().catch((err) => log.error({ err }, "warm images failed"));

@@ -16,6 +16,8 @@
  *                            others fetch it from them before the registry
  *   aenv:tree:{digest}       hash node → sha256 of its index of an image's unpacked tree: the
  *                            nodes other nodes start the image from lazily (cluster.p2p)
+ *   aenv:chunks:{id}         set of nodes whose chunk cache holds a repository manifest's chunks
+ *                            (cluster.p2p): restores ask them before the repository
  *   aenv:apikeys             hash ID → API key record (its sha256, name, limits); not rebuilt:
  *                            keep Redis persistent (AOF) or re-create the keys after a loss
  *   aenv:keypending:{id}     a key's creates in flight and just answered (gateway/key-limits.ts)
@@ -40,6 +42,7 @@ export const keys = {
   /** The sandbox a create with this idempotency key made. */
   idempotent: (key: string) => `aenv:idem:${key}`,
   blob: (digest: string) => `aenv:blob:${digest}`,
+  chunks: (manifestId: string) => `aenv:chunks:${manifestId}`,
   tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
   /** Hash of the cluster's API keys: ID → record (sha256 of the key, never the key). */
   apiKeys: "aenv:apikeys",

@@ -1,14 +1,9 @@
-import { Readable, Transform } from "node:stream";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { PeerBlobs } from "../storage/images/index.js";
 import type { TreeHolder, TreePeers } from "../templates/lazy-trees.js";
-import { keys, type NodeInfo } from "./keys.js";
-
-/** A holder's entry outlives a lost forget (a node that died): a stale one costs one refused request. */
-const HOLDER_TTL_S = 7 * 24 * 3600;
-/** A peer that has not answered (headers) by then, or sends nothing for this long, is given up on. */
-const PEER_TIMEOUT_MS = 10_000;
+import { keys } from "./keys.js";
+import { HOLDER_TTL_S, PeerLink } from "./peer-link.js";
 
 /** Where a node serves the blobs it holds to its peers (the node API, behind the API key). */
 export const peerBlobPath = (digest: string) => `/cluster/blobs/${digest.replace(":", "/")}`;
@@ -20,22 +15,15 @@ export const peerBlobPath = (digest: string) => `/cluster/blobs/${digest.replace
  * about once per cluster, and later nodes copy it over the cluster's own network.
  */
 export class RedisPeerBlobs implements PeerBlobs, TreePeers {
-  constructor(private readonly d: { redis: Redis; nodeId: string; apiKey: string; log: Logger }) {}
+  private readonly link: PeerLink;
 
-  async holders(digest: string) {
-    const live = await this.liveOthers(await this.d.redis.smembers(keys.blob(digest)));
-    return live.map(({ id, url }) => ({ name: id, open: () => this.open(url, peerBlobPath(digest)) }));
+  constructor(private readonly d: { redis: Redis; nodeId: string; apiKey: string; log: Logger }) {
+    this.link = new PeerLink(d);
   }
 
-  /** The other nodes among `ids` that are alive (a dead one's disk is not reachable), in random order. */
-  private async liveOthers(ids: string[]): Promise<Array<{ id: string; url: string }>> {
-    const others = ids.filter((id) => id !== this.d.nodeId).sort(() => Math.random() - 0.5);
-    const out: Array<{ id: string; url: string }> = [];
-    for (const id of others) {
-      const raw = await this.d.redis.get(keys.node(id));
-      if (raw) out.push({ id, url: (JSON.parse(raw) as NodeInfo).url });
-    }
-    return out;
+  async holders(digest: string) {
+    const live = await this.link.liveOthers(await this.d.redis.smembers(keys.blob(digest)));
+    return live.map(({ id, url }) => ({ name: id, open: () => this.link.open(url, peerBlobPath(digest)) }));
   }
 
   holding(digests: string[]): void {
@@ -54,11 +42,11 @@ export class RedisPeerBlobs implements PeerBlobs, TreePeers {
   /** Live nodes that hold an image's whole tree (index and content), in random order. */
   async treeHolders(imageDigest: string): Promise<TreeHolder[]> {
     const all = await this.d.redis.hgetall(keys.tree(imageDigest));
-    const live = await this.liveOthers(Object.keys(all));
+    const live = await this.link.liveOthers(Object.keys(all));
     return live.map(({ id, url }) => ({
       name: id,
       indexSha256: all[id] as string,
-      get: (path) => this.open(url, path),
+      get: (path) => this.link.open(url, path),
     }));
   }
 
@@ -75,35 +63,5 @@ export class RedisPeerBlobs implements PeerBlobs, TreePeers {
     this.d.redis
       .hdel(keys.tree(imageDigest), this.d.nodeId)
       .catch((err: Error) => this.d.log.warn({ err: err.message }, "image tree not unpublished"));
-  }
-
-  private async open(url: string, path: string): Promise<Readable> {
-    const ac = new AbortController();
-    let timer = setTimeout(() => ac.abort(new Error("peer did not answer")), PEER_TIMEOUT_MS);
-    const res = await fetch(`${url}${path}`, {
-      headers: { "x-api-key": this.d.apiKey },
-      signal: ac.signal,
-    });
-    if (res.status !== 200 || !res.body) {
-      clearTimeout(timer);
-      ac.abort();
-      throw new Error(`peer answered ${res.status}`);
-    }
-    const body = Readable.fromWeb(res.body as Parameters<typeof Readable.fromWeb>[0]);
-    const idle = () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => ac.abort(new Error("peer stopped sending")), PEER_TIMEOUT_MS);
-    };
-    idle();
-    // A pass-through that sees each chunk (a 'data' listener would take them from the reader).
-    const watched = new Transform({
-      transform(chunk: Buffer, _enc, done) {
-        idle();
-        done(null, chunk);
-      },
-    });
-    body.on("error", (err) => watched.destroy(err));
-    watched.on("close", () => clearTimeout(timer));
-    return body.pipe(watched);
   }
 }

@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import type { NodeInfo } from "../cluster/keys.js";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { RedisPeerBlobs } from "../cluster/peer-blobs.js";
+import { RedisPeerChunks } from "../cluster/peer-chunks.js";
 import { describeRedisTarget, openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
@@ -12,6 +13,8 @@ export interface ClusterMember extends Component {
   beat(): Promise<void>;
   /** Layer blobs from the other nodes (with cluster.p2p). */
   peers?: RedisPeerBlobs;
+  /** Snapshot chunks from the other nodes (with cluster.p2p). */
+  chunkPeers?: RedisPeerChunks;
 }
 
 /** The node in its cluster: registered in Redis, its heartbeat and sandbox ownership kept there. */
@@ -46,12 +49,13 @@ export async function joinCluster(
   orch.onStopped(() => agent.nudge());
   await agent.start();
   log.info({ nodeId: c.nodeId, url: c.advertiseUrl, redis: describeRedisTarget(c.redis) }, "joined the cluster");
-  const peers = c.p2p
-    ? new RedisPeerBlobs({ redis, nodeId: c.nodeId, apiKey, log: log.child({ component: "p2p" }) })
-    : undefined;
+  const p2p = { redis, nodeId: c.nodeId, apiKey, log: log.child({ component: "p2p" }) };
+  const peers = c.p2p ? new RedisPeerBlobs(p2p) : undefined;
+  const chunkPeers = c.p2p ? new RedisPeerChunks(p2p) : undefined;
   return {
     beat: () => agent.beat(),
     ...(peers ? { peers } : {}),
+    ...(chunkPeers ? { chunkPeers } : {}),
     async stop() {
       await agent.stop();
       await redis.quit().catch(() => {});

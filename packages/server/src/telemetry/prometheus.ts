@@ -189,13 +189,36 @@ export function countRepositoryUpload(bytes: number): void {
   repoUploaded.bytes += bytes;
 }
 
+/** The chunk cache's totals a scrape reports. */
+export interface ChunkCacheFigures {
+  hits: number;
+  misses: number;
+  bytesFetched: number;
+  cacheUsedBytes: number;
+  cacheMaxBytes: number;
+  peerChunks: number;
+  peerBytes: number;
+  peerRefused: number;
+}
+
+const NO_CACHE: ChunkCacheFigures = {
+  hits: 0,
+  misses: 0,
+  bytesFetched: 0,
+  cacheUsedBytes: 0,
+  cacheMaxBytes: 0,
+  peerChunks: 0,
+  peerBytes: 0,
+  peerRefused: 0,
+};
+
 /** What a node reports when scraped. */
 export interface NodeSource {
   sandboxes(): Array<{ state: string; cpuCount: number; memoryMB: number }>;
   capacity: number;
   ready(): boolean;
   draining(): boolean;
-  cache(): { hits: number; misses: number; bytesFetched: number; cacheUsedBytes: number; cacheMaxBytes: number };
+  cache(): ChunkCacheFigures;
 }
 
 const SANDBOX_STATES = ["creating", "running", "paused"];
@@ -214,7 +237,7 @@ export function registerNode(source: NodeSource): void {
     },
     ready: () => nodeSource?.ready() ?? false,
     draining: () => nodeSource?.draining() ?? false,
-    cache: () => nodeSource?.cache() ?? { hits: 0, misses: 0, bytesFetched: 0, cacheUsedBytes: 0, cacheMaxBytes: 0 },
+    cache: () => nodeSource?.cache() ?? NO_CACHE,
   };
   registry.registerMetric(opSeconds);
   registry.registerMetric(opFailures);
@@ -295,14 +318,24 @@ export function registerNode(source: NodeSource): void {
   // The chunk cache keeps its own totals; each scrape reports them as they are.
   new Counter({
     name: "aenv_chunk_cache_requests_total",
-    help: "Snapshot chunks a restore needed: hit (in the node cache) or miss (fetched from the repository)",
+    help: "Snapshot chunks a restore needed: hit (in the node cache), peer (sent by another node, cluster.p2p) or miss (fetched from the repository)",
     labelNames: ["result"] as const,
     registers: [registry],
     collect() {
       const c = src.cache();
       this.reset();
       this.inc({ result: "hit" }, c.hits);
+      this.inc({ result: "peer" }, c.peerChunks);
       this.inc({ result: "miss" }, c.misses);
+    },
+  });
+  new Counter({
+    name: "aenv_chunk_peer_refused_total",
+    help: "Snapshot chunks another node sent wrong (size or digest), each then asked of the next holder or the repository",
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(src.cache().peerRefused);
     },
   });
   new Counter({

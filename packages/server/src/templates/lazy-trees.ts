@@ -1,5 +1,4 @@
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { chmodSync, existsSync, openSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { dirname, join } from "node:path";
@@ -9,6 +8,7 @@ import type { Logger } from "pino";
 import type { Template, TemplateStore } from "../state/template-catalog.js";
 import { type ContentStore, metaOfKey } from "../storage/images/index.js";
 import { mountPoints } from "../util/mounts.js";
+import { rendezvous } from "../util/rendezvous.js";
 import type { ImageCache } from "./image-cache.js";
 import { keysOf, parseIndex, type TreeIndex } from "./tree-index.js";
 
@@ -49,19 +49,6 @@ export interface TreePeers {
 export const LAZYFS_BINARY = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "dist", "native", "aenv-lazyfs");
 
 const FILL_CONCURRENCY = 4;
-
-/**
- * Holders in the order a content key is asked of them: highest sha256(key, holder) first.
- * Each key has its own order, so a fill spreads over the holders, and every node asks the same
- * holder first for the same key (its page cache serves the next node too).
- */
-export function rendezvous<T extends { name: string }>(holders: T[], key: string): T[] {
-  const score = (h: T) => createHash("sha256").update(`${key}\n${h.name}`).digest("hex");
-  return holders
-    .map((h) => ({ h, s: score(h) }))
-    .sort((a, b) => (a.s < b.s ? 1 : a.s > b.s ? -1 : 0))
-    .map((x) => x.h);
-}
 
 interface Tree {
   template: string;

@@ -10,6 +10,8 @@ export interface PeerFiles {
   blob(digest: string): string | undefined;
   treeIndex(imageDigest: string): string | undefined;
   content(key: string): string | undefined;
+  /** A snapshot chunk's bytes this node has (its cache, a local image), by its sha256. */
+  chunk(sha256: string): Promise<Buffer | undefined>;
 }
 
 const SHA256 = /^[a-f0-9]{64}$/;
@@ -27,7 +29,8 @@ async function sendFile(reply: FastifyReply, file: string | undefined) {
 /**
  * What the cluster's nodes fetch from each other (cluster.p2p), behind the API key like the
  * rest of the node API: layer blobs by digest, an image tree's index by image digest, file
- * content by content key. Names are checked here; the fetching node verifies every byte.
+ * content by content key, snapshot chunks by sha256. Names are checked here; the fetching node
+ * verifies every byte.
  */
 export async function peerRoutes(
   app: FastifyInstance,
@@ -56,6 +59,13 @@ export async function peerRoutes(
     const hex = digest.startsWith("sha256:") ? digest.slice(7) : "";
     if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
     return sendFile(reply, files.treeIndex(`sha256:${hex}`));
+  });
+  app.get("/cluster/chunks/:hex", async (req, reply) => {
+    const { hex } = req.params as { hex: string };
+    if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
+    const data = await files.chunk(hex);
+    if (!data) return reply.status(404).send(errorBodyOf(404, "not held here"));
+    return reply.header("content-type", "application/octet-stream").send(data);
   });
   app.get("/cluster/content/:key", async (req, reply) => {
     const { key } = req.params as { key: string };

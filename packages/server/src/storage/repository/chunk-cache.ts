@@ -23,6 +23,11 @@ export interface CacheCounters {
   bypassed: number;
   /** Cache files whose content no longer matched their digest (deleted and fetched again). */
   corrupt: number;
+  /** Chunks another node of the cluster sent (cluster.p2p), and their uncompressed bytes. */
+  peerChunks: number;
+  peerBytes: number;
+  /** Chunks a peer sent wrong (size or digest), each then asked elsewhere. */
+  peerRefused: number;
 }
 
 export interface ChunkCacheOptions {
@@ -52,6 +57,9 @@ export class ChunkCache {
     evictions: 0,
     bypassed: 0,
     corrupt: 0,
+    peerChunks: 0,
+    peerBytes: 0,
+    peerRefused: 0,
   };
   /** digest → size, in least-recently-used-first order (Map keeps insertion order). */
   private readonly lru = new Map<string, number>();
@@ -120,6 +128,14 @@ export class ChunkCache {
     return this.lru.has(sha);
   }
 
+  /**
+   * The file a cached chunk is in, for serving it to a peer (which verifies what it gets, so
+   * a file spoiled since it was cached costs that peer one refused chunk, not a wrong restore).
+   */
+  fileOf(sha: string): string | undefined {
+    return this.lru.has(sha) ? this.path(sha) : undefined;
+  }
+
   /** Whether a getOrLoad of this chunk is fetching it right now. */
   isLoading(sha: string): boolean {
     return this.inflight.has(sha);
@@ -159,7 +175,7 @@ export class ChunkCache {
    */
   async getOrLoad(
     sha: string,
-    load: () => Promise<{ data: Buffer; fetchedBytes: number; coalesced?: boolean }>,
+    load: () => Promise<{ data: Buffer; fetchedBytes: number; coalesced?: boolean; fromPeer?: boolean }>,
   ): Promise<Buffer> {
     await this.init();
     const pending = this.inflight.get(sha);
@@ -170,10 +186,13 @@ export class ChunkCache {
     const p = (async () => {
       const cached = await this.read(sha);
       if (cached) return cached;
-      const { data, fetchedBytes, coalesced } = await load();
+      const { data, fetchedBytes, coalesced, fromPeer } = await load();
       if (coalesced) {
         // Another restore's batch fetched it.
         this.counters.coalesced++;
+      } else if (fromPeer) {
+        this.counters.peerChunks++;
+        this.counters.peerBytes += data.length;
       } else {
         this.counters.misses++;
         this.counters.backendGets++;

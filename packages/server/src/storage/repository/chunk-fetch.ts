@@ -1,12 +1,13 @@
 import { forEachLimit } from "../../util/concurrency.js";
 import type { RepositoryBackend } from "./backend.js";
 import type { ChunkCache } from "./chunk-cache.js";
+import { type ChunkPeers, fetchFromPeers } from "./chunk-peers.js";
 import { sha256Fair } from "./hash.js";
 import { chunkKey } from "./layout.js";
 import { type ChunkRef, CorruptChunkError, MissingChunkError } from "./repository.js";
 import { decompressMany, MAX_BATCH } from "./zstd.js";
 
-type Loaded = { data: Buffer; fetchedBytes: number } | Error;
+type Loaded = { data: Buffer; fetchedBytes: number; fromPeer?: boolean } | Error;
 
 /** Up to MAX_BATCH items per batch: one zstd run each. */
 export function inBatches<T>(items: T[]): T[][] {
@@ -18,11 +19,15 @@ export function inBatches<T>(items: T[]): T[][] {
 /**
  * The read side of the chunk repository: chunks fetched from the backend, decompressed a
  * batch per zstd process and verified against their digest, through the node-local cache;
- * a chunk that one restore is fetching is awaited by the others, not fetched again.
+ * a chunk that one restore is fetching is awaited by the others, not fetched again. With
+ * peers (cluster.p2p), the other nodes that hold a manifest are asked first, and only what
+ * none of them sends right goes to the backend.
  */
 export class ChunkFetcher {
   /** Chunks batches are fetching right now, so concurrent restores share the fetch. */
   private readonly fetching = new Map<string, Promise<Loaded>>();
+
+  private peers: ChunkPeers | undefined;
 
   constructor(
     private readonly backend: RepositoryBackend,
@@ -30,8 +35,15 @@ export class ChunkFetcher {
     private readonly concurrency: number,
   ) {}
 
+  usePeers(peers: ChunkPeers): void {
+    this.peers = peers;
+  }
+
   /** One chunk fetched, decompressed and verified (bytes for the cache, bytes transferred). */
-  private async fetchOne(id: string, ref: ChunkRef): Promise<{ data: Buffer; fetchedBytes: number }> {
+  private async fetchOne(
+    id: string,
+    ref: ChunkRef,
+  ): Promise<{ data: Buffer; fetchedBytes: number; fromPeer?: boolean }> {
     const got = (await this.fetchBatch(id, [ref])).get(ref.sha256) as Loaded;
     if (got instanceof Error) throw got;
     return got;
@@ -78,9 +90,24 @@ export class ChunkFetcher {
     );
   }
 
-  /** Fetches chunks and decompresses them with one zstd process; each result or its error. */
-  private async fetchBatch(id: string, todo: ChunkRef[]): Promise<Map<string, Loaded>> {
+  /** The peers' chunks first, then the backend's for the rest; each result or its error. */
+  private async fetchBatch(id: string, refs: ChunkRef[]): Promise<Map<string, Loaded>> {
     const out = new Map<string, Loaded>();
+    if (!refs.length || !this.peers) return this.fetchFromBackend(id, refs, out);
+    // A peer lookup that fails (Redis away) only means the repository serves it all.
+    const holders = await this.peers.holders(id).catch(() => []);
+    const { got, refused } = await fetchFromPeers(holders, refs, this.concurrency);
+    this.cache.counters.peerRefused += refused;
+    for (const [sha, data] of got) out.set(sha, { data, fetchedBytes: 0, fromPeer: true });
+    return this.fetchFromBackend(
+      id,
+      refs.filter((r) => !got.has(r.sha256)),
+      out,
+    );
+  }
+
+  /** Fetches chunks and decompresses them with one zstd process, into `out`. */
+  private async fetchFromBackend(id: string, todo: ChunkRef[], out: Map<string, Loaded>): Promise<Map<string, Loaded>> {
     if (!todo.length) return out;
     const zs: Array<Buffer | undefined> = new Array(todo.length);
     await forEachLimit(

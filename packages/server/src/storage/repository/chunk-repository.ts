@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { type FileHandle, mkdir, open, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readdir, readFile, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { countRepositoryUpload } from "../../telemetry/prometheus.js";
 import { forEachLimit } from "../../util/concurrency.js";
@@ -10,11 +10,13 @@ import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
 import { ChunkFetcher, inBatches } from "./chunk-fetch.js";
+import type { ChunkPeers } from "./chunk-peers.js";
 import { claim, claimOf } from "./claims.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256, sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
+import { LocalChunks } from "./local-chunks.js";
 import {
   type Announcement,
   type ChunkRef,
@@ -105,6 +107,9 @@ export class ChunkRepository implements SnapshotRepository {
   private readonly onUntrusted: (err: UntrustedManifestError) => void;
   private readonly reported = new Set<string>();
   private readonly fetcher: ChunkFetcher;
+  private peers: ChunkPeers | undefined;
+  /** Chunks of what this node committed or restored, where they are on its disk (for peers). */
+  private readonly local = new LocalChunks();
 
   constructor(
     readonly backend: RepositoryBackend,
@@ -124,6 +129,25 @@ export class ChunkRepository implements SnapshotRepository {
     this.hooks = opts.hooks ?? {};
     this.onUntrusted = opts.onUntrusted ?? (() => {});
     this.fetcher = new ChunkFetcher(backend, this.cache, this.concurrency);
+  }
+
+  /**
+   * The cluster's other nodes as a source of chunks (cluster.p2p): restores ask them before
+   * the backend, and this node tells them which manifests' chunks its cache holds.
+   */
+  usePeers(peers: ChunkPeers): void {
+    this.peers = peers;
+    this.fetcher.usePeers(peers);
+  }
+
+  /**
+   * A chunk's bytes for a peer: from the chunk cache or where a committed or restored
+   * manifest left it on this node's disk. Unverified here: the peer checks the digest.
+   */
+  async chunkForPeer(sha: string): Promise<Buffer | undefined> {
+    const cached = this.cache.fileOf(sha);
+    const data = cached ? await readFile(cached).catch(() => undefined) : undefined;
+    return data ?? this.local.read(sha);
   }
 
   /** Logs a refused entry once (listings see it again and again). */
@@ -234,6 +258,10 @@ export class ChunkRepository implements SnapshotRepository {
       // The manifest is what makes the snapshot exist; it goes last.
       const key = manifestKey(id);
       await this.backend.put(key, this.key.seal("manifest", key, manifest));
+      if (this.peers) {
+        this.local.add(id, where);
+        this.peers.holding(id);
+      }
       stats.durationMs = Date.now() - t0;
       return { manifest, stats };
     } finally {
@@ -352,6 +380,10 @@ export class ChunkRepository implements SnapshotRepository {
       });
       await rename(staging, destDir);
       await fsyncDir(dirname(destDir));
+      if (this.peers) {
+        this.local.addManifest(m, destDir);
+        this.peers.holding(id);
+      }
     } catch (err) {
       for (const fh of handles) await fh.close().catch(() => {});
       await rm(staging, { recursive: true, force: true });
@@ -367,6 +399,7 @@ export class ChunkRepository implements SnapshotRepository {
     await forEachLimit(inBatches(refs), 2, async (batch) => {
       await this.fetcher.loadBatch(id, batch);
     });
+    if (this.cache.maxBytes > 0) this.peers?.holding(id);
   }
 
   // ------------------------------------------------------------------ cache pins
@@ -406,6 +439,8 @@ export class ChunkRepository implements SnapshotRepository {
   async delete(id: string): Promise<void> {
     const m = await this.get(id).catch(() => undefined);
     await this.backend.delete(manifestKey(id));
+    this.local.forget(id);
+    this.peers?.forget(id);
     if (m && this.gcOnDelete) {
       // Best effort: what this misses, the periodic gc() collects.
       await this.gc({ only: m.files.flatMap((f) => f.chunks.map((c) => c.sha256)) }).catch(() => undefined);
