@@ -61,6 +61,10 @@ describe("API keys", () => {
     assert.equal((await call(a.key, "GET", "/api-keys")).status, 403);
     assert.equal((await call(a.key, "POST", "/api-keys", { name: "x" })).status, 403);
     assert.equal((await call(a.key, "GET", "/nodes")).status, 403);
+    // What nodes send each other (snapshot chunks hold other keys' sandboxes' memory) is the operator's.
+    assert.equal((await call(a.key, "GET", `/cluster/chunks/${"0".repeat(64)}`)).status, 403);
+    assert.equal((await call(a.key, "GET", `/cluster/blobs/sha256/${"0".repeat(64)}`)).status, 403);
+    assert.equal((await op("GET", `/cluster/chunks/${"0".repeat(64)}`)).status, 404);
     assert.equal((await call(undefined, "GET", "/api-keys")).status, 401);
     const renamed = await op("PATCH", `/api-keys/${a.id}`, { name: "trainer-a2", limits: null });
     assert.equal(renamed.status, 200);
