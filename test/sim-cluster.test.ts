@@ -253,6 +253,49 @@ describe("a simulated node behind the gateway", () => {
   });
 });
 
+describe("secrets in a cluster", () => {
+  test("made through the gateway, kept in Redis with their values sealed, the same on every node", async () => {
+    const value = "cluster-s3cr3t-value";
+    const made = await gwCall("POST", "/secrets", { name: "cluster-token", value, allowedHosts: ["api.example"] });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const id = (made.body as { secretID: string }).secretID;
+    // A node that joins later (octet + 2: the next describe's node takes + 1).
+    const second = await cluster.startNode("sim-sec", {}, { sim: { slotOctet: octet + 2 } });
+    try {
+      const redis = new Redis(cluster.redisUrl);
+      try {
+        const raw = await redis.hget("aenv:secrets", id);
+        assert.ok(raw, "kept in the cluster's Redis");
+        assert.ok(!raw.includes(value) && !raw.includes(Buffer.from(value).toString("base64")), raw);
+      } finally {
+        redis.disconnect();
+      }
+      for (const url of [cluster.nodes.get("sim-a")!.url, second.url]) {
+        const r = await fetch(`${url}/secrets/${id}`, { headers: { "x-api-key": API_KEY } });
+        const body = (await r.json()) as Record<string, unknown>;
+        assert.equal(r.status, 200, JSON.stringify(body));
+        assert.equal(body.name, "cluster-token");
+        assert.ok(!JSON.stringify(body).includes(value), "no answer carries the value");
+      }
+      const updated = await gwCall("POST", `/secrets/${id}`, { value: "newer-value" });
+      assert.equal(updated.status, 200, JSON.stringify(updated.body));
+      const there = await second.api("GET", `/secrets/${id}`);
+      assert.equal(
+        (there.body as { currentVersion: number }).currentVersion,
+        2,
+        "a change through any node is every node's",
+      );
+      const list = await gwCall("GET", "/secrets");
+      assert.ok((list.body as Array<{ secretID: string }>).some((x) => x.secretID === id));
+    } finally {
+      assert.equal((await gwCall("DELETE", `/secrets/${id}`)).status, 204);
+      assert.equal((await gwCall("GET", `/secrets/${id}`)).status, 404);
+      await second.stop();
+      cluster.nodes.delete("sim-sec");
+    }
+  });
+});
+
 describe("API keys through the gateway", () => {
   const as = async (key: string, method: string, path: string, body?: unknown) => {
     const r = await fetch(`${gw}${path}`, {

@@ -11,6 +11,7 @@ import { describeNode } from "./components/node-info.js";
 import { startOrchestrator } from "./components/orchestrator.js";
 import { startRepositoryGc } from "./components/repository-gc.js";
 import { startRuntime } from "./components/runtime.js";
+import { startSecrets } from "./components/secrets.js";
 import { openState } from "./components/state.js";
 import { openTemplateCatalog, shareLocalTemplates, templateSync } from "./components/templates.js";
 import { startTenants } from "./components/tenants.js";
@@ -21,7 +22,6 @@ import type { Orchestrator, RecoveryReport } from "./orchestrator/orchestrator.j
 import { SandboxLogBook } from "./orchestrator/sandbox-log-book.js";
 import type { RuntimeInfo } from "./runtime/driver.js";
 import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
-import { SecretStore } from "./secrets/store.js";
 import { openRepository } from "./storage/repository/open.js";
 import { sweepScratch } from "./storage/repository/zstd.js";
 import { VolumeContent } from "./storage/volumes/content.js";
@@ -64,7 +64,8 @@ export async function startServer(
     .catch((err) => log.warn({ err }, "zstd scratch sweep failed"));
   const state = openState(paths);
   const volumes = await openVolumes(cfg, paths, log);
-  const secrets = new SecretStore(paths.secrets);
+  const secretStore = await startSecrets(cfg, paths, log);
+  const { secrets } = secretStore;
   const egressCa = await openEgressCa(cfg);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, { simulated: cfg.runtimeDriver === "sim" });
   const runtimeInfo = await runtime.probing;
@@ -175,6 +176,7 @@ export async function startServer(
     warmImages,
     api,
     keys,
+    secretStore,
     slots,
     egress,
     runtime,

@@ -83,28 +83,28 @@ const rule = (host: string, name: string): NetworkSpec => ({
   rules: { [host]: [{ transform: { headers: { authorization: `Bearer \${e2b.secrets.${name}}` } } }] },
 });
 
-test("a secret's value must be a header value and its hosts domains, at creation and update", () => {
+test("a secret's value must be a header value and its hosts domains, at creation and update", async () => {
   for (const value of ["a\nb", "a\r\nx-evil: 1", "nul\0", "ключ"]) {
     assert.equal(NewSecret.safeParse({ name: "n", value }).success, false, JSON.stringify(value));
     assert.equal(SecretUpdate.safeParse({ value }).success, false, JSON.stringify(value));
   }
-  const store = new SecretStore(join(dir, "validate"));
   mkdirSync(join(dir, "validate"), { recursive: true });
-  assert.throws(() => store.create("n", "a\nb", {}, undefined, undefined), InvalidRequestError);
-  assert.throws(() => store.create("n", "ok", {}, ["https://x.test/"], undefined), InvalidRequestError);
-  const info = store.create("n", "ok", {}, ["API.Test.", "*.cdn.test"], undefined);
+  const store = await SecretStore.inFolder(join(dir, "validate"));
+  await assert.rejects(store.create("n", "a\nb", {}, undefined, undefined), InvalidRequestError);
+  await assert.rejects(store.create("n", "ok", {}, ["https://x.test/"], undefined), InvalidRequestError);
+  const info = await store.create("n", "ok", {}, ["API.Test.", "*.cdn.test"], undefined);
   assert.deepEqual(info.allowedHosts, ["api.test", "*.cdn.test"]);
-  assert.throws(() => store.update("n", {}, "bad\r\n"), InvalidRequestError);
-  assert.deepEqual(store.update("n", {}, "new", undefined, ["other.test"]).allowedHosts, ["other.test"]);
-  assert.deepEqual(store.update("n", {}, "newer").allowedHosts, ["other.test"]);
+  await assert.rejects(store.update("n", {}, "bad\r\n"), InvalidRequestError);
+  assert.deepEqual((await store.update("n", {}, "new", undefined, ["other.test"])).allowedHosts, ["other.test"]);
+  assert.deepEqual((await store.update("n", {}, "newer")).allowedHosts, ["other.test"]);
 });
 
-test("rules may name a secret only for hosts it is bound to (400 when set)", () => {
+test("rules may name a secret only for hosts it is bound to (400 when set)", async () => {
   const sub = join(dir, "rules");
   mkdirSync(sub);
-  const store = new SecretStore(sub);
-  store.create("bound", "v", {}, ["api.test", "*.cdn.test"], undefined);
-  store.create("unbound", "v", {}, undefined, undefined);
+  const store = await SecretStore.inFolder(sub);
+  await store.create("bound", "v", {}, ["api.test", "*.cdn.test"], undefined);
+  await store.create("unbound", "v", {}, undefined, undefined);
   const bindingOf = (n: string) => store.bindingOf(n, undefined);
   checkRuleBindings(rule("api.test", "bound").rules, bindingOf);
   checkRuleBindings(rule("a.b.cdn.test", "bound").rules, bindingOf);
@@ -144,8 +144,8 @@ test("the egress proxy fills a secret in only for its hosts, and refuses bad val
       },
     ]),
   );
-  const store = new SecretStore(sub);
-  store.create("token", "s3cr3t", {}, ["api.test"], undefined);
+  const store = await SecretStore.inFolder(sub);
+  await store.create("token", "s3cr3t", {}, ["api.test"], undefined);
   const rw = new HeaderRewriter({
     ca: {} as EgressCa,
     secret: (name, host, owner) => store.use(name, host, owner),

@@ -236,20 +236,20 @@ describe("API keys", () => {
     await sa.kill();
   });
 
-  test("the egress proxy fills in a sandbox's own key's secrets only", () => {
+  test("the egress proxy fills in a sandbox's own key's secrets only", async () => {
     const dir = mkdtempSync("/var/tmp/aenv-secrets-test-");
     try {
-      const store = new SecretStore(dir);
-      store.create("tok", "from-a", {}, ["x.example"], "key-a");
-      store.create("tok", "from-b", {}, ["x.example"], "key-b");
-      store.create("only-a", "a2", {}, ["x.example"], "key-a");
+      const store = await SecretStore.inFolder(dir);
+      await store.create("tok", "from-a", {}, ["x.example"], "key-a");
+      await store.create("tok", "from-b", {}, ["x.example"], "key-b");
+      await store.create("only-a", "a2", {}, ["x.example"], "key-a");
       assert.deepEqual(store.use("tok", "x.example", "key-b"), { value: "from-b" });
       assert.deepEqual(store.use("tok", "x.example", "key-a"), { value: "from-a" });
       assert.equal((store.use("only-a", "x.example", "key-b") as { refused?: string }).refused, "missing");
       assert.equal((store.use("tok", "x.example", undefined) as { refused?: string }).refused, "missing");
       assert.equal(store.bindingOf("only-a", "key-b"), undefined);
-      assert.equal(store.list({ owner: "key-b" }).length, 1);
-      assert.equal(store.list({ all: true }).length, 3);
+      assert.equal((await store.list({ owner: "key-b" })).length, 1);
+      assert.equal((await store.list({ all: true })).length, 3);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -20,6 +20,8 @@
  *                            (cluster.p2p): restores ask them before the repository
  *   aenv:apikeys             hash ID → API key record (its sha256, name, limits); not rebuilt:
  *                            keep Redis persistent (AOF) or re-create the keys after a loss
+ *   aenv:secrets             hash ID → secret record, its value sealed under a key derived from
+ *                            the repository key; not rebuilt (as aenv:apikeys)
  *   aenv:keypending:{id}     a key's creates in flight and just answered (gateway/key-limits.ts)
  *   aenv:keybucket:{id}      a key's creates-a-second token bucket
  *   aenv:keycalls:{id}:{w}   a key's API calls in window w
@@ -46,6 +48,8 @@ export const keys = {
   tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
   /** Hash of the cluster's API keys: ID → record (sha256 of the key, never the key). */
   apiKeys: "aenv:apikeys",
+  /** Project secrets: hash ID → JSON record, its value sealed (secrets/sealing.ts). */
+  secrets: "aenv:secrets",
   /** Hash key ID → when it was last used (apart from the record: see tenancy/tenants.ts). */
   apiKeyUses: "aenv:apikeys:used",
 };

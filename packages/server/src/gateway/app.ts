@@ -458,6 +458,11 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     fastify.route({ method, url: "/events/webhooks", handler: anyNode });
     fastify.route({ method, url: "/events/webhooks/:webhookID", handler: anyNode });
   }
+  // Secrets are in Redis too, sealed with the nodes' repository key: a node answers for all.
+  for (const method of ["GET", "POST", "DELETE"] as const) {
+    fastify.route({ method, url: "/secrets", handler: anyNode });
+    fastify.route({ method, url: "/secrets/:secretID", handler: anyNode });
+  }
   for (const method of ["GET", "POST", "DELETE", "PUT", "PATCH"] as const) {
     fastify.route({ method, url: "/templates*", handler: anyNode });
     fastify.route({ method, url: "/v2/templates*", handler: anyNode });

@@ -1,13 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import type { SecretInfo } from "@aenv/protocol";
 import { SECRET_VALUE_CHARS } from "@aenv/protocol/rest";
 import { ConflictError, InvalidRequestError, NotFoundError } from "../errors.js";
-import { writePrivateFile } from "../util/private-file.js";
+import { FileRecordStore, type RecordStore } from "../util/record-store.js";
 import { hostAllowed, normaliseAllowedHosts } from "./binding.js";
 
-interface SecretRecord {
+/** A single node's secrets file, in its secrets folder. */
+export const SECRETS_FILE = "secrets.json";
+
+export interface SecretRecord {
   id: string;
   name: string;
   /** Write-only: kept for the runtime, never returned, never logged. */
@@ -38,25 +39,45 @@ export interface SecretScope {
 export type SecretUse = { value: string } | { refused: "missing" | "unbound" | "host" | "invalid"; message: string };
 
 /**
- * Project secrets in one file only root can read (DATA/secrets/secrets.json, 0600 in a 0700
- * folder), rewritten atomically on every change. Values never leave this class: every answer
- * is `info()`, which has no value field; `use` serves only the egress proxy, which fills
- * `${e2b.secrets.NAME}` placeholders of network rules into outbound requests, and only for a
- * host the secret is bound to.
+ * Project secrets. Kept by a RecordStore: a single node's file only root can read
+ * (DATA/secrets/secrets.json, 0600 in a 0700 folder, rewritten atomically), or a cluster's
+ * Redis with each value sealed (secrets/sealed-records.ts). Lookups (the egress proxy's, on
+ * every request) read a view in memory; every change is written to the store before it is
+ * answered, and a cluster's view is read again every second (`refresh`) and before each
+ * change, so a secret made through one node is used by every node within about a second.
+ * Values never leave this class: every answer is `info()`, which has no value field; `use`
+ * serves only the egress proxy, which fills `${e2b.secrets.NAME}` placeholders of network
+ * rules into outbound requests, and only for a host the secret is bound to.
  */
 export class SecretStore {
-  private readonly byId = new Map<string, SecretRecord>();
-  private readonly file: string;
+  private byId = new Map<string, SecretRecord>();
+  private reading: Promise<void> | undefined;
 
-  constructor(dir: string) {
-    this.file = join(dir, "secrets.json");
-    if (existsSync(this.file)) {
-      for (const rec of JSON.parse(readFileSync(this.file, "utf8")) as SecretRecord[]) this.byId.set(rec.id, rec);
-    }
+  constructor(private readonly store: RecordStore<SecretRecord>) {}
+
+  /** A store with its records read. */
+  static async open(store: RecordStore<SecretRecord>): Promise<SecretStore> {
+    const s = new SecretStore(store);
+    await s.refresh();
+    return s;
   }
 
-  private save(): void {
-    writePrivateFile(this.file, JSON.stringify([...this.byId.values()]));
+  /** A single node's store: its file in `dir`. */
+  static inFolder(dir: string): Promise<SecretStore> {
+    return SecretStore.open(new FileRecordStore<SecretRecord>(dir, SECRETS_FILE));
+  }
+
+  /** Reads the records again (one read at a time; callers meanwhile share it). */
+  refresh(): Promise<void> {
+    this.reading ??= this.store
+      .list()
+      .then((recs) => {
+        this.byId = new Map(recs.map((r) => [r.id, r]));
+      })
+      .finally(() => {
+        this.reading = undefined;
+      });
+    return this.reading;
   }
 
   /** By ID or (case-insensitive) name, as the SDK selects them, among the secrets `scope` sees. */
@@ -102,16 +123,17 @@ export class SecretStore {
     return rec;
   }
 
-  create(
+  async create(
     name: string,
     value: string,
     metadata: Record<string, string> = {},
     allowedHosts: string[] | undefined,
     owner: string | undefined,
-  ): SecretInfo {
+  ): Promise<SecretInfo> {
     checkValue(value);
     const canonical = name.toLowerCase();
     const hosts = allowedHosts ? normaliseAllowedHosts(allowedHosts) : undefined;
+    await this.refresh();
     // Names are each owner's own: another key's secret of this name is neither seen nor in the way.
     if (this.find(canonical, { owner })) throw new ConflictError(`secret '${canonical}' already exists`);
     const now = Date.now();
@@ -126,46 +148,51 @@ export class SecretStore {
       updatedAt: now,
       ...(owner ? { owner } : {}),
     };
+    await this.store.put(rec);
     this.byId.set(rec.id, rec);
-    this.save();
     return info(rec);
   }
 
   /** A new binding comes only with a new value, so no binding ever redirects the old one. */
-  update(
+  async update(
     ref: string,
     scope: SecretScope,
     value: string,
     metadata?: Record<string, string>,
     allowedHosts?: string[],
-  ): SecretInfo {
+  ): Promise<SecretInfo> {
     checkValue(value);
     const hosts = allowedHosts ? normaliseAllowedHosts(allowedHosts) : undefined;
-    const rec = this.mustFind(ref, scope);
+    await this.refresh();
+    const rec: SecretRecord = { ...this.mustFind(ref, scope) };
     rec.value = value;
     rec.version += 1;
     if (metadata) rec.metadata = metadata;
     if (hosts) rec.allowedHosts = hosts;
     rec.updatedAt = Date.now();
-    this.save();
+    await this.store.put(rec);
+    this.byId.set(rec.id, rec);
     return info(rec);
   }
 
-  get(ref: string, scope: SecretScope): SecretInfo {
+  async get(ref: string, scope: SecretScope): Promise<SecretInfo> {
+    await this.refresh();
     return info(this.mustFind(ref, scope));
   }
 
-  list(scope: SecretScope): SecretInfo[] {
+  async list(scope: SecretScope): Promise<SecretInfo[]> {
+    await this.refresh();
     return [...this.byId.values()]
       .filter((rec) => scope.all || rec.owner === scope.owner)
       .sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id))
       .map(info);
   }
 
-  delete(ref: string, scope: SecretScope): void {
+  async delete(ref: string, scope: SecretScope): Promise<void> {
+    await this.refresh();
     const rec = this.mustFind(ref, scope);
+    await this.store.delete(rec.id);
     this.byId.delete(rec.id);
-    this.save();
   }
 }
 

@@ -18,12 +18,12 @@ export async function secretRoutes(app: FastifyInstance, o: { secrets: SecretSto
   app.post("/secrets", async (req, reply) => {
     const b = NewSecret.parse(req.body ?? {});
     const { owner } = ownerOf(tenantOf(req));
-    return reply.status(201).send(secrets.create(b.name, b.value, b.metadata, b.allowedHosts, owner));
+    return reply.status(201).send(await secrets.create(b.name, b.value, b.metadata, b.allowedHosts, owner));
   });
 
   app.get("/secrets", async (req, reply) => {
     const q = SecretListQuery.parse(req.query);
-    return paginate(secrets.list(scopeOf(req)), q, (t) => void reply.header("x-next-token", t));
+    return paginate(await secrets.list(scopeOf(req)), q, (t) => void reply.header("x-next-token", t));
   });
 
   app.get("/secrets/:secretID", async (req) => secrets.get(SecretIdParams.parse(req.params).secretID, scopeOf(req)));
@@ -35,7 +35,7 @@ export async function secretRoutes(app: FastifyInstance, o: { secrets: SecretSto
   });
 
   app.delete("/secrets/:secretID", async (req, reply) => {
-    secrets.delete(SecretIdParams.parse(req.params).secretID, scopeOf(req));
+    await secrets.delete(SecretIdParams.parse(req.params).secretID, scopeOf(req));
     return reply.status(204).send();
   });
 }
