@@ -118,7 +118,7 @@ test("the latest sample: kept, or taken now for a running sandbox with none; non
     [sid(2), { rec: { ...record(sid(2), "running", 1), runtimeId: "r2" } }],
     [sid(3), { rec: record(sid(3), "paused", 1), lastMetric: sample(5) }],
     // Hibernated and saved to disk: paused underneath, running to its clients.
-    [sid(4), { rec: { ...record(sid(4), "paused", 1), idleSaved: true }, lastMetric: sample(7) }],
+    [sid(4), { rec: { ...record(sid(4), "paused", 1), pause: { idleSaved: true } }, lastMetric: sample(7) }],
     [sid(5), { rec: record(sid(5), "running", 1), ephemeral: true, lastMetric: sample(9) }],
   ]);
   const history = new MetricsHistory({

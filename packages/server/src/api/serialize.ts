@@ -33,8 +33,8 @@ function lifecycle(r: SandboxRecord): SandboxDetail["lifecycle"] {
 }
 
 /** The state a client sees: a sandbox hibernation saved to disk is still running to it. */
-export function apiState(r: Pick<SandboxRecord, "state" | "idleSaved">): "running" | "paused" {
-  return r.state === "paused" && !r.idleSaved ? "paused" : "running";
+export function apiState(r: Pick<SandboxRecord, "state" | "pause">): "running" | "paused" {
+  return r.state === "paused" && !r.pause?.idleSaved ? "paused" : "running";
 }
 
 /** `ListedSandbox` (list endpoints). */

@@ -24,12 +24,10 @@ const API_KEY_USES_FILE = "api-keys-used.json";
  * Each API key's sandboxes that count against its concurrent ones: running or starting
  * (hibernated too), not paused or being killed; the operator's are not counted.
  */
-export function runningByOwner(
-  recs: Iterable<Pick<SandboxRecord, "owner" | "state" | "idleSaved">>,
-): Map<string, number> {
+export function runningByOwner(recs: Iterable<Pick<SandboxRecord, "owner" | "state" | "pause">>): Map<string, number> {
   const n = new Map<string, number>();
   for (const r of recs) {
-    if (!r.owner || r.state === "killing" || (r.state === "paused" && r.idleSaved !== true)) continue;
+    if (!r.owner || r.state === "killing" || (r.state === "paused" && r.pause?.idleSaved !== true)) continue;
     n.set(r.owner, (n.get(r.owner) ?? 0) + 1);
   }
   return n;

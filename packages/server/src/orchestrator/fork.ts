@@ -96,7 +96,7 @@ export class Forker {
       if (parent.state === "paused") {
         await this.d.pausedImage(l, captureDir);
         // Saved by hibernation, it is running to its client: its TTL is endAt.
-        return parent.idleSaved ? parent.endAt - Date.now() : (parent.ttlLeftMs ?? 0);
+        return parent.pause.idleSaved ? parent.endAt - Date.now() : (parent.pause.ttlLeftMs ?? 0);
       }
       if (parent.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
       await runner.capture(l, captureDir, { shared: true });
@@ -142,17 +142,18 @@ export class Forker {
   private async captureFilesystem(l: Live, dest: string): Promise<number> {
     const parent = l.rec;
     if (parent.state === "paused") {
-      if (parent.pauseKind !== "filesystem") {
+      if (parent.pause.kind !== "filesystem") {
         throw new ConflictError(
           `sandbox '${parent.id}' is paused with its memory: fork it with memory, or resume it first`,
         );
       }
       // Its layer may live only in the repository (moved from a node that is gone).
-      if (!isCompleteLayer(parent.imageDir)) {
+      const layer = parent.pause.imageDir;
+      if (!layer || !isCompleteLayer(layer)) {
         throw new ConflictError(`sandbox '${parent.id}' has no filesystem layer on this node: resume it first`);
       }
-      linkTree(parent.imageDir as string, dest);
-      return parent.ttlLeftMs ?? 0;
+      linkTree(layer, dest);
+      return parent.pause.ttlLeftMs ?? 0;
     }
     if (parent.state !== "running" || !l.slot) throw new ConflictError(`sandbox '${parent.id}' is not running`);
     await captureLayer(l.slot.slotIp, envdTokenOf(parent), dest, maxLayerBytes(parent));

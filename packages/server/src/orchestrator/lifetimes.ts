@@ -50,15 +50,17 @@ export class Lifetimes {
     const l = this.d.registry.mustGet(id);
     const t = clampTimeoutS(this.d.cfg, timeoutS);
     // A sandbox saved by hibernation is running to its client: its TTL is endAt.
-    if (l.rec.state === "paused" && !l.rec.idleSaved) l.rec.ttlLeftMs = t * 1000;
-    else l.rec.endAt = Date.now() + t * 1000;
-    this.d.states.save(l.rec);
+    if (l.rec.state === "paused" && !l.rec.pause.idleSaved) this.d.states.pausedTtl(l.rec, t * 1000);
+    else {
+      l.rec.endAt = Date.now() + t * 1000;
+      this.d.states.save(l.rec);
+    }
   }
 
   /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
   extend(id: string, timeoutS: number | undefined): SandboxRecord {
     const l = this.d.registry.mustGet(id);
-    if (l.rec.state === "paused" && !l.rec.idleSaved) throw new ConflictError(`sandbox '${id}' is paused`);
+    if (l.rec.state === "paused" && !l.rec.pause.idleSaved) throw new ConflictError(`sandbox '${id}' is paused`);
     const t = clampTimeoutS(this.d.cfg, timeoutS);
     l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
     this.d.states.save(l.rec);
@@ -71,7 +73,7 @@ export class Lifetimes {
       if (l.rec.endAt > now || l.inflight || l.gate) continue;
       // One hibernation saved is running to its client and expires the same way: its pause
       // takes the image it is already in (PauseResume.keepSaved).
-      if (l.rec.state !== "running" && !l.rec.idleSaved) continue;
+      if (l.rec.state !== "running" && !l.rec.pause?.idleSaved) continue;
       const id = l.rec.id;
       const act = l.rec.autoPause ? "pause" : "kill";
       this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);

@@ -68,8 +68,8 @@ export class MetricsHistory {
   async latest(id: string): Promise<MetricSample | undefined> {
     const l = this.d.registry.get(id);
     if (!l || l.ephemeral) return undefined;
-    const { state, idleSaved } = l.rec;
-    const running = state === "running" || (state === "paused" && idleSaved === true);
+    const { state, pause } = l.rec;
+    const running = state === "running" || (state === "paused" && pause?.idleSaved === true);
     if (!running) return undefined;
     const kept = this.samples.get(id)?.at(-1) ?? l.lastMetric;
     if (kept) return kept;

@@ -289,7 +289,7 @@ export class Orchestrator {
   /** Where a sandbox is (this node) and whether it is hibernated, for its listing. */
   placeOf(id: string): { nodeID: string; hibernation?: "frozen" | "saved" } {
     const l = this.registry.get(id);
-    const hibernation = l?.hibernated ? "frozen" : l?.rec.idleSaved ? "saved" : undefined;
+    const hibernation = l?.hibernated ? "frozen" : l?.rec.pause?.idleSaved ? "saved" : undefined;
     return { nodeID: this.d.cfg.cluster?.nodeId ?? hostname(), ...(hibernation ? { hibernation } : {}) };
   }
 
@@ -416,7 +416,7 @@ export class Orchestrator {
   snapshot(id: string, name: string | undefined): Promise<SnapshotRecord> {
     return timed("snapshot", async () => {
       // Running to its client: one hibernation saved comes back first.
-      if (this.registry.get(id)?.rec.idleSaved) await this.resume(id, undefined);
+      if (this.registry.get(id)?.rec.pause?.idleSaved) await this.resume(id, undefined);
       return this.snapshots.take(id, name);
     });
   }

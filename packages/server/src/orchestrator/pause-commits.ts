@@ -4,7 +4,13 @@ import type { ServerConfig } from "../config.js";
 import { NotFoundError, RuntimeMismatchError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord } from "../state/store.js";
-import { type PauseMeta, pauseClaimName, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
+import { toStored } from "../state/stored-record.js";
+import {
+  pauseClaimName,
+  pauseManifestId,
+  pauseMetaOf,
+  type StoredPauseMeta,
+} from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { countPauseCommit } from "../telemetry/prometheus.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
@@ -57,7 +63,7 @@ export class PauseCommits {
     const timer = setTimeout(() => {
       this.timers.delete(id);
       const l = this.d.registry.get(id);
-      if (l?.rec.state === "paused" && l.rec.imageDir === imageDir && !this.d.registry.isClosing) {
+      if (l?.rec.state === "paused" && l.rec.pause.imageDir === imageDir && !this.d.registry.isClosing) {
         this.commitNow(rec, imageDir, attempt);
       }
     }, delayS * 1000);
@@ -68,7 +74,7 @@ export class PauseCommits {
   private commitNow(rec: SandboxRecord, imageDir: string, attempt: number): void {
     const id = rec.id;
     const t0 = Date.now();
-    const meta: PauseMeta = { kind: "pause", sandbox: { ...rec }, imageKey: this.d.checkpointKey };
+    const meta: StoredPauseMeta = { kind: "pause", sandbox: toStored(rec), imageKey: this.d.checkpointKey };
     const p = this.d.repository
       .commit(pauseManifestId(id), imageDir, meta)
       .then(({ manifest, stats }) => {
@@ -171,7 +177,7 @@ export class PauseCommits {
       clearTimeout(timer);
       this.timers.delete(id);
       const l = this.d.registry.get(id);
-      if (l?.rec.state === "paused" && l.rec.imageDir) this.commitNow(l.rec, l.rec.imageDir, 0);
+      if (l?.rec.state === "paused" && l.rec.pause.imageDir) this.commitNow(l.rec, l.rec.pause.imageDir, 0);
     }
     await Promise.all([...this.commits.values()]);
   }
@@ -195,7 +201,7 @@ export class PauseCommits {
     refuseResumer(meta.sandbox, opts);
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
     // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
-    if (meta.sandbox.pauseKind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
+    if (meta.sandbox.pause?.kind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
       throw new RuntimeMismatchError(
         `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
         meta.imageKey,
@@ -212,12 +218,13 @@ export class PauseCommits {
     });
     if (this.d.registry.has(id)) return false;
     const dir = this.d.paths.sandbox(id);
+    const pause = meta.sandbox.pause ?? {};
     const rec: SandboxRecord = {
       ...meta.sandbox,
       rootfs,
       state: "paused",
+      pause: { ...pause, imageDir: pauseDir(this.d.paths, dir, pause.kind) },
       dir,
-      imageDir: pauseDir(this.d.paths, dir, meta.sandbox.pauseKind),
       slotIndex: null,
       runtimeDir,
     };

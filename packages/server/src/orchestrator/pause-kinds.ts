@@ -28,16 +28,16 @@ export function isCompletePause(driver: RuntimeDriver, kind: PauseKind | undefin
 }
 
 /** Traffic never resumes a filesystem-only pause: it would reboot the sandbox under its caller. */
-export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pauseKind" | "idleSaved">): boolean {
+export function autoResumable(rec: Pick<SandboxRecord, "autoResume" | "pause">): boolean {
   // Saved by hibernation: running as far as its client knows, so any use brings it back.
-  if (rec.idleSaved) return true;
-  return rec.autoResume && rec.pauseKind !== "filesystem";
+  if (rec.pause?.idleSaved) return true;
+  return rec.autoResume && rec.pause?.kind !== "filesystem";
 }
 
 /** What traffic to a paused sandbox it will not resume gets. */
-export function pausedError(rec: Pick<SandboxRecord, "id" | "pauseKind">): PausedError {
+export function pausedError(rec: Pick<SandboxRecord, "id" | "pause">): PausedError {
   return new PausedError(
-    rec.pauseKind === "filesystem"
+    rec.pause?.kind === "filesystem"
       ? `sandbox '${rec.id}' is paused (filesystem only); resume it with connect`
       : `sandbox '${rec.id}' is paused; resume it (connect) or create it with autoResume`,
   );

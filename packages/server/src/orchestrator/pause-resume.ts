@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
-import type { BootSettings, PauseKind, SandboxRecord } from "../state/store.js";
+import type { BootSettings, PausedSandboxRecord, PauseKind, SandboxRecord } from "../state/store.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
@@ -57,12 +57,12 @@ export class PauseResume {
     // Hibernation saves memory and all: its sandbox must come back exactly as it was.
     const kind: PauseKind = opts.memory === false && !opts.idle ? "filesystem" : "memory";
     const l = registry.mustGet(id);
-    if (l.rec.state === "paused" && !l.inflight && !l.rec.idleSaved) {
+    if (l.rec.state === "paused" && !l.inflight && !l.rec.pause.idleSaved) {
       throw new ConflictError(`sandbox '${id}' is already paused`);
     }
     return registry.joinOrRun(l, "pause", async () => {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
-      if (l.rec.state === "paused" && l.rec.idleSaved && !opts.idle) return this.keepSaved(l);
+      if (l.rec.state === "paused" && l.rec.pause.idleSaved && !opts.idle) return this.keepSaved(l, l.rec);
       if (l.rec.state === "paused") throw new ConflictError(`sandbox '${id}' is already paused`);
       if (opts.idle && !(opts.stillIdle?.() ?? true)) throw new NotIdleError("used since it was found idle");
       // A client's memory pause answers once the sandbox is stopped; its image is written next
@@ -105,9 +105,9 @@ export class PauseResume {
         step("stop");
         this.d.states.paused(l.rec, ttlLeftMs, {
           imageDir: final,
-          pauseKind: kind,
-          pauseTag: randomBytes(6).toString("hex"),
-          pauseBytes: bytes,
+          kind,
+          tag: randomBytes(6).toString("hex"),
+          bytes,
           ...(opts.idle ? { idleSaved: true } : {}),
         });
         step("record");
@@ -137,9 +137,9 @@ export class PauseResume {
     const rec = l.rec;
     this.d.states.paused(rec, Math.max(0, rec.endAt - Date.now()), {
       imageDir: pauseDir(this.d.paths, rec.dir, "memory"),
-      pauseKind: "memory",
-      pauseTag: randomBytes(6).toString("hex"),
-      pauseBytes: undefined,
+      kind: "memory",
+      tag: randomBytes(6).toString("hex"),
+      bytes: undefined,
       imagePending: true,
     });
     const suspendedMs = Date.now() - t0;
@@ -147,11 +147,11 @@ export class PauseResume {
     this.d.events.emit("paused", rec);
     // Written a moment later: a resume (an agent's next turn) or a kill that comes first
     // needs no image, and waits for none (a checkpoint under way cannot be cut short).
-    const tag = rec.pauseTag;
+    const tag = rec.pause?.tag;
     const write = () => {
       this.delayed.delete(rec.id);
       void this.d.registry
-        .enqueue(l, () => (rec.pauseTag === tag ? this.writeImage(l, suspendedMs) : Promise.resolve()))
+        .enqueue(l, () => (rec.pause?.tag === tag ? this.writeImage(l, suspendedMs) : Promise.resolve()))
         .catch((err) => this.d.log.error({ err, sandboxID: rec.id }, "pause image not written"));
     };
     const delayMs = this.d.cfg.pauseImageDelayMs;
@@ -175,25 +175,26 @@ export class PauseResume {
     const { runner } = this.d;
     // A reboot (resume without memory) needs the image as its fallback: written all the same.
     const resumeWaits = () => !forReboot && l.inflight?.kind === "resume";
-    if (!this.d.registry.has(rec.id) || rec.state !== "paused" || !rec.imagePending || !l.suspended) return;
+    if (!this.d.registry.has(rec.id) || rec.state !== "paused" || !rec.pause.imagePending || !l.suspended) return;
     if (resumeWaits()) return;
     const t0 = Date.now();
-    const final = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
+    const final = rec.pause.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
     const tmp = `${final}.tmp`;
     try {
       await runner.checkpointInto(rec.runtimeId, tmp);
       const checkpointMs = Date.now() - t0;
       await commitDirAsync(tmp, final);
-      rec.pauseBytes = runner.driver.checkpointBytes(final);
-      rec.imagePending = undefined;
+      const bytes = runner.driver.checkpointBytes(final);
       if (!resumeWaits()) await runner.stopRuntime(l);
-      this.d.states.save(rec);
+      // Still this pause (a resume in place may have come meanwhile): its image is here.
+      if (rec.state === "paused") this.d.states.imageWritten(rec, final, bytes);
+      else this.d.states.save(rec);
       this.d.log.info(
         {
           sandboxID: rec.id,
           ms: suspendedMs + Date.now() - t0,
           steps: { suspend: suspendedMs, checkpoint: checkpointMs, commit: Date.now() - t0 - checkpointMs },
-          bytes: rec.pauseBytes,
+          bytes,
         },
         "sandbox paused (image written)",
       );
@@ -209,11 +210,8 @@ export class PauseResume {
    * client's settings say). The image keeps its memory even where a filesystem-only pause was
    * asked for: it holds the filesystem too, and a resume brings the processes back as well.
    */
-  private keepSaved(l: Live): void {
-    l.rec.idleSaved = undefined;
-    l.rec.ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
-    l.rec.pausedAt = Date.now();
-    this.d.states.save(l.rec);
+  private keepSaved(l: Live, rec: PausedSandboxRecord): void {
+    this.d.states.savedNowPaused(rec);
     this.d.log.info({ sandboxID: l.rec.id }, "sandbox saved by hibernation now paused (its image kept)");
     this.d.events.emit("paused", l.rec);
   }
@@ -234,12 +232,13 @@ export class PauseResume {
     if (l.rec.state === "running" && !l.inflight) return { rec: extend(id, timeoutS), resumed: false };
     return registry.joinOrRun(l, "resume", async () => {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
-      if (l.rec.state === "running") return { rec: extend(id, timeoutS), resumed: false };
-      const kind = l.rec.pauseKind ?? "memory";
-      const image = l.rec.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
+      if (l.rec.state !== "paused") return { rec: extend(id, timeoutS), resumed: false };
+      const pause = l.rec.pause;
+      const kind = pause.kind ?? "memory";
+      const image = pause.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
       const t0 = Date.now();
       // Saved by hibernation, it is running to its client: brought back as it was.
-      const reboot = opts.memory === false && kind === "memory" && !l.rec.idleSaved;
+      const reboot = opts.memory === false && kind === "memory" && !pause.idleSaved;
       const inPlace = !!l.suspended && !reboot;
       if (reboot) await this.reboot(l, image);
       else if (inPlace) {
@@ -275,8 +274,8 @@ export class PauseResume {
       const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
       // Saved by hibernation, it was running to its client: its TTL never stopped (kept,
       // extended as a running sandbox's would be by this call), and its resume is no event.
-      const wasPaused = !l.rec.idleSaved;
-      let endAt = Date.now() + Math.max(l.rec.ttlLeftMs ?? 0, t);
+      const wasPaused = !pause.idleSaved;
+      let endAt = Date.now() + Math.max(pause.ttlLeftMs ?? 0, t);
       if (!wasPaused) endAt = timeoutS !== undefined ? Math.max(l.rec.endAt, Date.now() + t) : l.rec.endAt;
       this.d.states.resumed(l.rec, endAt);
       registry.release(l);
@@ -310,7 +309,7 @@ export class PauseResume {
     const { registry, runner } = this.d;
     const { rec } = l;
     // Paused in place moments ago: its image is written first, the fallback if the boot fails.
-    if (l.suspended && rec.imagePending) await this.writeImage(l, 0, true);
+    if (l.suspended && rec.pause?.imagePending) await this.writeImage(l, 0, true);
     if (l.suspended) await runner.stopRuntime(l);
     await this.d.commits.claim(rec);
     if (!runner.driver.isCompleteCheckpoint(image)) await this.d.commits.rebuild(rec.id, image);
@@ -366,12 +365,12 @@ export class PauseResume {
    */
   async linkImage(l: Live, dest: string): Promise<void> {
     const rec = l.rec;
-    if (rec.pauseKind === "filesystem") {
+    if (rec.pause?.kind === "filesystem") {
       throw new ConflictError(`sandbox '${rec.id}' is paused (filesystem only): resume it to fork it`);
     }
     // Paused in place and its image skipped for a resume that then failed: written now.
-    if (rec.imagePending && l.suspended) await this.writeImage(l, 0);
-    const image = rec.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
+    if (rec.pause?.imagePending && l.suspended) await this.writeImage(l, 0);
+    const image = rec.pause?.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
     if (!this.d.runner.driver.isCompleteCheckpoint(image)) await this.d.commits.rebuild(rec.id, image);
     linkTree(image, dest);
   }
@@ -383,7 +382,7 @@ export class PauseResume {
     await Promise.all(
       this.d.registry
         .all()
-        .filter((l) => l.rec.imagePending)
+        .filter((l) => l.rec.pause?.imagePending)
         .map((l) => l.op),
     );
   }

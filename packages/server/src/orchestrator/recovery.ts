@@ -70,7 +70,7 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
     }
     const finalImage = d.paths.pauseImage(rec.dir);
     const finalLayer = d.paths.fsLayer(rec.dir);
-    if (rec.state === "paused" && rec.imagePending) {
+    if (rec.state === "paused" && rec.pause.imagePending) {
       // Paused (answered) but its image not yet written when the server stopped: the runtime
       // still holds it, stopped in place, so the image is written now.
       if (!driver.isCompleteCheckpoint(finalImage) && running.has(rec.runtimeId)) {
@@ -86,24 +86,21 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       }
       if (driver.isCompleteCheckpoint(finalImage)) {
         await driver.destroy(rec.runtimeId);
-        rec.imagePending = undefined;
-        rec.imageDir = finalImage;
-        rec.pauseKind = "memory";
-        rec.pauseBytes = driver.checkpointBytes(finalImage);
         rec.slotIndex = null;
-        states.save(rec);
+        states.imageWritten(rec, finalImage, driver.checkpointBytes(finalImage));
         log.info({ sandboxID: rec.id }, "pause image written after the restart");
       }
     }
     const committed =
       rec.state === "paused" ? await d.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;
-    if (rec.state === "paused" && (isCompletePause(driver, rec.pauseKind, rec.imageDir) || committed)) {
+    if (rec.state === "paused" && (isCompletePause(driver, rec.pause.kind, rec.pause.imageDir) || committed)) {
       // A lost local image is rebuilt from the repository on resume.
-      rec.imageDir ??= pauseDir(d.paths, rec.dir, rec.pauseKind);
+      const imageDir = rec.pause.imageDir ?? pauseDir(d.paths, rec.dir, rec.pause.kind);
+      states.imageAt(rec, imageDir);
       registry.add({ rec, op: Promise.resolve() });
       report.paused.push(rec.id);
       if (committed) d.repository.pinManifest(committed);
-      else d.pauseCommits.commitLater(rec, rec.imageDir);
+      else d.pauseCommits.commitLater(rec, imageDir);
       continue;
     }
     const slot =
@@ -136,9 +133,9 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       rec.slotIndex = null;
       states.paused(rec, Math.max(0, rec.endAt - Date.now()), {
         imageDir: pausedAs === "memory" ? finalImage : finalLayer,
-        pauseKind: pausedAs,
-        pauseTag: rec.pauseTag ?? randomBytes(6).toString("hex"),
-        pauseBytes: rec.pauseBytes,
+        kind: pausedAs,
+        tag: randomBytes(6).toString("hex"),
+        bytes: undefined,
       });
       registry.add({ rec, op: Promise.resolve() });
       report.paused.push(rec.id);

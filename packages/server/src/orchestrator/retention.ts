@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
+import type { PauseFields } from "../state/store.js";
 import { countSweep } from "../telemetry/prometheus.js";
 import { layerBytes } from "./fs-layer.js";
 import type { Live, SandboxRegistry } from "./registry.js";
@@ -17,6 +18,12 @@ export interface RetentionDeps {
   log: Logger;
 }
 
+/** A paused sandbox retention may delete: when it was paused and what its image takes here. */
+interface Candidate {
+  l: Live;
+  at: number;
+  bytes: number;
+}
 /**
  * Paused sandboxes are not kept forever: past the configured age (since their pause), or
  * while their images on this node add up to more than the configured total (oldest first),
@@ -42,30 +49,29 @@ export class PausedRetention {
     if (this.timer) clearInterval(this.timer);
   }
 
-  /** Paused sandboxes nobody is acting on, oldest pause first. */
-  private candidates(): Live[] {
+  /** Paused sandboxes nobody is acting on, oldest pause first, with when and how big. */
+  private candidates(): Candidate[] {
     const now = Date.now();
-    const out: Live[] = [];
+    const out: Candidate[] = [];
     for (const l of this.d.registry.all()) {
-      if (l.rec.state !== "paused" || l.inflight || l.opsPending || this.retiring.has(l.rec.id)) continue;
+      const rec = l.rec;
+      if (rec.state !== "paused" || l.inflight || l.opsPending || this.retiring.has(rec.id)) continue;
       // Saved by hibernation: running to its client, its TTL decides.
-      if (l.rec.idleSaved) continue;
+      if (rec.pause.idleSaved) continue;
       // Pauses recorded before these fields existed start their clock now.
-      if (l.rec.pausedAt === undefined || l.rec.pauseBytes === undefined) {
-        l.rec.pausedAt ??= now;
-        l.rec.pauseBytes ??= this.bytesOf(l);
-        this.d.states.save(l.rec);
+      if (rec.pause.at === undefined || rec.pause.bytes === undefined) {
+        this.d.states.measured(rec, rec.pause.at ?? now, rec.pause.bytes ?? this.bytesOf(rec.pause));
       }
-      out.push(l);
+      out.push({ l, at: rec.pause.at ?? now, bytes: rec.pause.bytes ?? 0 });
     }
-    return out.sort((a, b) => (a.rec.pausedAt ?? 0) - (b.rec.pausedAt ?? 0));
+    return out.sort((a, b) => a.at - b.at);
   }
 
-  private bytesOf(l: Live): number {
-    const dir = l.rec.imageDir;
+  private bytesOf(pause: PauseFields): number {
+    const dir = pause.imageDir;
     if (!dir) return 0;
     try {
-      return l.rec.pauseKind === "filesystem" ? layerBytes(dir) : this.d.runner.driver.checkpointBytes(dir);
+      return pause.kind === "filesystem" ? layerBytes(dir) : this.d.runner.driver.checkpointBytes(dir);
     } catch {
       return 0; // image only in the repository: nothing on this node's disk
     }
@@ -76,19 +82,19 @@ export class PausedRetention {
     const now = Date.now();
     let paused = this.candidates();
     if (pausedMaxAgeS > 0) {
-      for (const l of paused) {
-        const ageMs = now - (l.rec.pausedAt ?? now);
+      for (const { l, at } of paused) {
+        const ageMs = now - at;
         if (ageMs < pausedMaxAgeS * 1000) continue;
         this.retire(l, { reason: "age", pausedForS: Math.floor(ageMs / 1000), maxAgeS: pausedMaxAgeS });
       }
-      paused = paused.filter((l) => !this.retiring.has(l.rec.id));
+      paused = paused.filter(({ l }) => !this.retiring.has(l.rec.id));
     }
     if (pausedMaxBytes > 0) {
-      let total = paused.reduce((n, l) => n + (l.rec.pauseBytes ?? 0), 0);
-      for (const l of paused) {
+      let total = paused.reduce((n, c) => n + c.bytes, 0);
+      for (const { l, bytes } of paused) {
         if (total <= pausedMaxBytes) break;
         this.retire(l, { reason: "disk", pausedBytes: total, maxBytes: pausedMaxBytes });
-        total -= l.rec.pauseBytes ?? 0;
+        total -= bytes;
       }
     }
     countSweep("retention");

@@ -32,7 +32,7 @@ export async function routeTo(
       continue;
     }
     if (l.rec.state === "paused") {
-      if (!autoResumable(l.rec) || (waitedForPause && !l.rec.idleSaved)) throw pausedError(l.rec);
+      if (!autoResumable(l.rec) || (waitedForPause && !l.rec.pause?.idleSaved)) throw pausedError(l.rec);
       try {
         await resume(id);
       } catch (err) {

@@ -1,5 +1,6 @@
 import Database from "better-sqlite3";
 import type { SandboxRecord, StateStore } from "./store.js";
+import { fromStored, type StoredSandboxRecord, toStored } from "./stored-record.js";
 
 export class SqliteStateStore implements StateStore {
   private readonly db: Database.Database;
@@ -26,7 +27,7 @@ export class SqliteStateStore implements StateStore {
   }
 
   put(rec: SandboxRecord): void {
-    this.stmts.put.run(rec.id, rec.state, rec.startedAt, JSON.stringify(rec));
+    this.stmts.put.run(rec.id, rec.state, rec.startedAt, JSON.stringify(toStored(rec)));
   }
 
   delete(id: string): void {
@@ -35,11 +36,13 @@ export class SqliteStateStore implements StateStore {
 
   get(id: string): SandboxRecord | undefined {
     const row = this.stmts.get.get(id) as { data: string } | undefined;
-    return row ? (JSON.parse(row.data) as SandboxRecord) : undefined;
+    return row ? fromStored(JSON.parse(row.data) as StoredSandboxRecord) : undefined;
   }
 
   all(): SandboxRecord[] {
-    return (this.stmts.all.all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SandboxRecord);
+    return (this.stmts.all.all() as Array<{ data: string }>).map((r) =>
+      fromStored(JSON.parse(r.data) as StoredSandboxRecord),
+    );
   }
 
   close(): void {

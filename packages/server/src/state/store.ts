@@ -23,7 +23,8 @@ export interface BootSettings {
   readyCmd?: string;
 }
 
-export interface SandboxRecord {
+/** Everything about a sandbox whatever its state. */
+export interface SandboxFields {
   id: string;
   /** The API key that made it (absent: the operator's): only that key and the operator see it. */
   owner?: string;
@@ -36,7 +37,6 @@ export interface SandboxRecord {
   envdCredential?: "host";
   startedAt: number;
   endAt: number;
-  state: SandboxState;
   cpuCount: number;
   memoryMB: number;
   diskSizeMB: number;
@@ -68,10 +68,14 @@ export interface SandboxRecord {
   runtimeDir: string;
   /** Volumes bind-mounted read-write; a restore (resume, fork) needs the same mount points. */
   volumeMounts?: SandboxVolumeMount[];
-  /** Complete pause image (checkpoint or filesystem layer, by pauseKind), while paused. */
+}
+
+/** What only a paused sandbox has: where its image is, how it was taken, the time it had left. */
+export interface PauseFields {
+  /** Complete pause image (checkpoint or filesystem layer, by kind), or where it is being written. */
   imageDir?: string;
-  /** While paused: what imageDir holds (absent: memory, the default). */
-  pauseKind?: PauseKind;
+  /** What imageDir holds (absent: memory, the default). */
+  kind?: PauseKind;
   /** TTL left when paused: paused time does not count. */
   ttlLeftMs?: number;
   /**
@@ -79,21 +83,31 @@ export interface SandboxRecord {
    * its TTL (endAt) keeps counting, and its next use resumes it. Absent for a client's pause.
    */
   idleSaved?: boolean;
-  /** While paused: when the pause was taken (retention counts from it). */
-  pausedAt?: number;
+  /** When the pause was taken (retention counts from it). */
+  at?: number;
   /**
    * Paused (its tasks stopped in place, the client answered) while its image is still being
    * written: recovery after a crash finishes the image from the live runtime if it is there.
    */
   imagePending?: boolean;
-  /** While paused: bytes its pause image takes on this node (retention's disk total). */
-  pauseBytes?: number;
+  /** Bytes its pause image takes on this node (retention's disk total). */
+  bytes?: number;
   /**
    * Names this pause (new at every pause): in a cluster, the node that resumes it claims
-   * `<id>.<pauseTag>` in the repository, so one pause image is resumed once, by one node.
+   * `<id>.<tag>` in the repository, so one pause image is resumed once, by one node.
    */
-  pauseTag?: string;
+  tag?: string;
 }
+
+/**
+ * What the node keeps about a sandbox, by state: only a paused one has a pause (its image,
+ * kind, tag, TTL left). orchestrator/sandbox-states.ts is the one place a state changes.
+ */
+export type SandboxRecord =
+  | (SandboxFields & { state: "creating" | "running" | "killing"; pause?: undefined })
+  | (SandboxFields & { state: "paused"; pause: PauseFields });
+
+export type PausedSandboxRecord = Extract<SandboxRecord, { state: "paused" }>;
 
 /** A named capture of a running sandbox; usable as a templateID. */
 export interface SnapshotRecord {

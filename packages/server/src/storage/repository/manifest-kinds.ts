@@ -10,28 +10,36 @@ import { z } from "zod";
 import { validateNetworkSpec } from "../../network/policy.js";
 import { SANDBOX_ID_RE } from "../../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../../state/store.js";
+import { fromStored, type StoredSandboxRecord } from "../../state/stored-record.js";
 import type { TemplateData } from "../../state/template-catalog.js";
 import { isId } from "./layout.js";
 import type { Manifest } from "./repository.js";
 import { UntrustedManifestError } from "./trust.js";
 
 export type SnapshotMeta = { kind: "snapshot" } & Omit<SnapshotRecord, "imageDir" | "committed" | "uploadedBytes">;
+/** A pause manifest's meta as read: the paused sandbox's record, typed. */
 export interface PauseMeta {
   kind: "pause";
   sandbox: SandboxRecord;
+  imageKey: string;
+}
+/** As written: the record in the flat shape every version reads (state/stored-record.ts). */
+export interface StoredPauseMeta {
+  kind: "pause";
+  sandbox: StoredSandboxRecord;
   imageKey: string;
 }
 export interface TemplateMeta {
   kind: "template";
   template: TemplateData;
 }
-export type ManifestMeta = SnapshotMeta | PauseMeta | TemplateMeta;
+export type ManifestMeta = SnapshotMeta | StoredPauseMeta | TemplateMeta;
 
 /** Repository ID of a paused sandbox's manifest: addressable by sandbox ID from any node. */
 export const pauseManifestId = (sandboxId: string) => `sbx-${sandboxId}`;
 
 /** The repository claim a resume of this pause takes (see claims.ts). */
-export const pauseClaimName = (rec: { id: string; pauseTag?: string }) => `${rec.id}.${rec.pauseTag ?? "0"}`;
+export const pauseClaimName = (rec: { id: string; pause?: { tag?: string } }) => `${rec.id}.${rec.pause?.tag ?? "0"}`;
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 const isStr = (v: unknown): v is string => typeof v === "string";
@@ -136,7 +144,7 @@ export function pauseMetaOf(m: Manifest, report?: RejectReport): PauseMeta | und
   if (!r.success) return refuse(m, `paused sandbox malformed (${issues(r.error)})`, report);
   if (m.id !== pauseManifestId(r.data.id)) return refuse(m, "paused sandbox ID is not the manifest's", report);
   if (typeof meta.imageKey !== "string") return refuse(m, "paused sandbox imageKey malformed", report);
-  return { kind: "pause", sandbox: r.data as unknown as SandboxRecord, imageKey: meta.imageKey };
+  return { kind: "pause", sandbox: fromStored(r.data as unknown as StoredSandboxRecord), imageKey: meta.imageKey };
 }
 
 export function templateMetaOf(m: Manifest, report?: RejectReport): TemplateMeta | undefined {
