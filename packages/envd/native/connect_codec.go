@@ -1,7 +1,7 @@
 package main
 
 // The two Connect codecs, both over the messages generated from packages/protocol/proto
-// (gen/): proto3 JSON (the JS SDK, aenv's server) and the binary wire format (the Python
+// (internal/gen): proto3 JSON (the JS SDK, aenv's server) and the binary wire format (the Python
 // SDK). Errors and the end of a stream are JSON whichever codec the call uses (the Connect
 // protocol's rule).
 

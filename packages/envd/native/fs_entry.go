@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	fspb "aenv/envd/gen/filesystem"
+	fspb "aenv/envd/internal/gen/filesystem"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 

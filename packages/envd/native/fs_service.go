@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
-	fspb "aenv/envd/gen/filesystem"
+	fspb "aenv/envd/internal/gen/filesystem"
 	"google.golang.org/protobuf/proto"
 )
 

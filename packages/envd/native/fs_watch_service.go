@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	fspb "aenv/envd/gen/filesystem"
+	fspb "aenv/envd/internal/gen/filesystem"
 	"google.golang.org/protobuf/proto"
 )
 

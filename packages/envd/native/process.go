@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	pb "aenv/envd/gen/process"
+	pb "aenv/envd/internal/gen/process"
 )
 
 const (

@@ -1,8 +1,8 @@
 package main
 
-// A process's events as process.ProcessEvent messages (gen/process).
+// A process's events as process.ProcessEvent messages (internal/gen/process).
 
-import pb "aenv/envd/gen/process"
+import pb "aenv/envd/internal/gen/process"
 
 func startEvent(pid int) *pb.ProcessEvent {
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(pid)}}}

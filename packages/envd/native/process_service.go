@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	pb "aenv/envd/gen/process"
+	pb "aenv/envd/internal/gen/process"
 	"google.golang.org/protobuf/proto"
 )
 

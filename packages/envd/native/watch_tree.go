@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	fspb "aenv/envd/gen/filesystem"
+	fspb "aenv/envd/internal/gen/filesystem"
 )
 
 type watchRaw struct {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	fspb "aenv/envd/gen/filesystem"
+	fspb "aenv/envd/internal/gen/filesystem"
 )
 
 const (

@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"bytes"
@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// TestGeneratedMessagesAreCurrent regenerates gen/ into a temporary folder with the
-// go:generate line's own command and compares.
+// TestGeneratedMessagesAreCurrent regenerates this folder's messages into a temporary one
+// with the go:generate line's own command and compares.
 func TestGeneratedMessagesAreCurrent(t *testing.T) {
 	for _, tool := range []string{"protoc", "protoc-gen-go"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -32,7 +32,7 @@ func TestGeneratedMessagesAreCurrent(t *testing.T) {
 	}
 	out := t.TempDir()
 	for i, a := range args {
-		if a == "--go_out=gen" {
+		if a == "--go_out=." {
 			args[i] = "--go_out=" + out
 		}
 	}
@@ -44,12 +44,12 @@ func TestGeneratedMessagesAreCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		have, err := os.ReadFile(filepath.Join("gen", f))
+		have, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(want, have) {
-			t.Errorf("gen/%s is not what packages/protocol/proto generates: run go generate in packages/envd/native", f)
+			t.Errorf("internal/gen/%s is not what packages/protocol/proto generates: run go generate ./... in packages/envd/native", f)
 		}
 	}
 }
