@@ -3,6 +3,8 @@ package main
 import (
 	"net"
 	"sync"
+
+	"aenv/envd/internal/connect"
 )
 
 // Env holds the services every handler shares.
@@ -24,7 +26,7 @@ func (e *Env) resolveUser(name string) *User {
 }
 
 // rpcUser is the user an RPC acts as (Authorization: Basic base64("name:")).
-func (e *Env) rpcUser(c *Call) (*User, error) {
+func (e *Env) rpcUser(c *connect.Call) (*User, error) {
 	requested := usernameFromBasicAuth(c.Header.Get("Authorization"))
 	u := e.resolveUser(requested)
 	if u == nil {
@@ -32,7 +34,7 @@ func (e *Env) rpcUser(c *Call) (*User, error) {
 			du, _ := e.State.Defaults()
 			requested = e.Users.DefaultUserName(du)
 		}
-		return nil, rpcErr(CodeUnauthenticated, "invalid username: '%s'", requested)
+		return nil, connect.Errorf(connect.CodeUnauthenticated, "invalid username: '%s'", requested)
 	}
 	return u, nil
 }

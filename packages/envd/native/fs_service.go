@@ -12,28 +12,29 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
 	"google.golang.org/protobuf/proto"
 )
 
 type fsService struct{ env *Env }
 
-func registerFilesystemService(rt *rpcRoutes, env *Env) {
+func registerFilesystemService(rt *connect.Routes, env *Env) {
 	s := &fsService{env: env}
 	const pre = "/filesystem.Filesystem/"
-	rt.unary[pre+"Stat"] = s.stat
-	rt.unary[pre+"MakeDir"] = s.makeDir
-	rt.unary[pre+"Move"] = s.move
-	rt.unary[pre+"ListDir"] = s.listDir
-	rt.unary[pre+"Remove"] = s.remove
-	rt.stream[pre+"WatchDir"] = s.watchDir
-	rt.unary[pre+"CreateWatcher"] = s.createWatcher
-	rt.unary[pre+"GetWatcherEvents"] = s.getWatcherEvents
-	rt.unary[pre+"RemoveWatcher"] = s.removeWatcher
+	rt.Unary(pre+"Stat", s.stat)
+	rt.Unary(pre+"MakeDir", s.makeDir)
+	rt.Unary(pre+"Move", s.move)
+	rt.Unary(pre+"ListDir", s.listDir)
+	rt.Unary(pre+"Remove", s.remove)
+	rt.Stream(pre+"WatchDir", s.watchDir)
+	rt.Unary(pre+"CreateWatcher", s.createWatcher)
+	rt.Unary(pre+"GetWatcherEvents", s.getWatcherEvents)
+	rt.Unary(pre+"RemoveWatcher", s.removeWatcher)
 }
 
 // resolveFor is the request's path resolved for the RPC's user.
-func (s *fsService) resolveFor(c *Call, p string) (string, *User, error) {
+func (s *fsService) resolveFor(c *connect.Call, p string) (string, *User, error) {
 	u, err := s.env.rpcUser(c)
 	if err != nil {
 		return "", nil, err
@@ -48,12 +49,12 @@ func requireDir(p string) error {
 		return fsRPCError(err, p)
 	}
 	if !isDirMode(st.Mode) {
-		return rpcErr(CodeInvalidArgument, "path '%s' is not a directory", p)
+		return connect.Errorf(connect.CodeInvalidArgument, "path '%s' is not a directory", p)
 	}
 	return nil
 }
 
-func (s *fsService) stat(c *Call) (proto.Message, error) {
+func (s *fsService) stat(c *connect.Call) (proto.Message, error) {
 	req := &fspb.StatRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func (s *fsService) stat(c *Call) (proto.Message, error) {
 	return &fspb.StatResponse{Entry: e}, nil
 }
 
-func (s *fsService) makeDir(c *Call) (proto.Message, error) {
+func (s *fsService) makeDir(c *connect.Call) (proto.Message, error) {
 	req := &fspb.MakeDirRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -82,15 +83,15 @@ func (s *fsService) makeDir(c *Call) (proto.Message, error) {
 	}
 	if st, err := statT(p); err == nil {
 		if isDirMode(st.Mode) {
-			return nil, rpcErr(CodeAlreadyExists, "directory '%s' already exists", p)
+			return nil, connect.Errorf(connect.CodeAlreadyExists, "directory '%s' already exists", p)
 		}
-		return nil, rpcErr(CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
+		return nil, connect.Errorf(connect.CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
 	} else if !isErrno(err, syscall.ENOENT) {
 		return nil, fsRPCError(err, p)
 	}
 	if _, err := mkdirpOwnedFs(p, u); err != nil {
 		if isErrno(err, syscall.EEXIST) {
-			return nil, rpcErr(CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
+			return nil, connect.Errorf(connect.CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
 		}
 		return nil, fsRPCError(err, p)
 	}
@@ -101,7 +102,7 @@ func (s *fsService) makeDir(c *Call) (proto.Message, error) {
 	return &fspb.MakeDirResponse{Entry: e}, nil
 }
 
-func (s *fsService) move(c *Call) (proto.Message, error) {
+func (s *fsService) move(c *connect.Call) (proto.Message, error) {
 	req := &fspb.MoveRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -197,7 +198,7 @@ func (s *fsService) listInto(dir, display string, depth uint32, acc *Accounts, o
 	return nil
 }
 
-func (s *fsService) listDir(c *Call) (proto.Message, error) {
+func (s *fsService) listDir(c *connect.Call) (proto.Message, error) {
 	req := &fspb.ListDirRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -221,7 +222,7 @@ func (s *fsService) listDir(c *Call) (proto.Message, error) {
 	return &fspb.ListDirResponse{Entries: out}, nil
 }
 
-func (s *fsService) remove(c *Call) (proto.Message, error) {
+func (s *fsService) remove(c *connect.Call) (proto.Message, error) {
 	req := &fspb.RemoveRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
 	"google.golang.org/protobuf/proto"
 )
@@ -19,7 +20,7 @@ type watchRequest interface {
 }
 
 // startWatcher resolves and checks the directory, then watches it; events go to push.
-func (s *fsService) startWatcher(c *Call, r watchRequest, push func(*fspb.FilesystemEvent)) (*dirWatcher, error) {
+func (s *fsService) startWatcher(c *connect.Call, r watchRequest, push func(*fspb.FilesystemEvent)) (*dirWatcher, error) {
 	p, _, err := s.resolveFor(c, r.GetPath())
 	if err != nil {
 		return nil, err
@@ -35,7 +36,7 @@ func (s *fsService) startWatcher(c *Call, r watchRequest, push func(*fspb.Filesy
 	return w, nil
 }
 
-func (s *fsService) watchDir(c *Call, send func(proto.Message) error) error {
+func (s *fsService) watchDir(c *connect.Call, send func(proto.Message) error) error {
 	r := &fspb.WatchDirRequest{}
 	if err := c.Decode(r); err != nil {
 		return err
@@ -50,7 +51,7 @@ func (s *fsService) watchDir(c *Call, send func(proto.Message) error) error {
 		return err
 	}
 	// ends at the Connect-Timeout-Ms deadline or when the client goes away (no error: `{}`)
-	interval := keepaliveInterval(c.Header)
+	interval := connect.KeepaliveInterval(c.Header)
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	flush := func() (bool, error) {
@@ -92,7 +93,7 @@ func (s *fsService) watchDir(c *Call, send func(proto.Message) error) error {
 	}
 }
 
-func (s *fsService) createWatcher(c *Call) (proto.Message, error) {
+func (s *fsService) createWatcher(c *connect.Call) (proto.Message, error) {
 	r := &fspb.CreateWatcherRequest{}
 	if err := c.Decode(r); err != nil {
 		return nil, err
@@ -106,7 +107,7 @@ func (s *fsService) createWatcher(c *Call) (proto.Message, error) {
 	return &fspb.CreateWatcherResponse{WatcherId: id}, nil
 }
 
-func (s *fsService) getWatcherEvents(c *Call) (proto.Message, error) {
+func (s *fsService) getWatcherEvents(c *connect.Call) (proto.Message, error) {
 	req := &fspb.GetWatcherEventsRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func (s *fsService) getWatcherEvents(c *Call) (proto.Message, error) {
 	return &fspb.GetWatcherEventsResponse{Events: evs}, nil
 }
 
-func (s *fsService) removeWatcher(c *Call) (proto.Message, error) {
+func (s *fsService) removeWatcher(c *connect.Call) (proto.Message, error) {
 	req := &fspb.RemoveWatcherRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err

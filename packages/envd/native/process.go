@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"aenv/envd/internal/connect"
 	pb "aenv/envd/internal/gen/process"
 )
 
@@ -136,12 +137,12 @@ func (m *ProcessManager) start(spec *spawnSpec, tag *string, cfgEnvs map[string]
 	if spec.pty != nil {
 		sp, err = spawnPty(spec)
 		if err != nil {
-			return nil, rpcErr(CodeInternal, "error starting PTY process: %s", spawnError(spec.cmd, err))
+			return nil, connect.Errorf(connect.CodeInternal, "error starting PTY process: %s", spawnError(spec.cmd, err))
 		}
 	} else {
 		sp, err = spawnPipes(spec)
 		if err != nil {
-			return nil, rpcErr(CodeInternal, "error starting process '%s': %s", spec.cmd, spawnError(spec.cmd, err))
+			return nil, connect.Errorf(connect.CodeInternal, "error starting process '%s': %s", spec.cmd, spawnError(spec.cmd, err))
 		}
 	}
 	p := &proc{
@@ -186,14 +187,14 @@ func (m *ProcessManager) list() []*proc {
 	return out
 }
 
-func describeSelector(sel *pb.ProcessSelector) *RPCError {
+func describeSelector(sel *pb.ProcessSelector) *connect.Error {
 	if pid := selectorPid(sel); pid != nil {
-		return rpcErr(CodeNotFound, "process with pid %d not found", *pid)
+		return connect.Errorf(connect.CodeNotFound, "process with pid %d not found", *pid)
 	}
 	if tag := selectorTag(sel); tag != nil {
-		return rpcErr(CodeNotFound, "process with tag %s not found", *tag)
+		return connect.Errorf(connect.CodeNotFound, "process with tag %s not found", *tag)
 	}
-	return rpcErr(CodeInvalidArgument, "process selector is required")
+	return connect.Errorf(connect.CodeInvalidArgument, "process selector is required")
 }
 
 func (m *ProcessManager) find(sel *pb.ProcessSelector, includeExited bool) *proc {

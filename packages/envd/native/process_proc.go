@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"aenv/envd/internal/connect"
 )
 
 // pump reads the process's output and hands it to its subscribers (blocking while one of
@@ -229,7 +231,7 @@ func (p *proc) writePty(ctx context.Context, data []byte) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return rpcErr(CodeInternal, "error writing to the PTY: %v", err)
+		return connect.Errorf(connect.CodeInternal, "error writing to the PTY: %v", err)
 	}
 	return nil
 }
@@ -239,13 +241,13 @@ func (p *proc) writeStdin(ctx context.Context, data []byte) error {
 		return p.writePty(ctx, data)
 	}
 	if p.stdin == nil {
-		return rpcErr(CodeInternal, "stdin is not enabled for this process")
+		return connect.Errorf(connect.CodeInternal, "stdin is not enabled for this process")
 	}
 	p.smu.Lock()
 	closed := p.stdinClosed
 	p.smu.Unlock()
 	if closed {
-		return rpcErr(CodeInternal, "stdin is closed")
+		return connect.Errorf(connect.CodeInternal, "stdin is closed")
 	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -253,13 +255,13 @@ func (p *proc) writeStdin(ctx context.Context, data []byte) error {
 	shut := p.stdinShut
 	p.smu.Unlock()
 	if shut {
-		return rpcErr(CodeInternal, "stdin is closed")
+		return connect.Errorf(connect.CodeInternal, "stdin is closed")
 	}
 	if err := writeWithContext(ctx, p.stdin, data); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return rpcErr(CodeInternal, "error writing to stdin: %v", err)
+		return connect.Errorf(connect.CodeInternal, "error writing to stdin: %v", err)
 	}
 	return nil
 }
@@ -267,10 +269,10 @@ func (p *proc) writeStdin(ctx context.Context, data []byte) error {
 // closeStdin: EOF once the writes before it are done.
 func (p *proc) closeStdin() error {
 	if p.isPty {
-		return rpcErr(CodeFailedPrecondition, "cannot close stdin of a PTY process, send Ctrl+D (0x04) instead")
+		return connect.Errorf(connect.CodeFailedPrecondition, "cannot close stdin of a PTY process, send Ctrl+D (0x04) instead")
 	}
 	if p.stdin == nil {
-		return rpcErr(CodeInternal, "stdin is not enabled for this process")
+		return connect.Errorf(connect.CodeInternal, "stdin is not enabled for this process")
 	}
 	p.smu.Lock()
 	already := p.stdinClosed
@@ -302,7 +304,7 @@ func (p *proc) closeStdin() error {
 
 func (p *proc) resize(cols, rows uint32) error {
 	if !p.isPty {
-		return rpcErr(CodeInternal, "tty not assigned to process")
+		return connect.Errorf(connect.CodeInternal, "tty not assigned to process")
 	}
 	p.mu.Lock()
 	ended := p.end != nil
@@ -320,7 +322,7 @@ func (p *proc) resize(cols, rows uint32) error {
 		return uint16(v)
 	}
 	if err := setWinsize(p.master, clamp(cols), clamp(rows)); err != nil {
-		return rpcErr(CodeInternal, "error resizing the PTY: %v", err)
+		return connect.Errorf(connect.CodeInternal, "error resizing the PTY: %v", err)
 	}
 	return nil
 }

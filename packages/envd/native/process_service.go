@@ -9,20 +9,21 @@ import (
 	"syscall"
 	"time"
 
+	"aenv/envd/internal/connect"
 	pb "aenv/envd/internal/gen/process"
 	"google.golang.org/protobuf/proto"
 )
 
-func registerProcessService(rt *rpcRoutes, env *Env) {
+func registerProcessService(rt *connect.Routes, env *Env) {
 	s := &processService{env: env, m: env.Processes}
-	rt.stream["/process.Process/Start"] = s.start
-	rt.stream["/process.Process/Connect"] = s.connect
-	rt.unary["/process.Process/List"] = s.list
-	rt.unary["/process.Process/SendInput"] = s.sendInput
-	rt.clientStream["/process.Process/StreamInput"] = s.streamInput
-	rt.unary["/process.Process/SendSignal"] = s.sendSignal
-	rt.unary["/process.Process/Update"] = s.update
-	rt.unary["/process.Process/CloseStdin"] = s.closeStdin
+	rt.Stream("/process.Process/Start", s.start)
+	rt.Stream("/process.Process/Connect", s.connect)
+	rt.Unary("/process.Process/List", s.list)
+	rt.Unary("/process.Process/SendInput", s.sendInput)
+	rt.ClientStream("/process.Process/StreamInput", s.streamInput)
+	rt.Unary("/process.Process/SendSignal", s.sendSignal)
+	rt.Unary("/process.Process/Update", s.update)
+	rt.Unary("/process.Process/CloseStdin", s.closeStdin)
 }
 
 type processService struct {
@@ -35,7 +36,7 @@ func procIsDir(p string) bool {
 	return err == nil && st.IsDir()
 }
 
-func (s *processService) start(c *Call, send func(proto.Message) error) error {
+func (s *processService) start(c *connect.Call, send func(proto.Message) error) error {
 	req := &pb.StartRequest{}
 	if err := c.Decode(req); err != nil {
 		return err
@@ -46,14 +47,14 @@ func (s *processService) start(c *Call, send func(proto.Message) error) error {
 	}
 	cfg := req.GetProcess()
 	if cfg.GetCmd() == "" {
-		return rpcErr(CodeInvalidArgument, "process.cmd is required")
+		return connect.Errorf(connect.CodeInvalidArgument, "process.cmd is required")
 	}
 	_, defaultWorkdir := s.env.State.Defaults()
 	var cwd string
 	if cfg.GetCwd() != "" {
 		cwd = resolvePath(cfg.GetCwd(), user, defaultWorkdir)
 		if !procIsDir(cwd) {
-			return rpcErr(CodeInvalidArgument, "cwd '%s' does not exist", cwd)
+			return connect.Errorf(connect.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
 		}
 	} else {
 		cwd = "/"
@@ -112,7 +113,7 @@ func minUint32(a, b uint32) uint32 {
 	return b
 }
 
-func (s *processService) connect(c *Call, send func(proto.Message) error) error {
+func (s *processService) connect(c *connect.Call, send func(proto.Message) error) error {
 	req := &pb.ConnectRequest{}
 	if err := c.Decode(req); err != nil {
 		return err
@@ -129,7 +130,7 @@ func (s *processService) connect(c *Call, send func(proto.Message) error) error 
 // streamProcess sends start{pid}, then the process's events as they come, with keepalives
 // after silence, until its end (or the client leaves: the process keeps running), or its
 // deadline (a deadline_exceeded error).
-func streamProcess(c *Call, send func(*pb.ProcessEvent) error, p *proc, sub *subscriber, ended *endInfo) error {
+func streamProcess(c *connect.Call, send func(*pb.ProcessEvent) error, p *proc, sub *subscriber, ended *endInfo) error {
 	defer p.unsubscribe(sub)
 	if err := send(startEvent(p.pid)); err != nil {
 		return err
@@ -137,7 +138,7 @@ func streamProcess(c *Call, send func(*pb.ProcessEvent) error, p *proc, sub *sub
 	if ended != nil {
 		return send(procEvent{end: ended}.message())
 	}
-	interval := keepaliveInterval(c.Header)
+	interval := connect.KeepaliveInterval(c.Header)
 	ka := time.NewTimer(interval)
 	defer ka.Stop()
 	for {
@@ -165,12 +166,12 @@ func streamProcess(c *Call, send func(*pb.ProcessEvent) error, p *proc, sub *sub
 			// Past its deadline the stream ends with deadline_exceeded, as E2B's envd ends it:
 			// the SDKs turn that into their timeout error. The process itself is killed by its
 			// lifetime (setLifetime), which is the same deadline.
-			return rpcErr(CodeDeadlineExceeded, "the command ran past its timeout and was killed")
+			return connect.Errorf(connect.CodeDeadlineExceeded, "the command ran past its timeout and was killed")
 		}
 	}
 }
 
-func (s *processService) list(c *Call) (proto.Message, error) {
+func (s *processService) list(c *connect.Call) (proto.Message, error) {
 	if err := c.Decode(&pb.ListRequest{}); err != nil {
 		return nil, err
 	}
@@ -201,7 +202,7 @@ func writeInput(ctx context.Context, p *proc, in *pb.ProcessInput) error {
 	return nil
 }
 
-func (s *processService) sendInput(c *Call) (proto.Message, error) {
+func (s *processService) sendInput(c *connect.Call) (proto.Message, error) {
 	req := &pb.SendInputRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -218,7 +219,7 @@ func (s *processService) sendInput(c *Call) (proto.Message, error) {
 
 // streamInput: a start event names the process, then data events are written to it in order
 // (keepalives are read and dropped) until the client ends its stream.
-func (s *processService) streamInput(c *Call, recv func(proto.Message) (bool, error)) (proto.Message, error) {
+func (s *processService) streamInput(c *connect.Call, recv func(proto.Message) (bool, error)) (proto.Message, error) {
 	var p *proc
 	for {
 		req := &pb.StreamInputRequest{}
@@ -236,7 +237,7 @@ func (s *processService) streamInput(c *Call, recv func(proto.Message) (bool, er
 			}
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
-				return nil, rpcErr(CodeFailedPrecondition, "stream input must start with a start event")
+				return nil, connect.Errorf(connect.CodeFailedPrecondition, "stream input must start with a start event")
 			}
 			if err := writeInput(c.Ctx, p, ev.Data.GetInput()); err != nil {
 				return nil, err
@@ -245,7 +246,7 @@ func (s *processService) streamInput(c *Call, recv func(proto.Message) (bool, er
 	}
 }
 
-func (s *processService) sendSignal(c *Call) (proto.Message, error) {
+func (s *processService) sendSignal(c *connect.Call) (proto.Message, error) {
 	req := &pb.SendSignalRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -260,12 +261,12 @@ func (s *processService) sendSignal(c *Call) (proto.Message, error) {
 	case pb.Signal_SIGNAL_SIGTERM:
 		p.signal(syscall.SIGTERM)
 	default:
-		return nil, rpcErr(CodeInvalidArgument, "unsupported signal: %d", int32(req.GetSignal()))
+		return nil, connect.Errorf(connect.CodeInvalidArgument, "unsupported signal: %d", int32(req.GetSignal()))
 	}
 	return &pb.SendSignalResponse{}, nil
 }
 
-func (s *processService) update(c *Call) (proto.Message, error) {
+func (s *processService) update(c *connect.Call) (proto.Message, error) {
 	req := &pb.UpdateRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (s *processService) update(c *Call) (proto.Message, error) {
 	return &pb.UpdateResponse{}, nil
 }
 
-func (s *processService) closeStdin(c *Call) (proto.Message, error) {
+func (s *processService) closeStdin(c *connect.Call) (proto.Message, error) {
 	req := &pb.CloseStdinRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"syscall"
+
+	"aenv/envd/internal/connect"
 )
 
 // HTTPError is a plain route's failure: status and the `{code, message}` body E2B uses.
@@ -71,25 +73,25 @@ func statusForErrno(err error) int {
 
 // fsRPCError maps a filesystem error on p onto a Connect error.
 func fsRPCError(err error, p string) error {
-	if _, ok := err.(*RPCError); ok {
+	if _, ok := err.(*connect.Error); ok {
 		return err
 	}
 	msg := err.Error()
 	switch errnoOf(err) {
 	case syscall.ENOENT:
-		return rpcErr(CodeNotFound, "path '%s' does not exist", p)
+		return connect.Errorf(connect.CodeNotFound, "path '%s' does not exist", p)
 	case syscall.ENOTDIR:
-		return rpcErr(CodeInvalidArgument, "path '%s' is not a directory: %s", p, msg)
+		return connect.Errorf(connect.CodeInvalidArgument, "path '%s' is not a directory: %s", p, msg)
 	case syscall.EISDIR:
-		return rpcErr(CodeInvalidArgument, "path '%s' is a directory", p)
+		return connect.Errorf(connect.CodeInvalidArgument, "path '%s' is a directory", p)
 	case syscall.EEXIST:
-		return rpcErr(CodeAlreadyExists, "path '%s' already exists", p)
+		return connect.Errorf(connect.CodeAlreadyExists, "path '%s' already exists", p)
 	case syscall.EACCES, syscall.EPERM, syscall.EROFS:
-		return rpcErr(CodePermissionDenied, "permission denied for '%s': %s", p, msg)
+		return connect.Errorf(connect.CodePermissionDenied, "permission denied for '%s': %s", p, msg)
 	case syscall.ENOSPC, syscall.EDQUOT:
-		return rpcErr(CodeResourceExhausted, "not enough disk space: %s", msg)
+		return connect.Errorf(connect.CodeResourceExhausted, "not enough disk space: %s", msg)
 	case syscall.ENAMETOOLONG, syscall.EINVAL, syscall.ELOOP:
-		return rpcErr(CodeInvalidArgument, "invalid path '%s': %s", p, msg)
+		return connect.Errorf(connect.CodeInvalidArgument, "invalid path '%s': %s", p, msg)
 	}
-	return rpcErr(CodeInternal, "error on '%s': %s", p, msg)
+	return connect.Errorf(connect.CodeInternal, "error on '%s': %s", p, msg)
 }

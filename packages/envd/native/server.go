@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"aenv/envd/internal/connect"
 )
 
 // The host's own routes (see @aenv/protocol's envd-http.ts).
@@ -28,12 +30,12 @@ type ctxKey int
 const connKey ctxKey = 0
 
 func newHTTPServer(env *Env, port int) *http.Server {
-	rt := newRPCRoutes()
+	rt := connect.NewRoutes()
 	registerProcessService(rt, env)
 	registerFilesystemService(rt, env)
-	auth := func(r *http.Request) *RPCError {
+	auth := func(r *http.Request) *connect.Error {
 		if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
-			return rpcErr(CodeUnauthenticated, "%s", msg)
+			return connect.Errorf(connect.CodeUnauthenticated, "%s", msg)
 		}
 		return nil
 	}
@@ -51,7 +53,7 @@ func newHTTPServer(env *Env, port int) *http.Server {
 				log.Printf("%s %s %s", r.Method, r.URL.Path, time.Since(started))
 			}
 		}()
-		if rt.serve(w, r, auth) {
+		if rt.Serve(w, r, auth) {
 			return
 		}
 		if err := route(env, port, w, r); err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
 )
 
@@ -76,7 +77,7 @@ func (r *WatcherRegistry) get(id string) (*polledWatcher, error) {
 	defer r.mu.Unlock()
 	pw, ok := r.byID[id]
 	if !ok {
-		return nil, rpcErr(CodeNotFound, "watcher with id %s not found", id)
+		return nil, connect.Errorf(connect.CodeNotFound, "watcher with id %s not found", id)
 	}
 	return pw, nil
 }
@@ -101,7 +102,7 @@ func (r *WatcherRegistry) remove(id string) error {
 	delete(r.byID, id)
 	r.mu.Unlock()
 	if !ok {
-		return rpcErr(CodeNotFound, "watcher with id %s not found", id)
+		return connect.Errorf(connect.CodeNotFound, "watcher with id %s not found", id)
 	}
 	pw.watcher.Close()
 	return nil

@@ -1,4 +1,4 @@
-package main
+package connect
 
 // Connect unary calls: one request message in the body, one answer (or a JSON error with the
 // status its code maps to).
@@ -10,7 +10,7 @@ import (
 	"strconv"
 )
 
-func writeUnaryError(w http.ResponseWriter, e *RPCError) {
+func writeUnaryError(w http.ResponseWriter, e *Error) {
 	status, ok := codeStatus[e.Code]
 	if !ok {
 		status = 500
@@ -22,9 +22,9 @@ func writeUnaryError(w http.ResponseWriter, e *RPCError) {
 	w.Write(body)
 }
 
-func (rt *rpcRoutes) serveUnary(w http.ResponseWriter, r *http.Request, h UnaryFunc, auth func(*http.Request) *RPCError) {
+func (rt *Routes) serveUnary(w http.ResponseWriter, r *http.Request, h UnaryFunc, auth func(*http.Request) *Error) {
 	if r.Method != http.MethodPost {
-		writeUnaryError(w, rpcErr(CodeUnimplemented, "method %s not allowed", r.Method))
+		writeUnaryError(w, Errorf(CodeUnimplemented, "method %s not allowed", r.Method))
 		return
 	}
 	cd := unaryCodec(mediaType(r))
@@ -38,15 +38,15 @@ func (rt *rpcRoutes) serveUnary(w http.ResponseWriter, r *http.Request, h UnaryF
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestMessage+1))
 	if err != nil {
-		writeUnaryError(w, rpcErr(CodeCanceled, "reading the request: %v", err))
+		writeUnaryError(w, Errorf(CodeCanceled, "reading the request: %v", err))
 		return
 	}
 	if len(body) > maxRequestMessage {
-		writeUnaryError(w, rpcErr(CodeResourceExhausted, "request message larger than %d bytes", maxRequestMessage))
+		writeUnaryError(w, Errorf(CodeResourceExhausted, "request message larger than %d bytes", maxRequestMessage))
 		return
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
-		writeUnaryError(w, rpcErr(CodeUnimplemented, "unsupported content encoding %q", enc))
+		writeUnaryError(w, Errorf(CodeUnimplemented, "unsupported content encoding %q", enc))
 		return
 	}
 	ctx, cancel, e := callContext(r)
@@ -57,12 +57,12 @@ func (rt *rpcRoutes) serveUnary(w http.ResponseWriter, r *http.Request, h UnaryF
 	defer cancel()
 	res, err := h(&Call{Ctx: ctx, Header: r.Header, Body: body, codec: cd})
 	if err != nil {
-		writeUnaryError(w, asRPCError(err))
+		writeUnaryError(w, asError(err))
 		return
 	}
 	out, err := cd.marshal(res)
 	if err != nil {
-		writeUnaryError(w, asRPCError(err))
+		writeUnaryError(w, asError(err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/"+cd.name)

@@ -1,4 +1,4 @@
-package main
+package connect
 
 // Connect streams: envelopes (a flag byte, a 4-byte big-endian length, the message) in both
 // directions; the server's last one carries the end-of-stream flag and a JSON body, {} or
@@ -29,18 +29,18 @@ func readEnvelope(r io.Reader) ([]byte, error) {
 		if err == io.EOF {
 			return nil, nil
 		}
-		return nil, rpcErr(CodeInvalidArgument, "reading the request envelope: %v", err)
+		return nil, Errorf(CodeInvalidArgument, "reading the request envelope: %v", err)
 	}
 	if hdr[0]&flagCompressed != 0 {
-		return nil, rpcErr(CodeUnimplemented, "compressed request messages are not supported")
+		return nil, Errorf(CodeUnimplemented, "compressed request messages are not supported")
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
 	if n > maxRequestMessage {
-		return nil, rpcErr(CodeResourceExhausted, "request message larger than %d bytes", maxRequestMessage)
+		return nil, Errorf(CodeResourceExhausted, "request message larger than %d bytes", maxRequestMessage)
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, rpcErr(CodeInvalidArgument, "reading the request message: %v", err)
+		return nil, Errorf(CodeInvalidArgument, "reading the request message: %v", err)
 	}
 	return buf, nil
 }
@@ -57,7 +57,7 @@ func (s *streamWriter) write(flags byte, payload []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return rpcErr(CodeCanceled, "the stream has ended")
+		return Errorf(CodeCanceled, "the stream has ended")
 	}
 	var hdr [5]byte
 	hdr[0] = flags
@@ -76,7 +76,7 @@ func (s *streamWriter) write(flags byte, payload []byte) error {
 func (s *streamWriter) end(err error) {
 	msg := []byte("{}")
 	if err != nil {
-		e := asRPCError(err)
+		e := asError(err)
 		msg, _ = json.Marshal(map[string]wireError{"error": {e.Code, e.Message}})
 	}
 	s.write(flagEndStream, msg)
@@ -88,7 +88,7 @@ func (s *streamWriter) end(err error) {
 // openStream checks what every streaming call shares (method, codec, token, encoding,
 // deadline) and answers 200 with the stream's headers. A nil call means the answer was
 // already written.
-func openStream(w http.ResponseWriter, r *http.Request, auth func(*http.Request) *RPCError) (*streamWriter, *Call, func()) {
+func openStream(w http.ResponseWriter, r *http.Request, auth func(*http.Request) *Error) (*streamWriter, *Call, func()) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return nil, nil, nil
@@ -110,7 +110,7 @@ func openStream(w http.ResponseWriter, r *http.Request, auth func(*http.Request)
 		return fail(e)
 	}
 	if enc := r.Header.Get("Connect-Content-Encoding"); enc != "" && enc != "identity" {
-		return fail(rpcErr(CodeUnimplemented, "unsupported content encoding %q", enc))
+		return fail(Errorf(CodeUnimplemented, "unsupported content encoding %q", enc))
 	}
 	ctx, cancel, e := callContext(r)
 	if e != nil {
@@ -119,7 +119,7 @@ func openStream(w http.ResponseWriter, r *http.Request, auth func(*http.Request)
 	return sw, &Call{Ctx: ctx, Header: r.Header, codec: cd}, cancel
 }
 
-func (rt *rpcRoutes) serveStream(w http.ResponseWriter, r *http.Request, h StreamFunc, auth func(*http.Request) *RPCError) {
+func (rt *Routes) serveStream(w http.ResponseWriter, r *http.Request, h StreamFunc, auth func(*http.Request) *Error) {
 	sw, call, cancel := openStream(w, r, auth)
 	if call == nil {
 		return
@@ -146,7 +146,7 @@ func (rt *rpcRoutes) serveStream(w http.ResponseWriter, r *http.Request, h Strea
 	sw.end(h(call, send))
 }
 
-func (rt *rpcRoutes) serveClientStream(w http.ResponseWriter, r *http.Request, h ClientStreamFunc, auth func(*http.Request) *RPCError) {
+func (rt *Routes) serveClientStream(w http.ResponseWriter, r *http.Request, h ClientStreamFunc, auth func(*http.Request) *Error) {
 	sw, call, cancel := openStream(w, r, auth)
 	if call == nil {
 		return
@@ -158,7 +158,7 @@ func (rt *rpcRoutes) serveClientStream(w http.ResponseWriter, r *http.Request, h
 			return false, err
 		}
 		if err := call.codec.unmarshal(b, m); err != nil {
-			return false, rpcErr(CodeInvalidArgument, "invalid request message: %v", err)
+			return false, Errorf(CodeInvalidArgument, "invalid request message: %v", err)
 		}
 		return true, nil
 	}
@@ -173,8 +173,8 @@ func (rt *rpcRoutes) serveClientStream(w http.ResponseWriter, r *http.Request, h
 	sw.end(err)
 }
 
-// keepaliveInterval is the stream's Keepalive-Ping-Interval header in seconds (default 90 s).
-func keepaliveInterval(h http.Header) time.Duration {
+// KeepaliveInterval is the stream's Keepalive-Ping-Interval header in seconds (default 90 s).
+func KeepaliveInterval(h http.Header) time.Duration {
 	if s, err := strconv.ParseFloat(h.Get("Keepalive-Ping-Interval"), 64); err == nil && s > 0 && s < 2e6 {
 		return time.Duration(s * float64(time.Second))
 	}

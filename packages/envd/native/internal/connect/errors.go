@@ -1,7 +1,8 @@
-package main
-
-// Connect RPC over HTTP/1.1: its error codes and the errors handlers return. The codecs are
-// in connect_codec.go, unary calls in connect_unary.go, streams in connect_stream.go.
+// Package connect serves Connect RPC over HTTP/1.1, as the e2b SDKs and aenv's server call
+// envd: the error codes and the errors handlers return (here), the two codecs (codec.go),
+// the procedures a service registers (routes.go), unary calls (unary.go) and streams
+// (stream.go).
+package connect
 
 import (
 	"context"
@@ -38,29 +39,29 @@ var codeStatus = map[string]int{
 	CodeInternal: 500, CodeUnavailable: 503, CodeUnauthenticated: 401,
 }
 
-// RPCError is an error with a Connect code; any other error is "internal".
-type RPCError struct {
+// Error is an error with a Connect code; any other error is "internal".
+type Error struct {
 	Code    string
 	Message string
 }
 
-func (e *RPCError) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-func rpcErr(code, format string, args ...interface{}) *RPCError {
-	return &RPCError{Code: code, Message: fmt.Sprintf(format, args...)}
+func Errorf(code, format string, args ...interface{}) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func asRPCError(err error) *RPCError {
-	if e, ok := err.(*RPCError); ok {
+func asError(err error) *Error {
+	if e, ok := err.(*Error); ok {
 		return e
 	}
 	if err == context.DeadlineExceeded {
-		return &RPCError{Code: CodeDeadlineExceeded, Message: "the operation timed out"}
+		return &Error{Code: CodeDeadlineExceeded, Message: "the operation timed out"}
 	}
 	if err == context.Canceled {
-		return &RPCError{Code: CodeCanceled, Message: "the operation was canceled"}
+		return &Error{Code: CodeCanceled, Message: "the operation was canceled"}
 	}
-	return &RPCError{Code: CodeInternal, Message: err.Error()}
+	return &Error{Code: CodeInternal, Message: err.Error()}
 }
 
 type wireError struct {
@@ -68,12 +69,12 @@ type wireError struct {
 	Message string `json:"message"`
 }
 
-func callContext(r *http.Request) (context.Context, context.CancelFunc, *RPCError) {
+func callContext(r *http.Request) (context.Context, context.CancelFunc, *Error) {
 	ctx := r.Context()
 	if raw := r.Header.Get("Connect-Timeout-Ms"); raw != "" {
 		ms, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || ms < 0 || len(raw) > 10 {
-			return nil, nil, rpcErr(CodeInvalidArgument, "invalid Connect-Timeout-Ms %q", raw)
+			return nil, nil, Errorf(CodeInvalidArgument, "invalid Connect-Timeout-Ms %q", raw)
 		}
 		c, cancel := context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 		return c, cancel, nil
