@@ -5,44 +5,38 @@ import (
 	"sync"
 
 	"aenv/envd/internal/connect"
+	"aenv/envd/internal/state"
+	"aenv/envd/internal/users"
 )
 
 // Env holds the services every handler shares.
 type Env struct {
-	State     *State
-	Users     *UserDb
+	State     *state.State
+	Users     *users.DB
+	Resolver  *users.Resolver
 	Processes *ProcessManager
 	Watchers  *WatcherRegistry
 	conns     *connSet
 }
 
 // resolveUser: "" → the default user; nil for an unknown name.
-func (e *Env) resolveUser(name string) *User {
-	if name == "" {
-		du, _ := e.State.Defaults()
-		name = e.Users.DefaultUserName(du)
-	}
-	return e.Users.Lookup(name)
+func (e *Env) resolveUser(name string) *users.User {
+	u, _ := e.Resolver.User(name)
+	return u
 }
 
 // rpcUser is the user an RPC acts as (Authorization: Basic base64("name:")).
-func (e *Env) rpcUser(c *connect.Call) (*User, error) {
-	requested := usernameFromBasicAuth(c.Header.Get("Authorization"))
-	u := e.resolveUser(requested)
+func (e *Env) rpcUser(c *connect.Call) (*users.User, error) {
+	u, name := e.Resolver.Caller(c.Header)
 	if u == nil {
-		if requested == "" {
-			du, _ := e.State.Defaults()
-			requested = e.Users.DefaultUserName(du)
-		}
-		return nil, connect.Errorf(connect.CodeUnauthenticated, "invalid username: '%s'", requested)
+		return nil, connect.Errorf(connect.CodeUnauthenticated, "invalid username: '%s'", name)
 	}
 	return u, nil
 }
 
 // resolvePathFor resolves p for u with the sandbox's default workdir.
-func (e *Env) resolvePathFor(p string, u *User) string {
-	_, wd := e.State.Defaults()
-	return resolvePath(p, u, wd)
+func (e *Env) resolvePathFor(p string, u *users.User) string {
+	return e.Resolver.Path(p, u)
 }
 
 // connSet tracks open client connections (quiesce closes them).

@@ -17,6 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"aenv/envd/internal/auth"
+	"aenv/envd/internal/respond"
+	"aenv/envd/internal/users"
 )
 
 // A `file` part without a filename is buffered (not streamed), hence its bound.
@@ -25,14 +29,14 @@ const textPartLimit = 8 << 20
 // Large reads and writes: every syscall and socket write is a trip through gVisor.
 const copyBuffer = 1 << 20
 
-func authorizeFiles(env *Env, r *http.Request, q url.Values, op string) (*User, error) {
-	if msg := checkFilesAuth(env.State.Token(), r.Header.Get("X-Access-Token"), q, op); msg != "" {
-		return nil, httpErr(401, msg)
+func authorizeFiles(env *Env, r *http.Request, q url.Values, op string) (*users.User, error) {
+	if msg := auth.CheckFiles(env.State.Token(), r.Header.Get("X-Access-Token"), q, op); msg != "" {
+		return nil, respond.Err(401, msg)
 	}
 	requested := q.Get("username")
 	u := env.resolveUser(requested)
 	if u == nil {
-		return nil, httpErr(401, "invalid username: '"+requested+"'")
+		return nil, respond.Err(401, "invalid username: '"+requested+"'")
 	}
 	return u, nil
 }
@@ -47,17 +51,17 @@ func handleDownload(env *Env, w http.ResponseWriter, r *http.Request) error {
 	f, err := os.Open(p)
 	if err != nil {
 		if errnoOf(err) == syscall.ENOENT {
-			return httpErr(404, "path '"+p+"' does not exist")
+			return respond.Err(404, "path '"+p+"' does not exist")
 		}
-		return httpErr(statusForErrno(err), "cannot open '"+p+"': "+err.Error())
+		return respond.Err(statusForErrno(err), "cannot open '"+p+"': "+err.Error())
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return httpErr(statusForErrno(err), "cannot stat '"+p+"': "+err.Error())
+		return respond.Err(statusForErrno(err), "cannot stat '"+p+"': "+err.Error())
 	}
 	if st.IsDir() {
-		return httpErr(400, "path '"+p+"' is a directory")
+		return respond.Err(400, "path '"+p+"' is a directory")
 	}
 	// Regular files are sent with their size at open time (a file that grows meanwhile is cut
 	// there); pseudo files (/proc, /sys: size 0 or a made-up size) are streamed to EOF.
@@ -112,14 +116,14 @@ func handleUpload(env *Env, w http.ResponseWriter, r *http.Request) error {
 		if ct == "" {
 			ct = "(none)"
 		}
-		return httpErr(400, "unsupported content type '"+ct+"'")
+		return respond.Err(400, "unsupported content type '"+ct+"'")
 	}
 	if err != nil {
 		// a body left unread would be parsed as the next request
 		w.Header().Set("Connection", "close")
 		return err
 	}
-	sendJSON(w, 200, out)
+	respond.JSON(w, 200, out)
 	return nil
 }
 
@@ -131,10 +135,10 @@ func finish(target string, meta map[string]string) written {
 	return wr
 }
 
-func uploadOctetStream(env *Env, r *http.Request, u *User, q url.Values, meta map[string]string) ([]written, error) {
+func uploadOctetStream(env *Env, r *http.Request, u *users.User, q url.Values, meta map[string]string) ([]written, error) {
 	raw := q.Get("path")
 	if raw == "" {
-		return nil, httpErr(400, "query parameter 'path' is required for application/octet-stream uploads")
+		return nil, respond.Err(400, "query parameter 'path' is required for application/octet-stream uploads")
 	}
 	target := env.resolvePathFor(raw, u)
 	var src io.Reader = r.Body
@@ -143,17 +147,17 @@ func uploadOctetStream(env *Env, r *http.Request, u *User, q url.Values, meta ma
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
-			return nil, httpErr(400, "invalid compressed body: "+err.Error())
+			return nil, respond.Err(400, "invalid compressed body: "+err.Error())
 		}
 		src = zr
 	case "deflate":
 		zr, err := zlib.NewReader(r.Body)
 		if err != nil {
-			return nil, httpErr(400, "invalid compressed body: "+err.Error())
+			return nil, respond.Err(400, "invalid compressed body: "+err.Error())
 		}
 		src = zr
 	default:
-		return nil, httpErr(400, "unsupported content encoding '"+r.Header.Get("Content-Encoding")+"'")
+		return nil, respond.Err(400, "unsupported content encoding '"+r.Header.Get("Content-Encoding")+"'")
 	}
 	if err := writeUpload(target, src, u, meta); err != nil {
 		return nil, err
@@ -167,9 +171,9 @@ func decodeFilename(name string) string {
 	return r.Replace(name)
 }
 
-func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary string, meta map[string]string) ([]written, error) {
+func uploadMultipart(env *Env, r *http.Request, u *users.User, q url.Values, boundary string, meta map[string]string) ([]written, error) {
 	if boundary == "" {
-		return nil, httpErr(400, "invalid multipart request: no boundary")
+		return nil, respond.Err(400, "invalid multipart request: no boundary")
 	}
 	// multipart's own buffer is 4 KiB: a read (a trip through gVisor) per 4 KiB otherwise.
 	mr := multipart.NewReader(bufio.NewReaderSize(r.Body, copyBuffer), boundary)
@@ -182,7 +186,7 @@ func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary 
 			break
 		}
 		if err != nil {
-			return nil, httpErr(400, "invalid multipart body: "+err.Error())
+			return nil, respond.Err(400, "invalid multipart body: "+err.Error())
 		}
 		if part.FormName() != "file" {
 			part.Close()
@@ -196,10 +200,10 @@ func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary 
 			// FormData.append("file", "text"): a field; its bytes are the content, bounded.
 			b, err := io.ReadAll(io.LimitReader(part, textPartLimit+1))
 			if err != nil {
-				return nil, httpErr(400, "invalid multipart body: "+err.Error())
+				return nil, respond.Err(400, "invalid multipart body: "+err.Error())
 			}
 			if len(b) > textPartLimit {
-				return nil, httpErr(413, "a 'file' part without a filename is limited to "+strconv.Itoa(textPartLimit)+" bytes; send it with a filename")
+				return nil, respond.Err(413, "a 'file' part without a filename is limited to "+strconv.Itoa(textPartLimit)+" bytes; send it with a filename")
 			}
 			src = strings.NewReader(string(b))
 		}
@@ -208,11 +212,11 @@ func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary 
 			given = decodeFilename(filename)
 		}
 		if given == "" {
-			return nil, httpErr(400, "missing file path (part filename or query 'path')")
+			return nil, respond.Err(400, "missing file path (part filename or query 'path')")
 		}
 		target := env.resolvePathFor(given, u)
 		if seen[target] {
-			return nil, httpErr(400, "duplicate path '"+target+"' in upload")
+			return nil, respond.Err(400, "duplicate path '"+target+"' in upload")
 		}
 		seen[target] = true
 		if err := writeUpload(target, src, u, meta); err != nil {
@@ -221,7 +225,7 @@ func uploadMultipart(env *Env, r *http.Request, u *User, q url.Values, boundary 
 		out = append(out, finish(target, meta))
 	}
 	if len(out) == 0 {
-		return nil, httpErr(400, "no file parts in multipart body")
+		return nil, respond.Err(400, "no file parts in multipart body")
 	}
 	return out, nil
 }
@@ -232,9 +236,9 @@ func fileWriteError(target string, err error) error {
 		status = 400
 	}
 	if status == 507 {
-		return httpErr(507, "not enough disk space: "+err.Error())
+		return respond.Err(507, "not enough disk space: "+err.Error())
 	}
-	return httpErr(status, "error writing '"+target+"': "+err.Error())
+	return respond.Err(status, "error writing '"+target+"': "+err.Error())
 }
 
 // copyLarge copies in writes of up to 1 MiB: reads (multipart parts, the socket) come in

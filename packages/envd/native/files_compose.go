@@ -19,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"aenv/envd/internal/respond"
 )
 
 // Parts a compose may name: each is a file opened at once.
@@ -31,29 +33,29 @@ type composeRequest struct {
 }
 
 func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
-	if err := methodIs(r, "POST"); err != nil {
+	if err := respond.MethodIs(r, "POST"); err != nil {
 		return err
 	}
 	if err := requireToken(env, r); err != nil {
 		return err
 	}
-	raw, err := readBody(r, 4<<20)
+	raw, err := respond.ReadBody(r, 4<<20)
 	if err != nil {
 		return err
 	}
 	var req composeRequest
 	if err := json.Unmarshal(raw, &req); err != nil {
-		return httpErr(400, "invalid JSON body: "+err.Error())
+		return respond.Err(400, "invalid JSON body: "+err.Error())
 	}
 	if req.Destination == "" || len(req.SourcePaths) == 0 {
-		return httpErr(400, "destination and source_paths are required")
+		return respond.Err(400, "destination and source_paths are required")
 	}
 	if len(req.SourcePaths) > maxComposeParts {
-		return httpErr(400, "at most 10000 source_paths")
+		return respond.Err(400, "at most 10000 source_paths")
 	}
 	u := env.resolveUser(req.Username)
 	if u == nil {
-		return httpErr(401, "invalid username: '"+req.Username+"'")
+		return respond.Err(401, "invalid username: '"+req.Username+"'")
 	}
 	dest := env.resolvePathFor(req.Destination, u)
 	parts := make([]*os.File, 0, len(req.SourcePaths))
@@ -66,7 +68,7 @@ func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
 	for _, s := range req.SourcePaths {
 		p := env.resolvePathFor(s, u)
 		if filepath.Clean(p) == filepath.Clean(dest) {
-			return httpErr(400, "the destination '"+dest+"' is one of the source paths")
+			return respond.Err(400, "the destination '"+dest+"' is one of the source paths")
 		}
 		f, err := openPart(p)
 		if err != nil {
@@ -86,7 +88,7 @@ func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
 		os.Remove(p)
 	}
 	syncDir(filepath.Dir(paths[0]))
-	sendJSON(w, 200, written{Path: dest, Name: filepath.Base(dest), Type: "file"})
+	respond.JSON(w, 200, written{Path: dest, Name: filepath.Base(dest), Type: "file"})
 	return nil
 }
 
@@ -96,16 +98,16 @@ func openPart(p string) (*os.File, error) {
 	if err != nil {
 		switch errnoOf(err) {
 		case syscall.ENOENT:
-			return nil, httpErr(404, "path '"+p+"' does not exist")
+			return nil, respond.Err(404, "path '"+p+"' does not exist")
 		case syscall.ELOOP:
-			return nil, httpErr(400, "path '"+p+"' is a symlink")
+			return nil, respond.Err(400, "path '"+p+"' is a symlink")
 		}
-		return nil, httpErr(statusForErrno(err), "cannot open '"+p+"': "+err.Error())
+		return nil, respond.Err(statusForErrno(err), "cannot open '"+p+"': "+err.Error())
 	}
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		f.Close()
-		return nil, httpErr(400, "path '"+p+"' is not a regular file")
+		return nil, respond.Err(400, "path '"+p+"' is not a regular file")
 	}
 	return f, nil
 }

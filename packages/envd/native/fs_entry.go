@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/users"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -95,7 +96,7 @@ func msTimestamp(ms float64) *timestamppb.Timestamp {
 }
 
 // entryFromStat builds abs's EntryInfo from its lstat result; displayPath is the path reported.
-func entryFromStat(abs string, st *syscall.Stat_t, acc *Accounts, displayPath string) *fspb.EntryInfo {
+func entryFromStat(abs string, st *syscall.Stat_t, acc *users.Accounts, displayPath string) *fspb.EntryInfo {
 	name := filepath.Base(displayPath)
 	if name == "" || name == "." {
 		name = "/"

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"aenv/envd/internal/users"
 )
 
-func fsChownIfRoot(p string, u *User) {
+func fsChownIfRoot(p string, u *users.User) {
 	if os.Getuid() != 0 {
 		return
 	}
@@ -72,7 +74,7 @@ func fsMkdirpAt(dir string, target bool) (string, error) {
 }
 
 // mkdirpOwnedFs creates dir and its missing parents, the new ones owned by u; whether dir was created.
-func mkdirpOwnedFs(dir string, u *User) (bool, error) {
+func mkdirpOwnedFs(dir string, u *users.User) (bool, error) {
 	first, err := fsMkdirp(dir)
 	if err != nil || first == "" {
 		return false, err

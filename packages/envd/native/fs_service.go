@@ -14,6 +14,7 @@ import (
 
 	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/users"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -34,7 +35,7 @@ func registerFilesystemService(rt *connect.Routes, env *Env) {
 }
 
 // resolveFor is the request's path resolved for the RPC's user.
-func (s *fsService) resolveFor(c *connect.Call, p string) (string, *User, error) {
+func (s *fsService) resolveFor(c *connect.Call, p string) (string, *users.User, error) {
 	u, err := s.env.rpcUser(c)
 	if err != nil {
 		return "", nil, err
@@ -166,7 +167,7 @@ func utf16Key(r rune) rune {
 	return r
 }
 
-func (s *fsService) listInto(dir, display string, depth uint32, acc *Accounts, out *[]*fspb.EntryInfo, isRoot bool) error {
+func (s *fsService) listInto(dir, display string, depth uint32, acc *users.Accounts, out *[]*fspb.EntryInfo, isRoot bool) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		if isRoot {

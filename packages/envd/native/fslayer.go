@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"aenv/envd/internal/respond"
 )
 
 const (
@@ -199,7 +201,7 @@ func encodeLayerHeader(h *layerHeader) []byte {
 
 // handleFsLayer serves POST /fs-layer/capture and POST /fs-layer/apply.
 func handleFsLayer(env *Env, w http.ResponseWriter, r *http.Request) error {
-	if err := methodIs(r, "POST"); err != nil {
+	if err := respond.MethodIs(r, "POST"); err != nil {
 		return err
 	}
 	if err := requireToken(env, r); err != nil {
@@ -209,7 +211,7 @@ func handleFsLayer(env *Env, w http.ResponseWriter, r *http.Request) error {
 	// test): a capture would stop every process the host has and take its whole filesystem,
 	// an apply would write into the host's /. Node's envd has no such check.
 	if st := layerLstat(sandboxLowerDir); st == nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return httpErr(501, "no template tree at "+sandboxLowerDir+": this envd does not capture or apply filesystem layers here")
+		return respond.Err(501, "no template tree at "+sandboxLowerDir+": this envd does not capture or apply filesystem layers here")
 	}
 	if r.URL.Path == fsLayerCapture {
 		handleFsLayerCapture(w)
@@ -257,6 +259,6 @@ func handleFsLayerApply(w http.ResponseWriter, r *http.Request) error {
 	}
 	log.Printf("filesystem layer applied: entries=%d whiteouts=%d bytes=%d ms=%d",
 		stats.Entries, stats.Whiteouts, stats.Bytes, time.Since(t0).Milliseconds())
-	sendJSON(w, 200, stats)
+	respond.JSON(w, 200, stats)
 	return nil
 }

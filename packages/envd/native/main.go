@@ -13,6 +13,9 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+
+	"aenv/envd/internal/state"
+	"aenv/envd/internal/users"
 )
 
 var debugLog = os.Getenv("ENVD_DEBUG") == "1"
@@ -37,14 +40,16 @@ func main() {
 		os.Exit(2)
 	}
 
+	st := state.New(*token)
+	db := users.NewDB(*etc)
 	env := &Env{
-		State:     newState(),
-		Users:     newUserDb(*etc),
+		State:     st,
+		Users:     db,
+		Resolver:  &users.Resolver{DB: db, Defaults: st.Defaults},
 		Processes: newProcessManager(),
 		Watchers:  newWatcherRegistry(),
 		conns:     &connSet{m: map[net.Conn]struct{}{}},
 	}
-	env.State.token = *token
 	if inSandbox() {
 		startSudoServer(env)
 		installSudoLinks()

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+
+	"aenv/envd/internal/respond"
 )
 
 // File metadata lives in the files' own `user.e2b.<key>` extended attributes, as the
@@ -82,19 +84,19 @@ func metadataFromHeaders(h http.Header) (map[string]string, error) {
 		key := lower[len("x-metadata-"):]
 		value := strings.Join(vals, ", ")
 		if key == "" {
-			return nil, httpErr(400, "metadata key must not be empty")
+			return nil, respond.Err(400, "metadata key must not be empty")
 		}
 		if !printable.MatchString(key) || !printable.MatchString(value) {
-			return nil, httpErr(400, "metadata '"+key+"' must be printable ASCII")
+			return nil, respond.Err(400, "metadata '"+key+"' must be printable ASCII")
 		}
 		if len(key) > 246 {
-			return nil, httpErr(400, "metadata key '"+key[:32]+"…' is too long")
+			return nil, respond.Err(400, "metadata key '"+key[:32]+"…' is too long")
 		}
 		total += len(key) + len(value)
 		meta[key] = value
 	}
 	if total > 4096 {
-		return nil, httpErr(400, "metadata is too large (4096 bytes max)")
+		return nil, respond.Err(400, "metadata is too large (4096 bytes max)")
 	}
 	return meta, nil
 }

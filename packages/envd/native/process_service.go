@@ -11,6 +11,7 @@ import (
 
 	"aenv/envd/internal/connect"
 	pb "aenv/envd/internal/gen/process"
+	"aenv/envd/internal/users"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -52,7 +53,7 @@ func (s *processService) start(c *connect.Call, send func(proto.Message) error) 
 	_, defaultWorkdir := s.env.State.Defaults()
 	var cwd string
 	if cfg.GetCwd() != "" {
-		cwd = resolvePath(cfg.GetCwd(), user, defaultWorkdir)
+		cwd = users.ResolvePath(cfg.GetCwd(), user, defaultWorkdir)
 		if !procIsDir(cwd) {
 			return connect.Errorf(connect.CodeInvalidArgument, "cwd '%s' does not exist", cwd)
 		}

@@ -12,13 +12,15 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"aenv/envd/internal/users"
 )
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // buildProcessEnv: PATH (envd's own), HOME, USER, LOGNAME, the sandbox's env vars, the
 // request's envs; a later value replaces an earlier one in place (process/env.ts).
-func buildProcessEnv(u *User, sandbox map[string]string, request map[string]string) envMap {
+func buildProcessEnv(u *users.User, sandbox map[string]string, request map[string]string) envMap {
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = defaultPath

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"aenv/envd/internal/auth"
 	"aenv/envd/internal/connect"
+	"aenv/envd/internal/respond"
+	"aenv/envd/internal/state"
 )
 
 // The host's own routes (see @aenv/protocol's envd-http.ts).
@@ -34,7 +37,7 @@ func newHTTPServer(env *Env, port int) *http.Server {
 	registerProcessService(rt, env)
 	registerFilesystemService(rt, env)
 	auth := func(r *http.Request) *connect.Error {
-		if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
+		if msg := auth.CheckToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
 			return connect.Errorf(connect.CodeUnauthenticated, "%s", msg)
 		}
 		return nil
@@ -47,7 +50,7 @@ func newHTTPServer(env *Env, port int) *http.Server {
 					panic(p)
 				}
 				log.Printf("panic in %s %s: %v\n%s", r.Method, r.URL.Path, p, debug.Stack())
-				sendError(w, 500, "internal error")
+				respond.Fail(w, 500, "internal error")
 			}
 			if debugLog {
 				log.Printf("%s %s %s", r.Method, r.URL.Path, time.Since(started))
@@ -58,13 +61,13 @@ func newHTTPServer(env *Env, port int) *http.Server {
 		}
 		if err := route(env, port, w, r); err != nil {
 			status, msg := 500, err.Error()
-			if he, ok := err.(*HTTPError); ok {
+			if he, ok := err.(*respond.Error); ok {
 				status = he.Status
 			}
 			if status >= 500 {
 				log.Printf("%s %s failed: %v", r.Method, r.URL.Path, err)
 			}
-			sendError(w, status, msg)
+			respond.Fail(w, status, msg)
 		}
 	})
 	return &http.Server{
@@ -98,36 +101,27 @@ func fromLoopback(r *http.Request) bool {
 }
 
 func requireToken(env *Env, r *http.Request) error {
-	if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
-		return httpErr(401, msg)
+	if msg := auth.CheckToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
+		return respond.Err(401, msg)
 	}
 	return nil
-}
-
-func methodIs(r *http.Request, methods ...string) error {
-	for _, m := range methods {
-		if r.Method == m {
-			return nil
-		}
-	}
-	return httpErr(405, "method not allowed")
 }
 
 func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 	switch r.URL.Path {
 	case "/health":
-		if err := methodIs(r, "GET", "HEAD"); err != nil {
+		if err := respond.MethodIs(r, "GET", "HEAD"); err != nil {
 			return err
 		}
 		w.WriteHeader(204)
 		return nil
 	case "/init":
-		if err := methodIs(r, "POST"); err != nil {
+		if err := respond.MethodIs(r, "POST"); err != nil {
 			return err
 		}
 		return handleInit(env, w, r)
 	case "/envs":
-		if err := methodIs(r, "GET"); err != nil {
+		if err := respond.MethodIs(r, "GET"); err != nil {
 			return err
 		}
 		// Processes in the sandbox may read them without the token (the code interpreter loads
@@ -138,21 +132,21 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 				return err
 			}
 		}
-		sendJSON(w, 200, env.State.EnvVars())
+		respond.JSON(w, 200, env.State.EnvVars())
 		return nil
 	case "/metrics":
-		if err := methodIs(r, "GET"); err != nil {
+		if err := respond.MethodIs(r, "GET"); err != nil {
 			return err
 		}
 		if err := requireToken(env, r); err != nil {
 			return err
 		}
-		sendJSON(w, 200, collectMetrics())
+		respond.JSON(w, 200, collectMetrics())
 		return nil
 	case accessCheck:
 		// Our services inside the sandbox ask this for each caller: the same check as every
 		// other route here, against the token as it is now.
-		if err := methodIs(r, "GET"); err != nil {
+		if err := respond.MethodIs(r, "GET"); err != nil {
 			return err
 		}
 		if err := requireToken(env, r); err != nil {
@@ -161,7 +155,7 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(204)
 		return nil
 	case quiescePath:
-		if err := methodIs(r, "POST"); err != nil {
+		if err := respond.MethodIs(r, "POST"); err != nil {
 			return err
 		}
 		if err := requireToken(env, r); err != nil {
@@ -169,7 +163,7 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		}
 		return handleQuiesce(env, port, w, r)
 	case heapReducePath:
-		if err := methodIs(r, "POST"); err != nil {
+		if err := respond.MethodIs(r, "POST"); err != nil {
 			return err
 		}
 		if err := requireToken(env, r); err != nil {
@@ -189,32 +183,32 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		case "POST":
 			return handleUpload(env, w, r)
 		}
-		return httpErr(405, "method not allowed")
+		return respond.Err(405, "method not allowed")
 	}
-	return httpErr(404, "not found")
+	return respond.Err(404, "not found")
 }
 
 func handleInit(env *Env, w http.ResponseWriter, r *http.Request) error {
-	if msg := checkToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
-		return httpErr(401, msg)
+	if msg := auth.CheckToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
+		return respond.Err(401, msg)
 	}
-	raw, err := readBody(r, 1<<20)
+	raw, err := respond.ReadBody(r, 1<<20)
 	if err != nil {
 		return err
 	}
-	var body initBody
+	var body state.InitBody
 	if len(strings.TrimSpace(string(raw))) > 0 {
 		if raw[0] != '{' && strings.TrimSpace(string(raw))[0] != '{' {
-			return httpErr(400, "body must be a JSON object")
+			return respond.Err(400, "body must be a JSON object")
 		}
 		if err := json.Unmarshal(raw, &body); err != nil {
-			return httpErr(400, "invalid JSON body: "+err.Error())
+			return respond.Err(400, "invalid JSON body: "+err.Error())
 		}
 	}
 	if body.DefaultUser != nil && *body.DefaultUser != "" && env.Users.Lookup(*body.DefaultUser) == nil {
 		log.Printf("init: default user %q does not exist (yet)", *body.DefaultUser)
 	}
-	env.State.applyInit(&body)
+	env.State.Apply(&body)
 	// A sandbox restored from an image taken before its template had them gets them now.
 	if inSandbox() {
 		installSudoLinks()
@@ -235,7 +229,7 @@ func handleQuiesce(env *Env, port int, w http.ResponseWriter, r *http.Request) e
 				why = strconv.Itoa(n) + " TCP connection(s) to outside the sandbox"
 			}
 			w.Header().Set("Connection", "close")
-			sendError(w, 409, "not idle: "+why)
+			respond.Fail(w, 409, "not idle: "+why)
 			return nil
 		}
 	}

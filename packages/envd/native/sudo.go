@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"aenv/envd/internal/users"
 )
 
 const (
@@ -100,7 +102,7 @@ func listenSudo(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-func serveSudo(ln *net.UnixListener, users *UserDb) {
+func serveSudo(ln *net.UnixListener, users *users.DB) {
 	delay := time.Duration(0)
 	for {
 		c, err := ln.AcceptUnix()
@@ -128,7 +130,7 @@ func serveSudo(ln *net.UnixListener, users *UserDb) {
 // sudoConn is one client: one request, then its command's stdio and exit status.
 type sudoConn struct {
 	c      *net.UnixConn
-	users  *UserDb
+	users  *users.DB
 	closed int32 // atomic: the socket is closed, nothing more is sent
 	wmu    sync.Mutex
 

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"aenv/envd/internal/users"
 )
 
 // sudoRequest is a parsed sudo/su command line: Kind "run" or "print".
@@ -349,7 +351,7 @@ func (c *sudoCommand) environ() []string {
 }
 
 // sudoCommandFor is the argv and environment a parsed run request runs with (commandFor).
-func sudoCommandFor(r *sudoRequest, target *User, caller sudoCaller) *sudoCommand {
+func sudoCommandFor(r *sudoRequest, target *users.User, caller sudoCaller) *sudoCommand {
 	env := map[string]string{}
 	if r.PreserveEnv {
 		for k, v := range caller.Env {

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"aenv/envd/internal/users"
 )
 
 func (s *sudoConn) run(payload []byte) {
@@ -92,7 +94,7 @@ func (s *sudoConn) run(payload []byte) {
 // start runs cmd in cwd as target (as envd itself when target is uid and gid 0) through the
 // exec helper (sudo_exec.go), with its stdio on pipes relayed as 'O'/'X' frames, and 'C'
 // once it has exited and its stdout and stderr are closed.
-func (s *sudoConn) start(cmd *sudoCommand, cwd string, target *User) error {
+func (s *sudoConn) start(cmd *sudoCommand, cwd string, target *users.User) error {
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {

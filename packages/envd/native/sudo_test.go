@@ -6,9 +6,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"aenv/envd/internal/users"
 )
 
-var sudoTestRoot = &User{Name: "root", UID: 0, GID: 0, Home: "/root", Shell: "/bin/bash"}
+var sudoTestRoot = &users.User{Name: "root", UID: 0, GID: 0, Home: "/root", Shell: "/bin/bash"}
 
 var sudoTestCaller = sudoCaller{
 	Env:  map[string]string{"FOO": "bar", "HOME": "/home/user", "PATH": "/x", "TERM": "xterm"},
@@ -92,7 +94,7 @@ func TestSuOptions(t *testing.T) {
 	if err != nil || l.User != "user" || !l.Login || l.PreserveEnv {
 		t.Fatalf("su - user -c pwd: %+v %v", l, err)
 	}
-	c := sudoCommandFor(l, &User{Name: "user", UID: 1000, GID: 1000, Home: "/home/user", Shell: "/bin/bash"}, sudoTestCaller)
+	c := sudoCommandFor(l, &users.User{Name: "user", UID: 1000, GID: 1000, Home: "/home/user", Shell: "/bin/bash"}, sudoTestCaller)
 	if c.File != "/bin/bash" || !reflect.DeepEqual(c.Args, []string{"-l", "-c", "pwd"}) || c.Env["HOME"] != "/home/user" {
 		t.Fatalf("su - user: %q %q %v", c.File, c.Args, c.Env)
 	}

@@ -23,20 +23,23 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"aenv/envd/internal/respond"
+	"aenv/envd/internal/users"
 )
 
 // Lookups of the target a racing sandbox process can make us repeat.
 const openAttempts = 8
 
 // chownIfRoot gives p to u when envd runs as root (best effort: foreign filesystems).
-func chownIfRoot(p string, u *User) {
+func chownIfRoot(p string, u *users.User) {
 	if os.Geteuid() == 0 {
 		os.Lchown(p, u.UID, u.GID)
 	}
 }
 
 // mkdirpOwned creates dir and its missing parents, each owned by u.
-func mkdirpOwned(dir string, u *User) error {
+func mkdirpOwned(dir string, u *users.User) error {
 	st, err := os.Stat(dir)
 	if err == nil {
 		if !st.IsDir() {
@@ -79,7 +82,7 @@ func finalTarget(target string, depth int) (dest string, dangling bool, err erro
 		return finalTarget(real, depth+1)
 	}
 	if st.IsDir() {
-		return "", false, httpErr(400, "path '"+target+"' is a directory")
+		return "", false, respond.Err(400, "path '"+target+"' is a directory")
 	}
 	return target, false, nil
 }
@@ -123,16 +126,16 @@ func openUploadTarget(target string) (*os.File, bool, error) {
 // writeUpload writes src to target (see the top of this file) with meta as its whole
 // metadata. New parent directories and the file end up owned by u; an existing file keeps its mode (a chown by root clears setuid
 // and setgid, as with E2B's envd).
-func writeUpload(target string, src io.Reader, u *User, meta map[string]string) error {
+func writeUpload(target string, src io.Reader, u *users.User, meta map[string]string) error {
 	if e := mkdirpOwned(filepath.Dir(target), u); e != nil {
 		if n := errnoOf(e); n == syscall.EEXIST || n == syscall.ENOTDIR {
-			return httpErr(400, "cannot create parent directory of '"+target+"': a path component is not a directory")
+			return respond.Err(400, "cannot create parent directory of '"+target+"': a path component is not a directory")
 		}
 		return fileWriteError(target, e)
 	}
 	f, created, e := openUploadTarget(target)
 	if e != nil {
-		if _, ok := e.(*HTTPError); ok {
+		if _, ok := e.(*respond.Error); ok {
 			return e
 		}
 		return fileWriteError(target, e)
@@ -154,9 +157,9 @@ func writeUpload(target string, src io.Reader, u *User, meta map[string]string) 
 			return fileWriteError(target, e)
 		}
 		if e == gzip.ErrChecksum || e == gzip.ErrHeader || e == zlib.ErrChecksum || e == zlib.ErrHeader || strings.Contains(e.Error(), "flate") {
-			return httpErr(400, "invalid compressed body: "+e.Error())
+			return respond.Err(400, "invalid compressed body: "+e.Error())
 		}
-		return httpErr(400, "reading the upload: "+e.Error())
+		return respond.Err(400, "reading the upload: "+e.Error())
 	}
 	if !created || len(meta) > 0 {
 		// through the descriptor: the file written, whatever its path names now (best effort:

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/users"
 )
 
 type watchRaw struct {
@@ -43,7 +44,7 @@ type dirWatcher struct {
 	root         string
 	recursive    bool
 	includeEntry bool
-	users        *UserDb
+	users        *users.DB
 	onEvent      func(*fspb.FilesystemEvent)
 	hub          *inotifyHub
 
@@ -58,7 +59,7 @@ type dirWatcher struct {
 	cache map[string]watchKnown
 }
 
-func newDirWatcher(root string, recursive, includeEntry bool, users *UserDb, onEvent func(*fspb.FilesystemEvent)) *dirWatcher {
+func newDirWatcher(root string, recursive, includeEntry bool, users *users.DB, onEvent func(*fspb.FilesystemEvent)) *dirWatcher {
 	return &dirWatcher{
 		root: root, recursive: recursive, includeEntry: includeEntry, users: users, onEvent: onEvent,
 		dirs: map[string]int32{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),

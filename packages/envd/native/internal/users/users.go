@@ -1,10 +1,10 @@
-package main
+// Package users reads the sandbox's accounts (/etc/passwd, /etc/group) and answers who a
+// request acts as and where its paths point.
+package users
 
 import (
-	"encoding/base64"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,23 +20,26 @@ type User struct {
 	Shell string
 }
 
+// Accounts are the accounts and groups as last read.
 type Accounts struct {
 	ByName     map[string]*User
 	ByUID      map[int]*User
 	GroupByGID map[int]string
 }
 
-// UserDb reads /etc/passwd and /etc/group, at most once a second.
-type UserDb struct {
+// DB reads /etc/passwd and /etc/group, at most once a second.
+type DB struct {
 	etcDir string
 	mu     sync.Mutex
 	cached *Accounts
 	at     time.Time
 }
 
-func newUserDb(etcDir string) *UserDb { return &UserDb{etcDir: etcDir} }
+// NewDB reads the files in etcDir.
+func NewDB(etcDir string) *DB { return &DB{etcDir: etcDir} }
 
-func (db *UserDb) Accounts() *Accounts {
+// Accounts are the files' accounts, read again when the last read is a second old.
+func (db *DB) Accounts() *Accounts {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.cached != nil && time.Since(db.at) < time.Second {
@@ -95,10 +98,11 @@ func (db *UserDb) Accounts() *Accounts {
 	return a
 }
 
-func (db *UserDb) Lookup(name string) *User { return db.Accounts().ByName[name] }
+// Lookup is the account named name, or nil.
+func (db *DB) Lookup(name string) *User { return db.Accounts().ByName[name] }
 
 // DefaultUserName is the configured default user, else `user` if it exists, else `root`.
-func (db *UserDb) DefaultUserName(configured string) string {
+func (db *DB) DefaultUserName(configured string) string {
 	if configured != "" {
 		return configured
 	}
@@ -106,49 +110,4 @@ func (db *UserDb) DefaultUserName(configured string) string {
 		return "user"
 	}
 	return "root"
-}
-
-var basicAuthRe = regexp.MustCompile(`(?i)^\s*basic\s+(\S+)\s*$`)
-
-// usernameFromBasicAuth: `Authorization: Basic base64("name:")`; "" when absent or empty.
-func usernameFromBasicAuth(h string) string {
-	m := basicAuthRe.FindStringSubmatch(h)
-	if m == nil {
-		return ""
-	}
-	dec, err := base64.StdEncoding.DecodeString(m[1])
-	if err != nil {
-		dec, err = base64.RawStdEncoding.DecodeString(m[1])
-		if err != nil {
-			return ""
-		}
-	}
-	s := string(dec)
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		s = s[:i]
-	}
-	return s
-}
-
-// resolvePath: "" → default workdir or home, "~" → home, relative → under home.
-func resolvePath(p string, u *User, defaultWorkdir string) string {
-	home := u.Home
-	if home == "" {
-		home = "/"
-	}
-	switch {
-	case p == "":
-		if defaultWorkdir != "" {
-			return filepath.Clean(defaultWorkdir)
-		}
-		return filepath.Clean(home)
-	case p == "~":
-		return filepath.Clean(home)
-	case strings.HasPrefix(p, "~/"):
-		return filepath.Join(home, p[2:])
-	case filepath.IsAbs(p):
-		return filepath.Clean(p)
-	default:
-		return filepath.Join(home, p)
-	}
 }

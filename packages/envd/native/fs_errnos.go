@@ -1,52 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
-	"strconv"
 	"syscall"
 
 	"aenv/envd/internal/connect"
 )
-
-// HTTPError is a plain route's failure: status and the `{code, message}` body E2B uses.
-type HTTPError struct {
-	Status  int
-	Message string
-}
-
-func (e *HTTPError) Error() string { return e.Message }
-
-func httpErr(status int, msg string) *HTTPError { return &HTTPError{status, msg} }
-
-func sendJSON(w http.ResponseWriter, status int, body interface{}) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		status, b = 500, []byte(`{"code":500,"message":"encoding the answer failed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	w.Write(b)
-}
-
-func sendError(w http.ResponseWriter, status int, msg string) {
-	sendJSON(w, status, map[string]interface{}{"code": status, "message": msg})
-}
-
-// readBody reads a whole (small) request body, bounded.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, httpErr(400, "reading the request body: "+err.Error())
-	}
-	if int64(len(b)) > limit {
-		return nil, httpErr(413, "request body too large")
-	}
-	return b, nil
-}
 
 func errnoOf(err error) syscall.Errno {
 	var e syscall.Errno

@@ -1,4 +1,6 @@
-package main
+// Package state holds what POST /init sets: the access token, the sandbox-wide env vars,
+// the default user and workdir.
+package state
 
 import "sync"
 
@@ -11,9 +13,11 @@ type State struct {
 	defaultWorkdir string
 }
 
-func newState() *State { return &State{envVars: map[string]string{}} }
+// New is the state before any POST /init: token "" is no token required.
+func New(token string) *State { return &State{token: token, envVars: map[string]string{}} }
 
-type initBody struct {
+// InitBody is POST /init's JSON body.
+type InitBody struct {
 	EnvVars        map[string]string `json:"envVars"`
 	AccessToken    *string           `json:"accessToken"`
 	DefaultUser    *string           `json:"defaultUser"`
@@ -21,7 +25,8 @@ type initBody struct {
 	Timestamp      *string           `json:"timestamp"` // never applied: envd does not set the clock
 }
 
-func (s *State) applyInit(b *initBody) {
+// Apply sets what b sets (an empty value changes nothing; env vars are added).
+func (s *State) Apply(b *InitBody) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, v := range b.EnvVars {
@@ -38,12 +43,14 @@ func (s *State) applyInit(b *initBody) {
 	}
 }
 
+// Token is the access token ("" = none required).
 func (s *State) Token() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.token
 }
 
+// Defaults are the default user and workdir ("" where none was set).
 func (s *State) Defaults() (user, workdir string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

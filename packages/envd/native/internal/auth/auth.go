@@ -1,4 +1,7 @@
-package main
+// Package auth checks envd's callers against the access token POST /init set: the
+// X-Access-Token header, or, for /files, a URL signature made with the token (what the
+// SDK's uploadUrl()/downloadUrl() give).
+package auth
 
 import (
 	"crypto/sha256"
@@ -16,8 +19,9 @@ func safeEqual(a, b string) bool {
 	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1 && len(a) == len(b)
 }
 
-// checkToken: allowed when no token is set, else the header must match. "" = ok.
-func checkToken(token, header string) string {
+// CheckToken: allowed when no token is set, else the header must match. "" = ok, else
+// the refusal's message.
+func CheckToken(token, header string) string {
 	if token == "" {
 		return ""
 	}
@@ -43,14 +47,14 @@ func fileSignature(path, op, user, token string, exp *string) string {
 
 var digitsRe = regexp.MustCompile(`^\d+$`)
 
-// checkFilesAuth: no token → allow; X-Access-Token → must match; else a valid, unexpired
-// signature. "" = ok.
-func checkFilesAuth(token, header string, q url.Values, op string) string {
+// CheckFiles: no token → allow; X-Access-Token → must match; else a valid, unexpired
+// signature for op ("read" or "write"). "" = ok, else the refusal's message.
+func CheckFiles(token, header string, q url.Values, op string) string {
 	if token == "" {
 		return ""
 	}
 	if header != "" {
-		return checkToken(token, header)
+		return CheckToken(token, header)
 	}
 	sig := q.Get("signature")
 	if sig == "" {
