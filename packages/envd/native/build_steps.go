@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"aenv/envd/internal/nodefs"
 )
 
 const buildStepFlag = "--aenv-build-step"
@@ -207,7 +209,7 @@ func copyStep(root, src, dest, owner, mode string) error {
 		if err := os.MkdirAll(parent, 0o777); err != nil {
 			return err
 		}
-		if err := copyTree(m, target); err != nil {
+		if err := nodefs.CopyTree(m, target); err != nil {
 			return err
 		}
 		if fi.IsDir() {
@@ -225,7 +227,7 @@ func copyStep(root, src, dest, owner, mode string) error {
 			return err
 		}
 		if fi, err := os.Lstat(p); mode != "" && err == nil && fi.Mode()&os.ModeSymlink == 0 {
-			if err := os.Chmod(p, os.FileMode(perm&0o777)|unixSpecialBits(uint32(perm))); err != nil {
+			if err := os.Chmod(p, os.FileMode(perm&0o777)|nodefs.SpecialBits(uint32(perm))); err != nil {
 				return err
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"aenv/envd/internal/auth"
+	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/respond"
 	"aenv/envd/internal/users"
 )
@@ -50,7 +51,7 @@ func handleDownload(env *Env, w http.ResponseWriter, r *http.Request) error {
 	p := env.resolvePathFor(q.Get("path"), u)
 	f, err := os.Open(p)
 	if err != nil {
-		if errnoOf(err) == syscall.ENOENT {
+		if nodefs.Errno(err) == syscall.ENOENT {
 			return respond.Err(404, "path '"+p+"' does not exist")
 		}
 		return respond.Err(statusForErrno(err), "cannot open '"+p+"': "+err.Error())

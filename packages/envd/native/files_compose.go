@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/respond"
 )
 
@@ -96,7 +97,7 @@ func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
 func openPart(p string) (*os.File, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		switch errnoOf(err) {
+		switch nodefs.Errno(err) {
 		case syscall.ENOENT:
 			return nil, respond.Err(404, "path '"+p+"' does not exist")
 		case syscall.ELOOP:

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/users"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -77,13 +78,6 @@ func fileTypeOf(mode uint32) fspb.FileType {
 	return fspb.FileType_FILE_TYPE_UNSPECIFIED
 }
 
-func isDirMode(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFDIR }
-
-// mtimeMs is Node's Stats.mtimeMs (a double, computed the way Node does).
-func mtimeMs(st *syscall.Stat_t) float64 {
-	return float64(st.Mtim.Sec)*1e3 + float64(st.Mtim.Nsec)/1e6
-}
-
 // msTimestamp is a time in whole milliseconds (mtimeMs floored, as the SDK's clients have
 // always seen it) as a google.protobuf.Timestamp.
 func msTimestamp(ms float64) *timestamppb.Timestamp {
@@ -108,7 +102,7 @@ func entryFromStat(abs string, st *syscall.Stat_t, acc *users.Accounts, displayP
 		Size:         st.Size,
 		Mode:         st.Mode & 0o777,
 		Permissions:  goModeString(st.Mode),
-		ModifiedTime: msTimestamp(mtimeMs(st)),
+		ModifiedTime: msTimestamp(nodefs.MtimeMs(st)),
 	}
 	if u, ok := acc.ByUID[int(st.Uid)]; ok {
 		e.Owner = u.Name
@@ -150,37 +144,9 @@ func absClean(p string) string {
 	return filepath.Clean(p)
 }
 
-func lstatT(p string) (*syscall.Stat_t, error) {
-	var st syscall.Stat_t
-	for {
-		err := syscall.Lstat(p, &st)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, nodeErr("lstat", p, err)
-		}
-		return &st, nil
-	}
-}
-
-func statT(p string) (*syscall.Stat_t, error) {
-	var st syscall.Stat_t
-	for {
-		err := syscall.Stat(p, &st)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, nodeErr("stat", p, err)
-		}
-		return &st, nil
-	}
-}
-
 // entryFor: lstat + EntryInfo; the lstat error as is (ENOENT etc.).
 func (s *fsService) entryFor(abs string) (*fspb.EntryInfo, error) {
-	st, err := lstatT(abs)
+	st, err := nodefs.Lstat(abs)
 	if err != nil {
 		return nil, err
 	}

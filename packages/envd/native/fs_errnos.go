@@ -1,23 +1,15 @@
 package main
 
 import (
-	"errors"
 	"syscall"
 
 	"aenv/envd/internal/connect"
+	"aenv/envd/internal/nodefs"
 )
-
-func errnoOf(err error) syscall.Errno {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return e
-	}
-	return 0
-}
 
 // statusForErrno maps a file operation's errno onto an HTTP status.
 func statusForErrno(err error) int {
-	switch errnoOf(err) {
+	switch nodefs.Errno(err) {
 	case syscall.ENOENT:
 		return 404
 	case syscall.EISDIR, syscall.ENOTDIR, syscall.ENAMETOOLONG, syscall.EINVAL, syscall.ELOOP:
@@ -36,7 +28,7 @@ func fsRPCError(err error, p string) error {
 		return err
 	}
 	msg := err.Error()
-	switch errnoOf(err) {
+	switch nodefs.Errno(err) {
 	case syscall.ENOENT:
 		return connect.Errorf(connect.CodeNotFound, "path '%s' does not exist", p)
 	case syscall.ENOTDIR:

@@ -14,6 +14,7 @@ import (
 
 	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/users"
 	"google.golang.org/protobuf/proto"
 )
@@ -45,11 +46,11 @@ func (s *fsService) resolveFor(c *connect.Call, p string) (string, *users.User, 
 
 // requireDir: p must exist (following symlinks) and be a directory.
 func requireDir(p string) error {
-	st, err := statT(p)
+	st, err := nodefs.Stat(p)
 	if err != nil {
 		return fsRPCError(err, p)
 	}
-	if !isDirMode(st.Mode) {
+	if !nodefs.IsDir(st.Mode) {
 		return connect.Errorf(connect.CodeInvalidArgument, "path '%s' is not a directory", p)
 	}
 	return nil
@@ -82,16 +83,16 @@ func (s *fsService) makeDir(c *connect.Call) (proto.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st, err := statT(p); err == nil {
-		if isDirMode(st.Mode) {
+	if st, err := nodefs.Stat(p); err == nil {
+		if nodefs.IsDir(st.Mode) {
 			return nil, connect.Errorf(connect.CodeAlreadyExists, "directory '%s' already exists", p)
 		}
 		return nil, connect.Errorf(connect.CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
-	} else if !isErrno(err, syscall.ENOENT) {
+	} else if !nodefs.IsErrno(err, syscall.ENOENT) {
 		return nil, fsRPCError(err, p)
 	}
 	if _, err := mkdirpOwnedFs(p, u); err != nil {
-		if isErrno(err, syscall.EEXIST) {
+		if nodefs.IsErrno(err, syscall.EEXIST) {
 			return nil, connect.Errorf(connect.CodeInvalidArgument, "path '%s' already exists but it is not a directory", p)
 		}
 		return nil, fsRPCError(err, p)
@@ -115,7 +116,7 @@ func (s *fsService) move(c *connect.Call) (proto.Message, error) {
 	}
 	src := s.env.resolvePathFor(rsrc, u)
 	dst := s.env.resolvePathFor(rdst, u)
-	if _, err := lstatT(src); err != nil {
+	if _, err := nodefs.Lstat(src); err != nil {
 		return nil, fsRPCError(err, src)
 	}
 	if _, err := mkdirpOwnedFs(filepath.Dir(dst), u); err != nil {
@@ -123,17 +124,17 @@ func (s *fsService) move(c *connect.Call) (proto.Message, error) {
 	}
 	if err := syscall.Rename(src, dst); err != nil {
 		if err != syscall.EXDEV {
-			if n := errnoOf(err); n != 0 {
-				err = &nodeFsError{errno: n, call: "rename", path: src, dest: dst}
+			if n := nodefs.Errno(err); n != 0 {
+				err = &nodefs.Error{Errno: n, Call: "rename", Path: src, Dest: dst}
 			}
 			return nil, fsRPCError(err, dst)
 		}
 		// another filesystem: copy (timestamps kept, symlinks verbatim), then remove the source
-		if err := copyTree(src, dst); err != nil {
+		if err := nodefs.CopyTree(src, dst); err != nil {
 			return nil, fsRPCError(err, dst)
 		}
 		if err := os.RemoveAll(src); err != nil {
-			return nil, fsRPCError(removeErr(err), dst)
+			return nil, fsRPCError(nodefs.RemoveError(err), dst)
 		}
 	}
 	e, err := s.entryFor(dst)
@@ -171,7 +172,7 @@ func (s *fsService) listInto(dir, display string, depth uint32, acc *users.Accou
 	d, err := os.Open(dir)
 	if err != nil {
 		if isRoot {
-			return nodeErr("scandir", dir, err)
+			return nodefs.Wrap("scandir", dir, err)
 		}
 		return nil // unreadable or vanished subdirectory: skipped
 	}
@@ -179,20 +180,20 @@ func (s *fsService) listInto(dir, display string, depth uint32, acc *users.Accou
 	d.Close()
 	if err != nil {
 		if isRoot {
-			return nodeErr("scandir", dir, err)
+			return nodefs.Wrap("scandir", dir, err)
 		}
 		return nil
 	}
 	sort.Slice(names, func(i, j int) bool { return fsLess(names[i], names[j]) })
 	for _, n := range names {
 		abs := filepath.Join(dir, n)
-		st, err := lstatT(abs)
+		st, err := nodefs.Lstat(abs)
 		if err != nil {
 			continue // vanished meanwhile
 		}
 		disp := filepath.Join(display, n)
 		*out = append(*out, entryFromStat(abs, st, acc, disp))
-		if depth > 1 && isDirMode(st.Mode) {
+		if depth > 1 && nodefs.IsDir(st.Mode) {
 			s.listInto(abs, disp, depth-1, acc, out, false)
 		}
 	}
@@ -234,14 +235,14 @@ func (s *fsService) remove(c *connect.Call) (proto.Message, error) {
 		return nil, err
 	}
 	// as Node's fs.rm(p, {recursive, force}): lstat first (a missing path is fine)
-	if _, err := lstatT(p); err != nil {
-		if isErrno(err, syscall.ENOENT) {
+	if _, err := nodefs.Lstat(p); err != nil {
+		if nodefs.IsErrno(err, syscall.ENOENT) {
 			return &fspb.RemoveResponse{}, nil
 		}
 		return nil, fsRPCError(err, p)
 	}
 	if err := os.RemoveAll(p); err != nil {
-		return nil, fsRPCError(removeErr(err), p)
+		return nil, fsRPCError(nodefs.RemoveError(err), p)
 	}
 	return &fspb.RemoveResponse{}, nil
 }

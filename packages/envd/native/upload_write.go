@@ -24,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/respond"
 	"aenv/envd/internal/users"
 )
@@ -107,7 +108,7 @@ func openUploadTarget(target string) (*os.File, bool, error) {
 		if err == nil {
 			return f, true, nil
 		}
-		if errnoOf(err) != syscall.EEXIST {
+		if nodefs.Errno(err) != syscall.EEXIST {
 			return nil, false, err
 		}
 		// O_NONBLOCK: a FIFO with no reader fails instead of holding the request
@@ -115,7 +116,7 @@ func openUploadTarget(target string) (*os.File, bool, error) {
 		if err == nil {
 			return f, false, nil
 		}
-		if n := errnoOf(err); n != syscall.ELOOP && n != syscall.ENOENT {
+		if n := nodefs.Errno(err); n != syscall.ELOOP && n != syscall.ENOENT {
 			return nil, false, err
 		}
 		last = err
@@ -128,7 +129,7 @@ func openUploadTarget(target string) (*os.File, bool, error) {
 // and setgid, as with E2B's envd).
 func writeUpload(target string, src io.Reader, u *users.User, meta map[string]string) error {
 	if e := mkdirpOwned(filepath.Dir(target), u); e != nil {
-		if n := errnoOf(e); n == syscall.EEXIST || n == syscall.ENOTDIR {
+		if n := nodefs.Errno(e); n == syscall.EEXIST || n == syscall.ENOTDIR {
 			return respond.Err(400, "cannot create parent directory of '"+target+"': a path component is not a directory")
 		}
 		return fileWriteError(target, e)
@@ -180,7 +181,7 @@ func writeUpload(target string, src io.Reader, u *users.User, meta map[string]st
 
 // isSyncUnsupported: pseudo files (/proc, /sys) and some devices have no fsync.
 func isSyncUnsupported(err error) bool {
-	n := errnoOf(err)
+	n := nodefs.Errno(err)
 	return n == syscall.EINVAL || n == syscall.EROFS || n == syscall.ENOTSUP
 }
 

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"aenv/envd/internal/nodefs"
 )
 
 const watchMask = syscall.IN_ATTRIB | syscall.IN_CREATE | syscall.IN_MODIFY | syscall.IN_DELETE |
@@ -108,7 +110,7 @@ func (h *inotifyHub) read() {
 	for {
 		n, err := h.file.Read(buf)
 		if err != nil {
-			if errnoOf(err) == syscall.EINTR {
+			if nodefs.Errno(err) == syscall.EINTR {
 				continue
 			}
 			log.Printf("inotify: read failed, watching stops: %v", err)

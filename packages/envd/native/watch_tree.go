@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/users"
 )
 
@@ -37,7 +38,7 @@ type watchKnown struct {
 }
 
 func knownOf(st *syscall.Stat_t) watchKnown {
-	return watchKnown{ino: st.Ino, mode: st.Mode, mtimeMs: mtimeMs(st), size: st.Size, isDir: isDirMode(st.Mode)}
+	return watchKnown{ino: st.Ino, mode: st.Mode, mtimeMs: nodefs.MtimeMs(st), size: st.Size, isDir: nodefs.IsDir(st.Mode)}
 }
 
 type dirWatcher struct {
@@ -69,13 +70,13 @@ func newDirWatcher(root string, recursive, includeEntry bool, users *users.DB, o
 
 // watchErr words a failure to watch p as Node's fs.watch does.
 func watchErr(p string, err error) error {
-	n := errnoOf(err)
+	n := nodefs.Errno(err)
 	if n == 0 {
 		return err
 	}
-	e := &nodeFsError{errno: n, call: "watch", path: p}
+	e := &nodefs.Error{Errno: n, Call: "watch", Path: p}
 	if n == syscall.ENOSPC {
-		e.text = "System limit for number of file watchers reached"
+		e.Text = "System limit for number of file watchers reached"
 	}
 	return e
 }
@@ -192,7 +193,7 @@ func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
 	}
 	for _, n := range names {
 		full := filepath.Join(dir, n)
-		st, err := lstatT(full)
+		st, err := nodefs.Lstat(full)
 		if err != nil || w.isClosed() {
 			continue
 		}
@@ -201,7 +202,7 @@ func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
 		if announce && !seen {
 			w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
 		}
-		if w.recursive && isDirMode(st.Mode) {
+		if w.recursive && nodefs.IsDir(st.Mode) {
 			w.addDir(full, false, announce)
 		}
 	}
@@ -259,14 +260,14 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 		if ev.mask&syscall.IN_IGNORED != 0 {
 			w.dropDir(ev.dir, ev.wd)
 		} else if ev.mask&(syscall.IN_DELETE_SELF|syscall.IN_MOVE_SELF) != 0 {
-			if _, err := lstatT(ev.dir); err != nil {
+			if _, err := nodefs.Lstat(ev.dir); err != nil {
 				w.dropDir(ev.dir, ev.wd)
 			}
 		}
 		return
 	}
 	full := filepath.Join(ev.dir, ev.name)
-	st, _ := lstatT(full)
+	st, _ := nodefs.Lstat(full)
 	prev, hadPrev := w.cache[full]
 	if ev.isChange() {
 		// (reported even when the file is already gone, as E2B's envd, which stats nothing)
@@ -285,11 +286,11 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 	}
 	if st != nil {
 		w.cache[full] = knownOf(st)
-		if hadPrev && prev.isDir && (prev.ino != st.Ino || !isDirMode(st.Mode)) {
+		if hadPrev && prev.isDir && (prev.ino != st.Ino || !nodefs.IsDir(st.Mode)) {
 			w.dropDir(full, -1)
 		}
 		w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
-		if w.recursive && isDirMode(st.Mode) {
+		if w.recursive && nodefs.IsDir(st.Mode) {
 			w.addDir(full, false, true)
 		}
 		return
@@ -325,7 +326,7 @@ func (w *dirWatcher) reappears(ino uint64, gone string, ev *watchRaw) bool {
 		if candidate == gone {
 			continue
 		}
-		if st, err := lstatT(candidate); err == nil && st.Ino == ino {
+		if st, err := nodefs.Lstat(candidate); err == nil && st.Ino == ino {
 			return true
 		}
 	}

@@ -1,9 +1,11 @@
-package main
-
-// Failed system calls worded as clients of envd have always read them ("ENOENT: no such file
-// or directory, lstat '/x'"), unwrapping to their errno so that fsRPCError maps them.
+// Package nodefs does file operations as Node's fs module does them, since envd's clients
+// were written against a Node daemon: failed system calls worded as Node words them
+// ("ENOENT: no such file or directory, lstat '/x'", here), stat (stat.go), recursive mkdir
+// (mkdir.go), and a cross-device copy and removal's errors (copy.go).
+package nodefs
 
 import (
+	"errors"
 	"syscall"
 )
 
@@ -45,45 +47,55 @@ var errnoNames = map[syscall.Errno][2]string{
 	syscall.EXDEV:        {"EXDEV", "cross-device link not permitted"},
 }
 
-// nodeFsError is a failed system call, worded as Node words it; it unwraps to its errno so
-// that fsRPCError maps it.
-type nodeFsError struct {
-	errno syscall.Errno
-	call  string
-	path  string
-	dest  string
-	text  string // replaces the errno's own description when set
+// Error is a failed system call, worded as Node words it; it unwraps to its errno, which is
+// what callers map onto their protocol's errors.
+type Error struct {
+	Errno syscall.Errno
+	Call  string
+	Path  string
+	Dest  string
+	Text  string // replaces the errno's own description when set
 }
 
-func (e *nodeFsError) Error() string {
-	code, desc := "", e.errno.Error()
-	if n, ok := errnoNames[e.errno]; ok {
+func (e *Error) Error() string {
+	code, desc := "", e.Errno.Error()
+	if n, ok := errnoNames[e.Errno]; ok {
 		code, desc = n[0]+": ", n[1]
 	}
-	if e.text != "" {
-		desc = e.text
+	if e.Text != "" {
+		desc = e.Text
 	}
-	s := code + desc + ", " + e.call + " '" + e.path + "'"
-	if e.dest != "" {
-		s += " -> '" + e.dest + "'"
+	s := code + desc + ", " + e.Call + " '" + e.Path + "'"
+	if e.Dest != "" {
+		s += " -> '" + e.Dest + "'"
 	}
 	return s
 }
 
-func (e *nodeFsError) Unwrap() error { return e.errno }
+func (e *Error) Unwrap() error { return e.Errno }
 
-// nodeErr words err (from the system call `call` on p) as Node does; other errors pass.
-func nodeErr(call, p string, err error) error {
+// Wrap words err (from the system call `call` on p) as Node does; other errors pass.
+func Wrap(call, p string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := err.(*nodeFsError); ok {
+	if _, ok := err.(*Error); ok {
 		return err
 	}
-	if n := errnoOf(err); n != 0 {
-		return &nodeFsError{errno: n, call: call, path: p}
+	if n := Errno(err); n != 0 {
+		return &Error{Errno: n, Call: call, Path: p}
 	}
 	return err
 }
 
-func isErrno(err error, n syscall.Errno) bool { return errnoOf(err) == n }
+// Errno is the errno err wraps, or 0.
+func Errno(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}
+
+// IsErrno: err wraps errno n.
+func IsErrno(err error, n syscall.Errno) bool { return Errno(err) == n }

@@ -1,6 +1,7 @@
-package main
+package nodefs
 
-// Move across filesystems: a copy of the tree (modes, times and symlinks kept), then removal.
+// A move across filesystems: a copy of the tree (modes, times and symlinks kept), then
+// removal, whose errors are worded as Node's fs.rm words them.
 
 import (
 	"errors"
@@ -10,16 +11,16 @@ import (
 	"syscall"
 )
 
-// copyTree copies src onto dst as Node's fs.cp(src, dst, {recursive, force,
+// CopyTree copies src onto dst as Node's fs.cp(src, dst, {recursive, force,
 // preserveTimestamps, verbatimSymlinks}) does: modes and times kept, existing files replaced,
 // existing directories merged.
-func copyTree(src, dst string) error {
-	st, err := lstatT(src)
+func CopyTree(src, dst string) error {
+	st, err := Lstat(src)
 	if err != nil {
 		return err
 	}
-	dstSt, derr := lstatT(dst)
-	if derr != nil && !isErrno(derr, syscall.ENOENT) {
+	dstSt, derr := Lstat(dst)
+	if derr != nil && !IsErrno(derr, syscall.ENOENT) {
 		return derr
 	}
 	if derr != nil {
@@ -27,44 +28,44 @@ func copyTree(src, dst string) error {
 	}
 	switch st.Mode & syscall.S_IFMT {
 	case syscall.S_IFDIR:
-		if dstSt != nil && !isDirMode(dstSt.Mode) {
+		if dstSt != nil && !IsDir(dstSt.Mode) {
 			return cpErr("Cannot overwrite non-directory with directory", "EISDIR", "cannot overwrite non-directory "+dst+" with directory "+src, dst)
 		}
 		if dstSt == nil {
 			if err := syscall.Mkdir(dst, 0o777); err != nil {
-				return nodeErr("mkdir", dst, err)
+				return Wrap("mkdir", dst, err)
 			}
 		}
 		d, err := os.Open(src)
 		if err != nil {
-			return nodeErr("opendir", src, err)
+			return Wrap("opendir", src, err)
 		}
 		names, err := d.Readdirnames(-1)
 		d.Close()
 		if err != nil {
-			return nodeErr("scandir", src, err)
+			return Wrap("scandir", src, err)
 		}
 		for _, n := range names {
-			if err := copyTree(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
+			if err := CopyTree(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
 				return err
 			}
 		}
 		if dstSt == nil {
-			return nodeErr("chmod", dst, os.Chmod(dst, os.FileMode(st.Mode&0o777)|unixSpecialBits(st.Mode)))
+			return Wrap("chmod", dst, os.Chmod(dst, os.FileMode(st.Mode&0o777)|SpecialBits(st.Mode)))
 		}
 		return nil
 	case syscall.S_IFREG:
 		if dstSt != nil {
-			if isDirMode(dstSt.Mode) {
+			if IsDir(dstSt.Mode) {
 				return cpErr("Cannot overwrite directory with non-directory", "ENOTDIR", "cannot overwrite directory "+dst+" with non-directory "+src, dst)
 			}
 			if err := syscall.Unlink(dst); err != nil {
-				return nodeErr("unlink", dst, err)
+				return Wrap("unlink", dst, err)
 			}
 		}
 		in, err := os.Open(src)
 		if err != nil {
-			return nodeErr("copyfile", src, err)
+			return Wrap("copyfile", src, err)
 		}
 		defer in.Close()
 		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, os.FileMode(st.Mode&0o777))
@@ -80,17 +81,17 @@ func copyTree(src, dst string) error {
 		}
 		ts := []syscall.Timespec{st.Atim, st.Mtim}
 		if err := syscall.UtimesNano(dst, ts); err != nil {
-			return nodeErr("utime", dst, err)
+			return Wrap("utime", dst, err)
 		}
-		return nodeErr("chmod", dst, os.Chmod(dst, os.FileMode(st.Mode&0o777)|unixSpecialBits(st.Mode)))
+		return Wrap("chmod", dst, os.Chmod(dst, os.FileMode(st.Mode&0o777)|SpecialBits(st.Mode)))
 	case syscall.S_IFLNK:
 		link, err := os.Readlink(src)
 		if err != nil {
-			return nodeErr("readlink", src, err)
+			return Wrap("readlink", src, err)
 		}
 		if dstSt != nil {
 			if err := syscall.Unlink(dst); err != nil {
-				return nodeErr("unlink", dst, err)
+				return Wrap("unlink", dst, err)
 			}
 		}
 		if err := os.Symlink(link, dst); err != nil {
@@ -112,7 +113,8 @@ func cpErr(prefix, code, msg, p string) error {
 	return errors.New(prefix + ": cp returned " + code + " (" + msg + ") " + p)
 }
 
-func unixSpecialBits(mode uint32) os.FileMode {
+// SpecialBits are the setuid, setgid and sticky bits of mode (st_mode) as an os.FileMode.
+func SpecialBits(mode uint32) os.FileMode {
 	var m os.FileMode
 	if mode&syscall.S_ISUID != 0 {
 		m |= os.ModeSetuid
@@ -127,14 +129,14 @@ func unixSpecialBits(mode uint32) os.FileMode {
 }
 
 func copyErr(err error, src, dst string) error {
-	if n := errnoOf(err); n != 0 {
-		return &nodeFsError{errno: n, call: "copyfile", path: src, dest: dst}
+	if n := Errno(err); n != 0 {
+		return &Error{Errno: n, Call: "copyfile", Path: src, Dest: dst}
 	}
 	return err
 }
 
-// removeErr words an os.RemoveAll failure as Node's fs.rm would.
-func removeErr(err error) error {
+// RemoveError words an os.RemoveAll failure as Node's fs.rm would.
+func RemoveError(err error) error {
 	pe, ok := err.(*os.PathError)
 	if !ok {
 		return err
@@ -148,5 +150,5 @@ func removeErr(err error) error {
 	case "fdopendir", "readdirent", "readdir":
 		call = "scandir"
 	}
-	return nodeErr(call, pe.Path, pe.Err)
+	return Wrap(call, pe.Path, pe.Err)
 }
