@@ -7,6 +7,7 @@ import (
 	"aenv/envd/internal/connect"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
+	"aenv/envd/internal/watch"
 )
 
 // Env holds the services every handler shares.
@@ -15,7 +16,7 @@ type Env struct {
 	Users     *users.DB
 	Resolver  *users.Resolver
 	Processes *ProcessManager
-	Watchers  *WatcherRegistry
+	Watchers  *watch.Registry
 	conns     *connSet
 }
 

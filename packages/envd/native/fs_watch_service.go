@@ -5,10 +5,12 @@ package main
 
 import (
 	"sync"
+	"syscall"
 	"time"
 
 	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/watch"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -20,7 +22,7 @@ type watchRequest interface {
 }
 
 // startWatcher resolves and checks the directory, then watches it; events go to push.
-func (s *fsService) startWatcher(c *connect.Call, r watchRequest, push func(*fspb.FilesystemEvent)) (*dirWatcher, error) {
+func (s *fsService) startWatcher(c *connect.Call, r watchRequest, push func(*fspb.FilesystemEvent)) (*watch.Tree, error) {
 	p, _, err := s.resolveFor(c, r.GetPath())
 	if err != nil {
 		return nil, err
@@ -28,8 +30,14 @@ func (s *fsService) startWatcher(c *connect.Call, r watchRequest, push func(*fsp
 	if err := requireDir(p); err != nil {
 		return nil, err
 	}
-	w := newDirWatcher(p, r.GetRecursive(), r.GetIncludeEntry(), s.env.Users, push)
-	if err := w.start(); err != nil {
+	opts := watch.Options{Recursive: r.GetRecursive(), Debug: debugLog}
+	if r.GetIncludeEntry() {
+		opts.Entry = func(abs string, st *syscall.Stat_t) *fspb.EntryInfo {
+			return entryFromStat(abs, st, s.env.Users.Accounts(), abs)
+		}
+	}
+	w := watch.NewTree(p, opts, push)
+	if err := w.Start(); err != nil {
 		w.Close()
 		return nil, fsRPCError(err, p)
 	}
@@ -98,7 +106,7 @@ func (s *fsService) createWatcher(c *connect.Call) (proto.Message, error) {
 	if err := c.Decode(r); err != nil {
 		return nil, err
 	}
-	id, err := s.env.Watchers.create(func(push func(*fspb.FilesystemEvent)) (*dirWatcher, error) {
+	id, err := s.env.Watchers.Create(func(push func(*fspb.FilesystemEvent)) (*watch.Tree, error) {
 		return s.startWatcher(c, r, push)
 	})
 	if err != nil {
@@ -112,9 +120,9 @@ func (s *fsService) getWatcherEvents(c *connect.Call) (proto.Message, error) {
 	if err := c.Decode(req); err != nil {
 		return nil, err
 	}
-	evs, err := s.env.Watchers.drain(req.GetWatcherId())
-	if err != nil {
-		return nil, err
+	evs, ok := s.env.Watchers.Drain(req.GetWatcherId())
+	if !ok {
+		return nil, watcherNotFound(req.GetWatcherId())
 	}
 	return &fspb.GetWatcherEventsResponse{Events: evs}, nil
 }
@@ -124,10 +132,14 @@ func (s *fsService) removeWatcher(c *connect.Call) (proto.Message, error) {
 	if err := c.Decode(req); err != nil {
 		return nil, err
 	}
-	if err := s.env.Watchers.remove(req.GetWatcherId()); err != nil {
-		return nil, err
+	if !s.env.Watchers.Remove(req.GetWatcherId()) {
+		return nil, watcherNotFound(req.GetWatcherId())
 	}
 	return &fspb.RemoveWatcherResponse{}, nil
+}
+
+func watcherNotFound(id string) error {
+	return connect.Errorf(connect.CodeNotFound, "watcher with id %s not found", id)
 }
 
 type watchQueue struct {

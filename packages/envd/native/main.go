@@ -16,6 +16,7 @@ import (
 
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
+	"aenv/envd/internal/watch"
 )
 
 var debugLog = os.Getenv("ENVD_DEBUG") == "1"
@@ -47,7 +48,7 @@ func main() {
 		Users:     db,
 		Resolver:  &users.Resolver{DB: db, Defaults: st.Defaults},
 		Processes: newProcessManager(),
-		Watchers:  newWatcherRegistry(),
+		Watchers:  watch.NewRegistry(),
 		conns:     &connSet{m: map[net.Conn]struct{}{}},
 	}
 	if inSandbox() {

@@ -1,4 +1,4 @@
-package main
+package watch
 
 // One watched tree (a WatchDir stream or a polling watcher): its directories' watches on the
 // shared inotify instance, and raw events turned into CREATE, WRITE, REMOVE, RENAME and CHMOD.
@@ -13,7 +13,6 @@ import (
 
 	fspb "aenv/envd/internal/gen/filesystem"
 	"aenv/envd/internal/nodefs"
-	"aenv/envd/internal/users"
 )
 
 type watchRaw struct {
@@ -41,13 +40,21 @@ func knownOf(st *syscall.Stat_t) watchKnown {
 	return watchKnown{ino: st.Ino, mode: st.Mode, mtimeMs: nodefs.MtimeMs(st), size: st.Size, isDir: nodefs.IsDir(st.Mode)}
 }
 
-type dirWatcher struct {
-	root         string
-	recursive    bool
-	includeEntry bool
-	users        *users.DB
-	onEvent      func(*fspb.FilesystemEvent)
-	hub          *inotifyHub
+// Options are how a tree is watched.
+type Options struct {
+	Recursive bool
+	// Entry builds an event's entry from the path's lstat; nil: events carry none.
+	Entry func(abs string, st *syscall.Stat_t) *fspb.EntryInfo
+	// Debug logs the directories that cannot be watched.
+	Debug bool
+}
+
+// Tree is one watched tree (a WatchDir stream's or a polled watcher's).
+type Tree struct {
+	root    string
+	opts    Options
+	onEvent func(*fspb.FilesystemEvent)
+	hub     *inotifyHub
 
 	mu     sync.Mutex
 	closed bool
@@ -60,9 +67,10 @@ type dirWatcher struct {
 	cache map[string]watchKnown
 }
 
-func newDirWatcher(root string, recursive, includeEntry bool, users *users.DB, onEvent func(*fspb.FilesystemEvent)) *dirWatcher {
-	return &dirWatcher{
-		root: root, recursive: recursive, includeEntry: includeEntry, users: users, onEvent: onEvent,
+// NewTree watches root (once started) and hands its events to onEvent, in order.
+func NewTree(root string, opts Options, onEvent func(*fspb.FilesystemEvent)) *Tree {
+	return &Tree{
+		root: root, opts: opts, onEvent: onEvent,
 		dirs: map[string]int32{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		cache: map[string]watchKnown{},
 	}
@@ -81,8 +89,8 @@ func watchErr(p string, err error) error {
 	return e
 }
 
-// start watches the root (and, when recursive, the tree below it) and remembers its contents.
-func (w *dirWatcher) start() error {
+// Start watches the root (and, when recursive, the tree below it) and remembers its contents.
+func (w *Tree) Start() error {
 	h, err := getInotifyHub()
 	if err != nil {
 		return watchErr(w.root, err)
@@ -95,14 +103,14 @@ func (w *dirWatcher) start() error {
 	return nil
 }
 
-func (w *dirWatcher) isClosed() bool {
+func (w *Tree) isClosed() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.closed
 }
 
 // Close stops the watcher; no event is delivered after it returns.
-func (w *dirWatcher) Close() {
+func (w *Tree) Close() {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -121,7 +129,7 @@ func (w *dirWatcher) Close() {
 	}
 }
 
-func (w *dirWatcher) enqueue(batch []watchRaw) {
+func (w *Tree) enqueue(batch []watchRaw) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -135,7 +143,7 @@ func (w *dirWatcher) enqueue(batch []watchRaw) {
 	}
 }
 
-func (w *dirWatcher) pop() (watchRaw, bool) {
+func (w *Tree) pop() (watchRaw, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || len(w.raw) == 0 {
@@ -153,7 +161,7 @@ func (w *dirWatcher) pop() (watchRaw, bool) {
 // addDir watches dir (and, when recursive, its subdirectories) and remembers what it holds.
 // With announce (a directory that appeared while watching), entries already inside it are
 // reported as created: they were made before its watch could see them.
-func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
+func (w *Tree) addDir(dir string, isRoot, announce bool) error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -174,7 +182,7 @@ func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
 		if isRoot {
 			return watchErr(dir, err)
 		}
-		if debugLog {
+		if w.opts.Debug {
 			log.Printf("cannot watch directory %s: %v", dir, err)
 		}
 		return nil
@@ -202,7 +210,7 @@ func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
 		if announce && !seen {
 			w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
 		}
-		if w.recursive && nodefs.IsDir(st.Mode) {
+		if w.opts.Recursive && nodefs.IsDir(st.Mode) {
 			w.addDir(full, false, announce)
 		}
 	}
@@ -210,7 +218,7 @@ func (w *dirWatcher) addDir(dir string, isRoot, announce bool) error {
 }
 
 // dropDir stops watching dir and everything below it (only if dir's watch is still wd, when wd ≥ 0).
-func (w *dirWatcher) dropDir(dir string, wd int32) {
+func (w *Tree) dropDir(dir string, wd int32) {
 	prefix := dir + "/"
 	w.mu.Lock()
 	if cur, ok := w.dirs[dir]; wd >= 0 && (!ok || cur != wd) {
@@ -237,7 +245,7 @@ func (w *dirWatcher) dropDir(dir string, wd int32) {
 	}
 }
 
-func (w *dirWatcher) process() {
+func (w *Tree) process() {
 	for {
 		select {
 		case <-w.stop:
@@ -254,7 +262,7 @@ func (w *dirWatcher) process() {
 	}
 }
 
-func (w *dirWatcher) handle(ev *watchRaw) {
+func (w *Tree) handle(ev *watchRaw) {
 	if ev.name == "" {
 		// about a watched directory itself: deleted or moved away → handled via its parent
 		if ev.mask&syscall.IN_IGNORED != 0 {
@@ -290,7 +298,7 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 			w.dropDir(full, -1)
 		}
 		w.emit(full, fspb.EventType_EVENT_TYPE_CREATE, st)
-		if w.recursive && nodefs.IsDir(st.Mode) {
+		if w.opts.Recursive && nodefs.IsDir(st.Mode) {
 			w.addDir(full, false, true)
 		}
 		return
@@ -309,7 +317,7 @@ func (w *dirWatcher) handle(ev *watchRaw) {
 
 // reappears: a queued create/move event names another path with inode ino (or is the
 // MOVED_TO half of ev's rename).
-func (w *dirWatcher) reappears(ino uint64, gone string, ev *watchRaw) bool {
+func (w *Tree) reappears(ino uint64, gone string, ev *watchRaw) bool {
 	w.mu.Lock()
 	queued := make([]watchRaw, len(w.raw))
 	copy(queued, w.raw)
@@ -333,17 +341,17 @@ func (w *dirWatcher) reappears(ino uint64, gone string, ev *watchRaw) bool {
 	return false
 }
 
-func (w *dirWatcher) emit(full string, typ fspb.EventType, st *syscall.Stat_t) {
+func (w *Tree) emit(full string, typ fspb.EventType, st *syscall.Stat_t) {
 	name, err := filepath.Rel(w.root, full)
 	if err != nil || name == "." || name == ".." || strings.HasPrefix(name, "../") {
 		return
 	}
-	if !w.recursive && strings.Contains(name, "/") {
+	if !w.opts.Recursive && strings.Contains(name, "/") {
 		return
 	}
 	var entry *fspb.EntryInfo
-	if w.includeEntry && st != nil && typ != fspb.EventType_EVENT_TYPE_REMOVE && typ != fspb.EventType_EVENT_TYPE_RENAME {
-		entry = entryFromStat(full, st, w.users.Accounts(), full)
+	if w.opts.Entry != nil && st != nil && typ != fspb.EventType_EVENT_TYPE_REMOVE && typ != fspb.EventType_EVENT_TYPE_RENAME {
+		entry = w.opts.Entry(full, st)
 	}
 	if w.isClosed() {
 		return

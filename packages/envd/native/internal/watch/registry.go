@@ -1,6 +1,7 @@
-package main
+package watch
 
-// Polling watchers (CreateWatcher / GetWatcherEvents / RemoveWatcher).
+// The watchers clients poll (CreateWatcher / GetWatcherEvents / RemoveWatcher): each feeds a
+// bounded buffer that a poll drains; those nobody polls for a while are removed.
 
 import (
 	"crypto/rand"
@@ -8,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
 )
 
@@ -20,20 +20,22 @@ const (
 )
 
 type polledWatcher struct {
-	watcher  *dirWatcher
+	watcher  *Tree
 	mu       sync.Mutex
 	events   []*fspb.FilesystemEvent
 	lastPoll time.Time
 }
 
-type WatcherRegistry struct {
+// Registry holds the polled watchers by id.
+type Registry struct {
 	mu      sync.Mutex
 	byID    map[string]*polledWatcher
 	sweeper bool
 }
 
-func newWatcherRegistry() *WatcherRegistry {
-	return &WatcherRegistry{byID: map[string]*polledWatcher{}}
+// NewRegistry holds no watchers yet.
+func NewRegistry() *Registry {
+	return &Registry{byID: map[string]*polledWatcher{}}
 }
 
 func newUUID() string {
@@ -45,8 +47,9 @@ func newUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// create makes (and starts) the watcher that feeds the new entry, through start(push).
-func (r *WatcherRegistry) create(start func(push func(*fspb.FilesystemEvent)) (*dirWatcher, error)) (string, error) {
+// Create makes (and starts) the watcher that feeds the new entry, through start(push), and
+// answers its id.
+func (r *Registry) Create(start func(push func(*fspb.FilesystemEvent)) (*Tree, error)) (string, error) {
 	id := newUUID()
 	pw := &polledWatcher{lastPoll: time.Now()}
 	w, err := start(func(ev *fspb.FilesystemEvent) {
@@ -72,44 +75,38 @@ func (r *WatcherRegistry) create(start func(push func(*fspb.FilesystemEvent)) (*
 	return id, nil
 }
 
-func (r *WatcherRegistry) get(id string) (*polledWatcher, error) {
+// Drain hands out (and forgets) the events gathered since the last poll; false for an
+// unknown id.
+func (r *Registry) Drain(id string) ([]*fspb.FilesystemEvent, bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	pw, ok := r.byID[id]
+	r.mu.Unlock()
 	if !ok {
-		return nil, connect.Errorf(connect.CodeNotFound, "watcher with id %s not found", id)
-	}
-	return pw, nil
-}
-
-// drain hands out (and forgets) the events gathered since the last poll.
-func (r *WatcherRegistry) drain(id string) ([]*fspb.FilesystemEvent, error) {
-	pw, err := r.get(id)
-	if err != nil {
-		return nil, err
+		return nil, false
 	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	pw.lastPoll = time.Now()
 	evs := pw.events
 	pw.events = nil
-	return evs, nil
+	return evs, true
 }
 
-func (r *WatcherRegistry) remove(id string) error {
+// Remove stops and forgets a watcher; false for an unknown id.
+func (r *Registry) Remove(id string) bool {
 	r.mu.Lock()
 	pw, ok := r.byID[id]
 	delete(r.byID, id)
 	r.mu.Unlock()
 	if !ok {
-		return connect.Errorf(connect.CodeNotFound, "watcher with id %s not found", id)
+		return false
 	}
 	pw.watcher.Close()
-	return nil
+	return true
 }
 
 // CloseAll stops every polling watcher.
-func (r *WatcherRegistry) CloseAll() {
+func (r *Registry) CloseAll() {
 	r.mu.Lock()
 	all := r.byID
 	r.byID = map[string]*polledWatcher{}
@@ -119,7 +116,7 @@ func (r *WatcherRegistry) CloseAll() {
 	}
 }
 
-func (r *WatcherRegistry) sweep() {
+func (r *Registry) sweep() {
 	for range time.Tick(time.Minute) {
 		var idle []*polledWatcher
 		r.mu.Lock()

@@ -1,15 +1,14 @@
-package main
-
-// Directory watching with inotify: one inotify
-// instance for the whole daemon (as libuv keeps one per process, so that the per-user limit
-// of 128 instances is never a concern), one watch per directory, recursion, renames and names
-// relative to the watched root under our control.
+// Package watch watches directory trees with inotify and reports their changes as
+// filesystem.FilesystemEvent messages: one inotify instance for the whole daemon (here; as
+// libuv keeps one per process, so that the per-user limit of 128 instances is never a
+// concern), one watch per directory, recursion, renames and names relative to the watched
+// root under our control (tree.go), and the watchers clients poll (registry.go).
 //
 // Events are classified as E2B's envd reports them, with lstat and a cache of what was seen:
 // created/deleted/moved + exists → CREATE; gone → RENAME when the same inode shows up among
 // the events queued with it (or its MOVED_TO), else REMOVE; attributes → CHMOD; modified →
-// WRITE. An upload writes in place (upload_write.go), so it reads as E2B's: CREATE, CHMOD,
-// WRITE.
+// WRITE. An upload writes in place, so it reads as E2B's: CREATE, CHMOD, WRITE.
+package watch
 
 import (
 	"log"
@@ -31,7 +30,7 @@ const maxWatchedDirs = 8192
 // ---- the shared inotify instance ----
 
 type inotifySub struct {
-	w   *dirWatcher
+	w   *Tree
 	dir string
 }
 
@@ -65,7 +64,7 @@ func getInotifyHub() (*inotifyHub, error) {
 }
 
 // add watches dir for w.
-func (h *inotifyHub) add(w *dirWatcher, dir string) (int32, error) {
+func (h *inotifyHub) add(w *Tree, dir string) (int32, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	wd, err := syscall.InotifyAddWatch(h.fd, dir, watchMask)
@@ -83,7 +82,7 @@ func (h *inotifyHub) add(w *dirWatcher, dir string) (int32, error) {
 }
 
 // remove stops w's watch of dir; the inotify watch goes when nobody needs it.
-func (h *inotifyHub) remove(w *dirWatcher, dir string, wd int32) {
+func (h *inotifyHub) remove(w *Tree, dir string, wd int32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	subs, ok := h.subs[wd]
@@ -121,8 +120,8 @@ func (h *inotifyHub) read() {
 			hubMu.Unlock()
 			return
 		}
-		var order []*dirWatcher
-		batches := map[*dirWatcher][]watchRaw{}
+		var order []*Tree
+		batches := map[*Tree][]watchRaw{}
 		h.mu.Lock()
 		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
 			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
