@@ -5,9 +5,9 @@ import (
 	"sync"
 
 	"aenv/envd/internal/connect"
+	"aenv/envd/internal/filesystem"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
-	"aenv/envd/internal/watch"
 )
 
 // Env holds the services every handler shares.
@@ -16,7 +16,7 @@ type Env struct {
 	Users     *users.DB
 	Resolver  *users.Resolver
 	Processes *ProcessManager
-	Watchers  *watch.Registry
+	Files     *filesystem.Service
 	conns     *connSet
 }
 

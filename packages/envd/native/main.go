@@ -14,9 +14,9 @@ import (
 	"strconv"
 	"syscall"
 
+	"aenv/envd/internal/filesystem"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
-	"aenv/envd/internal/watch"
 )
 
 var debugLog = os.Getenv("ENVD_DEBUG") == "1"
@@ -43,12 +43,13 @@ func main() {
 
 	st := state.New(*token)
 	db := users.NewDB(*etc)
+	res := &users.Resolver{DB: db, Defaults: st.Defaults}
 	env := &Env{
 		State:     st,
 		Users:     db,
-		Resolver:  &users.Resolver{DB: db, Defaults: st.Defaults},
+		Resolver:  res,
 		Processes: newProcessManager(),
-		Watchers:  watch.NewRegistry(),
+		Files:     filesystem.New(filesystem.Config{Users: res, Token: st.Token, Debug: debugLog}),
 		conns:     &connSet{m: map[net.Conn]struct{}{}},
 	}
 	if inSandbox() {

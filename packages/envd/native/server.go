@@ -35,7 +35,7 @@ const connKey ctxKey = 0
 func newHTTPServer(env *Env, port int) *http.Server {
 	rt := connect.NewRoutes()
 	registerProcessService(rt, env)
-	registerFilesystemService(rt, env)
+	env.Files.Register(rt)
 	auth := func(r *http.Request) *connect.Error {
 		if msg := auth.CheckToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
 			return connect.Errorf(connect.CodeUnauthenticated, "%s", msg)
@@ -175,13 +175,19 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 	case fsLayerCapture, fsLayerApply:
 		return handleFsLayer(env, w, r)
 	case "/files/compose":
-		return handleCompose(env, w, r)
+		if err := respond.MethodIs(r, "POST"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		return env.Files.Compose(w, r)
 	case "/files":
 		switch r.Method {
 		case "GET":
-			return handleDownload(env, w, r)
+			return env.Files.Download(w, r)
 		case "POST":
-			return handleUpload(env, w, r)
+			return env.Files.Upload(w, r)
 		}
 		return respond.Err(405, "method not allowed")
 	}

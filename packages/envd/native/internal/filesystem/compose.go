@@ -1,4 +1,4 @@
-package main
+package filesystem
 
 // POST /files/compose (envd.yaml's ComposeRequest): the source files, in order, concatenated
 // into the destination, which is then owned by the request's user; the sources are removed
@@ -33,13 +33,8 @@ type composeRequest struct {
 	Username    string   `json:"username"`
 }
 
-func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
-	if err := respond.MethodIs(r, "POST"); err != nil {
-		return err
-	}
-	if err := requireToken(env, r); err != nil {
-		return err
-	}
+// Compose serves POST /files/compose; the caller's method and token are checked already.
+func (s *Service) Compose(w http.ResponseWriter, r *http.Request) error {
 	raw, err := respond.ReadBody(r, 4<<20)
 	if err != nil {
 		return err
@@ -54,11 +49,11 @@ func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
 	if len(req.SourcePaths) > maxComposeParts {
 		return respond.Err(400, "at most 10000 source_paths")
 	}
-	u := env.resolveUser(req.Username)
-	if u == nil {
-		return respond.Err(401, "invalid username: '"+req.Username+"'")
+	u, err := s.namedUser(req.Username)
+	if err != nil {
+		return err
 	}
-	dest := env.resolvePathFor(req.Destination, u)
+	dest := s.users.Path(req.Destination, u)
 	parts := make([]*os.File, 0, len(req.SourcePaths))
 	defer func() {
 		for _, f := range parts {
@@ -66,8 +61,8 @@ func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
 		}
 	}()
 	paths := make([]string, 0, len(req.SourcePaths))
-	for _, s := range req.SourcePaths {
-		p := env.resolvePathFor(s, u)
+	for _, src := range req.SourcePaths {
+		p := s.users.Path(src, u)
 		if filepath.Clean(p) == filepath.Clean(dest) {
 			return respond.Err(400, "the destination '"+dest+"' is one of the source paths")
 		}
@@ -97,13 +92,10 @@ func handleCompose(env *Env, w http.ResponseWriter, r *http.Request) error {
 func openPart(p string) (*os.File, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		switch nodefs.Errno(err) {
-		case syscall.ENOENT:
-			return nil, respond.Err(404, "path '"+p+"' does not exist")
-		case syscall.ELOOP:
+		if nodefs.IsErrno(err, syscall.ELOOP) {
 			return nil, respond.Err(400, "path '"+p+"' is a symlink")
 		}
-		return nil, respond.Err(statusForErrno(err), "cannot open '"+p+"': "+err.Error())
+		return nil, openError(p, err)
 	}
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {

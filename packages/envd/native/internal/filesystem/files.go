@@ -1,4 +1,4 @@
-package main
+package filesystem
 
 // GET /files (download) and POST /files (upload: multipart/form-data with one or more `file`
 // parts, or application/octet-stream with ?path=), as E2B's envd serves them.
@@ -16,10 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
-	"aenv/envd/internal/auth"
-	"aenv/envd/internal/nodefs"
 	"aenv/envd/internal/respond"
 	"aenv/envd/internal/users"
 )
@@ -30,36 +27,22 @@ const textPartLimit = 8 << 20
 // Large reads and writes: every syscall and socket write is a trip through gVisor.
 const copyBuffer = 1 << 20
 
-func authorizeFiles(env *Env, r *http.Request, q url.Values, op string) (*users.User, error) {
-	if msg := auth.CheckFiles(env.State.Token(), r.Header.Get("X-Access-Token"), q, op); msg != "" {
-		return nil, respond.Err(401, msg)
-	}
-	requested := q.Get("username")
-	u := env.resolveUser(requested)
-	if u == nil {
-		return nil, respond.Err(401, "invalid username: '"+requested+"'")
-	}
-	return u, nil
-}
-
-func handleDownload(env *Env, w http.ResponseWriter, r *http.Request) error {
+// Download serves GET /files: ?path= (for ?username=, signed or with the token).
+func (s *Service) Download(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	u, err := authorizeFiles(env, r, q, "read")
+	u, err := s.filesCaller(r, q, "read")
 	if err != nil {
 		return err
 	}
-	p := env.resolvePathFor(q.Get("path"), u)
+	p := s.users.Path(q.Get("path"), u)
 	f, err := os.Open(p)
 	if err != nil {
-		if nodefs.Errno(err) == syscall.ENOENT {
-			return respond.Err(404, "path '"+p+"' does not exist")
-		}
-		return respond.Err(statusForErrno(err), "cannot open '"+p+"': "+err.Error())
+		return openError(p, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return respond.Err(statusForErrno(err), "cannot stat '"+p+"': "+err.Error())
+		return respond.Err(httpStatus(err), "cannot stat '"+p+"': "+err.Error())
 	}
 	if st.IsDir() {
 		return respond.Err(400, "path '"+p+"' is a directory")
@@ -89,6 +72,7 @@ func handleDownload(env *Env, w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// written is what an upload answers for each file.
 type written struct {
 	Path     string            `json:"path"`
 	Name     string            `json:"name"`
@@ -96,9 +80,11 @@ type written struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-func handleUpload(env *Env, w http.ResponseWriter, r *http.Request) error {
+// Upload serves POST /files: one file (?path=) or several (multipart), written for
+// ?username= (signed or with the token).
+func (s *Service) Upload(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	u, err := authorizeFiles(env, r, q, "write")
+	u, err := s.filesCaller(r, q, "write")
 	if err != nil {
 		return err
 	}
@@ -110,9 +96,9 @@ func handleUpload(env *Env, w http.ResponseWriter, r *http.Request) error {
 	var out []written
 	switch ct {
 	case "multipart/form-data":
-		out, err = uploadMultipart(env, r, u, q, params["boundary"], meta)
+		out, err = s.uploadMultipart(r, u, q, params["boundary"], meta)
 	case "application/octet-stream":
-		out, err = uploadOctetStream(env, r, u, q, meta)
+		out, err = s.uploadOctetStream(r, u, q, meta)
 	default:
 		if ct == "" {
 			ct = "(none)"
@@ -136,12 +122,12 @@ func finish(target string, meta map[string]string) written {
 	return wr
 }
 
-func uploadOctetStream(env *Env, r *http.Request, u *users.User, q url.Values, meta map[string]string) ([]written, error) {
+func (s *Service) uploadOctetStream(r *http.Request, u *users.User, q url.Values, meta map[string]string) ([]written, error) {
 	raw := q.Get("path")
 	if raw == "" {
 		return nil, respond.Err(400, "query parameter 'path' is required for application/octet-stream uploads")
 	}
-	target := env.resolvePathFor(raw, u)
+	target := s.users.Path(raw, u)
 	var src io.Reader = r.Body
 	switch strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))) {
 	case "", "identity":
@@ -172,7 +158,7 @@ func decodeFilename(name string) string {
 	return r.Replace(name)
 }
 
-func uploadMultipart(env *Env, r *http.Request, u *users.User, q url.Values, boundary string, meta map[string]string) ([]written, error) {
+func (s *Service) uploadMultipart(r *http.Request, u *users.User, q url.Values, boundary string, meta map[string]string) ([]written, error) {
 	if boundary == "" {
 		return nil, respond.Err(400, "invalid multipart request: no boundary")
 	}
@@ -215,7 +201,7 @@ func uploadMultipart(env *Env, r *http.Request, u *users.User, q url.Values, bou
 		if given == "" {
 			return nil, respond.Err(400, "missing file path (part filename or query 'path')")
 		}
-		target := env.resolvePathFor(given, u)
+		target := s.users.Path(given, u)
 		if seen[target] {
 			return nil, respond.Err(400, "duplicate path '"+target+"' in upload")
 		}
@@ -229,17 +215,6 @@ func uploadMultipart(env *Env, r *http.Request, u *users.User, q url.Values, bou
 		return nil, respond.Err(400, "no file parts in multipart body")
 	}
 	return out, nil
-}
-
-func fileWriteError(target string, err error) error {
-	status := statusForErrno(err)
-	if status == 404 {
-		status = 400
-	}
-	if status == 507 {
-		return respond.Err(507, "not enough disk space: "+err.Error())
-	}
-	return respond.Err(status, "error writing '"+target+"': "+err.Error())
 }
 
 // copyLarge copies in writes of up to 1 MiB: reads (multipart parts, the socket) come in

@@ -1,4 +1,4 @@
-package main
+package filesystem
 
 // Writing one uploaded file, as E2B's envd does: in place (open, created if missing), then
 // owned by the user, then the bytes. A directory watcher, ours or any inotify user inside the
@@ -39,8 +39,8 @@ func chownIfRoot(p string, u *users.User) {
 	}
 }
 
-// mkdirpOwned creates dir and its missing parents, each owned by u.
-func mkdirpOwned(dir string, u *users.User) error {
+// makeParents creates dir and its missing parents, each owned by u.
+func makeParents(dir string, u *users.User) error {
 	st, err := os.Stat(dir)
 	if err == nil {
 		if !st.IsDir() {
@@ -49,7 +49,7 @@ func mkdirpOwned(dir string, u *users.User) error {
 		return nil
 	}
 	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirpOwned(parent, u); err != nil {
+		if err := makeParents(parent, u); err != nil {
 			return err
 		}
 	}
@@ -128,18 +128,18 @@ func openUploadTarget(target string) (*os.File, bool, error) {
 // metadata. New parent directories and the file end up owned by u; an existing file keeps its mode (a chown by root clears setuid
 // and setgid, as with E2B's envd).
 func writeUpload(target string, src io.Reader, u *users.User, meta map[string]string) error {
-	if e := mkdirpOwned(filepath.Dir(target), u); e != nil {
+	if e := makeParents(filepath.Dir(target), u); e != nil {
 		if n := nodefs.Errno(e); n == syscall.EEXIST || n == syscall.ENOTDIR {
 			return respond.Err(400, "cannot create parent directory of '"+target+"': a path component is not a directory")
 		}
-		return fileWriteError(target, e)
+		return writeError(target, e)
 	}
 	f, created, e := openUploadTarget(target)
 	if e != nil {
 		if _, ok := e.(*respond.Error); ok {
 			return e
 		}
-		return fileWriteError(target, e)
+		return writeError(target, e)
 	}
 	defer f.Close()
 	// Always, as E2B's envd: a watcher sees the CHMOD; without root (tests) it is a no-op or
@@ -148,14 +148,14 @@ func writeUpload(target string, src io.Reader, u *users.User, meta map[string]st
 	if !created {
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			if e := f.Truncate(0); e != nil {
-				return fileWriteError(target, e)
+				return writeError(target, e)
 			}
 		}
 	}
 	if e := copyLarge(f, src); e != nil {
 		var pe *os.PathError
 		if errors.As(e, &pe) {
-			return fileWriteError(target, e)
+			return writeError(target, e)
 		}
 		if e == gzip.ErrChecksum || e == gzip.ErrHeader || e == zlib.ErrChecksum || e == zlib.ErrHeader || strings.Contains(e.Error(), "flate") {
 			return respond.Err(400, "invalid compressed body: "+e.Error())
@@ -168,13 +168,13 @@ func writeUpload(target string, src io.Reader, u *users.User, meta map[string]st
 		replaceMetadata("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), meta)
 	}
 	if e := f.Sync(); e != nil && !isSyncUnsupported(e) {
-		return fileWriteError(target, e)
+		return writeError(target, e)
 	}
 	if created {
 		syncDir(filepath.Dir(f.Name()))
 	}
 	if e := f.Close(); e != nil {
-		return fileWriteError(target, e)
+		return writeError(target, e)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package filesystem
 
 // WatchDir (a server stream of a directory's changes) and the polling watchers for clients
 // that cannot hold a stream open (CreateWatcher, GetWatcherEvents, RemoveWatcher).
@@ -10,47 +10,44 @@ import (
 
 	"aenv/envd/internal/connect"
 	fspb "aenv/envd/internal/gen/filesystem"
+	"aenv/envd/internal/users"
 	"aenv/envd/internal/watch"
 	"google.golang.org/protobuf/proto"
 )
 
 // watchRequest is what WatchDirRequest and CreateWatcherRequest share.
 type watchRequest interface {
-	GetPath() string
 	GetRecursive() bool
 	GetIncludeEntry() bool
 }
 
-// startWatcher resolves and checks the directory, then watches it; events go to push.
-func (s *fsService) startWatcher(c *connect.Call, r watchRequest, push func(*fspb.FilesystemEvent)) (*watch.Tree, error) {
-	p, _, err := s.resolveFor(c, r.GetPath())
-	if err != nil {
-		return nil, err
-	}
+// startWatcher checks that p (resolved) is a directory, then watches it; events go to push.
+func (s *Service) startWatcher(p string, r watchRequest, push func(*fspb.FilesystemEvent)) (*watch.Tree, error) {
 	if err := requireDir(p); err != nil {
 		return nil, err
 	}
-	opts := watch.Options{Recursive: r.GetRecursive(), Debug: debugLog}
+	opts := watch.Options{Recursive: r.GetRecursive(), Debug: s.debug}
 	if r.GetIncludeEntry() {
 		opts.Entry = func(abs string, st *syscall.Stat_t) *fspb.EntryInfo {
-			return entryFromStat(abs, st, s.env.Users.Accounts(), abs)
+			return entryFromStat(abs, st, s.users.DB.Accounts(), abs)
 		}
 	}
 	w := watch.NewTree(p, opts, push)
 	if err := w.Start(); err != nil {
 		w.Close()
-		return nil, fsRPCError(err, p)
+		return nil, rpcError(err, p)
 	}
 	return w, nil
 }
 
-func (s *fsService) watchDir(c *connect.Call, send func(proto.Message) error) error {
+func (s *Service) watchDir(c *connect.Call, send func(proto.Message) error) error {
 	r := &fspb.WatchDirRequest{}
-	if err := c.Decode(r); err != nil {
+	p, _, err := s.decodePath(c, r)
+	if err != nil {
 		return err
 	}
 	q := newWatchQueue()
-	w, err := s.startWatcher(c, r, q.push)
+	w, err := s.startWatcher(p, r, q.push)
 	if err != nil {
 		return err
 	}
@@ -101,13 +98,9 @@ func (s *fsService) watchDir(c *connect.Call, send func(proto.Message) error) er
 	}
 }
 
-func (s *fsService) createWatcher(c *connect.Call) (proto.Message, error) {
-	r := &fspb.CreateWatcherRequest{}
-	if err := c.Decode(r); err != nil {
-		return nil, err
-	}
-	id, err := s.env.Watchers.Create(func(push func(*fspb.FilesystemEvent)) (*watch.Tree, error) {
-		return s.startWatcher(c, r, push)
+func (s *Service) createWatcher(r *fspb.CreateWatcherRequest, p string, _ *users.User) (proto.Message, error) {
+	id, err := s.watchers.Create(func(push func(*fspb.FilesystemEvent)) (*watch.Tree, error) {
+		return s.startWatcher(p, r, push)
 	})
 	if err != nil {
 		return nil, err
@@ -115,24 +108,26 @@ func (s *fsService) createWatcher(c *connect.Call) (proto.Message, error) {
 	return &fspb.CreateWatcherResponse{WatcherId: id}, nil
 }
 
-func (s *fsService) getWatcherEvents(c *connect.Call) (proto.Message, error) {
+// The polled watchers' other calls name a watcher, not a path: they act as no user.
+
+func (s *Service) getWatcherEvents(c *connect.Call) (proto.Message, error) {
 	req := &fspb.GetWatcherEventsRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
 	}
-	evs, ok := s.env.Watchers.Drain(req.GetWatcherId())
+	evs, ok := s.watchers.Drain(req.GetWatcherId())
 	if !ok {
 		return nil, watcherNotFound(req.GetWatcherId())
 	}
 	return &fspb.GetWatcherEventsResponse{Events: evs}, nil
 }
 
-func (s *fsService) removeWatcher(c *connect.Call) (proto.Message, error) {
+func (s *Service) removeWatcher(c *connect.Call) (proto.Message, error) {
 	req := &fspb.RemoveWatcherRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
 	}
-	if !s.env.Watchers.Remove(req.GetWatcherId()) {
+	if !s.watchers.Remove(req.GetWatcherId()) {
 		return nil, watcherNotFound(req.GetWatcherId())
 	}
 	return &fspb.RemoveWatcherResponse{}, nil

@@ -1,4 +1,4 @@
-package main
+package filesystem
 
 // filesystem.EntryInfo from a file's lstat: type, mode bits, owner and group names, mtime,
 // symlink target, user.e2b.* metadata.
@@ -144,11 +144,11 @@ func absClean(p string) string {
 	return filepath.Clean(p)
 }
 
-// entryFor: lstat + EntryInfo; the lstat error as is (ENOENT etc.).
-func (s *fsService) entryFor(abs string) (*fspb.EntryInfo, error) {
+// entry: lstat + EntryInfo; the lstat error as is (ENOENT etc.).
+func (s *Service) entry(abs string) (*fspb.EntryInfo, error) {
 	st, err := nodefs.Lstat(abs)
 	if err != nil {
 		return nil, err
 	}
-	return entryFromStat(abs, st, s.env.Users.Accounts(), abs), nil
+	return entryFromStat(abs, st, s.users.DB.Accounts(), abs), nil
 }
