@@ -6,6 +6,7 @@ import (
 
 	"aenv/envd/internal/connect"
 	"aenv/envd/internal/filesystem"
+	"aenv/envd/internal/process"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
 )
@@ -15,7 +16,7 @@ type Env struct {
 	State     *state.State
 	Users     *users.DB
 	Resolver  *users.Resolver
-	Processes *ProcessManager
+	Processes *process.Service
 	Files     *filesystem.Service
 	conns     *connSet
 }

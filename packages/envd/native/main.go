@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"aenv/envd/internal/filesystem"
+	"aenv/envd/internal/process"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
 )
@@ -48,7 +49,7 @@ func main() {
 		State:     st,
 		Users:     db,
 		Resolver:  res,
-		Processes: newProcessManager(),
+		Processes: process.New(process.Config{Users: res, EnvVars: st.EnvVars, Debug: debugLog}),
 		Files:     filesystem.New(filesystem.Config{Users: res, Token: st.Token, Debug: debugLog}),
 		conns:     &connSet{m: map[net.Conn]struct{}{}},
 	}

@@ -34,7 +34,7 @@ const connKey ctxKey = 0
 
 func newHTTPServer(env *Env, port int) *http.Server {
 	rt := connect.NewRoutes()
-	registerProcessService(rt, env)
+	env.Processes.Register(rt)
 	env.Files.Register(rt)
 	auth := func(r *http.Request) *connect.Error {
 		if msg := auth.CheckToken(env.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {

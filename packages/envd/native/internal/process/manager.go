@@ -1,7 +1,6 @@
-package main
+package process
 
-// process.Process (packages/protocol/proto/process): Start and Connect stream a process's
-// events; List, SendInput, StreamInput, SendSignal, Update and CloseStdin act on a running one.
+// The processes envd started: live ones by pid, the status of recently finished ones.
 
 import (
 	"log"
@@ -61,7 +60,7 @@ func (s *subscriber) deliver(ev procEvent) {
 }
 
 type proc struct {
-	mgr     *ProcessManager
+	mgr     *Manager
 	pid     int
 	seq     uint64
 	tag     *string
@@ -89,8 +88,9 @@ type proc struct {
 	pmu    sync.Mutex
 }
 
-// ProcessManager: live processes by pid, and the status of recently finished ones.
-type ProcessManager struct {
+// Manager: live processes by pid, and the status of recently finished ones.
+type Manager struct {
+	debug  bool // log each process's end and failed signals
 	mu     sync.Mutex
 	live   map[int]*proc
 	exited map[int]*proc
@@ -98,11 +98,11 @@ type ProcessManager struct {
 	seq    uint64
 }
 
-func newProcessManager() *ProcessManager {
-	return &ProcessManager{live: map[int]*proc{}, exited: map[int]*proc{}}
+func newManager(debug bool) *Manager {
+	return &Manager{debug: debug, live: map[int]*proc{}, exited: map[int]*proc{}}
 }
 
-func (m *ProcessManager) removeExitedLocked(pid int) {
+func (m *Manager) removeExitedLocked(pid int) {
 	if _, ok := m.exited[pid]; !ok {
 		return
 	}
@@ -115,7 +115,7 @@ func (m *ProcessManager) removeExitedLocked(pid int) {
 	}
 }
 
-func (m *ProcessManager) finished(p *proc) {
+func (m *Manager) finished(p *proc) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.live[p.pid] == p {
@@ -131,7 +131,7 @@ func (m *ProcessManager) finished(p *proc) {
 }
 
 // start spawns spec; first (if any) is subscribed before any output can be read.
-func (m *ProcessManager) start(spec *spawnSpec, tag *string, cfgEnvs map[string]string, first *subscriber) (*proc, error) {
+func (m *Manager) start(spec *spawnSpec, tag *string, cfgEnvs map[string]string, first *subscriber) (*proc, error) {
 	var sp *spawned
 	var err error
 	if spec.pty != nil {
@@ -176,7 +176,7 @@ func (m *ProcessManager) start(spec *spawnSpec, tag *string, cfgEnvs map[string]
 	return p, nil
 }
 
-func (m *ProcessManager) list() []*proc {
+func (m *Manager) list() []*proc {
 	m.mu.Lock()
 	out := make([]*proc, 0, len(m.live))
 	for _, p := range m.live {
@@ -197,7 +197,7 @@ func describeSelector(sel *pb.ProcessSelector) *connect.Error {
 	return connect.Errorf(connect.CodeInvalidArgument, "process selector is required")
 }
 
-func (m *ProcessManager) find(sel *pb.ProcessSelector, includeExited bool) *proc {
+func (m *Manager) find(sel *pb.ProcessSelector, includeExited bool) *proc {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if pidp := selectorPid(sel); pidp != nil {
@@ -230,7 +230,7 @@ func (m *ProcessManager) find(sel *pb.ProcessSelector, includeExited bool) *proc
 }
 
 // getLive: a running process, or not_found.
-func (m *ProcessManager) getLive(sel *pb.ProcessSelector) (*proc, error) {
+func (m *Manager) getLive(sel *pb.ProcessSelector) (*proc, error) {
 	if p := m.find(sel, false); p != nil {
 		return p, nil
 	}
@@ -238,7 +238,7 @@ func (m *ProcessManager) getLive(sel *pb.ProcessSelector) (*proc, error) {
 }
 
 // getAny: a running or recently finished process, or not_found.
-func (m *ProcessManager) getAny(sel *pb.ProcessSelector) (*proc, error) {
+func (m *Manager) getAny(sel *pb.ProcessSelector) (*proc, error) {
 	if p := m.find(sel, true); p != nil {
 		return p, nil
 	}
@@ -246,7 +246,7 @@ func (m *ProcessManager) getAny(sel *pb.ProcessSelector) (*proc, error) {
 }
 
 // killAll sends SIGKILL to every running process (shutdown).
-func (m *ProcessManager) killAll() {
+func (m *Manager) killAll() {
 	for _, p := range m.list() {
 		p.signal(syscall.SIGKILL)
 	}

@@ -1,4 +1,4 @@
-package main
+package process
 
 // One process: its output pump (fan-out to subscribers, the end after the output drained),
 // signals, stdin and PTY writes, resizes and lifetime.
@@ -143,7 +143,7 @@ func (p *proc) finish(end endInfo) {
 	for s := range subs {
 		s.deliver(ev)
 	}
-	if debugLog {
+	if p.mgr.debug {
 		log.Printf("process %d ended: %s", p.pid, end.Status)
 	}
 }
@@ -195,7 +195,7 @@ func (p *proc) signal(sig syscall.Signal) {
 	if err := syscall.Kill(-p.pid, sig); err == nil || reaped {
 		return
 	}
-	if err := syscall.Kill(p.pid, sig); err != nil && debugLog {
+	if err := syscall.Kill(p.pid, sig); err != nil && p.mgr.debug {
 		log.Printf("process %d: kill: %v", p.pid, err)
 	}
 }

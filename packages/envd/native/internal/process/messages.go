@@ -1,4 +1,4 @@
-package main
+package process
 
 // A process's events as process.ProcessEvent messages (internal/gen/process).
 

@@ -1,7 +1,9 @@
-package main
-
-// The process.Process service: each RPC reads its request message and acts on the process
-// manager (process.go).
+// Package process serves process.Process (packages/protocol/proto/process): Start and
+// Connect stream a process's events; List, SendInput, StreamInput, SendSignal, Update and
+// CloseStdin act on a running one. Each RPC (here) reads its request message and acts on the
+// manager (manager.go), which keeps the processes: each with its output pump, stdin and
+// signals (proc.go), started on pipes or a PTY as the caller's user (spawn.go).
+package process
 
 import (
 	"context"
@@ -15,8 +17,30 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func registerProcessService(rt *connect.Routes, env *Env) {
-	s := &processService{env: env, m: env.Processes}
+// Config is what the service reads of the rest of envd.
+type Config struct {
+	// Users answers who a call acts as and the sandbox's default workdir.
+	Users *users.Resolver
+	// EnvVars are the sandbox-wide env vars (POST /init), which every command gets.
+	EnvVars func() map[string]string
+	// Debug logs each process's end and the signals that could not be sent.
+	Debug bool
+}
+
+// Service is the Process service over the processes it started.
+type Service struct {
+	users   *users.Resolver
+	envVars func() map[string]string
+	m       *Manager
+}
+
+// New is the service, with no processes yet.
+func New(cfg Config) *Service {
+	return &Service{users: cfg.Users, envVars: cfg.EnvVars, m: newManager(cfg.Debug)}
+}
+
+// Register serves the service's procedures on rt.
+func (s *Service) Register(rt *connect.Routes) {
 	rt.Stream("/process.Process/Start", s.start)
 	rt.Stream("/process.Process/Connect", s.connect)
 	rt.Unary("/process.Process/List", s.list)
@@ -27,30 +51,25 @@ func registerProcessService(rt *connect.Routes, env *Env) {
 	rt.Unary("/process.Process/CloseStdin", s.closeStdin)
 }
 
-type processService struct {
-	env *Env
-	m   *ProcessManager
-}
-
 func procIsDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
 }
 
-func (s *processService) start(c *connect.Call, send func(proto.Message) error) error {
+func (s *Service) start(c *connect.Call, send func(proto.Message) error) error {
 	req := &pb.StartRequest{}
 	if err := c.Decode(req); err != nil {
 		return err
 	}
-	user, err := s.env.rpcUser(c)
-	if err != nil {
-		return err
+	user, name := s.users.Caller(c.Header)
+	if user == nil {
+		return connect.Errorf(connect.CodeUnauthenticated, "invalid username: '%s'", name)
 	}
 	cfg := req.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.Errorf(connect.CodeInvalidArgument, "process.cmd is required")
 	}
-	_, defaultWorkdir := s.env.State.Defaults()
+	defaultWorkdir := s.users.Workdir()
 	var cwd string
 	if cfg.GetCwd() != "" {
 		cwd = users.ResolvePath(cfg.GetCwd(), user, defaultWorkdir)
@@ -74,7 +93,7 @@ func (s *processService) start(c *connect.Call, send func(proto.Message) error) 
 		cmd:   cfg.GetCmd(),
 		args:  args,
 		cwd:   cwd,
-		env:   buildProcessEnv(user, s.env.State.EnvVars(), cfg.GetEnvs()),
+		env:   buildProcessEnv(user, s.envVars(), cfg.GetEnvs()),
 		uid:   user.UID,
 		gid:   user.GID,
 		stdin: req.Stdin == nil || *req.Stdin,
@@ -114,7 +133,7 @@ func minUint32(a, b uint32) uint32 {
 	return b
 }
 
-func (s *processService) connect(c *connect.Call, send func(proto.Message) error) error {
+func (s *Service) connect(c *connect.Call, send func(proto.Message) error) error {
 	req := &pb.ConnectRequest{}
 	if err := c.Decode(req); err != nil {
 		return err
@@ -172,7 +191,7 @@ func streamProcess(c *connect.Call, send func(*pb.ProcessEvent) error, p *proc, 
 	}
 }
 
-func (s *processService) list(c *connect.Call) (proto.Message, error) {
+func (s *Service) list(c *connect.Call) (proto.Message, error) {
 	if err := c.Decode(&pb.ListRequest{}); err != nil {
 		return nil, err
 	}
@@ -203,7 +222,7 @@ func writeInput(ctx context.Context, p *proc, in *pb.ProcessInput) error {
 	return nil
 }
 
-func (s *processService) sendInput(c *connect.Call) (proto.Message, error) {
+func (s *Service) sendInput(c *connect.Call) (proto.Message, error) {
 	req := &pb.SendInputRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -220,7 +239,7 @@ func (s *processService) sendInput(c *connect.Call) (proto.Message, error) {
 
 // streamInput: a start event names the process, then data events are written to it in order
 // (keepalives are read and dropped) until the client ends its stream.
-func (s *processService) streamInput(c *connect.Call, recv func(proto.Message) (bool, error)) (proto.Message, error) {
+func (s *Service) streamInput(c *connect.Call, recv func(proto.Message) (bool, error)) (proto.Message, error) {
 	var p *proc
 	for {
 		req := &pb.StreamInputRequest{}
@@ -247,7 +266,7 @@ func (s *processService) streamInput(c *connect.Call, recv func(proto.Message) (
 	}
 }
 
-func (s *processService) sendSignal(c *connect.Call) (proto.Message, error) {
+func (s *Service) sendSignal(c *connect.Call) (proto.Message, error) {
 	req := &pb.SendSignalRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -267,7 +286,7 @@ func (s *processService) sendSignal(c *connect.Call) (proto.Message, error) {
 	return &pb.SendSignalResponse{}, nil
 }
 
-func (s *processService) update(c *connect.Call) (proto.Message, error) {
+func (s *Service) update(c *connect.Call) (proto.Message, error) {
 	req := &pb.UpdateRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err
@@ -284,7 +303,7 @@ func (s *processService) update(c *connect.Call) (proto.Message, error) {
 	return &pb.UpdateResponse{}, nil
 }
 
-func (s *processService) closeStdin(c *connect.Call) (proto.Message, error) {
+func (s *Service) closeStdin(c *connect.Call) (proto.Message, error) {
 	req := &pb.CloseStdinRequest{}
 	if err := c.Decode(req); err != nil {
 		return nil, err

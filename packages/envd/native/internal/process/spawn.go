@@ -1,4 +1,4 @@
-package main
+package process
 
 // Starting a command: its environment, the executable's lookup, pipes or a PTY, the user it
 // runs as, and its own session (so signals reach its whole process group).
