@@ -6,6 +6,7 @@ import (
 
 	"aenv/envd/internal/connect"
 	"aenv/envd/internal/filesystem"
+	"aenv/envd/internal/metrics"
 	"aenv/envd/internal/process"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/users"
@@ -18,6 +19,7 @@ type Env struct {
 	Resolver  *users.Resolver
 	Processes *process.Service
 	Files     *filesystem.Service
+	Metrics   *metrics.Sampler
 	conns     *connSet
 }
 

@@ -10,21 +10,28 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"syscall"
 
+	"aenv/envd/internal/buildsteps"
 	"aenv/envd/internal/filesystem"
+	"aenv/envd/internal/metrics"
 	"aenv/envd/internal/process"
 	"aenv/envd/internal/state"
+	"aenv/envd/internal/sudo"
 	"aenv/envd/internal/users"
 )
 
 var debugLog = os.Getenv("ENVD_DEBUG") == "1"
 
-func numCPU() int { return runtime.NumCPU() }
-
 func main() {
+	// The same binary is the sudo service's exec helper and runs template build steps.
+	if len(os.Args) > 1 && os.Args[1] == sudo.ExecFlag {
+		os.Exit(sudo.ExecMain(os.Args[2:]))
+	}
+	if len(os.Args) > 2 && os.Args[1] == buildsteps.Flag {
+		os.Exit(buildsteps.Main(os.Args[2], os.Args[3:]))
+	}
 	// The port's one definition is ENVD_PORT in packages/protocol/src/index.ts: the server
 	// passes it as --port to every envd it starts (runtime/envd-runtime.ts ENVD_ARGS). This
 	// default, E2B's envd port, is for running envd by hand.
@@ -51,11 +58,12 @@ func main() {
 		Resolver:  res,
 		Processes: process.New(process.Config{Users: res, EnvVars: st.EnvVars, Debug: debugLog}),
 		Files:     filesystem.New(filesystem.Config{Users: res, Token: st.Token, Debug: debugLog}),
+		Metrics:   &metrics.Sampler{},
 		conns:     &connSet{m: map[net.Conn]struct{}{}},
 	}
-	if inSandbox() {
-		startSudoServer(env)
-		installSudoLinks()
+	if sudo.InSandbox() {
+		sudo.Start(db)
+		sudo.InstallLinks()
 	}
 	// An IPv4 host listens on IPv4 only, as Node's listen does (Go's "tcp" on 0.0.0.0 would be
 	// a dual-stack IPv6 socket, whose connections show in /proc/net/tcp6 instead).

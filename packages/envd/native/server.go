@@ -15,8 +15,10 @@ import (
 
 	"aenv/envd/internal/auth"
 	"aenv/envd/internal/connect"
+	"aenv/envd/internal/fslayer"
 	"aenv/envd/internal/respond"
 	"aenv/envd/internal/state"
+	"aenv/envd/internal/sudo"
 )
 
 // The host's own routes (see @aenv/protocol's envd-http.ts).
@@ -127,7 +129,7 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		// Processes in the sandbox may read them without the token (the code interpreter loads
 		// them into its kernels; every command envd starts has them in its environment anyway).
 		// The host's requests never come from loopback: they reach envd on the slot address.
-		if !inSandbox() || !fromLoopback(r) {
+		if !sudo.InSandbox() || !fromLoopback(r) {
 			if err := requireToken(env, r); err != nil {
 				return err
 			}
@@ -141,7 +143,7 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		if err := requireToken(env, r); err != nil {
 			return err
 		}
-		respond.JSON(w, 200, collectMetrics())
+		respond.JSON(w, 200, env.Metrics.Collect())
 		return nil
 	case accessCheck:
 		// Our services inside the sandbox ask this for each caller: the same check as every
@@ -173,7 +175,13 @@ func route(env *Env, port int, w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(204)
 		return nil
 	case fsLayerCapture, fsLayerApply:
-		return handleFsLayer(env, w, r)
+		if err := respond.MethodIs(r, "POST"); err != nil {
+			return err
+		}
+		if err := requireToken(env, r); err != nil {
+			return err
+		}
+		return fslayer.Serve(w, r, r.URL.Path == fsLayerCapture)
 	case "/files/compose":
 		if err := respond.MethodIs(r, "POST"); err != nil {
 			return err
@@ -216,8 +224,8 @@ func handleInit(env *Env, w http.ResponseWriter, r *http.Request) error {
 	}
 	env.State.Apply(&body)
 	// A sandbox restored from an image taken before its template had them gets them now.
-	if inSandbox() {
-		installSudoLinks()
+	if sudo.InSandbox() {
+		sudo.InstallLinks()
 	}
 	w.WriteHeader(204)
 	return nil

@@ -1,4 +1,4 @@
-package main
+package sudo
 
 // The last step of starting a sudo/su command, in a short-lived copy of this binary
 // (/proc/self/exe --aenv-sudo-exec …) that execs the command in its place. It does what
@@ -10,22 +10,18 @@ package main
 
 import (
 	"encoding/binary"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
 )
 
-const sudoExecFlag = "--aenv-sudo-exec"
+// ExecFlag, as envd's first argument, makes the process this helper (ExecMain with the
+// arguments after it) instead of the daemon.
+const ExecFlag = "--aenv-sudo-exec"
 
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == sudoExecFlag {
-		os.Exit(sudoExecMain(os.Args[2:]))
-	}
-}
-
-// sudoExecMain: args are cwd, uid, gid ("" and "": stay root), file, argv….
-func sudoExecMain(args []string) int {
+// ExecMain is the helper; it returns only on failure, with the exit status. args are cwd,
+// uid, gid ("" and "": stay root), file, argv….
+func ExecMain(args []string) int {
 	report := func(err error) int {
 		errno, ok := err.(syscall.Errno)
 		if !ok || errno == 0 {
@@ -58,12 +54,12 @@ func sudoExecMain(args []string) int {
 			return report(err)
 		}
 	}
-	return report(sudoExecvpe(args[3], args[4:], syscall.Environ()))
+	return report(execvpe(args[3], args[4:], syscall.Environ()))
 }
 
-// sudoExecvpe is libuv's uv__execvpe: a file with a slash as given, else each directory of
+// execvpe is libuv's uv__execvpe: a file with a slash as given, else each directory of
 // the environment's PATH in turn; EACCES from any of them wins over ENOENT.
-func sudoExecvpe(file string, argv, env []string) error {
+func execvpe(file string, argv, env []string) error {
 	if file == "" {
 		return syscall.ENOENT
 	}

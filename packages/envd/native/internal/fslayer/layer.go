@@ -1,25 +1,22 @@
-// Filesystem layers (a filesystem-only pause and its resume): POST /fs-layer/capture streams
-// the sandbox's writable layer (what differs from the template tree bound read-only at
-// /.aenv/lower) as a tar; POST /fs-layer/apply applies such a layer to / and answers its
-// stats. Both ends write and read the same tar dialect, so a layer taken by either envd can
+// Package fslayer serves filesystem layers (a filesystem-only pause and its resume):
+// POST /fs-layer/capture streams the sandbox's writable layer (what differs from the template
+// tree bound read-only at /.aenv/lower) as a tar; POST /fs-layer/apply applies such a layer
+// to / and answers its stats. Both ends write and read the same tar dialect, so a layer taken by either envd can
 // be applied by the other.
 //
 // The tar dialect: ustar headers, a pax record ('x') only where a value does not fit (names
 // or link targets of 100 bytes or more or not printable ASCII, sizes of 8 GiB or more, ids of
 // 2^21 or more). Deletions are OCI whiteouts (an empty file `.wh.<name>`). Regular files,
 // directories, symlinks and hard links only; no xattrs, no opaque-directory markers.
-package main
+//
+// The routes are served in http.go, a layer taken in capture.go, read in read.go and applied
+// in apply.go, its system calls' errors worded in errors.go; the header blocks are written
+// here.
+package fslayer
 
 import (
-	"bufio"
-	"log"
-	"net/http"
 	"strconv"
-	"syscall"
-	"time"
 	"unicode/utf8"
-
-	"aenv/envd/internal/respond"
 )
 
 const (
@@ -197,68 +194,4 @@ func encodeLayerHeader(h *layerHeader) []byte {
 	out = append(out, pax...)
 	out = append(out, make([]byte, layerPadding(n))...)
 	return append(out, main...)
-}
-
-// handleFsLayer serves POST /fs-layer/capture and POST /fs-layer/apply.
-func handleFsLayer(env *Env, w http.ResponseWriter, r *http.Request) error {
-	if err := respond.MethodIs(r, "POST"); err != nil {
-		return err
-	}
-	if err := requireToken(env, r); err != nil {
-		return err
-	}
-	// Not in a sandbox (no template tree bound at /.aenv/lower: an envd run on a host, in a
-	// test): a capture would stop every process the host has and take its whole filesystem,
-	// an apply would write into the host's /. Node's envd has no such check.
-	if st := layerLstat(sandboxLowerDir); st == nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return respond.Err(501, "no template tree at "+sandboxLowerDir+": this envd does not capture or apply filesystem layers here")
-	}
-	if r.URL.Path == fsLayerCapture {
-		handleFsLayerCapture(w)
-		return nil
-	}
-	return handleFsLayerApply(w, r)
-}
-
-// signalAllProcesses signals every process but init and envd (kill(2) with -1): files stay
-// still while they are read.
-func signalAllProcesses(sig syscall.Signal) {
-	if err := syscall.Kill(-1, sig); err != nil {
-		log.Printf("could not signal the sandbox's processes (%v): %v", sig, err)
-	}
-}
-
-func handleFsLayerCapture(w http.ResponseWriter) {
-	stats := &layerStats{}
-	t0 := time.Now()
-	signalAllProcesses(syscall.SIGSTOP)
-	defer signalAllProcesses(syscall.SIGCONT)
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.WriteHeader(200)
-	// Many small records in few writes: each write into the sandbox's network costs a
-	// syscall or more.
-	bw := bufio.NewWriterSize(w, 256<<10)
-	err := captureLayer(bw, "/", sandboxLowerDir, readLayerMountinfo(), stats)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if err != nil {
-		// Mid-stream: the host must see a cut stream, never a short layer.
-		log.Printf("filesystem layer capture failed: %v", err)
-		panic(http.ErrAbortHandler)
-	}
-	log.Printf("filesystem layer captured: entries=%d whiteouts=%d bytes=%d ms=%d",
-		stats.Entries, stats.Whiteouts, stats.Bytes, time.Since(t0).Milliseconds())
-}
-
-func handleFsLayerApply(w http.ResponseWriter, r *http.Request) error {
-	t0 := time.Now()
-	stats, err := applyLayer(r.Body, "/")
-	if err != nil {
-		return err
-	}
-	log.Printf("filesystem layer applied: entries=%d whiteouts=%d bytes=%d ms=%d",
-		stats.Entries, stats.Whiteouts, stats.Bytes, time.Since(t0).Milliseconds())
-	respond.JSON(w, 200, stats)
-	return nil
 }

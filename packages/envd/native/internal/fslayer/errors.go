@@ -1,6 +1,7 @@
+package fslayer
+
 // A layer's failed system calls, worded as "ENOENT: no such file or directory, open '/x'",
 // and the argument checks (ids, modes, times) applied before each call.
-package main
 
 import (
 	"errors"
@@ -61,14 +62,6 @@ func layerErr(err error, call, p, dest string) error {
 		return &layerFsError{errno, call, p, dest}
 	}
 	return err
-}
-
-func layerErrno(err error) syscall.Errno {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return e
-	}
-	return 0
 }
 
 // Node's argument checks (chown's ids, chmod's mode, utimes' times).

@@ -1,6 +1,7 @@
-// Reading a filesystem layer (a tar stream as fslayer_capture.go writes it): headers, pax
+package fslayer
+
+// Reading a filesystem layer (a tar stream as capture.go writes it): headers, pax
 // records and numbers parsed as the layer's readers always have, entries of other types refused.
-package main
 
 import (
 	"bufio"

@@ -1,10 +1,11 @@
+package fslayer
+
 // Taking a sandbox's writable filesystem layer: `/` compared
 // with the template tree bound read-only at sandboxLowerDir. gVisor's overlay gives a file
 // copied up to its writable layer a new ctime and leaves the lower file's ctime on everything
 // else, so an entry whose ctime matches the lower one is unchanged, and so is everything
 // under such a directory (a change anywhere copies up every ancestor): only copied-up
 // directories are walked.
-package main
 
 import (
 	"io"

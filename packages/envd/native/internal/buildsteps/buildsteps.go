@@ -1,11 +1,11 @@
-package main
-
-// Template build steps that the server runs inside a build sandbox as
+// Package buildsteps holds the template build steps that the server runs inside a build
+// sandbox as
 // `/.aenv/bin/envd --aenv-build-step NAME ARGS…` (packages/server/src/templates/in-sandbox.ts):
 // COPY, USER's account, WORKDIR's folder, and a file test. Inside the sandbox, paths are
 // resolved by its own kernel (gVisor), so a symlink in an image can never point a COPY or an
 // account change outside the rootfs, and no tool (cp, useradd) has to exist in the image.
 // A failure is one line on stderr and exit status 1.
+package buildsteps
 
 import (
 	"fmt"
@@ -18,15 +18,12 @@ import (
 	"aenv/envd/internal/nodefs"
 )
 
-const buildStepFlag = "--aenv-build-step"
+// Flag, as envd's first argument, makes the process run one step (Main with the arguments
+// after it) instead of the daemon.
+const Flag = "--aenv-build-step"
 
-func init() {
-	if len(os.Args) > 2 && os.Args[1] == buildStepFlag {
-		os.Exit(buildStepMain(os.Args[2], os.Args[3:]))
-	}
-}
-
-func buildStepMain(step string, args []string) int {
+// Main runs step with args and answers the exit status.
+func Main(step string, args []string) int {
 	var err error
 	switch {
 	case step == "exists" && len(args) == 1:

@@ -1,4 +1,4 @@
-package main
+package sudo
 
 // The cases of test/sudo-xattr.test.ts ("sudo and su"), against the Go port.
 

@@ -1,4 +1,4 @@
-package main
+package sudo
 
 // What `sudo …` or `su …` asks for, parsed the way the real tools read their options: who to run as,
 // what to run, and which environment to keep. Only options that change what runs are

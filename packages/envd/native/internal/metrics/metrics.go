@@ -1,8 +1,10 @@
-package main
+// Package metrics samples the sandbox as its processes see it, for GET /metrics.
+package metrics
 
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,11 +12,11 @@ import (
 	"time"
 )
 
-// GET /metrics: one sample of the sandbox as its processes see it (EnvdMetrics in
+// Metrics is GET /metrics's answer: one sample of the sandbox as its processes see it (EnvdMetrics in
 // @aenv/protocol). CPU comes from the processes' own accounting, not /proc/stat: under gVisor
 // /proc/stat's cpu line is all zeros, and the host's cgroup counts the sentry's housekeeping too
 // (an idle desktop costs the host 10-15 % of a core while its processes use under 1 %).
-type metrics struct {
+type Metrics struct {
 	Ts          int64   `json:"ts"`
 	CPUCount    int     `json:"cpu_count"`
 	CPUUsedPct  float64 `json:"cpu_used_pct"`
@@ -31,8 +33,10 @@ type metrics struct {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on Linux and gVisor).
 const clockTicks = 100
 
-var lastCPU struct {
-	sync.Mutex
+// Sampler takes the samples; it remembers the last one's CPU time, which the next one's
+// CPU share is measured from.
+type Sampler struct {
+	mu sync.Mutex
 	at time.Time
 	ms uint64
 }
@@ -74,32 +78,33 @@ func taskCPUMs() uint64 {
 
 // cpuUsedPct is the share of the sandbox's CPUs its processes used since the last sample (the
 // first sample measures 100 ms).
-func cpuUsedPct(nowMs uint64) float64 {
-	lastCPU.Lock()
-	defer lastCPU.Unlock()
+func (s *Sampler) cpuUsedPct(nowMs uint64) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := time.Now()
-	if lastCPU.at.IsZero() {
-		lastCPU.at, lastCPU.ms = now, nowMs
+	if s.at.IsZero() {
+		s.at, s.ms = now, nowMs
 		time.Sleep(100 * time.Millisecond)
 		now, nowMs = time.Now(), taskCPUMs()
 	}
-	wall := now.Sub(lastCPU.at).Milliseconds()
-	used := int64(nowMs) - int64(lastCPU.ms)
-	lastCPU.at, lastCPU.ms = now, nowMs
+	wall := now.Sub(s.at).Milliseconds()
+	used := int64(nowMs) - int64(s.ms)
+	s.at, s.ms = now, nowMs
 	if wall <= 0 || used <= 0 {
 		return 0
 	}
-	pct := float64(used) / float64(wall) / float64(numCPU()) * 100
+	pct := float64(used) / float64(wall) / float64(runtime.NumCPU()) * 100
 	if pct > 100 {
 		pct = 100
 	}
 	return float64(int(pct*100+0.5)) / 100
 }
 
-func collectMetrics() metrics {
-	m := metrics{Ts: time.Now().Unix(), CPUCount: numCPU()}
+// Collect takes one sample.
+func (s *Sampler) Collect() Metrics {
+	m := Metrics{Ts: time.Now().Unix(), CPUCount: runtime.NumCPU()}
 	m.CPUTimeMs = taskCPUMs()
-	m.CPUUsedPct = cpuUsedPct(m.CPUTimeMs)
+	m.CPUUsedPct = s.cpuUsedPct(m.CPUTimeMs)
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		kb := map[string]uint64{}
 		for _, line := range strings.Split(string(b), "\n") {

@@ -1,4 +1,4 @@
-package main
+package sudo
 
 // Running one sudo/su command for a client of the root service: the target user's checks,
 // the command started through the exec helper (sudo_exec.go), its output relayed as frames
@@ -17,7 +17,7 @@ import (
 	"aenv/envd/internal/users"
 )
 
-func (s *sudoConn) run(payload []byte) {
+func (s *conn) run(payload []byte) {
 	req, err := decodeSudoRequest(payload)
 	if err != nil {
 		s.fail(err.Error())
@@ -76,7 +76,7 @@ func (s *sudoConn) run(payload []byte) {
 			s.fail(err.Error())
 			return
 		}
-		name := sudoErrnoName(errno)
+		name := errnoName(errno)
 		switch errno {
 		case syscall.ENOENT:
 			s.send('X', []byte(req.Tool+": "+cmd.File+": command not found\n"))
@@ -94,7 +94,7 @@ func (s *sudoConn) run(payload []byte) {
 // start runs cmd in cwd as target (as envd itself when target is uid and gid 0) through the
 // exec helper (sudo_exec.go), with its stdio on pipes relayed as 'O'/'X' frames, and 'C'
 // once it has exited and its stdout and stderr are closed.
-func (s *sudoConn) start(cmd *sudoCommand, cwd string, target *users.User) error {
+func (s *conn) start(cmd *sudoCommand, cwd string, target *users.User) error {
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -131,7 +131,7 @@ func (s *sudoConn) start(cmd *sudoCommand, cwd string, target *users.User) error
 	if target.UID != 0 || target.GID != 0 {
 		uid, gid = strconv.Itoa(target.UID), strconv.Itoa(target.GID)
 	}
-	args := []string{"envd", sudoExecFlag, cwd, uid, gid, cmd.File, cmd.File}
+	args := []string{"envd", ExecFlag, cwd, uid, gid, cmd.File, cmd.File}
 	ec := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       append(args, cmd.Args...),
@@ -160,7 +160,7 @@ func (s *sudoConn) start(cmd *sudoCommand, cwd string, target *users.User) error
 		return syscall.Errno(binary.BigEndian.Uint32(status))
 	}
 
-	stdin := newSudoStdin(inW)
+	stdin := newStdinQueue(inW)
 	s.mu.Lock()
 	s.proc = ec.Process
 	s.stdin = stdin
@@ -191,7 +191,7 @@ func (s *sudoConn) start(cmd *sudoCommand, cwd string, target *users.User) error
 }
 
 // relay sends what the command writes to r as frames of type typ until r's end.
-func (s *sudoConn) relay(typ byte, r *os.File, wg *sync.WaitGroup) {
+func (s *conn) relay(typ byte, r *os.File, wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer r.Close()
 	buf := make([]byte, 32*1024)
@@ -206,9 +206,9 @@ func (s *sudoConn) relay(typ byte, r *os.File, wg *sync.WaitGroup) {
 	}
 }
 
-// sudoStdin feeds 'I' frames to the command's stdin without ever blocking the socket's
+// stdinQueue feeds 'I' frames to the command's stdin without ever blocking the socket's
 // reader (which must still see signals), as Node's buffered stdin.write() does.
-type sudoStdin struct {
+type stdinQueue struct {
 	mu    sync.Mutex
 	cond  *sync.Cond
 	queue [][]byte
@@ -217,13 +217,13 @@ type sudoStdin struct {
 	f     *os.File
 }
 
-func newSudoStdin(f *os.File) *sudoStdin {
-	p := &sudoStdin{f: f}
+func newStdinQueue(f *os.File) *stdinQueue {
+	p := &stdinQueue{f: f}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
 
-func (p *sudoStdin) write(b []byte) {
+func (p *stdinQueue) write(b []byte) {
 	p.mu.Lock()
 	if !p.ended && !p.dead && len(b) > 0 {
 		p.queue = append(p.queue, b)
@@ -232,7 +232,7 @@ func (p *sudoStdin) write(b []byte) {
 	p.mu.Unlock()
 }
 
-func (p *sudoStdin) end() {
+func (p *stdinQueue) end() {
 	p.mu.Lock()
 	p.ended = true
 	p.cond.Signal()
@@ -240,7 +240,7 @@ func (p *sudoStdin) end() {
 }
 
 // destroy drops what is queued and closes the pipe (a pending write returns).
-func (p *sudoStdin) destroy() {
+func (p *stdinQueue) destroy() {
 	p.mu.Lock()
 	p.dead = true
 	p.queue = nil
@@ -249,7 +249,7 @@ func (p *sudoStdin) destroy() {
 	p.f.Close()
 }
 
-func (p *sudoStdin) run() {
+func (p *stdinQueue) run() {
 	defer p.f.Close()
 	for {
 		p.mu.Lock()
@@ -274,8 +274,8 @@ func (p *sudoStdin) run() {
 	}
 }
 
-// sudoErrnoName is libuv's name for an errno, as Node's messages show it.
-func sudoErrnoName(e syscall.Errno) string {
+// errnoName is libuv's name for an errno, as Node's messages show it.
+func errnoName(e syscall.Errno) string {
 	names := map[syscall.Errno]string{
 		syscall.EPERM: "EPERM", syscall.ENOENT: "ENOENT", syscall.EIO: "EIO", syscall.E2BIG: "E2BIG",
 		syscall.ENOEXEC: "ENOEXEC", syscall.EBADF: "EBADF", syscall.EAGAIN: "EAGAIN",

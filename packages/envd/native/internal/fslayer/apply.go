@@ -1,7 +1,8 @@
+package fslayer
+
 // Reading a filesystem layer and applying it to a freshly booted sandbox's `/`: whiteouts remove, entries replace
 // whatever is at their path, with mode, owner and mtime kept. Directory times are set last
 // (writing into a directory changes its mtime).
-package main
 
 import (
 	"io"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"aenv/envd/internal/nodefs"
 )
 
 // layerMaxPax bounds a pax header's data (Node's has no bound; a path and a link target of
@@ -165,7 +168,7 @@ func (a *layerApplier) remove(p string) error {
 // replacing runs create; if something is in the way, removes it and tries once more.
 func (a *layerApplier) replacing(p string, create func() error) error {
 	err := create()
-	switch layerErrno(err) {
+	switch nodefs.Errno(err) {
 	case syscall.EEXIST, syscall.EISDIR, syscall.ENOTDIR:
 		if err := a.remove(p); err != nil {
 			return err
