@@ -1,6 +1,7 @@
 // envd: the daemon inside every aenv sandbox, in Go, speaking E2B's envd wire format so the
 // e2b SDKs work unmodified. Static and small for density: ~1-2 MiB of every sandbox's image
-// and memory (a Node daemon measured ~13 MiB more; docs/benchmarks.md).
+// and memory (a Node daemon measured ~13 MiB more; docs/benchmarks.md). This file reads the
+// flags and wires the parts (internal/...) together; the parts do the work.
 package main
 
 import (
@@ -15,14 +16,12 @@ import (
 
 	"aenv/envd/internal/buildsteps"
 	"aenv/envd/internal/filesystem"
-	"aenv/envd/internal/metrics"
 	"aenv/envd/internal/process"
+	"aenv/envd/internal/server"
 	"aenv/envd/internal/state"
 	"aenv/envd/internal/sudo"
 	"aenv/envd/internal/users"
 )
-
-var debugLog = os.Getenv("ENVD_DEBUG") == "1"
 
 func main() {
 	// The same binary is the sudo service's exec helper and runs template build steps.
@@ -49,18 +48,18 @@ func main() {
 		os.Exit(2)
 	}
 
+	debug := os.Getenv("ENVD_DEBUG") == "1"
 	st := state.New(*token)
 	db := users.NewDB(*etc)
 	res := &users.Resolver{DB: db, Defaults: st.Defaults}
-	env := &Env{
+	srv := server.New(server.Config{
+		Port:      *port,
+		Debug:     debug,
 		State:     st,
-		Users:     db,
-		Resolver:  res,
-		Processes: process.New(process.Config{Users: res, EnvVars: st.EnvVars, Debug: debugLog}),
-		Files:     filesystem.New(filesystem.Config{Users: res, Token: st.Token, Debug: debugLog}),
-		Metrics:   &metrics.Sampler{},
-		conns:     &connSet{m: map[net.Conn]struct{}{}},
-	}
+		Accounts:  db,
+		Files:     filesystem.New(filesystem.Config{Users: res, Token: st.Token, Debug: debug}),
+		Processes: process.New(process.Config{Users: res, EnvVars: st.EnvVars, Debug: debug}),
+	})
 	if sudo.InSandbox() {
 		sudo.Start(db)
 		sudo.InstallLinks()
@@ -75,7 +74,6 @@ func main() {
 	if err != nil {
 		log.Fatalf("listen: %v", err)
 	}
-	srv := newHTTPServer(env, *port)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
