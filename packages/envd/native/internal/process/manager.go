@@ -7,7 +7,6 @@ import (
 	"os"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"aenv/envd/internal/connect"
@@ -243,11 +242,4 @@ func (m *Manager) getAny(sel *pb.ProcessSelector) (*proc, error) {
 		return p, nil
 	}
 	return nil, describeSelector(sel)
-}
-
-// killAll sends SIGKILL to every running process (shutdown).
-func (m *Manager) killAll() {
-	for _, p := range m.list() {
-		p.signal(syscall.SIGKILL)
-	}
 }

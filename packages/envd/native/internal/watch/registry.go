@@ -105,17 +105,6 @@ func (r *Registry) Remove(id string) bool {
 	return true
 }
 
-// CloseAll stops every polling watcher.
-func (r *Registry) CloseAll() {
-	r.mu.Lock()
-	all := r.byID
-	r.byID = map[string]*polledWatcher{}
-	r.mu.Unlock()
-	for _, pw := range all {
-		pw.watcher.Close()
-	}
-}
-
 func (r *Registry) sweep() {
 	for range time.Tick(time.Minute) {
 		var idle []*polledWatcher
