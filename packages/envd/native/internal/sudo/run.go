@@ -1,7 +1,7 @@
 package sudo
 
 // Running one sudo/su command for a client of the root service: the target user's checks,
-// the command started through the exec helper (sudo_exec.go), its output relayed as frames
+// the command started through the exec helper (exec.go), its output relayed as frames
 // and its stdin fed from them.
 
 import (
@@ -92,7 +92,7 @@ func (s *conn) run(payload []byte) {
 }
 
 // start runs cmd in cwd as target (as envd itself when target is uid and gid 0) through the
-// exec helper (sudo_exec.go), with its stdio on pipes relayed as 'O'/'X' frames, and 'C'
+// exec helper (exec.go), with its stdio on pipes relayed as 'O'/'X' frames, and 'C'
 // once it has exited and its stdout and stderr are closed.
 func (s *conn) start(cmd *sudoCommand, cwd string, target *users.User) error {
 	var files []*os.File
