@@ -52,7 +52,8 @@ func New(cfg Config) *http.Server {
 	rt := connect.NewRoutes()
 	s.Processes.Register(rt)
 	s.Files.Register(rt)
-	auth := func(r *http.Request) *connect.Error {
+	// Connect calls are refused as Connect errors; the plain routes answer 401 (requireToken).
+	checkCaller := func(r *http.Request) *connect.Error {
 		if msg := auth.CheckToken(s.State.Token(), r.Header.Get("X-Access-Token")); msg != "" {
 			return connect.Errorf(connect.CodeUnauthenticated, "%s", msg)
 		}
@@ -72,7 +73,7 @@ func New(cfg Config) *http.Server {
 				log.Printf("%s %s %s", r.Method, r.URL.Path, time.Since(started))
 			}
 		}()
-		if rt.Serve(w, r, auth) {
+		if rt.Serve(w, r, checkCaller) {
 			return
 		}
 		if err := s.route(w, r); err != nil {
