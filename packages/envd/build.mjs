@@ -20,9 +20,10 @@ for (const tool of ["aenv-init", "aenv-sudo", "aenv-xattr"]) {
   console.log(`built ${path.relative(process.cwd(), path.join(dist, tool))}`);
 }
 
-// envd itself. Built where Go is installed (scripts/install-deps.sh installs it and Debian's
-// golang-google-protobuf-dev, which native/go.mod replaces the module with: GOPROXY=off,
-// nothing is downloaded). The file keeps its name: it is part of the runtime folder's ID.
+// envd itself (native/cmd/envd). Built where Go is installed (scripts/install-deps.sh installs
+// it and Debian's golang-google-protobuf-dev, which native/go.mod replaces the module with:
+// GOPROXY=off, nothing is downloaded). The file keeps its name: it is part of the runtime
+// folder's ID.
 const envdOut = path.join(dist, "envd-native");
 let goFound = true;
 try {
@@ -31,7 +32,7 @@ try {
   goFound = false;
 }
 if (goFound) {
-  execFileSync("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", envdOut, "."], {
+  execFileSync("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", envdOut, "./cmd/envd"], {
     cwd: path.join(here, "native"),
     stdio: "inherit",
     env: { ...process.env, CGO_ENABLED: "0", GOPROXY: "off", GOFLAGS: "-mod=mod" },

@@ -1,4 +1,4 @@
-/** envd's Go unit tests (sudo options, filesystem layers, build steps, generated messages) beside the SDK-driven suites. */
+/** envd's Go unit tests (go test ./..., every package's) beside the SDK-driven suites. */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import path from "node:path";

@@ -1,6 +1,6 @@
 /**
  * The tests' reader and writer of the tar dialect of filesystem layers (what envd writes at a
- * filesystem-only pause and reads back at the resume; envd's own is native/fslayer*.go): ustar
+ * filesystem-only pause and reads back at the resume; envd's own is native/internal/fslayer): ustar
  * headers, a pax record only where a value does not fit (long or non-ASCII names, big
  * numbers). Deletions are OCI whiteouts (`.wh.<name>`). Hostile and cut layers are made with it.
  */

@@ -85,7 +85,7 @@ test("a server routes every REST route the document offers, and none it does not
 });
 
 test("envd handles every path the document offers, and none it does not", () => {
-  const handler = readFileSync(join(ROOT, "packages/envd/native/server.go"), "utf8");
+  const handler = readFileSync(join(ROOT, "packages/envd/native/internal/server/routes.go"), "utf8");
   const handled = new Set([...handler.matchAll(/case "(\/[^"]*)":/g)].map((m) => m[1]));
   for (const [route, status] of envd) {
     const path = route.split(" ")[1] as string;

@@ -1,6 +1,6 @@
 /**
  * Template build steps run inside the build sandbox by the envd binary /.aenv already
- * provides (`envd --aenv-build-step`, packages/envd/native/build_steps.go). Paths are then
+ * provides (`envd --aenv-build-step`, packages/envd/native/internal/buildsteps). Paths are then
  * resolved by the sandbox's own kernel (gVisor), so a symlink in an image can never point a
  * COPY or an account change outside the rootfs, and no tool (cp, useradd) has to exist in
  * the image.

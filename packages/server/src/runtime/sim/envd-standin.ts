@@ -135,7 +135,7 @@ export class EnvdStandIn {
   }
 }
 
-/** The {code, message} body envd answers an error with (respond.go), as the rest of the server writes it. */
+/** The {code, message} body envd answers an error with (its internal/respond), as the rest of the server writes it. */
 function sendError(res: ServerResponse, status: number, message: string): void {
   res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(errorBodyOf(status, message)));
 }
