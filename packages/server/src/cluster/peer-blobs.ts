@@ -1,9 +1,9 @@
 import { Readable, Transform } from "node:stream";
+import { keys, type NodeInfo } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { PeerBlobs } from "../storage/images/index.js";
 import type { TreeHolder, TreePeers } from "../templates/lazy-trees.js";
-import { keys, type NodeInfo } from "./keys.js";
 
 /** A holder's entry outlives a lost forget (a node that died): a stale one costs one refused request. */
 const HOLDER_TTL_S = 7 * 24 * 3600;

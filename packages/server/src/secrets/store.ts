@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { ConflictError, InvalidRequestError, NotFoundError } from "@aenv/edge/errors";
 import type { SecretInfo } from "@aenv/protocol";
 import { SECRET_VALUE_CHARS } from "@aenv/protocol/rest";
-import { ConflictError, InvalidRequestError, NotFoundError } from "../errors.js";
 import { writePrivateFile } from "../util/private-file.js";
 import { hostAllowed, normaliseAllowedHosts } from "./binding.js";
 
