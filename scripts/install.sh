@@ -109,7 +109,7 @@ stage_app() { # DIR
   rm -rf "$stage"; mkdir -p "$stage/packages" "$stage/scripts"
   cp -a package.json package-lock.json README.md docs "$stage/"
   cp -a scripts/build-base-template.sh "$stage/scripts/"
-  for p in protocol envd server cli dashboard; do
+  for p in protocol envd edge server gateway cli dashboard; do
     mkdir -p "$stage/packages/$p"
     for part in package.json dist bin; do
       [ -e "packages/$p/$part" ] && cp -a "packages/$p/$part" "$stage/packages/$p/"
@@ -138,7 +138,7 @@ wrap() { # NAME SCRIPT
   chmod 0755 "$prefix/bin/$1"
 }
 wrap aenv-server packages/server/bin/aenv-server.js
-wrap aenv-gateway packages/server/bin/aenv-gateway.js
+wrap aenv-gateway packages/gateway/bin/aenv-gateway.js
 wrap aenv packages/cli/bin/aenv.js
 
 # Config: written once, never overwritten (an upgrade keeps the operator's settings and key).

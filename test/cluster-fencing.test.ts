@@ -6,9 +6,9 @@
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
 import { after, before, test } from "node:test";
+import type { NodeInfo } from "@aenv/edge/cluster-keys";
 import { Redis } from "ioredis";
 import pino from "pino";
-import type { NodeInfo } from "../packages/server/src/cluster/keys.js";
 import { NodeAgent } from "../packages/server/src/cluster/node-agent.js";
 import { startRedis } from "./helpers/cluster.js";
 import { Relay } from "./helpers/relay.js";

@@ -63,7 +63,7 @@ before(async () => {
   const port = await freePort();
   const g = spawnLogged(
     process.execPath,
-    [join(ROOT, "packages/server/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, "--cluster", redisUrl],
+    [join(ROOT, "packages/gateway/bin/aenv-gateway.js"), "--listen", `127.0.0.1:${port}`, "--cluster", redisUrl],
     { ...process.env, AENV_API_KEY: node.apiKey, AENV_LOG_LEVEL: "info" },
   );
   gateway = g.proc;

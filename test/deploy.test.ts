@@ -121,6 +121,7 @@ describe("install.sh", () => {
       "opt/aenv/bin/aenv-gateway",
       "opt/aenv/bin/aenv",
       "opt/aenv/app/packages/server/dist/main.js",
+      "opt/aenv/app/packages/gateway/dist/main.js",
       "opt/aenv/app/node_modules/fastify/package.json",
       "etc/aenv/config.toml",
       "etc/aenv/aenv.env",
@@ -141,6 +142,7 @@ describe("install.sh", () => {
     if (has("systemd-analyze")) assert.match(out, /systemd-analyze verify: ok/);
     // The installed wrapper runs the installed app.
     assert.match(execFileSync(`${s}/opt/aenv/bin/aenv-server`, ["--help"], { encoding: "utf8" }), /aenv-server/);
+    assert.match(execFileSync(`${s}/opt/aenv/bin/aenv-gateway`, ["--help"], { encoding: "utf8" }), /aenv-gateway/);
     mkdirSync(join(s, "data/sandboxes"), { recursive: true });
     run(["--uninstall", "--prefix", `${s}/opt/aenv`]);
     assert.ok(!existsSync(join(s, "opt/aenv")));

@@ -92,7 +92,7 @@ before(async () => {
   gateway = spawn(
     process.execPath,
     [
-      join(ROOT, "packages/server/bin/aenv-gateway.js"),
+      join(ROOT, "packages/gateway/bin/aenv-gateway.js"),
       "--listen",
       `127.0.0.1:${gport}`,
       "--cluster",

@@ -42,7 +42,7 @@ case $cmd in
     fi
     echo $$ >/run/aenv-server.pid
     exec node "$app/packages/server/bin/aenv-server.js" "$@" ;;
-  aenv-gateway) placeholder_key; exec node "$app/packages/server/bin/aenv-gateway.js" "$@" ;;
+  aenv-gateway) placeholder_key; exec node "$app/packages/gateway/bin/aenv-gateway.js" "$@" ;;
   aenv) exec node "$app/packages/cli/bin/aenv.js" "$@" ;;
   *) exec "$cmd" "$@" ;;
 esac

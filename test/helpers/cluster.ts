@@ -206,7 +206,7 @@ export class TestCluster {
       [
         ...(wrap.length > 0 ? [...wrap.slice(1), process.execPath] : []),
         ...cpuProfileArgs(),
-        join(ROOT, "packages/server/bin/aenv-gateway.js"),
+        join(ROOT, "packages/gateway/bin/aenv-gateway.js"),
         "--listen",
         `${addr}:${port}`,
         ...(opts.redisPort ? ["--cluster", `redis://127.0.0.1:${opts.redisPort}`] : this.gatewayRedisArgs),

@@ -1,24 +1,23 @@
 import { mkdirSync, statfsSync } from "node:fs";
 import { availableParallelism, totalmem } from "node:os";
+import { ConfigError, parseListen } from "@aenv/edge/config-values";
+import { readHttpLimits } from "@aenv/edge/http-config";
+import type { HttpLimits } from "@aenv/edge/http-limits";
 import { type ClusterConfig, type ClusterFlags, clusterConfig } from "./config/cluster.js";
 import { type EgressConfig, egressConfig } from "./config/egress.js";
 import { readConfigFile, type Value } from "./config/file.js";
-import { readHttpLimits } from "./config/http.js";
 import { settingsReader } from "./config/reader.js";
 import { type RepositoryConfig, repositoryConfig } from "./config/repository.js";
 import { resolveApiKey } from "./config/secrets.js";
-import { ConfigError, parseListen } from "./config/values.js";
 import { NodePaths } from "./node-paths.js";
-import type { HttpLimits } from "./util/http-limits.js";
 
+export { ConfigError, parseBytes, parseListen } from "@aenv/edge/config-values";
 // The parts live in config/ (one job each); these names stay importable from here.
 export type { ClusterConfig } from "./config/cluster.js";
 export type { EgressConfig } from "./config/egress.js";
 export { FILE_KEYS } from "./config/file.js";
-export { httpLimitsFromEnv } from "./config/http.js";
 export type { RepositoryConfig, S3Config } from "./config/repository.js";
 export { E2B_KEY_FORM, resolveApiKey, resolveRepositoryKey } from "./config/secrets.js";
-export { ConfigError, parseBytes, parseListen } from "./config/values.js";
 
 export interface ImagesConfig {
   /** Registries (host or host:port) spoken to over plain HTTP; loopback ones always are. */
@@ -141,7 +140,7 @@ export interface ServerConfig {
   staleWarmImageS: number;
   maxTimeoutS: number;
   bodyLimitBytes: number;
-  /** Timeouts and the connection cap of the API/proxy listener (util/http-limits.ts). */
+  /** Timeouts and the connection cap of the API/proxy listener (@aenv/edge/http-limits.ts). */
   http: HttpLimits;
   warmSlots: number;
   /** Most sandboxes (running or starting) this node runs at once; more get 429. */

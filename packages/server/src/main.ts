@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
-import pino, { type Logger } from "pino";
+import { CLUSTER_FLAGS, installSafetyNet, stopOnSignals } from "@aenv/edge/process";
+import pino from "pino";
 import { ConfigError, loadConfig, type ServerConfig } from "./config.js";
 import { HostClaimError } from "./network/host-claim.js";
 import { SandboxLogBook } from "./orchestrator/sandbox-log-book.js";
@@ -36,20 +37,6 @@ Usage: aenv-server [--config FILE] [--listen HOST:PORT] [--data-dir DIR] [--temp
 Environment: AENV_API_KEY (else generated into DATA/secrets/api-key), AENV_RUNSC_PLATFORM
 (auto|systrap|ptrace), AENV_SLOT_CIDR (default 10.201.0.0/16), AENV_LOG_LEVEL.`;
 
-/**
- * The last line of defence, not the fix: every promise the server starts is awaited or has its
- * own handler. One that slips through is logged loudly and the server keeps serving the
- * sandboxes it runs, rather than one bad request stopping them all.
- */
-function installSafetyNet(log: Logger): void {
-  process.on("unhandledRejection", (reason) => {
-    log.error({ err: reason }, "BUG: unhandled promise rejection (server keeps running)");
-  });
-  process.on("uncaughtException", (err, origin) => {
-    log.error({ err, origin }, "BUG: uncaught exception (server keeps running)");
-  });
-}
-
 async function main(): Promise<void> {
   // Subcommands that do not start the server.
   if (process.argv[2] === "import-template") {
@@ -67,9 +54,7 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       listen: { type: "string" },
-      cluster: { type: "string" },
-      "cluster-sentinels": { type: "string" },
-      "cluster-master": { type: "string" },
+      ...CLUSTER_FLAGS,
       "node-id": { type: "string" },
       "advertise-url": { type: "string" },
       "data-dir": { type: "string" },
@@ -105,7 +90,7 @@ async function main(): Promise<void> {
   // What the server logs about a sandbox is also kept for its logs API (GET /v2/sandboxes/{id}/logs).
   const logBook = new SandboxLogBook();
   const log = pino({ level: cfg.logLevel, hooks: { logMethod: logBook.hook() } });
-  installSafetyNet(log);
+  installSafetyNet(log, "server");
   // The simulated runtime starts no sandbox: a developer's checkout runs it unprivileged.
   if (process.getuid?.() !== 0 && cfg.runtimeDriver !== "sim") {
     log.fatal("aenv-server must run as root (gVisor sandboxes, network namespaces, checkpoints)");
@@ -125,21 +110,15 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  let stopping = false;
-  const stop = async (sig: string) => {
-    if (stopping) return;
-    stopping = true;
+  stopOnSignals(async (signal) => {
     if (cfg.cluster) {
-      log.info({ signal: sig }, "draining: pausing sandboxes into the shared repository");
+      log.info({ signal }, "draining: pausing sandboxes into the shared repository");
       await server.drain().catch((err) => log.error({ err }, "drain failed"));
     } else {
-      log.info({ signal: sig }, "shutting down: killing sandboxes");
+      log.info({ signal }, "shutting down: killing sandboxes");
       await server.close();
     }
-    process.exit(0);
-  };
-  process.on("SIGTERM", () => void stop("SIGTERM"));
-  process.on("SIGINT", () => void stop("SIGINT"));
+  });
 }
 
 main().catch((err) => {

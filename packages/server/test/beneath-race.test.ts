@@ -24,7 +24,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, describe, test } from "node:test";
-import { ConflictError, InvalidRequestError, NotFoundError, TooLargeError } from "../src/errors.js";
+import { ConflictError, InvalidRequestError, NotFoundError, TooLargeError } from "@aenv/edge/errors";
 import { BackendError } from "../src/storage/repository/backend.js";
 import { PosixFsBackend } from "../src/storage/repository/posix-fs-backend.js";
 import type { VolumeBackend } from "../src/storage/volumes/backend.js";

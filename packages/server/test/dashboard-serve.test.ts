@@ -1,18 +1,15 @@
-// The dashboard's bundle as the API and the gateway serve it: the page and its files need no
-// key, nothing else changes for API clients, and only the bundle's own files are answered.
+// The dashboard's bundle as a node's API serves it: the page and its files need no key, nothing
+// else changes for API clients, and only the bundle's own files are answered (the gateway's:
+// packages/gateway/test/dashboard.test.ts).
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
+import { dashboardRoutes } from "@aenv/edge/dashboard";
+import { installAuth } from "@aenv/edge/tenancy";
 import Fastify from "fastify";
-import type { Redis } from "ioredis";
-import pino from "pino";
-import { dashboardRoutes, defaultDashboardDir } from "../src/api/dashboard.js";
 import { installErrorHandling } from "../src/api/error-handler.js";
-import { installAuth } from "../src/api/tenancy.js";
-import { httpLimitsFromEnv } from "../src/config.js";
-import { buildGateway } from "../src/gateway/app.js";
 import { memoryTenants } from "./helpers/tenants.js";
 
 const KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
@@ -79,24 +76,5 @@ describe("dashboard bundle on the API", () => {
     assert.equal(r.statusCode, 503);
     assert.match(r.json().message, /not built/);
     assert.equal((await app.inject({ url: "/v2/sandboxes", headers: { "x-api-key": KEY } })).statusCode, 200);
-  });
-});
-
-describe("dashboard bundle on the gateway", () => {
-  test("the page needs no key; the gateway's API still does", async () => {
-    // No route the test calls reaches Redis.
-    const gw = buildGateway({
-      redis: {} as Redis,
-      apiKey: KEY,
-      log: pino({ level: "silent" }),
-      limits: httpLimitsFromEnv({}),
-    });
-    const dir = defaultDashboardDir();
-    const built = !!dir && existsSync(join(dir, "index.html"));
-    const r = await gw.inject({ url: "/", headers: HTML });
-    assert.equal(r.statusCode, built ? 200 : 503, r.body);
-    assert.equal((await gw.inject({ url: "/nodes" })).statusCode, 401);
-    assert.equal((await gw.inject({ url: "/", headers: { accept: "application/json" } })).statusCode, 404);
-    await gw.close();
   });
 });

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { test } from "node:test";
+import type { ProxyTarget } from "@aenv/edge/proxy-target";
 import { envdHostToken } from "../src/orchestrator/envd-credentials.js";
 import { envdAuth } from "../src/proxy/envd-auth.js";
-import type { ProxyTarget } from "../src/proxy/target.js";
 
 const client = "client-token";
 const tokens = { client, envd: envdHostToken(client), traffic: "traffic-token" };

@@ -3,9 +3,9 @@
 // Redis is a stand-in that records each beat's keys; the script itself runs in test/cluster.test.ts.
 import assert from "node:assert/strict";
 import { mock, test } from "node:test";
+import type { NodeInfo } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import pino from "pino";
-import type { NodeInfo } from "../src/cluster/keys.js";
 import { NodeAgent } from "../src/cluster/node-agent.js";
 
 test("beats pass new routes only, all of them every 30 s and after the node key was lost", async () => {

@@ -1,10 +1,9 @@
-/** The cluster's Redis settings: a URL or Sentinel, for node (loadConfig) and gateway (its flags), checked at start. */
+/** The cluster's Redis settings: a URL or Sentinel, for a node (loadConfig), checked at start (a gateway's flags: packages/gateway/test). */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { describeRedisTarget, isRedisUnavailable, parseRedisTarget } from "../src/cluster/redis-target.js";
+import { describeRedisTarget, isRedisUnavailable, parseRedisTarget } from "@aenv/edge/redis-target";
 import { ConfigError, loadConfig } from "../src/config.js";
 
 const dir = mkdtempSync("/var/tmp/aenv-redis-target-test-");
@@ -117,37 +116,5 @@ describe("node configuration", () => {
       () => loadConfig({ dataDir: dir }, { ...env, AENV_CLUSTER_SENTINELS: "a:1" }),
       (err: unknown) => err instanceof ConfigError && /AENV_CLUSTER_MASTER/.test(err.message),
     );
-  });
-});
-
-describe("gateway flags", () => {
-  // The sources, so this needs no build.
-  const gateway = join(import.meta.dirname, "../src/gateway/main.ts");
-  const run = (args: string[], extra: Record<string, string> = {}) =>
-    spawnSync(process.execPath, ["--import", "tsx", gateway, ...args], {
-      env: { PATH: process.env.PATH ?? "", AENV_API_KEY: "k", ...extra },
-      encoding: "utf8",
-      timeout: 20_000,
-    });
-
-  test("sentinels without a master name stop it with exit 2 and the reason", () => {
-    const r = run(["--listen", "127.0.0.1:0", "--cluster-sentinels", "127.0.0.1:1"]);
-    assert.equal(r.status, 2);
-    assert.match(r.stderr, /aenv-gateway: --cluster-sentinels needs --cluster-master/);
-  });
-
-  test("a URL and sentinels together are refused", () => {
-    const r = run(["--cluster", "redis://127.0.0.1:1"], {
-      AENV_CLUSTER_SENTINELS: "127.0.0.1:2",
-      AENV_CLUSTER_MASTER: "m",
-    });
-    assert.equal(r.status, 2);
-    assert.match(r.stderr, /both set: give one/);
-  });
-
-  test("neither is refused", () => {
-    const r = run([]);
-    assert.equal(r.status, 2);
-    assert.match(r.stderr, /--cluster-sentinels with --cluster-master/);
   });
 });

@@ -9,7 +9,7 @@ import { describe, test } from "node:test";
 import { type SealedSecretRecord, SealedSecretRecords } from "../src/secrets/sealed-records.js";
 import { SecretSealer } from "../src/secrets/sealing.js";
 import { SecretStore } from "../src/secrets/store.js";
-import type { RecordStore } from "../src/util/record-store.js";
+import type { RecordStore } from "@aenv/edge/record-store";
 
 const KEY = "cluster repository key 0123456789abcdef0123";
 

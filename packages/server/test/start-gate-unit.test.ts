@@ -2,7 +2,7 @@
 // order what can start within the wait bound, and refuses the rest at once with a retry time.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { AtCapacityError } from "../src/errors.js";
+import { AtCapacityError } from "@aenv/edge/errors";
 import { StartGate } from "../src/orchestrator/start-gate.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

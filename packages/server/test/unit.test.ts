@@ -4,13 +4,14 @@ import type { IncomingMessage } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { InvalidRequestError } from "@aenv/edge/errors";
+import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "@aenv/edge/list-filter";
+import { resolveTarget } from "@aenv/edge/proxy-target";
+import { signedFilesTarget } from "@aenv/edge/signed-files";
 import { computeFileSignature, ENVD_PORT } from "@aenv/protocol";
-import { decodeCursor, encodeCursor, parseMetadataFilter, parseStates } from "../src/api/list-filter.js";
 import { E2B_KEY_FORM, parseListen, resolveApiKey } from "../src/config.js";
-import { InvalidRequestError } from "../src/errors.js";
 import { parseCidr16, slotAddresses } from "../src/network/addresses.js";
-import { signedFilesTarget } from "../src/proxy/signed-files.js";
-import { resolveTarget, upstreamHeaders } from "../src/proxy/target.js";
+import { upstreamHeaders } from "../src/proxy/upstream-headers.js";
 import { newSandboxId, SANDBOX_ID_RE } from "../src/state/ids.js";
 
 function req(url: string, headers: Record<string, string> = {}): IncomingMessage {

@@ -1,29 +1,28 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
+import { apiKeyRoutes } from "@aenv/edge/api-key-routes";
+import { bearerKeyMatcher } from "@aenv/edge/auth";
+import { buildEdge } from "@aenv/edge/edge";
+import { errorBodyOf } from "@aenv/edge/http-errors";
+import type { HttpLimits } from "@aenv/edge/http-limits";
+import { resolveTarget } from "@aenv/edge/proxy-target";
+import { signedFilesTarget } from "@aenv/edge/signed-files";
+import { endWithError } from "@aenv/edge/socket-error";
+import { installOwnership, type OwnedKind, tenantOfHeaders } from "@aenv/edge/tenancy";
+import type { Tenants } from "@aenv/edge/tenants";
+import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { Webhooks } from "../events/webhooks.js";
-import { errorBodyOf } from "../http-errors.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { SandboxProxy, sendError } from "../proxy/proxy.js";
-import { signedFilesTarget } from "../proxy/signed-files.js";
-import { resolveTarget } from "../proxy/target.js";
 import type { SecretStore } from "../secrets/store.js";
 import type { TemplateStore } from "../state/template-catalog.js";
 import type { VolumeCatalog } from "../storage/volumes/catalog.js";
 import type { VolumeContent } from "../storage/volumes/content.js";
-import { CONTENT_TYPE, countConnectionShed, countRequest, countUpgrade, scrape } from "../telemetry/prometheus.js";
 import type { TemplateBuilder } from "../templates/builder.js";
 import type { ContextFiles } from "../templates/context-files.js";
 import type { OnDemandImages } from "../templates/on-demand.js";
 import type { LocalKeyLimits } from "../tenancy/limits.js";
-import type { Tenants } from "../tenancy/tenants.js";
-import { createLimitedServer, type HttpLimits, requestDeadline } from "../util/http-limits.js";
-import { endWithError } from "../util/socket-error.js";
-import { bearerKeyMatcher, operatorKeyCheck } from "./auth.js";
-import { dashboardRoutes } from "./dashboard.js";
 import { installErrorHandling } from "./error-handler.js";
-import { apiKeyRoutes } from "./routes/api-keys.js";
 import { type PeerFiles, peerRoutes } from "./routes/peers.js";
 import { sandboxLogRoutes } from "./routes/sandbox-logs.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
@@ -33,7 +32,6 @@ import { templateRoutes } from "./routes/templates.js";
 import { volumeContentRoutes } from "./routes/volume-content.js";
 import { volumeRoutes } from "./routes/volumes.js";
 import { webhookRoutes } from "./routes/webhooks.js";
-import { installAuth, installOwnership, type OwnedKind, tenantOfHeaders } from "./tenancy.js";
 
 export interface AppOptions {
   orch: Orchestrator;
@@ -67,13 +65,12 @@ export interface App {
   proxy: SandboxProxy;
 }
 
-/**
- * One listener for both planes: requests for a sandbox port (E2B headers, port-id Host,
- * /proxy path) are dispatched to the proxy before Fastify sees them; everything else is
- * the control-plane API.
- */
 const SignerQuery = z.object({ url: z.string().max(8192), method: z.enum(["GET", "POST"]) });
 
+/**
+ * The node's edge (@aenv/edge/edge.ts): sandbox traffic goes to this node's proxy, a signed
+ * /files URL to the sandbox whose token signed it; everything else is the control-plane API.
+ */
 export function buildApp(o: AppOptions): App {
   const proxy = new SandboxProxy(
     { route: (id) => o.orch.route(id), access: (id) => o.orch.access(id) },
@@ -85,62 +82,35 @@ export function buildApp(o: AppOptions): App {
   o.orch.onStopped((id) => proxy.forget(id));
   // A sandbox with a client stream open (a running command, a WebSocket) is never idle.
   o.orch.hibernation.setBusyCheck((id) => proxy.hasOpenConnections(id));
-  const hasKey = operatorKeyCheck(o.tenants);
-  const fastify = Fastify({
-    // Per-request logs at info would drown the rest; errors are still logged.
-    loggerInstance: o.log.child({ component: "api" }, { level: "warn" }) as FastifyBaseLogger,
-    bodyLimit: o.bodyLimitBytes,
-    // The listener's timeouts are set on the server itself (serverFactory, util/http-limits.ts).
-    // The router's own refusals (a URL it cannot decode, a path parameter over 100
-    // characters) answer in the E2B shape too.
-    frameworkErrors: (err, _req, reply) => {
-      const status = err.statusCode ?? 400;
-      void (reply as FastifyReply).status(status).send(errorBodyOf(status, err.message));
+  const fastify = buildEdge({
+    log: o.log,
+    component: "api",
+    bodyLimitBytes: o.bodyLimitBytes,
+    limits: o.limits,
+    tenants: o.tenants,
+    ...(o.keyLimits ? { keyCalls: o.keyLimits } : {}),
+    traffic: (req, res) => {
+      const target = resolveTarget(req);
+      if (target) return () => proxy.handle(req, res, target);
+      const signed = signedFilesTarget(req, (m) => o.orch.sandboxByEnvdToken(m));
+      if (!signed) return undefined;
+      if ("refusal" in signed) {
+        return () => {
+          req.resume();
+          sendError(res, 401, signed.refusal);
+        };
+      }
+      return () => proxy.handle(req, res, signed.target);
     },
-    serverFactory: (handler) => {
-      const server = createLimitedServer(
-        o.limits,
-        (req: IncomingMessage, res: ServerResponse) => {
-          let target = resolveTarget(req);
-          if (!target) {
-            const signed = signedFilesTarget(req, (m) => o.orch.sandboxByEnvdToken(m));
-            if (signed && "refusal" in signed) {
-              countRequest(res, "proxy");
-              req.resume();
-              sendError(res, 401, signed.refusal);
-              return;
-            }
-            target = signed?.target;
-          }
-          countRequest(res, target ? "proxy" : "api");
-          if (target) proxy.handle(req, res, target);
-          else {
-            requestDeadline(o.limits, req, res);
-            handler(req, res);
-          }
-        },
-        { trusted: hasKey, onShed: countConnectionShed },
-      );
-      server.on("upgrade", (req, socket, head) => {
-        const target = resolveTarget(req);
-        if (target) countUpgrade();
-        if (target) proxy.handleUpgrade(req, socket, head, target);
-        else {
-          socket.on("error", () => socket.destroy());
-          endWithError(socket, 404, "no sandbox in this upgrade request");
-        }
-      });
-      // Malformed requests from the network are answered 400 by Node and never reach us.
-      server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
-        if (socket.writable && err.code !== "ECONNRESET") {
-          endWithError(socket, 400, `bad request: ${err.code ?? err.message}`);
-        } else socket.destroy();
-      });
-      return server;
-    },
+    upgrade: (req, socket, head, target) => proxy.handleUpgrade(req, socket, head, target),
+  });
+  // Malformed requests from the network are answered 400 by Node and never reach us.
+  fastify.server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+    if (socket.writable && err.code !== "ECONNRESET") {
+      endWithError(socket, 400, `bad request: ${err.code ?? err.message}`);
+    } else socket.destroy();
   });
   installErrorHandling(fastify);
-  installAuth(fastify, o.tenants, o.keyLimits);
   installOwnership(fastify, ownedKinds(o));
   void fastify.register(nodeRoutes, { health: o.health, nodes: o.nodes, orch: o.orch });
   void fastify.register(peerRoutes, { files: o.peerFiles, onDemand: o.onDemand });
@@ -168,11 +138,10 @@ export function buildApp(o: AppOptions): App {
   void fastify.register(webhookRoutes, { webhooks: o.webhooks });
   void fastify.register(teamRoutes, { orch: o.orch });
   void fastify.register(apiKeyRoutes, { tenants: o.tenants });
-  void fastify.register(dashboardRoutes);
   return { fastify, proxy };
 }
 
-/** How the ownership check finds who owns what a path parameter names (api/tenancy.ts). */
+/** How the ownership check finds who owns what a path parameter names (@aenv/edge/tenancy.ts). */
 function ownedKinds(o: AppOptions): Record<string, OwnedKind> {
   const template = (id: string) => {
     const t = o.templates.get(id);
@@ -188,7 +157,7 @@ function ownedKinds(o: AppOptions): Record<string, OwnedKind> {
   };
 }
 
-/** The node's own routes: health, Prometheus metrics, itself as a node, the gateway's signer query. */
+/** The node's own routes: health, itself as a node, the gateway's signer query. */
 export async function nodeRoutes(
   app: FastifyInstance,
   o: Pick<AppOptions, "health" | "nodes" | "orch">,
@@ -199,13 +168,9 @@ export async function nodeRoutes(
     return reply.status(503).send({ ...errorBodyOf(503, "starting"), ...h });
   });
   app.get("/health/details", async () => o.health());
-  // Prometheus, without the key like /health (docs/deployment.md#metrics).
-  app.get("/metrics", { config: { public: true } }, async (_req, reply) =>
-    reply.header("content-type", CONTENT_TYPE).send(await scrape()),
-  );
   const nodes = o.nodes;
   if (nodes) app.get("/nodes", async () => nodes());
-  // A gateway asks each node which of its sandboxes signed a /files URL (proxy/signed-files.ts).
+  // A gateway asks each node which of its sandboxes signed a /files URL (@aenv/edge/signed-files.ts).
   app.post("/cluster/files-signer", async (req, reply) => {
     const b = SignerQuery.parse(req.body ?? {});
     const found = signedFilesTarget(b, (m) => o.orch.sandboxByEnvdToken(m));

@@ -1,9 +1,12 @@
+import { AenvError, NEEDS_CHECKPOINT_KEY_HEADER, RuntimeMismatchError } from "@aenv/edge/errors";
+import { errorBody, errorBodyOf, errorCodeOf, retryAfterOf, zodMessage } from "@aenv/edge/http-errors";
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
-import { AenvError, NEEDS_CHECKPOINT_KEY_HEADER, RuntimeMismatchError } from "../errors.js";
-import { errorBody, errorBodyOf, errorCodeOf, noRouteBody, retryAfterOf, zodMessage } from "../http-errors.js";
 
-/** The one place where errors become HTTP statuses, always with the E2B body {code, message}. */
+/**
+ * The one place where a node's errors become HTTP statuses, always with the E2B body {code,
+ * message} (a path no route matches is answered by the edge itself: @aenv/edge/edge.ts).
+ */
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError | AenvError | ZodError | Error, req, reply) => {
     let { code: status, message } = errorBody(err);
@@ -27,8 +30,5 @@ export function installErrorHandling(app: FastifyInstance): void {
     const retryAfter = retryAfterOf(err);
     if (retryAfter !== undefined) void reply.header("retry-after", String(retryAfter));
     void reply.status(status).send(errorBodyOf(status, message, errorCodeOf(err)));
-  });
-  app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send(noRouteBody(req.method, req.url));
   });
 }

@@ -1,6 +1,6 @@
+import { HEARTBEAT_MS, keys, NODE_TTL_MS, type NodeInfo } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import { HEARTBEAT_MS, keys, NODE_TTL_MS, type NodeInfo } from "./keys.js";
 
 export interface NodeAgentDeps {
   redis: Redis;

@@ -1,8 +1,8 @@
+import { keys } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { PeerBlobs } from "../storage/images/index.js";
 import type { TreeHolder, TreePeers } from "../templates/lazy-trees.js";
-import { keys } from "./keys.js";
 import { HOLDER_TTL_S, PeerLink } from "./peer-link.js";
 
 /** Where a node serves the blobs it holds to its peers (the node API, behind the API key). */

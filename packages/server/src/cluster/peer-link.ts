@@ -1,6 +1,6 @@
 import { Readable, Transform } from "node:stream";
 import type { Redis } from "ioredis";
-import { keys, type NodeInfo } from "./keys.js";
+import { keys, type NodeInfo } from "@aenv/edge/cluster-keys";
 
 /** A holder's entry outlives a lost forget (a node that died): a stale one costs one refused request. */
 export const HOLDER_TTL_S = 7 * 24 * 3600;

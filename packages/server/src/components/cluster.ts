@@ -1,9 +1,9 @@
+import type { NodeInfo } from "@aenv/edge/cluster-keys";
+import { describeRedisTarget, openRedis } from "@aenv/edge/redis-target";
 import type { Logger } from "pino";
-import type { NodeInfo } from "../cluster/keys.js";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { RedisPeerBlobs } from "../cluster/peer-blobs.js";
 import { RedisPeerChunks } from "../cluster/peer-chunks.js";
-import { describeRedisTarget, openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { Component } from "./component.js";

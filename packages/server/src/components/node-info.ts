@@ -1,4 +1,4 @@
-import type { NodeInfo } from "../cluster/keys.js";
+import type { NodeInfo } from "@aenv/edge/cluster-keys";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { type TemplateStore, usable } from "../state/template-catalog.js";

@@ -1,12 +1,12 @@
 import type { Logger } from "pino";
-import { keys } from "../cluster/keys.js";
-import { openRedis } from "../cluster/redis-target.js";
+import { keys } from "@aenv/edge/cluster-keys";
+import { RedisRecordStore } from "@aenv/edge/record-store";
+import { openRedis } from "@aenv/edge/redis-target";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import { SealedSecretRecords } from "../secrets/sealed-records.js";
 import { SecretSealer } from "../secrets/sealing.js";
 import { SecretStore } from "../secrets/store.js";
-import { RedisRecordStore } from "../util/record-store.js";
 import type { Component } from "./component.js";
 
 export interface SecretsComponent extends Component {

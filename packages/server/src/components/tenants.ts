@@ -1,14 +1,15 @@
+import { keys } from "@aenv/edge/cluster-keys";
+import { registerKeySandboxes } from "@aenv/edge/key-metrics";
+import { RedisRecordStore } from "@aenv/edge/record-store";
+import { openRedis } from "@aenv/edge/redis-target";
+import { type ApiKeyRecord, type KeyUse, Tenants } from "@aenv/edge/tenants";
 import type { Logger } from "pino";
-import { keys } from "../cluster/keys.js";
-import { openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { SandboxRecord } from "../state/store.js";
-import { registerKeySandboxes } from "../telemetry/key-metrics.js";
 import { LocalKeyLimits } from "../tenancy/limits.js";
-import { type ApiKeyRecord, type KeyUse, Tenants } from "../tenancy/tenants.js";
-import { FileRecordStore, RedisRecordStore } from "../util/record-store.js";
+import { FileRecordStore } from "../util/file-record-store.js";
 import type { Component } from "./component.js";
 
 export interface TenantsComponent extends Component {

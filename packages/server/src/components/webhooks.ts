@@ -1,14 +1,15 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { RedisRecordStore } from "@aenv/edge/record-store";
+import { openRedis } from "@aenv/edge/redis-target";
 import type { Logger } from "pino";
-import { openRedis } from "../cluster/redis-target.js";
 import type { ServerConfig } from "../config.js";
 import { DeliveryLog } from "../events/delivery-log.js";
 import { WEBHOOKS_FILE, WEBHOOKS_KEY, type WebhookRecord, type WebhookStore } from "../events/webhook-store.js";
 import { Webhooks } from "../events/webhooks.js";
 import type { NodePaths } from "../node-paths.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
-import { FileRecordStore, RedisRecordStore } from "../util/record-store.js";
+import { FileRecordStore } from "../util/file-record-store.js";
 import type { Component } from "./component.js";
 
 export interface WebhooksComponent extends Component {

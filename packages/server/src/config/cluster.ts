@@ -1,8 +1,8 @@
 /** A node's membership of a cluster: its Redis, its ID and the URL gateways reach it at. */
 import { hostname } from "node:os";
-import { parseRedisTarget, type RedisTarget, RedisTargetError } from "../cluster/redis-target.js";
+import { ConfigError } from "@aenv/edge/config-values";
+import { parseRedisTarget, type RedisTarget, RedisTargetError, redisPasswordsFromEnv } from "@aenv/edge/redis-target";
 import type { Reader } from "./reader.js";
-import { ConfigError } from "./values.js";
 
 export interface ClusterConfig {
   /** The cluster's Redis: a URL, or a primary found through Sentinel. */
@@ -37,9 +37,7 @@ export function clusterConfig(
       url: flags.cluster ?? r.str("AENV_CLUSTER", "cluster.redis"),
       sentinels: flags.clusterSentinels ?? r.str("AENV_CLUSTER_SENTINELS", "cluster.sentinels"),
       masterName: flags.clusterMaster ?? r.str("AENV_CLUSTER_MASTER", "cluster.master_name"),
-      // Secrets: from the environment only, never a flag (visible in ps) or the config file.
-      password: env.AENV_CLUSTER_PASSWORD || undefined,
-      sentinelPassword: env.AENV_CLUSTER_SENTINEL_PASSWORD || undefined,
+      ...redisPasswordsFromEnv(env),
     });
   } catch (err) {
     if (err instanceof RedisTargetError) throw new ConfigError(err.message);

@@ -1,7 +1,7 @@
 /** What sandboxes may reach: the denied ranges and the egress proxy's static hosts and CAs. */
 import { isIPv4 } from "node:net";
+import { ConfigError } from "@aenv/edge/config-values";
 import { normaliseCidr } from "../network/policy.js";
-import { ConfigError } from "./values.js";
 
 export interface EgressConfig {
   /** IPv4 networks no sandbox may reach, whatever its rules (normalised a.b.c.d/n). */

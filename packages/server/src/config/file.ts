@@ -1,7 +1,7 @@
 /** The TOML config file: every key it may hold, and its reading into flat dotted keys. */
 import { readFileSync } from "node:fs";
+import { ConfigError, parseBytes } from "@aenv/edge/config-values";
 import { parse as parseToml } from "smol-toml";
-import { ConfigError, parseBytes } from "./values.js";
 
 export type Kind = "string" | "int" | "number" | "bool" | "size";
 export type Value = string | number | boolean;

@@ -1,6 +1,7 @@
 /** One setting read from its AENV_* variable, else its config file key, else a default. */
+
+import { ConfigError, parseBool, parseBytes, parseInt10 } from "@aenv/edge/config-values";
 import type { Value } from "./file.js";
-import { ConfigError, parseBool, parseBytes, parseInt10 } from "./values.js";
 
 export interface Reader {
   /** A string; an empty variable counts as unset. `envName` undefined: the file key alone. */

@@ -1,8 +1,9 @@
 /** Where chunks and manifests are kept (a folder or S3), their cache, GC and commit timing. */
+
+import { ConfigError } from "@aenv/edge/config-values";
 import { NodePaths } from "../node-paths.js";
 import type { Reader } from "./reader.js";
 import { resolveRepositoryKey } from "./secrets.js";
-import { ConfigError } from "./values.js";
 
 export interface S3Config {
   /** Absent: AWS itself. */

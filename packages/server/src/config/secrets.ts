@@ -2,9 +2,9 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { ConfigError } from "@aenv/edge/config-values";
 import { NodePaths } from "../node-paths.js";
 import { writePrivateFile } from "../util/private-file.js";
-import { ConfigError } from "./values.js";
 
 /** Keys the e2b SDK accepts as they are (releases since 2.27 check; E2B_VALIDATE_API_KEY=false skips it). */
 export const E2B_KEY_FORM = /^e2b_[0-9a-f]+$/;

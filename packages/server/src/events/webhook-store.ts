@@ -1,4 +1,4 @@
-import type { RecordStore } from "../util/record-store.js";
+import type { RecordStore } from "@aenv/edge/record-store";
 
 /** A webhook as stored: what the API answers plus the secret it signs deliveries with. */
 export interface WebhookRecord {

@@ -1,4 +1,6 @@
 import { createHash, randomUUID } from "node:crypto";
+import { InvalidRequestError, NotFoundError } from "@aenv/edge/errors";
+import { cachedFor } from "@aenv/edge/fresh";
 import {
   DEFAULT_TEAM_ID,
   WEBHOOK_HEADERS,
@@ -10,10 +12,8 @@ import type { NewWebhook, WebhookDeliveriesQuery, WebhookUpdate } from "@aenv/pr
 import type { Logger } from "pino";
 import { fetch } from "undici";
 import type { WebhooksConfig } from "../config.js";
-import { InvalidRequestError, NotFoundError } from "../errors.js";
 import type { LifecycleEvent } from "../orchestrator/lifecycle-events.js";
 import { forEachLimit } from "../util/concurrency.js";
-import { cachedFor } from "../util/fresh.js";
 import { OutboundGuard, type Resolver } from "../util/outbound-address.js";
 import type { DeliveryLog, DeliveryRow } from "./delivery-log.js";
 import type { WebhookRecord, WebhookStore } from "./webhook-store.js";

@@ -1,5 +1,5 @@
 import { isIPv4, isIPv6 } from "node:net";
-import { InvalidRequestError } from "../errors.js";
+import { InvalidRequestError } from "@aenv/edge/errors";
 
 /**
  * A user's own proxy for a sandbox's egress (E2B `SandboxEgressProxyConfig`), as stored in the

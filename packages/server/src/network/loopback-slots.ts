@@ -1,4 +1,4 @@
-import { AtCapacityError } from "../errors.js";
+import { AtCapacityError } from "@aenv/edge/errors";
 import { MAX_SLOTS, parseCidr16, slotAddresses } from "./addresses.js";
 import type { Slot, SlotAllocator } from "./slots.js";
 

@@ -1,6 +1,6 @@
 import { isIPv4, isIPv6 } from "node:net";
+import { InvalidRequestError, NotImplementedError } from "@aenv/edge/errors";
 import { ENVD_PORT } from "@aenv/protocol";
-import { InvalidRequestError, NotImplementedError } from "../errors.js";
 import { type EgressProxySpec, validateEgressProxy } from "./egress-proxy-config.js";
 
 /**

@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { readdir } from "node:fs/promises";
+import { AtCapacityError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { AtCapacityError } from "../errors.js";
 import { exec } from "../util/exec.js";
 import {
   GUEST_GATEWAY,

@@ -1,5 +1,5 @@
+import { FencedError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { FencedError } from "../errors.js";
 import type { PauseCommits } from "./pause-commits.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";

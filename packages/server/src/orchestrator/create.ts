@@ -1,12 +1,12 @@
+import { AenvError, StartFailedError } from "@aenv/edge/errors";
+import { ownerOf } from "@aenv/edge/tenants";
 import { IDEMPOTENCY } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { AenvError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import { newSandboxId, newToken } from "../state/ids.js";
 import type { BootSettings, SandboxRecord, SnapshotRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
-import { ownerOf } from "../tenancy/tenants.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";

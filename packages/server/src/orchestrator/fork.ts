@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
+import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "@aenv/edge/errors";
 import type { ServerConfig } from "../config.js";
-import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import { newSandboxId } from "../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";

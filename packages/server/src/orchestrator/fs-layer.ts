@@ -17,9 +17,9 @@ import { request } from "node:http";
 import { join } from "node:path";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { ConflictError, TooLargeError } from "@aenv/edge/errors";
 import { ENVD_FS_LAYER_APPLY_PATH, ENVD_FS_LAYER_CAPTURE_PATH, ENVD_PORT, type EnvdLayerStats } from "@aenv/protocol";
 import { z } from "zod";
-import { ConflictError, TooLargeError } from "../errors.js";
 import { commitDir } from "../util/fsync.js";
 
 const LAYER_FILE = "layer.tar";

@@ -1,5 +1,5 @@
+import { NotFoundError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { NotFoundError } from "../errors.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import type { PauseCommits } from "./pause-commits.js";
 import type { SandboxRegistry } from "./registry.js";

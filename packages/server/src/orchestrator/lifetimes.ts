@@ -1,6 +1,6 @@
+import { ConflictError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { ConflictError } from "../errors.js";
 import type { SandboxRecord } from "../state/store.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";

@@ -1,8 +1,8 @@
 import { hostname } from "node:os";
+import { InvalidRequestError } from "@aenv/edge/errors";
 import type { SandboxLogEntry } from "@aenv/protocol";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { InvalidRequestError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import type { NetworkSpec } from "../network/policy.js";
 import type { SlotAllocator } from "../network/slots.js";

@@ -1,7 +1,7 @@
 import { rmSync } from "node:fs";
+import { NotFoundError, RuntimeMismatchError, StartFailedError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { NotFoundError, RuntimeMismatchError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord } from "../state/store.js";
 import { toStored } from "../state/stored-record.js";

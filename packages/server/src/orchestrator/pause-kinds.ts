@@ -1,9 +1,9 @@
-import { ForbiddenError, NotFoundError, PausedError } from "../errors.js";
+import { ForbiddenError, NotFoundError, PausedError } from "@aenv/edge/errors";
+import { owns, type Requester } from "@aenv/edge/tenants";
 import type { NodePaths } from "../node-paths.js";
 import { trafficTokenProblem } from "../proxy/traffic-token.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import type { PauseKind, SandboxRecord } from "../state/store.js";
-import { owns, type Requester } from "../tenancy/tenants.js";
 import { isCompleteLayer } from "./fs-layer.js";
 
 // What a pause is, for every module that meets one: where it keeps what it keeps, whether

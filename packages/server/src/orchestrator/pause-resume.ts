@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
+import { ConflictError, NotFoundError, StartFailedError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { BootSettings, PausedSandboxRecord, PauseKind, SandboxRecord } from "../state/store.js";
 import { commitDirAsync } from "../util/fsync.js";

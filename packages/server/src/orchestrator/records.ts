@@ -1,11 +1,11 @@
+import { InvalidRequestError } from "@aenv/edge/errors";
+import { ownerOf, type Requester } from "@aenv/edge/tenants";
 import type { ServerConfig } from "../config.js";
-import { InvalidRequestError } from "../errors.js";
 import type { NetworkSpec } from "../network/policy.js";
 import type { NodePaths } from "../node-paths.js";
 import { newClientId, newSandboxId, newToken } from "../state/ids.js";
 import type { SandboxRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
-import { ownerOf, type Requester } from "../tenancy/tenants.js";
 import type { Live } from "./registry.js";
 import { runtimeIdFor } from "./runner.js";
 

@@ -1,4 +1,4 @@
-import { AtCapacityError, NotFoundError, ShuttingDownError } from "../errors.js";
+import { AtCapacityError, NotFoundError, ShuttingDownError } from "@aenv/edge/errors";
 import type { Slot } from "../network/slots.js";
 import type { SandboxLaunch } from "../runtime/driver.js";
 import type { SandboxRecord } from "../state/store.js";

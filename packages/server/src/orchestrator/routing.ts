@@ -1,4 +1,4 @@
-import { AtCapacityError, NotFoundError, UpstreamError } from "../errors.js";
+import { AtCapacityError, NotFoundError, UpstreamError } from "@aenv/edge/errors";
 import { autoResumable, pausedError } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
 

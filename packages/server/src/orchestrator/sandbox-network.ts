@@ -1,5 +1,5 @@
+import { ConflictError, NotFoundError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { ConflictError, NotFoundError } from "../errors.js";
 import type { EgressSandbox } from "../network/egress-proxy.js";
 import { compileEgress, type NetworkSpec } from "../network/policy.js";
 import type { SlotAllocator } from "../network/slots.js";

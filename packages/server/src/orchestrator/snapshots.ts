@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { ConflictError, NotFoundError, StartFailedError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { ConflictError, NotFoundError, StartFailedError } from "../errors.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import { type RejectReport, type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";

@@ -1,7 +1,7 @@
-import { InvalidRequestError, NotFoundError, StartFailedError } from "../errors.js";
+import { InvalidRequestError, NotFoundError, StartFailedError } from "@aenv/edge/errors";
+import { owns, type Requester } from "@aenv/edge/tenants";
 import type { SnapshotRecord } from "../state/store.js";
 import { type Template, type TemplateStore, usable } from "../state/template-catalog.js";
-import { owns, type Requester } from "../tenancy/tenants.js";
 import type { Snapshots } from "./snapshots.js";
 import type { TemplateTrees } from "./template-trees.js";
 

@@ -1,4 +1,4 @@
-import { AtCapacityError } from "../errors.js";
+import { AtCapacityError } from "@aenv/edge/errors";
 
 export interface StartGateOptions {
   /** Starts (boots or restores for a create) that run at once: about the node's cores. */

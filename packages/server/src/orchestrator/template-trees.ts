@@ -1,4 +1,4 @@
-import { StartFailedError } from "../errors.js";
+import { StartFailedError } from "@aenv/edge/errors";
 import { type NodePaths, templateTreeKey } from "../node-paths.js";
 
 /**

@@ -1,5 +1,5 @@
 import { posix } from "node:path";
-import { InvalidRequestError, NotFoundError } from "../errors.js";
+import { InvalidRequestError, NotFoundError } from "@aenv/edge/errors";
 import type { SandboxVolumeMount } from "../state/store.js";
 
 /** What the orchestrator needs to know about volumes (storage/volumes/catalog.ts has it). */

@@ -8,9 +8,9 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
+import type { ProxyTarget } from "@aenv/edge/proxy-target";
 import { computeFileSignature, ENVD_PORT, type FileOp, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import { CODE_INTERPRETER_PORT, codeInterpreterRoute } from "@aenv/protocol/code-interpreter";
-import type { ProxyTarget } from "./target.js";
 
 /** A sandbox's two tokens, as the proxy needs them. */
 export interface EnvdTokens {

@@ -12,7 +12,7 @@
  * and the origin's cookies never reach a sandbox.
  */
 import type { IncomingMessage } from "node:http";
-import type { ProxyTarget } from "./target.js";
+import type { ProxyTarget } from "@aenv/edge/proxy-target";
 
 /** What a document from a sandbox may do on the shared origin: run, but as no origin at all. */
 export const SANDBOXED_CSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";

@@ -3,23 +3,17 @@ import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { connect as tlsConnect } from "node:tls";
+import { AtCapacityError, InvalidRequestError, NotFoundError, PausedError } from "@aenv/edge/errors";
+import { errorBody } from "@aenv/edge/http-errors";
+import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "@aenv/edge/http-limits";
+import { type ProxyTarget, SANDBOX_NOT_FOUND, targetProblem, trafficErrorBody } from "@aenv/edge/proxy-target";
+import { endWithError } from "@aenv/edge/socket-error";
 import { ENVD_PORT, TRAFFIC_TOKEN_HEADER } from "@aenv/protocol";
 import type { Logger } from "pino";
-import { AtCapacityError, InvalidRequestError, NotFoundError, PausedError } from "../errors.js";
-import { errorBody } from "../http-errors.js";
-import { DEFAULT_HTTP_LIMITS, type HttpLimits, tunnelIdle } from "../util/http-limits.js";
-import { endWithError } from "../util/socket-error.js";
 import { type EnvdTokens, envdAuth } from "./envd-auth.js";
 import { isolateResponse, sharedOriginProblem, sharesServerOrigin } from "./origin-isolation.js";
-import {
-  type ProxyTarget,
-  SANDBOX_NOT_FOUND,
-  targetProblem,
-  trafficErrorBody,
-  type UpstreamOptions,
-  upstreamHeaders,
-} from "./target.js";
 import { trafficTokenProblem } from "./traffic-token.js";
+import { type UpstreamOptions, upstreamHeaders } from "./upstream-headers.js";
 
 /** Why a request could not be routed, as its answer. */
 export interface LookupFailure {

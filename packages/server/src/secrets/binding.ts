@@ -1,4 +1,4 @@
-import { InvalidRequestError } from "../errors.js";
+import { InvalidRequestError } from "@aenv/edge/errors";
 import { domainMatches, type NetworkRule, normaliseDomain } from "../network/policy.js";
 
 /**

@@ -1,4 +1,4 @@
-import type { RecordStore } from "../util/record-store.js";
+import type { RecordStore } from "@aenv/edge/record-store";
 import type { SecretSealer } from "./sealing.js";
 import type { SecretRecord } from "./store.js";
 

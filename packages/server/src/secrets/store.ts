@@ -1,8 +1,9 @@
 import { randomBytes } from "node:crypto";
+import { ConflictError, InvalidRequestError, NotFoundError } from "@aenv/edge/errors";
+import type { RecordStore } from "@aenv/edge/record-store";
 import type { SecretInfo } from "@aenv/protocol";
 import { SECRET_VALUE_CHARS } from "@aenv/protocol/rest";
-import { ConflictError, InvalidRequestError, NotFoundError } from "../errors.js";
-import { FileRecordStore, type RecordStore } from "../util/record-store.js";
+import { FileRecordStore } from "../util/file-record-store.js";
 import { hostAllowed, normaliseAllowedHosts } from "./binding.js";
 
 /** A single node's secrets file, in its secrets folder. */

@@ -1,85 +1,12 @@
-// Prometheus metrics (prom-client) for operators: GET /metrics on every node and gateway, in the
-// text exposition format. Unauthenticated, like GET /health: labels are bounded (operations,
-// states, protocols, status classes) and never carry sandbox IDs, template names or keys.
-// Every metric is listed in docs/deployment.md#metrics.
+// A node's Prometheus metrics: sandbox operations, warm images, the image and chunk caches,
+// the repository, and the node's sandboxes and capacity, registered into the process's one
+// registry (@aenv/edge/metrics, which also counts both planes' HTTP traffic).
 //
-// Counters the code bumps (operations, proxy traffic, warm images, uploads) are module-level
-// hooks; values that already live elsewhere (sandbox states, capacity, the chunk cache's own
-// counters, the cluster's nodes) are read when Prometheus scrapes.
-import type { ServerResponse } from "node:http";
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-
-export const registry = new Registry();
-collectDefaultMetrics({ register: registry });
-
-export const CONTENT_TYPE = registry.contentType;
-
-/** The text Prometheus scrapes. */
-export function scrape(): Promise<string> {
-  return registry.metrics();
-}
-
-// ---------------------------------------------------------------- both: HTTP planes
-
-const proxyRequests = new Counter({
-  name: "aenv_proxy_requests_total",
-  help: "Requests for a sandbox port or envd (E2B headers, port-id host, /proxy path) through this process",
-  labelNames: ["protocol"] as const,
-  registers: [registry],
-});
-const proxyErrors = new Counter({
-  name: "aenv_proxy_errors_total",
-  help: "Sandbox traffic answered with a 5xx by this process (sandbox or node unreachable, proxy error)",
-  labelNames: ["protocol"] as const,
-  registers: [registry],
-});
-const apiRequests = new Counter({
-  name: "aenv_api_requests_total",
-  help: "Control-plane API requests, by status class",
-  labelNames: ["status_class"] as const,
-  registers: [registry],
-});
-for (const p of ["http", "websocket"]) {
-  proxyRequests.inc({ protocol: p }, 0);
-  proxyErrors.inc({ protocol: p }, 0);
-}
-for (const c of ["2xx", "3xx", "4xx", "5xx"]) apiRequests.inc({ status_class: c }, 0);
-
-/** One HTTP request arriving (proxy: sandbox traffic; api: the control plane), counted when answered. */
-export function countRequest(res: ServerResponse, plane: "proxy" | "api"): void {
-  if (plane === "proxy") proxyRequests.inc({ protocol: "http" });
-  res.once("finish", () => {
-    const status = res.statusCode;
-    if (plane === "proxy") {
-      if (status >= 500) proxyErrors.inc({ protocol: "http" });
-    } else {
-      apiRequests.inc({ status_class: `${Math.min(5, Math.max(2, Math.floor(status / 100)))}xx` });
-    }
-  });
-}
-
-/** A WebSocket (upgrade) request for a sandbox port or envd. */
-export function countUpgrade(): void {
-  proxyRequests.inc({ protocol: "websocket" });
-}
-
-const connectionsShed = new Counter({
-  name: "aenv_connections_shed_total",
-  help: "Connections refused at accept (per_client: the address holds its share; full: nothing idle to close) or idle ones closed to make room (evicted_idle)",
-  labelNames: ["reason"] as const,
-  registers: [registry],
-});
-
-export function countConnectionShed(reason: "per_client" | "full" | "evicted_idle"): void {
-  connectionsShed.inc({ reason });
-}
-
-/** An error answered on a raw socket (upgrades); 5xx ones are proxy errors. */
-export function countSocketError(status: number): void {
-  if (status >= 500) proxyErrors.inc({ protocol: "websocket" });
-}
-
-// ---------------------------------------------------------------- node: sandbox operations
+// Counters the code bumps (operations, warm images, uploads) are module-level hooks; values
+// that already live elsewhere (sandbox states, capacity, the chunk cache's own counters) are
+// read when Prometheus scrapes.
+import { registry } from "@aenv/edge/metrics";
+import { Counter, Gauge, Histogram } from "prom-client";
 
 export const OPERATIONS = ["create", "pause", "resume", "snapshot", "fork"] as const;
 export type Operation = (typeof OPERATIONS)[number];
@@ -358,74 +285,6 @@ export function registerNode(source: NodeSource): void {
       const c = src.cache();
       this.set({ kind: "used" }, c.cacheUsedBytes);
       this.set({ kind: "max" }, c.cacheMaxBytes);
-    },
-  });
-}
-
-// ---------------------------------------------------------------- gateway: the cluster
-
-type ClusterNodes = () => Promise<
-  Array<{ status: string; sandboxCount: number; pausedCount: number; capacity: number }>
->;
-let gatewaySource: ClusterNodes | undefined;
-
-/** Registers the gateway's view of the cluster, read from Redis at each scrape (a second call replaces it). */
-export function registerGateway(source: ClusterNodes): void {
-  const first = gatewaySource === undefined;
-  gatewaySource = source;
-  if (!first) return;
-  const nodes: ClusterNodes = () => (gatewaySource ? gatewaySource() : Promise.resolve([]));
-  // One Redis read per scrape, shared by the three gauges (collected concurrently).
-  let last: Awaited<ReturnType<ClusterNodes>> = [];
-  let pending: Promise<void> | undefined;
-  let at = 0;
-  const refresh = (): Promise<void> => {
-    if (!pending || Date.now() - at > 1000) {
-      at = Date.now();
-      pending = nodes().then(
-        (n) => {
-          last = n;
-        },
-        () => {},
-      );
-    }
-    return pending;
-  };
-  new Gauge({
-    name: "aenv_gateway_nodes",
-    help: "Cluster nodes with a live heartbeat, by status (ready, draining)",
-    labelNames: ["status"] as const,
-    registers: [registry],
-    async collect() {
-      await refresh();
-      this.set({ status: "ready" }, last.filter((n) => n.status === "ready").length);
-      this.set({ status: "draining" }, last.filter((n) => n.status === "draining").length);
-    },
-  });
-  new Gauge({
-    name: "aenv_gateway_cluster_sandboxes",
-    help: "Sandboxes the cluster's nodes report, by state (running includes starting)",
-    labelNames: ["state"] as const,
-    registers: [registry],
-    async collect() {
-      await refresh();
-      this.set(
-        { state: "running" },
-        last.reduce((a, n) => a + n.sandboxCount, 0),
-      );
-      this.set(
-        { state: "paused" },
-        last.reduce((a, n) => a + n.pausedCount, 0),
-      );
-    },
-  });
-  new Gauge({
-    name: "aenv_gateway_cluster_capacity_sandboxes",
-    help: "Sandboxes the ready nodes run at most at once, together",
-    registers: [registry],
-    async collect() {
-      await refresh();
-      this.set(last.filter((n) => n.status === "ready").reduce((a, n) => a + n.capacity, 0));
     },
   });
 }

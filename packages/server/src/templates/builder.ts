@@ -1,10 +1,11 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { badRequest, ConflictError, conflict, notFound } from "@aenv/edge/errors";
+import { ownerOf, owns, type Requester } from "@aenv/edge/tenants";
 import type { BuildLogs, BuildStatus } from "@aenv/protocol";
 import type { BuildLogsQuery } from "@aenv/protocol/rest";
 import type { Logger } from "pino";
-import { badRequest, ConflictError, conflict, notFound } from "../errors.js";
 import { envdProcess } from "../orchestrator/envd-process.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import { newTemplateId } from "../state/ids.js";
@@ -17,7 +18,6 @@ import {
   validTemplateName,
 } from "../state/template-catalog.js";
 import { isHostPathSource } from "../storage/images/reference.js";
-import { ownerOf, owns, type Requester } from "../tenancy/tenants.js";
 import { publishTree, writeFileDurableSync } from "../util/durable-write.js";
 import { appendLog, type BuildRecord, type LogEntry, selectBuildLogs } from "./build-log.js";
 import { buildOwnerAlive, claimBuild } from "./build-owner.js";

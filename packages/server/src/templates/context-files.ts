@@ -3,7 +3,7 @@ import { createWriteStream, existsSync, mkdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { InvalidRequestError, TooLargeError, UnauthorizedError } from "../errors.js";
+import { InvalidRequestError, TooLargeError, UnauthorizedError } from "@aenv/edge/errors";
 import { renameDurableSync } from "../util/durable-write.js";
 
 const HASH_RE = /^[A-Za-z0-9]{1,128}$/;

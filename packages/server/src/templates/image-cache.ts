@@ -2,8 +2,8 @@ import { execFile } from "node:child_process";
 import { readdir, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { AtCapacityError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { AtCapacityError } from "../errors.js";
 import type { ContentStore, DiskBudget } from "../storage/images/index.js";
 import { countImageEviction } from "../telemetry/prometheus.js";
 

@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { InvalidRequestError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { InvalidRequestError } from "../errors.js";
 import { newTemplateId } from "../state/ids.js";
 import { DEFAULT_PATH, type Template, type TemplateStore, usable } from "../state/template-catalog.js";
 import { type ContentStore, ImagePullError, type ImageStore, isHostPathSource } from "../storage/images/index.js";

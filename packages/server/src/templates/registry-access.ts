@@ -1,4 +1,4 @@
-import { InvalidRequestError } from "../errors.js";
+import { InvalidRequestError } from "@aenv/edge/errors";
 import type { Credentials } from "../storage/images/auth.js";
 import type { RegistryAccess } from "./spec.js";
 

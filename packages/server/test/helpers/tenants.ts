@@ -1,6 +1,6 @@
+import type { RecordStore } from "@aenv/edge/record-store";
+import { type ApiKeyRecord, type KeyUse, OPERATOR, Tenants } from "@aenv/edge/tenants";
 import type { FastifyInstance } from "fastify";
-import { type ApiKeyRecord, type KeyUse, OPERATOR, Tenants } from "../../src/tenancy/tenants.js";
-import type { RecordStore } from "../../src/util/record-store.js";
 
 /** Tenants over records held in memory: the operator's key `key`, others made by the test. */
 function memoryStore<T extends { id: string }>(): RecordStore<T> {

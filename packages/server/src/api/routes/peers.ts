@@ -1,8 +1,8 @@
 import { open } from "node:fs/promises";
+import { NotFoundError } from "@aenv/edge/errors";
+import { errorBodyOf } from "@aenv/edge/http-errors";
 import { ImageLayersQuery } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply } from "fastify";
-import { NotFoundError } from "../../errors.js";
-import { errorBodyOf } from "../../http-errors.js";
 import type { OnDemandImages } from "../../templates/on-demand.js";
 
 /** Where this node keeps what it serves its peers; undefined when it does not hold it. */

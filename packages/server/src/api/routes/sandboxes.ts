@@ -1,4 +1,9 @@
 import type { IncomingHttpHeaders } from "node:http";
+import { ConflictError, InvalidRequestError, NotFoundError, NotImplementedError } from "@aenv/edge/errors";
+import { errorBody } from "@aenv/edge/http-errors";
+import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "@aenv/edge/list-filter";
+import { tenantOf } from "@aenv/edge/tenancy";
+import { ownerOf, owns, type Tenant } from "@aenv/edge/tenants";
 import {
   AUTO_RESUME_HEADER,
   FORK_SPILL,
@@ -31,8 +36,6 @@ import {
   TimeoutBody,
 } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { ConflictError, InvalidRequestError, NotFoundError, NotImplementedError } from "../../errors.js";
-import { errorBody } from "../../http-errors.js";
 import { type NetworkSpec, validateNetworkSpec } from "../../network/policy.js";
 import type { MetricSample } from "../../orchestrator/metrics.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
@@ -40,8 +43,6 @@ import type { ResumeOptions } from "../../orchestrator/pause-kinds.js";
 import { type BindingOf, checkRuleBindings } from "../../secrets/binding.js";
 import type { OnDemandImages } from "../../templates/on-demand.js";
 import type { LocalKeyLimits } from "../../tenancy/limits.js";
-import { ownerOf, owns, type Tenant } from "../../tenancy/tenants.js";
-import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "../list-filter.js";
 import {
   apiState,
   type SerializeContext,
@@ -50,7 +51,6 @@ import {
   sandboxListed,
   snapshotInfo,
 } from "../serialize.js";
-import { tenantOf } from "../tenancy.js";
 
 export interface SandboxRoutesOptions {
   orch: Orchestrator;

@@ -1,9 +1,9 @@
+import { paginate } from "@aenv/edge/list-filter";
+import { tenantOf } from "@aenv/edge/tenancy";
+import { ownerOf } from "@aenv/edge/tenants";
 import { NewSecret, SecretIdParams, SecretListQuery, SecretUpdate } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { SecretScope, SecretStore } from "../../secrets/store.js";
-import { ownerOf } from "../../tenancy/tenants.js";
-import { paginate } from "../list-filter.js";
-import { tenantOf } from "../tenancy.js";
 
 /** The caller's secrets (names are each key's own); the operator's calls see every key's. */
 function scopeOf(req: FastifyRequest): SecretScope {

@@ -1,21 +1,11 @@
-import { DEFAULT_TEAM_ID, type Team } from "@aenv/protocol";
+import { maxTeamMetric, TeamMetrics } from "@aenv/edge/team-metrics";
+import { mustBeTeam, teamsOf } from "@aenv/edge/teams";
 import { MaxTeamMetricQuery, TeamMetricsQuery } from "@aenv/protocol/rest";
 import type { FastifyInstance } from "fastify";
-import { NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
-import { maxTeamMetric, TeamMetrics } from "../../telemetry/team-metrics.js";
 
 export interface TeamRoutesOptions {
   orch: Orchestrator;
-}
-
-/** E2B's one team: the caller's key is its key (one API key per cluster). */
-export function teamsOf(apiKey: string): Team[] {
-  return [{ teamID: DEFAULT_TEAM_ID, name: DEFAULT_TEAM_ID, apiKey, isDefault: true }];
-}
-
-export function mustBeTeam(teamID: string): void {
-  if (teamID !== DEFAULT_TEAM_ID) throw new NotFoundError(`team '${teamID}' not found`);
 }
 
 /** GET /teams and the team's metrics, this node's share (a gateway adds the nodes' up). */

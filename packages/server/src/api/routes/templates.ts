@@ -1,17 +1,17 @@
 import type { Readable } from "node:stream";
+import { InvalidRequestError, NotFoundError } from "@aenv/edge/errors";
+import { paginate } from "@aenv/edge/list-filter";
+import { tenantOf } from "@aenv/edge/tenancy";
+import { owns, type Tenant } from "@aenv/edge/tenants";
 import { ENVD_VERSION, type TemplateUpdated } from "@aenv/protocol";
 import { BuildLogsQuery, ListQuery, TemplateIdParams, TemplateUpdateBody } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { InvalidRequestError, NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { Template, TemplateStore } from "../../state/template-catalog.js";
 import type { TemplateBuilder } from "../../templates/builder.js";
 import type { ContextFiles } from "../../templates/context-files.js";
 import { BuildStart, BuildStatusQuery, TemplateRequest } from "../../templates/spec.js";
-import { owns, type Tenant } from "../../tenancy/tenants.js";
-import { paginate } from "../list-filter.js";
-import { tenantOf } from "../tenancy.js";
 
 /** Every name a template answers to, its primary one first (E2B's `aliases` and `names`). */
 function namesOf(t: Pick<Template, "name" | "aliases">): string[] {

@@ -1,10 +1,10 @@
 import type { Readable } from "node:stream";
+import { NotFoundError, UnauthorizedError } from "@aenv/edge/errors";
+import { owns, type Tenant } from "@aenv/edge/tenants";
 import { VolumeContentQuery, VolumeIdParams, VolumeMetadataBody } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { NotFoundError, UnauthorizedError } from "../../errors.js";
 import type { VolumeCatalog, VolumeRecord } from "../../storage/volumes/catalog.js";
 import type { VolumeContent } from "../../storage/volumes/content.js";
-import { owns, type Tenant } from "../../tenancy/tenants.js";
 
 export interface VolumeContentRoutesOptions {
   volumes: VolumeCatalog;

@@ -1,11 +1,11 @@
+import { ConflictError, NotFoundError } from "@aenv/edge/errors";
+import { tenantOf } from "@aenv/edge/tenancy";
+import { ownerOf, owns } from "@aenv/edge/tenants";
 import type { VolumeAndToken, VolumeListed } from "@aenv/protocol";
 import { NewVolume, VolumeIdParams } from "@aenv/protocol/rest";
 import type { FastifyInstance } from "fastify";
-import { ConflictError, NotFoundError } from "../../errors.js";
 import type { Orchestrator } from "../../orchestrator/orchestrator.js";
 import type { VolumeCatalog, VolumeRecord } from "../../storage/volumes/catalog.js";
-import { ownerOf, owns } from "../../tenancy/tenants.js";
-import { tenantOf } from "../tenancy.js";
 
 export interface VolumeRoutesOptions {
   volumes: VolumeCatalog;

@@ -1,8 +1,8 @@
+import { tenantOf } from "@aenv/edge/tenancy";
+import { ownerOf, owns } from "@aenv/edge/tenants";
 import { NewWebhook, WebhookDeliveriesQuery, WebhookIdParams, WebhookUpdate } from "@aenv/protocol/rest";
 import type { FastifyInstance } from "fastify";
 import type { Webhooks } from "../../events/webhooks.js";
-import { ownerOf, owns } from "../../tenancy/tenants.js";
-import { tenantOf } from "../tenancy.js";
 
 /** /events/webhooks (E2B's): register, list, read, update, delete; and this node's deliveries. */
 export async function webhookRoutes(app: FastifyInstance, o: { webhooks: Webhooks }): Promise<void> {

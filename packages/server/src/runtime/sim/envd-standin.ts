@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { errorBodyOf } from "@aenv/edge/http-errors";
 import { ENVD_HEAP_REDUCE_PATH, ENVD_PORT, ENVD_QUIESCE_PATH, Process } from "@aenv/protocol";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { errorBodyOf } from "../../http-errors.js";
 import type { LatencyModel } from "./latency.js";
 
 /** What a simulated command prints and exits with. */

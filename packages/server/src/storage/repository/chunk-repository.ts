@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { type FileHandle, mkdir, open, readdir, readFile, rename, rm, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { freshSingleFlight } from "@aenv/edge/fresh";
 import { countRepositoryUpload } from "../../telemetry/prometheus.js";
 import { forEachLimit } from "../../util/concurrency.js";
-import { freshSingleFlight } from "../../util/fresh.js";
 import { fsyncDir } from "../../util/fsync.js";
 import { announce, announced, waitFor, withdraw } from "./announcements.js";
 import type { RepositoryBackend } from "./backend.js";
@@ -92,7 +92,7 @@ async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number |
  * written last; restores go through a bounded node-local cache that fetches only missing chunks.
  */
 export class ChunkRepository implements SnapshotRepository {
-  /** list(), coalesced; never older than the call (see util/fresh.ts). */
+  /** list(), coalesced; never older than the call (see @aenv/edge/fresh.ts). */
   readonly listFresh: () => Promise<Manifest[]> = freshSingleFlight(() => this.list());
   readonly cache: ChunkCache;
   private readonly level: number;

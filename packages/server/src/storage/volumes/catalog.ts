@@ -1,8 +1,8 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { ConflictError, NotFoundError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
-import { ConflictError, NotFoundError } from "../../errors.js";
 import { removePath } from "../../util/beneath.js";
 import { writePrivateFile } from "../../util/private-file.js";
 import type { VolumeBackend } from "./backend.js";

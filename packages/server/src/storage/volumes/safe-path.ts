@@ -1,4 +1,4 @@
-import { InvalidRequestError } from "../../errors.js";
+import { InvalidRequestError } from "@aenv/edge/errors";
 
 /**
  * A path of the content API, checked: `/a/b` is relative to the volume root (a leading slash
