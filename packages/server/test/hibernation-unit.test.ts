@@ -42,7 +42,7 @@ function scene(o: { hostPct: number; guestPct: number | undefined; withGuest?: b
     idleS: 1,
     cpuPct: 15,
     saveAfterS: 0,
-    save: async () => {},
+    pauses: { pause: async () => {} },
     guestCpuMs:
       o.withGuest === false
         ? undefined

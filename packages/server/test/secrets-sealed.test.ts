@@ -6,10 +6,10 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { RecordStore } from "@aenv/edge/record-store";
 import { type SealedSecretRecord, SealedSecretRecords } from "../src/secrets/sealed-records.js";
 import { SecretSealer } from "../src/secrets/sealing.js";
 import { SecretStore } from "../src/secrets/store.js";
-import type { RecordStore } from "@aenv/edge/record-store";
 
 const KEY = "cluster repository key 0123456789abcdef0123";
 

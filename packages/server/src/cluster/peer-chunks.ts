@@ -1,7 +1,7 @@
+import { keys } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { ChunkHolder, ChunkPeers } from "../storage/repository/chunk-peers.js";
-import { keys } from "@aenv/edge/cluster-keys";
 import { HOLDER_TTL_S, PeerLink } from "./peer-link.js";
 
 /** Where a node serves a chunk of its cache to its peers (the node API, behind the API key). */

@@ -1,6 +1,6 @@
 import { Readable, Transform } from "node:stream";
-import type { Redis } from "ioredis";
 import { keys, type NodeInfo } from "@aenv/edge/cluster-keys";
+import type { Redis } from "ioredis";
 
 /** A holder's entry outlives a lost forget (a node that died): a stale one costs one refused request. */
 export const HOLDER_TTL_S = 7 * 24 * 3600;

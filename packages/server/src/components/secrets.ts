@@ -1,7 +1,7 @@
-import type { Logger } from "pino";
 import { keys } from "@aenv/edge/cluster-keys";
 import { RedisRecordStore } from "@aenv/edge/record-store";
 import { openRedis } from "@aenv/edge/redis-target";
+import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import { SealedSecretRecords } from "../secrets/sealed-records.js";

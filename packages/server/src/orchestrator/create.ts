@@ -5,11 +5,11 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import { newSandboxId, newToken } from "../state/ids.js";
-import type { BootSettings, SandboxRecord, SnapshotRecord } from "../state/store.js";
+import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
-import { type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
+import { bootSettings, type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
 import type { SandboxStates } from "./sandbox-states.js";
@@ -277,15 +277,4 @@ export class Creator {
       },
     };
   }
-}
-
-/** What a fresh boot of a sandbox from this template needs (kept in its record). */
-export function bootSettings(tpl: Template): BootSettings {
-  return {
-    env: tpl.env,
-    user: tpl.user,
-    workdir: tpl.workdir,
-    ...(tpl.startCmd ? { startCmd: tpl.startCmd } : {}),
-    ...(tpl.readyCmd ? { readyCmd: tpl.readyCmd } : {}),
-  };
 }

@@ -10,10 +10,12 @@ import { envdTokenOf } from "./envd-credentials.js";
 import { captureLayer, isCompleteLayer } from "./fs-layer.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { maxLayerBytes } from "./pause-kinds.js";
+import type { PauseResume } from "./pause-resume.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 import type { SandboxStates } from "./sandbox-states.js";
+import type { Snapshots } from "./snapshots.js";
 
 /** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
 /** One child as the node sees it: its record, or why it did not start (the API answers it as a ForkResult). */
@@ -34,11 +36,9 @@ export interface ForkDeps {
   registry: SandboxRegistry;
   runner: SandboxRunner;
   /** Makes the fork's capture a snapshot (when children did not fit here). */
-  publish: (src: SandboxRecord, captureDir: string) => Promise<SnapshotRecord>;
-  /** A paused parent's image, linked into the capture folder (PauseResume.linkImage). */
-  pausedImage: (l: Live, dest: string) => Promise<void>;
-  /** A fresh boot of the template with a filesystem layer applied (PauseResume.bootWithLayer). */
-  bootWithLayer: (l: Live, layer: string) => Promise<void>;
+  snapshots: Pick<Snapshots, "publish">;
+  /** A paused parent's image, linked into the capture folder; a fresh boot with a layer applied. */
+  pauses: Pick<PauseResume, "linkImage" | "bootWithLayer">;
   events: LifecycleEvents;
 }
 
@@ -94,7 +94,7 @@ export class Forker {
     const leftMs = await registry.enqueue(l, async () => {
       if (!memory) return this.captureFilesystem(l, captureDir);
       if (parent.state === "paused") {
-        await this.d.pausedImage(l, captureDir);
+        await this.d.pauses.linkImage(l, captureDir);
         // Saved by hibernation, it is running to its client: its TTL is endAt.
         return parent.pause.idleSaved ? parent.endAt - Date.now() : (parent.pause.ttlLeftMs ?? 0);
       }
@@ -123,7 +123,7 @@ export class Forker {
     try {
       await Promise.all(Array.from({ length: Math.min(FORK_PARALLELISM, count) }, worker));
       if (spill && results.some((r) => "error" in r && r.error instanceof AtCapacityError)) {
-        spillSnapshot = await this.d.publish(parent, captureDir);
+        spillSnapshot = await this.d.snapshots.publish(parent, undefined, captureDir);
       }
     } finally {
       rmSync(captureDir, { recursive: true, force: true });
@@ -220,7 +220,7 @@ export class Forker {
           { kind: "image", imageDir, oldToken: envdTokenOf(parent) },
           { accessToken: rec.envdToken },
         );
-      } else await this.d.bootWithLayer(live, imageDir);
+      } else await this.d.pauses.bootWithLayer(live, imageDir);
       this.d.states.started(rec, Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000);
       this.d.events.emit("created", rec);
       this.d.events.emit("forked", rec, { parentId: parent.id });

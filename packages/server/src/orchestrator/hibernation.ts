@@ -2,8 +2,9 @@ import type { Logger } from "pino";
 import type { RuntimeDriver } from "../runtime/driver.js";
 import { countSweep } from "../telemetry/prometheus.js";
 import { forEachLimit } from "../util/concurrency.js";
+import type { PauseResume } from "./pause-resume.js";
 import type { Live, SandboxRegistry } from "./registry.js";
-import { NotIdleError } from "./runner.js";
+import { NotIdleError, type SandboxRunner } from "./runner.js";
 
 /** envd calls in flight at once when a sweep asks sandboxes what their processes used. */
 const GUEST_CHECKS_AT_ONCE = 8;
@@ -21,17 +22,17 @@ export interface HibernationDeps {
   /** Idle seconds after which a frozen sandbox is saved to disk and stopped; 0: never. */
   saveAfterS: number;
   /**
-   * Saves an idle sandbox (a memory pause the API does not show), once its queue gets to it
-   * and if stillIdle() then; NotIdleError when it must not be saved.
+   * Saves an idle sandbox (a memory pause with `idle`, which the API does not show), once its
+   * queue gets to it and if stillIdle() then; NotIdleError when it must not be saved.
    */
-  save: (id: string, stillIdle: () => boolean) => Promise<void>;
+  pauses: Pick<PauseResume, "pause">;
   /**
    * CPU time the sandbox's own processes have used, ms (envd's accounting); undefined when it
    * cannot be asked. Consulted only when the host-side figure says busy and nothing else does.
    */
   guestCpuMs?: (l: Live) => Promise<number | undefined>;
   /** Best effort, right before a freeze: the sandbox gives back memory it holds but does not use. */
-  reduceMemory?: (l: Live) => Promise<void>;
+  runner?: Pick<SandboxRunner, "reduceMemory">;
   log: Logger;
 }
 
@@ -197,7 +198,10 @@ export class Hibernation {
     const since = w.lastActive;
     const id = l.rec.id;
     try {
-      await this.d.save(id, () => this.watch.get(id)?.lastActive === since && !this.busy(id));
+      await this.d.pauses.pause(id, {
+        idle: true,
+        stillIdle: () => this.watch.get(id)?.lastActive === since && !this.busy(id),
+      });
     } catch (err) {
       if (err instanceof NotIdleError)
         this.d.log.info({ sandboxID: id, reason: err.message }, "idle sandbox kept in memory");
@@ -213,7 +217,7 @@ export class Hibernation {
         const keepAwake = () => !idle() || l.hibernated || l.rec.state !== "running" || !l.slot || this.busy(l.rec.id);
         if (keepAwake()) return;
         // While it still runs (traffic meanwhile is served as usual, then seen below).
-        await this.d.reduceMemory?.(l);
+        await this.d.runner?.reduceMemory(l);
         if (keepAwake()) return;
         // Marked first: traffic arriving while the freezer settles thaws it again.
         l.hibernated = true;

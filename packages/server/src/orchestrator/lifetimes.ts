@@ -2,6 +2,9 @@ import { ConflictError } from "@aenv/edge/errors";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { SandboxRecord } from "../state/store.js";
+import { timed } from "../telemetry/prometheus.js";
+import type { Killer } from "./kill.js";
+import type { PauseResume } from "./pause-resume.js";
 import { clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
@@ -13,8 +16,9 @@ export interface LifetimesDeps {
   states: SandboxStates;
   registry: SandboxRegistry;
   runner: SandboxRunner;
-  pause: (id: string, opts: { memory?: boolean }) => Promise<void>;
-  kill: (id: string) => Promise<void>;
+  /** What an expiry does: a pause (by default) or a kill. */
+  pauses: Pick<PauseResume, "pause">;
+  killer: Pick<Killer, "kill">;
   log: Logger;
 }
 
@@ -78,7 +82,10 @@ export class Lifetimes {
       const act = l.rec.autoPause ? "pause" : "kill";
       this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
       // Each has its own catch: an expiry that fails is logged and retried at the next tick.
-      const done = act === "pause" ? this.d.pause(id, { memory: l.rec.autoPauseMemory !== false }) : this.d.kill(id);
+      const done =
+        act === "pause"
+          ? timed("pause", () => this.d.pauses.pause(id, { memory: l.rec.autoPauseMemory !== false }))
+          : this.d.killer.kill(id);
       done.catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
     }
   }
@@ -98,7 +105,7 @@ export class Lifetimes {
     for (const l of running) {
       if (!unchanged(l) || (await driver.isRunning(l.rec.runtimeId)) || !unchanged(l)) continue;
       this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
-      this.d.kill(l.rec.id).catch(() => {});
+      this.d.killer.kill(l.rec.id).catch(() => {});
     }
   }
 }

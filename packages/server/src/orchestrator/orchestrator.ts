@@ -9,7 +9,7 @@ import type { SlotAllocator } from "../network/slots.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxAccess } from "../proxy/proxy.js";
 import type { RuntimeDriver } from "../runtime/driver.js";
-import type { BootSettings, SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
+import type { SandboxRecord, SnapshotRecord, StateStore } from "../state/store.js";
 import type { Template, TemplateStore } from "../state/template-catalog.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { timed } from "../telemetry/prometheus.js";
@@ -17,7 +17,7 @@ import { accessOf, sandboxByEnvdToken } from "./access.js";
 import { type BuildSandbox, startBuildSandbox } from "./build-sandbox.js";
 import { ClusterFence } from "./cluster-fence.js";
 import { readConsole } from "./console-reader.js";
-import { bootSettings, Creator } from "./create.js";
+import { Creator } from "./create.js";
 import { drainNode } from "./drain.js";
 import { type ForkChild, Forker, type ForkOptions, type ForkOutcome } from "./fork.js";
 import { Hibernation } from "./hibernation.js";
@@ -125,18 +125,6 @@ export class Orchestrator {
     this.registry = registry;
     this.runner = runner;
     this.network = new SandboxNetwork({ registry, runner, slots: d.slots, states, log });
-    this.hibernation = new Hibernation({
-      registry,
-      driver: d.driver,
-      idleS: cfg.hibernateAfterS,
-      cpuPct: cfg.hibernateCpuPct,
-      saveAfterS: cfg.hibernateSaveAfterS,
-      save: (id, stillIdle) => this.pauses.pause(id, { idle: true, stillIdle }),
-      guestCpuMs,
-      reduceMemory: (l) => runner.reduceMemory(l),
-      log,
-    });
-    registry.setWaker((l) => this.hibernation.wake(l));
     this.snapshots = new Snapshots({
       paths,
       registry,
@@ -207,19 +195,30 @@ export class Orchestrator {
       registry,
       runner,
       commits: this.pauseCommits,
-      bootOf: (rec) => rec.boot ?? this.templateBoot(rec.templateId),
+      templates: d.templates,
       events: this.events,
       log,
     });
+    this.hibernation = new Hibernation({
+      registry,
+      driver: d.driver,
+      idleS: cfg.hibernateAfterS,
+      cpuPct: cfg.hibernateCpuPct,
+      saveAfterS: cfg.hibernateSaveAfterS,
+      pauses: this.pauses,
+      guestCpuMs,
+      runner,
+      log,
+    });
+    registry.setWaker((l) => this.hibernation.wake(l));
     this.forker = new Forker({
       cfg,
       paths,
       states,
       registry,
       runner,
-      publish: (src, dir) => this.snapshots.publish(src, undefined, dir),
-      pausedImage: (l, dest) => this.pauses.linkImage(l, dest),
-      bootWithLayer: (l, layer) => this.pauses.bootWithLayer(l, layer),
+      snapshots: this.snapshots,
+      pauses: this.pauses,
       events: this.events,
     });
     this.metricsHistory = new MetricsHistory({
@@ -236,11 +235,11 @@ export class Orchestrator {
       states,
       registry,
       runner,
-      pause: (id, opts) => this.pause(id, opts),
-      kill: (id) => this.kill(id),
+      pauses: this.pauses,
+      killer: this.killer,
       log,
     });
-    this.retention = new PausedRetention({ cfg, states, registry, runner, kill: (id) => this.kill(id), log });
+    this.retention = new PausedRetention({ cfg, states, registry, runner, killer: this.killer, log });
   }
 
   recover(): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
@@ -312,12 +311,6 @@ export class Orchestrator {
   /** memory: false keeps only the writable filesystem (a resume boots afresh). */
   pause(id: string, opts: { memory?: boolean } = {}): Promise<void> {
     return timed("pause", () => this.pauses.pause(id, opts));
-  }
-
-  /** Boot settings of a record that has none kept: its template's, if it is still here. */
-  private templateBoot(templateId: string): BootSettings | undefined {
-    const tpl = this.d.templates.get(templateId);
-    return tpl && bootSettings(tpl);
   }
 
   /**

@@ -5,7 +5,8 @@ import { ConflictError, NotFoundError, StartFailedError } from "@aenv/edge/error
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
-import type { BootSettings, PausedSandboxRecord, PauseKind, SandboxRecord } from "../state/store.js";
+import type { PausedSandboxRecord, PauseKind, SandboxRecord } from "../state/store.js";
+import type { TemplateStore } from "../state/template-catalog.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
@@ -13,7 +14,7 @@ import { applyLayer, captureLayer, layerBytes } from "./fs-layer.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import type { PauseCommits } from "./pause-commits.js";
 import { isCompletePause, maxLayerBytes, pauseDir } from "./pause-kinds.js";
-import { clampTimeoutS } from "./records.js";
+import { bootSettings, clampTimeoutS } from "./records.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import { NotIdleError, type SandboxRunner } from "./runner.js";
 import type { SandboxStates } from "./sandbox-states.js";
@@ -28,8 +29,8 @@ export interface PauseResumeDeps {
   runner: SandboxRunner;
   /** The repository side: commits of pause images, claims, rebuilds. */
   commits: PauseCommits;
-  /** A sandbox's template settings for a fresh boot (records from before they were kept lack them). */
-  bootOf: (rec: SandboxRecord) => BootSettings | undefined;
+  /** Template settings for a fresh boot of a record from before they were kept in it. */
+  templates: Pick<TemplateStore, "get">;
   events: LifecycleEvents;
   log: Logger;
 }
@@ -340,7 +341,8 @@ export class PauseResume {
    */
   async bootWithLayer(l: Live, layer: string): Promise<void> {
     const { rec } = l;
-    const boot = this.d.bootOf(rec);
+    const tpl = rec.boot ? undefined : this.d.templates.get(rec.templateId);
+    const boot = rec.boot ?? (tpl && bootSettings(tpl));
     await this.d.runner.bring(
       l,
       { kind: "boot" },

@@ -4,7 +4,7 @@ import type { ServerConfig } from "../config.js";
 import type { NetworkSpec } from "../network/policy.js";
 import type { NodePaths } from "../node-paths.js";
 import { newClientId, newSandboxId, newToken } from "../state/ids.js";
-import type { SandboxRecord } from "../state/store.js";
+import type { BootSettings, SandboxRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
 import type { Live } from "./registry.js";
 import { runtimeIdFor } from "./runner.js";
@@ -123,4 +123,15 @@ export function templateSandbox(cfg: ServerConfig, paths: NodePaths, runtimeDir:
     sizing: tpl,
   });
   return { rec, op: Promise.resolve(), ephemeral: true };
+}
+
+/** What a fresh boot of a sandbox from this template needs (kept in its record). */
+export function bootSettings(tpl: Template): BootSettings {
+  return {
+    env: tpl.env,
+    user: tpl.user,
+    workdir: tpl.workdir,
+    ...(tpl.startCmd ? { startCmd: tpl.startCmd } : {}),
+    ...(tpl.readyCmd ? { readyCmd: tpl.readyCmd } : {}),
+  };
 }

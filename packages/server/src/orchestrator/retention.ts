@@ -3,6 +3,7 @@ import type { ServerConfig } from "../config.js";
 import type { PauseFields } from "../state/store.js";
 import { countSweep } from "../telemetry/prometheus.js";
 import { layerBytes } from "./fs-layer.js";
+import type { Killer } from "./kill.js";
 import type { Live, SandboxRegistry } from "./registry.js";
 import type { SandboxRunner } from "./runner.js";
 import type { SandboxStates } from "./sandbox-states.js";
@@ -14,7 +15,7 @@ export interface RetentionDeps {
   registry: SandboxRegistry;
   runner: SandboxRunner;
   /** Deletes a sandbox as a client's kill does (its repository pause manifest too). */
-  kill: (id: string) => Promise<void>;
+  killer: Pick<Killer, "kill">;
   log: Logger;
 }
 
@@ -104,7 +105,7 @@ export class PausedRetention {
     const id = l.rec.id;
     this.retiring.add(id);
     this.d.log.warn({ sandboxID: id, ...why }, "paused sandbox deleted by the retention limit");
-    this.d
+    this.d.killer
       .kill(id)
       .catch((err) => this.d.log.error({ err, sandboxID: id }, "retention could not delete a paused sandbox"))
       .finally(() => this.retiring.delete(id));
