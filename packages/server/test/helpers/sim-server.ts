@@ -15,8 +15,11 @@ export interface SimServer {
   url: string;
   apiKey: string;
   logs: () => string;
-  /** Stops it (SIGTERM) and removes its folder, unless `keep`: then `dir` starts it again. */
-  stop: (o?: { keep?: boolean }) => Promise<void>;
+  /**
+   * Stops it (SIGTERM; SIGKILL with `crash`) and removes its folder, unless `keep`: then `dir`
+   * starts it again.
+   */
+  stop: (o?: { keep?: boolean; crash?: boolean }) => Promise<void>;
   /** Its data and templates: `startSimServer(octet, env, { dir })` restarts on them. */
   dir: string;
 }
@@ -107,10 +110,10 @@ export async function startSimServer(
   proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
   proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
   const url = `http://127.0.0.1:${port}`;
-  const stop = async (s: { keep?: boolean } = {}) => {
+  const stop = async (s: { keep?: boolean; crash?: boolean } = {}) => {
     if (proc.exitCode === null && proc.signalCode === null) {
       const exited = new Promise((r) => proc.once("exit", r));
-      proc.kill("SIGTERM");
+      proc.kill(s.crash ? "SIGKILL" : "SIGTERM");
       await exited;
     }
     if (!s.keep) rmSync(dir, { recursive: true, force: true });
