@@ -71,7 +71,12 @@ async function sandboxApi(recs: SandboxRecord[], metrics: Record<string, MetricS
   const app = Fastify();
   installErrorHandling(app);
   asOperator(app);
-  await app.register(sandboxRoutes, { orch, builder: {} as never, ctx: { domain: "test" }, secretBinding: () => [] });
+  await app.register(sandboxRoutes, {
+    orch,
+    onDemand: {} as never,
+    ctx: { domain: "test" },
+    secretBinding: () => undefined,
+  });
   return app;
 }
 

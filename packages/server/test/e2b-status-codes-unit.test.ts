@@ -113,7 +113,7 @@ async function registeredRoutes(): Promise<Map<string, number[]>> {
   });
   const o = stub as never;
   await app.register(nodeRoutes, { health: () => ({}), nodes: () => [], orch: o });
-  await app.register(sandboxRoutes, { orch: o, builder: o, ctx: { domain: "test" }, secretBinding: o });
+  await app.register(sandboxRoutes, { orch: o, onDemand: o, ctx: { domain: "test" }, secretBinding: o });
   await app.register(sandboxLogRoutes, { orch: o });
   await app.register(templateRoutes, { templates: o, builder: o, files: o, orch: o });
   await app.register(volumeRoutes, { volumes: o, orch: o });

@@ -57,7 +57,12 @@ async function through(rw: HeaderRewriter, host: string, spec: NetworkSpec, requ
       head: Buffer.alloc(0),
       tls: false,
       host,
-      sandbox: { id: "sbx_test", policy: { allowCidrs: [], denyCidrs: [], allowDomains: [], ruleDomains: [] }, spec },
+      sandbox: {
+        id: "sbx_test",
+        policy: { allowCidrs: [], denyCidrs: [], allowDomains: [], ruleDomains: [], tunnel: false },
+        spec,
+        hostIp: "127.0.0.1",
+      },
       addresses: [UPSTREAM],
     });
   });

@@ -10,7 +10,7 @@ import { openRepository } from "../src/storage/repository/open.js";
 const dir = mkdtempSync("/var/tmp/aenv-config-test-");
 after(() => rmSync(dir, { recursive: true, force: true }));
 const env = { AENV_API_KEY: "k" };
-const quiet = { info: () => {} };
+const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 test("defaults: posix_fs under DATA/repository, 10 GiB cache under DATA/cache", () => {
   const cfg = loadConfig({ dataDir: dir }, env);

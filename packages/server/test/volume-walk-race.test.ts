@@ -121,7 +121,7 @@ describe("local volume backend", () => {
     const log = pino({ level: "silent" });
     const cat = new VolumeCatalog(volumes(), (id) => join(volumes(), id), b, log);
     await cat.load();
-    const { id } = await cat.create("a");
+    const { id } = await cat.create("a", undefined);
     symlinkSync(host, join(b.root(id), "to-host"));
     mkdirSync(join(b.root(id), "sub"));
     symlinkSync(host, join(b.root(id), "sub", "to-host"));
