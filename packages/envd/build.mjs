@@ -1,9 +1,10 @@
 // envd (Go, static) and the static C tools shipped beside it in every sandbox's runtime
 // folder; tsc builds dist/lib (the host-side helper that says where they are).
 import { execFileSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { goBuild } from "../../scripts/lib/go-build.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dist = path.join(here, "dist");
@@ -20,25 +21,11 @@ for (const tool of ["aenv-init", "aenv-sudo", "aenv-xattr"]) {
   console.log(`built ${path.relative(process.cwd(), path.join(dist, tool))}`);
 }
 
-// envd itself (native/cmd/envd). Built where Go is installed (scripts/install-deps.sh installs
-// it and Debian's golang-google-protobuf-dev, which native/go.mod replaces the module with:
-// GOPROXY=off, nothing is downloaded). The file keeps its name: it is part of the runtime
-// folder's ID.
-const envdOut = path.join(dist, "envd-native");
-let goFound = true;
-try {
-  execFileSync("go", ["version"], { stdio: "ignore" });
-} catch {
-  goFound = false;
-}
-if (goFound) {
-  execFileSync("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", envdOut, "./cmd/envd"], {
-    cwd: path.join(here, "native"),
-    stdio: "inherit",
-    env: { ...process.env, CGO_ENABLED: "0", GOPROXY: "off", GOFLAGS: "-mod=mod" },
-  });
-  console.log(`built ${path.relative(process.cwd(), envdOut)}`);
-} else {
-  rmSync(envdOut, { force: true });
-  console.warn("go not found: envd is not built (sandboxes cannot start until it is)");
-}
+// envd itself (native/cmd/envd), with Debian's golang-google-protobuf-dev. The file keeps its
+// name: it is part of the runtime folder's ID.
+goBuild({
+  moduleDir: path.join(here, "native"),
+  pkg: "./cmd/envd",
+  out: path.join(dist, "envd-native"),
+  missing: "envd is not built (sandboxes cannot start until it is)",
+});
