@@ -112,10 +112,13 @@ export class Snapshots {
   /** What GET /snapshots shows: this node's, and those others committed, less those deleted elsewhere. */
   async list(): Promise<SnapshotRecord[]> {
     const local = [...this.byId.values()].sort((a, b) => a.createdAt - b.createdAt);
+    // Only what was committed before the listing began must be in it: a commit that ends
+    // while the repository is listed is not "deleted elsewhere".
+    const committedBefore = new Set(local.filter((s) => s.committed).map((s) => s.id));
     const manifests = await this.d.repository.listFresh().catch(() => undefined);
     if (!manifests) return local;
     const inRepo = new Set(manifests.map((m) => m.id));
-    const out = local.filter((s) => !s.committed || inRepo.has(s.id));
+    const out = local.filter((s) => !committedBefore.has(s.id) || inRepo.has(s.id));
     const known = new Set(local.map((s) => s.id));
     for (const m of manifests) {
       const rec = known.has(m.id) ? undefined : this.ofManifest(m);
