@@ -108,6 +108,15 @@ export class NodePaths {
     return join(this.volumes, id);
   }
 
+  /**
+   * Template trees packed for a repository commit, in the node's own folder (the templates
+   * folder may be shared with other servers); removed at start, so a crash mid-commit
+   * leaves nothing behind for long.
+   */
+  get commitStaging(): string {
+    return join(this.dataDir, "commit-staging");
+  }
+
   /** Transient captures of fork parents; removed at start. */
   get forks(): string {
     return join(this.dataDir, "forks");

@@ -69,7 +69,7 @@ export async function startServer(
   const egressCa = await openEgressCa(cfg);
   const runtimeDir = prepareEnvdRuntime(paths.envdRuntimeRoot, { simulated: cfg.runtimeDriver === "sim" });
   const runtimeInfo = await runtime.probing;
-  const sync = templateSync(cfg, templates, repository, log);
+  const sync = templateSync(cfg, paths, templates, repository, log);
   const checkpointKey = `${runtimeInfo.checkpointKey}-${basename(runtimeDir)}`;
   const resolv = writeResolvConf(paths.resolvConf);
   const sandboxes = await startOrchestrator(

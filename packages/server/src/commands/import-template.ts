@@ -2,6 +2,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import pino from "pino";
 import { loadConfig } from "../config.js";
+import { NodePaths } from "../node-paths.js";
 import { type Template, TemplateStore } from "../state/template-catalog.js";
 import { ImageStore } from "../storage/images/index.js";
 import { openRepository } from "../storage/repository/open.js";
@@ -96,7 +97,8 @@ export async function importTemplateCommand(argv: string[]): Promise<number> {
     const log = pino({ level: "warn" });
     const repository = await openRepository(cfg, { info: () => {}, warn: () => {}, error: () => {} });
     const t0 = Date.now();
-    await new TemplateSync({ repository, templates: new TemplateStore(dir), log }).commit(t);
+    const stagingDir = new NodePaths(cfg.dataDir).commitStaging;
+    await new TemplateSync({ repository, templates: new TemplateStore(dir), stagingDir, log }).commit(t);
     console.log(`import-template: committed to the repository in ${Date.now() - t0} ms`);
   } catch (err) {
     // Config, backend or commit errors alike: the template is usable on this node.

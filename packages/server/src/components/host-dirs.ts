@@ -1,4 +1,5 @@
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import type { ServerConfig } from "../config.js";
 import { NodePaths } from "../node-paths.js";
 
@@ -10,7 +11,16 @@ export function prepareHostDirs(cfg: ServerConfig): NodePaths {
   // Template trees hold images' setuid binaries: host users must not reach them.
   mkdirSync(cfg.templatesDir, { recursive: true, mode: 0o700 });
   chmodSync(cfg.templatesDir, 0o700);
-  return new NodePaths(cfg.dataDir, cfg.templatesDir);
+  const paths = new NodePaths(cfg.dataDir, cfg.templatesDir);
+  // What a commit cut short by a crash left: this node's, and old servers' in the templates
+  // folder (they staged there, under `.commit-*`; a day old is no commit still running).
+  rmSync(paths.commitStaging, { recursive: true, force: true });
+  for (const name of readdirSync(cfg.templatesDir)) {
+    if (!name.startsWith(".commit-")) continue;
+    const dir = join(cfg.templatesDir, name);
+    if (Date.now() - statSync(dir).mtimeMs > 24 * 3600_000) rmSync(dir, { recursive: true, force: true });
+  }
+  return paths;
 }
 
 /** Nameservers for sandboxes: the host's, minus loopback ones a sandbox cannot reach. */

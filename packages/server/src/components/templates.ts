@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
+import type { NodePaths } from "../node-paths.js";
 import { TemplateStore } from "../state/template-catalog.js";
 import type { ChunkRepository } from "../storage/repository/chunk-repository.js";
 import { TemplateSync } from "../templates/sync.js";
@@ -16,12 +17,18 @@ export function openTemplateCatalog(cfg: ServerConfig, log: Logger): TemplateSto
 /** Templates through the repository, where the configuration commits them. */
 export function templateSync(
   cfg: ServerConfig,
+  paths: NodePaths,
   templates: TemplateStore,
   repository: ChunkRepository,
   log: Logger,
 ): TemplateSync | undefined {
   return cfg.repository.commitTemplates
-    ? new TemplateSync({ repository, templates, log: log.child({ component: "templates" }) })
+    ? new TemplateSync({
+        repository,
+        templates,
+        stagingDir: paths.commitStaging,
+        log: log.child({ component: "templates" }),
+      })
     : undefined;
 }
 

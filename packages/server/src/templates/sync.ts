@@ -27,7 +27,15 @@ const PREFIX = "tpl-";
 export class TemplateSync {
   private readonly fetching = new Map<string, Promise<Template | undefined>>();
 
-  constructor(private readonly d: { repository: ChunkRepository; templates: TemplateStore; log: Logger }) {}
+  constructor(
+    private readonly d: {
+      repository: ChunkRepository;
+      templates: TemplateStore;
+      /** Where a tree is packed for its commit: the node's own (NodePaths.commitStaging). */
+      stagingDir: string;
+      log: Logger;
+    },
+  ) {}
 
   private manifestId(t: Pick<TemplateData, "id" | "revision">): string {
     return `${PREFIX}${t.id}-r${t.revision}`;
@@ -36,7 +44,7 @@ export class TemplateSync {
   /** Commits a template's current revision, then drops manifests of its older revisions. */
   async commit(t: Template): Promise<void> {
     const t0 = Date.now();
-    const tmp = join(this.d.templates.dir, `.commit-${t.id}-${randomBytes(4).toString("hex")}`);
+    const tmp = join(this.d.stagingDir, `${t.id}-${randomBytes(4).toString("hex")}`);
     mkdirSync(tmp, { recursive: true });
     try {
       await exec(
