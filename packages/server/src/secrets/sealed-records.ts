@@ -14,7 +14,9 @@ export class SealedSecretRecords implements RecordStore<SecretRecord> {
   private readonly reported = new Set<string>();
 
   constructor(
-    private readonly inner: RecordStore<SealedSecretRecord>,
+    /** A cluster's store, whose version tells when to read it again. */
+    private readonly inner: RecordStore<SealedSecretRecord> &
+      Required<Pick<RecordStore<SealedSecretRecord>, "version">>,
     private readonly sealer: SecretSealer,
     private readonly onUnopenable: (id: string, err: Error) => void,
   ) {}
@@ -48,5 +50,9 @@ export class SealedSecretRecords implements RecordStore<SecretRecord> {
 
   delete(id: string): Promise<boolean> {
     return this.inner.delete(id);
+  }
+
+  version(): Promise<string> {
+    return this.inner.version();
   }
 }

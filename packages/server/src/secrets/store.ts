@@ -53,6 +53,8 @@ export type SecretUse = { value: string } | { refused: "missing" | "unbound" | "
 export class SecretStore {
   private byId = new Map<string, SecretRecord>();
   private reading: Promise<void> | undefined;
+  /** The store's version the view was read at (RecordStore.version), when it has one. */
+  private seen: string | undefined;
 
   constructor(private readonly store: RecordStore<SecretRecord>) {}
 
@@ -68,16 +70,20 @@ export class SecretStore {
     return SecretStore.open(new FileRecordStore<SecretRecord>(dir, SECRETS_FILE));
   }
 
-  /** Reads the records again (one read at a time; callers meanwhile share it). */
+  /**
+   * Reads the records again if they changed (one read at a time; callers meanwhile share
+   * it). The version is read first: a change between the two reads is seen at the next.
+   */
   refresh(): Promise<void> {
-    this.reading ??= this.store
-      .list()
-      .then((recs) => {
-        this.byId = new Map(recs.map((r) => [r.id, r]));
-      })
-      .finally(() => {
-        this.reading = undefined;
-      });
+    this.reading ??= (async () => {
+      const v = await this.store.version?.();
+      if (v !== undefined && v === this.seen) return;
+      const recs = await this.store.list();
+      this.byId = new Map(recs.map((r) => [r.id, r]));
+      this.seen = v;
+    })().finally(() => {
+      this.reading = undefined;
+    });
     return this.reading;
   }
 
