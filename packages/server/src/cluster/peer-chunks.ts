@@ -2,6 +2,7 @@ import { keys } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { ChunkHolder, ChunkPeers } from "../storage/repository/chunk-peers.js";
+import { readAll } from "../util/read-all.js";
 import { HOLDER_TTL_S, PeerLink } from "./peer-link.js";
 
 /** Where a node serves a chunk of its cache to its peers (the node API, behind the API key). */
@@ -45,17 +46,6 @@ export class RedisPeerChunks implements ChunkPeers {
 
   /** A chunk's bytes from one peer, never more than its size (the caller checks the digest). */
   private async get(url: string, sha256: string, size: number): Promise<Buffer> {
-    const body = await this.link.open(url, peerChunkPath(sha256));
-    const parts: Buffer[] = [];
-    let n = 0;
-    for await (const part of body as AsyncIterable<Buffer>) {
-      n += part.length;
-      if (n > size) {
-        body.destroy();
-        throw new Error(`peer sent more than the chunk's ${size} bytes`);
-      }
-      parts.push(part);
-    }
-    return Buffer.concat(parts, n);
+    return readAll(await this.link.open(url, peerChunkPath(sha256)), size);
   }
 }

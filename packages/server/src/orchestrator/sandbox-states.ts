@@ -40,11 +40,7 @@ export class SandboxStates {
 
   /** creating → running: a create, a pool claim or a fork's child is up until `endAt`. */
   started(rec: SandboxRecord, endAt: number): void {
-    const r = changing(rec);
-    r.state = "running";
-    r.pause = undefined;
-    r.endAt = endAt;
-    this.store.put(rec);
+    this.running(rec, endAt);
   }
 
   /** running → paused, with what the pause took; `ttlLeftMs` is the time it had left. */
@@ -66,6 +62,10 @@ export class SandboxStates {
 
   /** paused → running until `endAt`: what only a pause had goes. */
   resumed(rec: SandboxRecord, endAt: number): void {
+    this.running(rec, endAt);
+  }
+
+  private running(rec: SandboxRecord, endAt: number): void {
     const r = changing(rec);
     r.state = "running";
     r.pause = undefined;

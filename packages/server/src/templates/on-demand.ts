@@ -8,6 +8,7 @@ import { DEFAULT_PATH, type Template, type TemplateStore, usable } from "../stat
 import { type ContentStore, ImagePullError, type ImageStore, isHostPathSource } from "../storage/images/index.js";
 import { countImageRequest } from "../telemetry/prometheus.js";
 import { writeFileDurableSync } from "../util/durable-write.js";
+import { readAll } from "../util/read-all.js";
 import type { ImageCache } from "./image-cache.js";
 import { hasAccount } from "./import.js";
 import type { ContentOrigin, LazyTrees, TreePeers } from "./lazy-trees.js";
@@ -357,14 +358,3 @@ function onDemandRecord(at: OnDemandAt, config: TreeIndex["config"]) {
 
 /** An index of a few million entries is a few hundred MB; past this a peer is refused. */
 const MAX_INDEX_BYTES = 512 * 1024 * 1024;
-
-async function readAll(src: AsyncIterable<Buffer>, max: number): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let n = 0;
-  for await (const c of src) {
-    n += c.length;
-    if (n > max) throw new Error(`longer than ${max} bytes`);
-    parts.push(c);
-  }
-  return Buffer.concat(parts);
-}

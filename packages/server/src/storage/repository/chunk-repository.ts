@@ -5,6 +5,7 @@ import { freshSingleFlight } from "@aenv/edge/fresh";
 import { countRepositoryUpload } from "../../telemetry/prometheus.js";
 import { forEachLimit } from "../../util/concurrency.js";
 import { fsyncDir } from "../../util/fsync.js";
+import { readFully } from "../../util/read-fully.js";
 import { announce, announced, waitFor, withdraw } from "./announcements.js";
 import type { RepositoryBackend } from "./backend.js";
 import { chunksOf } from "./cdc.js";
@@ -16,7 +17,7 @@ import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256, sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
-import { LocalChunks } from "./local-chunks.js";
+import { LocalChunks, type LocalPiece } from "./local-chunks.js";
 import {
   type Announcement,
   type ChunkRef,
@@ -67,24 +68,7 @@ export interface RepositoryOptions {
   onUntrusted?: (err: UntrustedManifestError) => void;
 }
 
-interface Piece {
-  file: string;
-  offset: number;
-  size: number;
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function readFully(fh: FileHandle, buf: Buffer, len: number, pos: number | null): Promise<number> {
-  // Fill the whole chunk so chunk boundaries never depend on how reads happen to split.
-  let filled = 0;
-  while (filled < len) {
-    const { bytesRead } = await fh.read(buf, filled, len - filled, pos === null ? null : pos + filled);
-    if (bytesRead === 0) break;
-    filled += bytesRead;
-  }
-  return filled;
-}
 
 /**
  * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts,
@@ -176,7 +160,7 @@ export class ChunkRepository implements SnapshotRepository {
     const stats: CommitStats = { bytes: 0, chunks: 0, reused: 0, uploadedChunks: 0, uploadedBytes: 0, durationMs: 0 };
     // Pass 1: hash every chunk (and warm the local cache) without touching the backend.
     const files: ManifestFile[] = [];
-    const where = new Map<string, Piece>();
+    const where = new Map<string, LocalPiece>();
     for (const name of (await readdir(srcDir)).sort()) {
       const path = join(srcDir, name);
       if (!(await stat(path)).isFile()) throw new CommitError(id, `${path} is not a regular file`);
@@ -216,7 +200,7 @@ export class ChunkRepository implements SnapshotRepository {
 
       // Pass 2: read back, compress (a batch per zstd process) and upload the missing chunks.
       const readPiece = async (d: string): Promise<Buffer> => {
-        const piece = where.get(d) as Piece;
+        const piece = where.get(d) as LocalPiece;
         const data = Buffer.allocUnsafe(piece.size);
         const fh = await open(piece.file, "r");
         try {

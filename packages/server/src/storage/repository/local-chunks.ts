@@ -1,4 +1,5 @@
 import { open } from "node:fs/promises";
+import { readFully } from "../../util/read-fully.js";
 import type { Manifest } from "./repository.js";
 
 /** Where a chunk's bytes are in a file of this node. */
@@ -68,13 +69,7 @@ export class LocalChunks {
     if (!fh) return undefined;
     try {
       const buf = Buffer.alloc(e.piece.size);
-      let filled = 0;
-      while (filled < buf.length) {
-        const { bytesRead } = await fh.read(buf, filled, buf.length - filled, e.piece.offset + filled);
-        if (bytesRead === 0) return undefined;
-        filled += bytesRead;
-      }
-      return buf;
+      return (await readFully(fh, buf, buf.length, e.piece.offset)) === buf.length ? buf : undefined;
     } finally {
       await fh.close();
     }
