@@ -146,8 +146,12 @@ export interface SnapshotRecord {
 
 /** The seam for node-local state: SQLite here, Redis-backed views come with clustering. */
 export interface StateStore {
-  put(rec: SandboxRecord): void;
-  delete(id: string): void;
+  /**
+   * Written before it returns (a crash of the server process loses nothing); `sync` also waits
+   * for the disk, so the write survives the loss of the host too.
+   */
+  put(rec: SandboxRecord, sync: boolean): void;
+  delete(id: string, sync: boolean): void;
   get(id: string): SandboxRecord | undefined;
   all(): SandboxRecord[];
   close(): void;
