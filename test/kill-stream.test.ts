@@ -52,3 +52,16 @@ test("a kill while a command streams cuts the stream; it never ends cleanly", as
   assert.equal(outcome, "cut");
   assert.equal((await srv().api("GET", `/sandboxes/${s.sandboxId}`)).status, 404);
 });
+
+test("the SDK reports a command cut by a kill as the sandbox's end, not a network error", async () => {
+  const s = await Sandbox.create();
+  const cmd = await s.commands.run("sleep 60", { background: true });
+  await s.kill();
+  const err = await cmd.wait().then(
+    () => undefined,
+    (e: unknown) => e as Error,
+  );
+  assert.ok(err, "wait() resolved after a kill");
+  assert.equal(err.name, "TimeoutError", String(err));
+  assert.match(err.message, /sandbox was killed or reached its end of life/);
+});
