@@ -1,7 +1,9 @@
 // The e2b SDK compatibility suite: the unmodified `e2b` npm package (2.51.0, latest) drives a
 // real aenv-server whose sandboxes are real runsc sandboxes.
 import assert from "node:assert/strict";
+import { get as httpGet, type IncomingHttpHeaders } from "node:http";
 import { after, before, describe, test } from "node:test";
+import { gunzipSync } from "node:zlib";
 import {
   CommandExitError,
   FileNotFoundError,
@@ -283,6 +285,40 @@ describe("files", () => {
     assert.equal(await sbx.files.read("/home/user/o.txt"), "octet");
     await sbx.files.write("/home/user/g.txt", "gzipped body", { gzip: true } as never);
     assert.equal(await sbx.files.read("/home/user/g.txt"), "gzipped body");
+  });
+
+  test("downloads are gzip when the client asks, as from E2B's envd; 406 when nothing it takes is offered", async () => {
+    const body = "compressible ".repeat(4096);
+    await sbx.files.write("/home/user/z.txt", body);
+    assert.equal(await sbx.files.read("/home/user/z.txt", { gzip: true } as never), body);
+    // node:http, which neither asks for nor undoes an encoding on its own.
+    const url = await sbx.downloadUrl("/home/user/z.txt");
+    const get = (accept?: string) =>
+      new Promise<{ status: number; headers: IncomingHttpHeaders; bytes: Buffer }>((resolve, reject) => {
+        httpGet(url, { headers: accept === undefined ? {} : { "accept-encoding": accept } }, (res) => {
+          const parts: Buffer[] = [];
+          res.on("data", (d: Buffer) => parts.push(d));
+          res.on("end", () =>
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, bytes: Buffer.concat(parts) }),
+          );
+          res.on("error", reject);
+        }).on("error", reject);
+      });
+    const zipped = await get("gzip, deflate");
+    assert.equal(zipped.status, 200);
+    assert.equal(zipped.headers["content-encoding"], "gzip");
+    assert.ok(zipped.bytes.length < body.length / 10, `${zipped.bytes.length} bytes for ${body.length}`);
+    assert.equal(gunzipSync(zipped.bytes).toString(), body);
+    const plain = await get();
+    assert.equal(plain.headers["content-encoding"], undefined);
+    assert.equal(plain.headers["content-length"], String(body.length));
+    assert.equal(plain.bytes.toString(), body);
+    const refused = await get("br, identity;q=0");
+    assert.equal(refused.status, 406);
+    assert.match(
+      JSON.parse(refused.bytes.toString()).message,
+      /no acceptable encoding found, supported: \[identity, gzip\]/,
+    );
   });
 
   test("list with depth, exists, getInfo, makeDir, rename, remove", async () => {
