@@ -1,4 +1,5 @@
 import { newSandboxId } from "../state/ids.js";
+import { CleanupStack } from "./cleanup-stack.js";
 import type { NodeContext } from "./node-context.js";
 import { newSandboxRecord } from "./records.js";
 import type { Live } from "./registry.js";
@@ -35,19 +36,20 @@ export async function startBuildSandbox(
     ephemeral: true,
     launchExtras: { writableRootfs: true, readOnlyMounts: opts.mounts },
   };
+  // Its rootfs becomes a template next: whatever removes it waits until the runtime is gone.
+  const removeNow = async () => {
+    const runtimeId = rec.runtimeId;
+    await ctx.runner.remove(live, false);
+    await ctx.runner.removed(runtimeId);
+  };
+  const undo = new CleanupStack(ctx.log, { sandboxID: id });
+  undo.defer("runtime", removeNow);
   try {
     await ctx.runner.bring(live, { kind: "boot" }, { defaultUser: "root", defaultWorkdir: "/" });
   } catch (err) {
-    await ctx.runner.remove(live, false);
-    await ctx.runner.removed(rec.runtimeId);
+    await undo.unwind();
     throw err;
   }
-  return {
-    ip: live.slot?.slotIp as string,
-    close: async () => {
-      const runtimeId = rec.runtimeId;
-      await ctx.runner.remove(live, false);
-      await ctx.runner.removed(runtimeId);
-    },
-  };
+  undo.release();
+  return { ip: live.slot?.slotIp as string, close: removeNow };
 }

@@ -4,6 +4,7 @@ import { IDEMPOTENCY } from "@aenv/protocol";
 import { newSandboxId, newToken } from "../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
+import type { CleanupStack } from "./cleanup-stack.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import type { NodeContext } from "./node-context.js";
 import { bootSettings, type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
@@ -13,6 +14,7 @@ import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
 import { StartGate } from "./start-gate.js";
+import { admitForStart, deferRuntime } from "./start-undo.js";
 import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
 import type { WarmImages } from "./warm-images.js";
 import type { Pooled, WarmPool } from "./warm-pool.js";
@@ -114,7 +116,7 @@ export class Creator {
 
   /** A create that starts its sandbox: restored from a snapshot or warm image, or booted. */
   private async start(req: CreateRequest, plan: Plan, timeoutS: number): Promise<SandboxRecord> {
-    const { registry, runner, log } = this.ctx;
+    const { runner, log } = this.ctx;
     const { rec, init, tpl } = plan;
     let from = plan.from;
     // Resolved and registered in one synchronous step: a volume destroy checks the registry.
@@ -123,9 +125,10 @@ export class Creator {
       : resolveMounts(this.uses.volumes, req.volumeMounts ?? [], rec.owner);
     if (mounts.length) rec.volumeMounts = mounts;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.addAdmitted(live);
+    const undo = admitForStart(this.ctx, live);
     const t0 = Date.now();
     try {
+      deferRuntime(undo, this.ctx, live);
       try {
         await runner.bring(live, from, init);
       } catch (err) {
@@ -149,10 +152,11 @@ export class Creator {
       this.ctx.events.emit("created", rec);
       // The next create from this template should be a restore.
       if (tpl?.warm && from.kind === "boot" && !req.cold) this.uses.warmImages.ensureInBackground(tpl);
+      undo.release();
       return rec;
     } catch (err) {
       log.error({ err, sandboxID: rec.id }, "sandbox create failed");
-      await runner.remove(live, true);
+      await undo.unwind();
       if (err instanceof AenvError) throw err;
       throw new StartFailedError(`failed to start sandbox: ${(err as Error).message}`);
     }
@@ -170,13 +174,16 @@ export class Creator {
     rec.slotIndex = from.slotIndex;
     const live: Live = { rec, op: Promise.resolve(), hibernated: pooled.live.hibernated === true };
     if (pooled.live.slot) live.slot = pooled.live.slot;
+    let undo: CleanupStack;
     try {
       // Admission as for any create (its share is held from here); a full node keeps no pooled one.
-      registry.addAdmitted(live);
+      undo = admitForStart(this.ctx, live);
     } catch (err) {
       void this.uses.pool?.discard(pooled);
       throw err;
     }
+    // Admitted, the pooled sandbox's runtime is this create's to remove if the claim fails.
+    deferRuntime(undo, this.ctx, live);
     try {
       // Restored at the lowest CPU priority (it was background work): now someone waits for it.
       await runner.driver.prioritize(rec.runtimeId);
@@ -188,11 +195,11 @@ export class Creator {
       this.ctx.states.started(rec, Date.now() + timeoutS * 1000);
       log.info({ sandboxID: rec.id, template: rec.templateId, from: "pool", ms: Date.now() - t0 }, "sandbox created");
       this.ctx.events.emit("created", rec);
+      undo.release();
       return rec;
     } catch (err) {
       log.warn({ err, sandboxID: rec.id }, "pooled sandbox failed; starting another way");
-      await runner.remove(live, true).catch(() => {});
-      registry.remove(rec.id);
+      await undo.unwind();
       return undefined;
     }
   }

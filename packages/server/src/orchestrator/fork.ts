@@ -12,6 +12,7 @@ import type { PauseResume } from "./pause-resume.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
 import type { Live } from "./registry.js";
 import type { Snapshots } from "./snapshots.js";
+import { admitForStart, deferRuntime } from "./start-undo.js";
 
 /** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
 /** One child as the node sees it: its record, or why it did not start (the API answers it as a ForkResult). */
@@ -203,7 +204,8 @@ export class Forker {
     // A child is its parent's key's, whoever forked it (the key itself or the operator).
     if (parent.owner) rec.owner = parent.owner;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.addAdmitted(live);
+    const undo = admitForStart(this.ctx, live);
+    deferRuntime(undo, this.ctx, live);
     try {
       if (memory) {
         await runner.bring(
@@ -216,9 +218,10 @@ export class Forker {
       this.ctx.events.emit("created", rec);
       this.ctx.events.emit("forked", rec, { parentId: parent.id });
       if (hold) await this.hold(live, hold);
+      undo.release();
       return rec;
     } catch (err) {
-      await runner.remove(live, true);
+      await undo.unwind();
       if (err instanceof AenvError) throw err;
       throw new ChildFailedError(`fork child failed to start: ${(err as Error).message}`);
     }

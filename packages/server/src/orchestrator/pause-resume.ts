@@ -14,6 +14,7 @@ import { bootSettings, clampTimeoutS } from "./records.js";
 import type { Live } from "./registry.js";
 import { NotIdleError } from "./runner.js";
 import { runStartCommand } from "./start-command.js";
+import { admitForResume, deferRuntime } from "./start-undo.js";
 
 /**
  * Pause = capture (memory, processes, writable layer), make the image durable, then stop the
@@ -241,7 +242,8 @@ export class PauseResume {
         await this.uses.commits.claim(l.rec);
         if (!isCompletePause(runner.driver, kind, image)) await this.uses.commits.rebuild(id, image);
         // Held from here: parallel resumes of other sandboxes see this one's share at once.
-        registry.admit(l);
+        const undo = admitForResume(this.ctx, l);
+        deferRuntime(undo, this.ctx, l, { keepDir: true });
         try {
           if (kind === "memory") {
             await runner.bring(l, { kind: "image", imageDir: image }, undefined);
@@ -251,10 +253,9 @@ export class PauseResume {
               await runner.initEnvd(l, { accessToken: l.rec.envdToken }, l.rec.envdToken);
             }
           } else await this.bootWithLayer(l, image);
+          undo.release();
         } catch (err) {
-          registry.release(l);
-          await runner.stopRuntime(l);
-          this.ctx.states.save(l.rec);
+          await undo.unwind();
           throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
         }
       }
@@ -293,7 +294,7 @@ export class PauseResume {
    * the sandbox stays paused with it, and a plain connect still restores its memory.
    */
   private async reboot(l: Live, image: string): Promise<void> {
-    const { registry, runner } = this.ctx;
+    const { runner } = this.ctx;
     const { rec } = l;
     // Paused in place moments ago: its image is written first, the fallback if the boot fails.
     if (l.suspended && rec.pause?.imagePending) await this.writeImage(l, 0, true);
@@ -301,7 +302,8 @@ export class PauseResume {
     await this.uses.commits.claim(rec);
     if (!runner.driver.isCompleteCheckpoint(image)) await this.uses.commits.rebuild(rec.id, image);
     const layer = `${pauseDir(this.ctx.paths, rec.dir, "filesystem")}.reboot`;
-    registry.admit(l);
+    const undo = admitForResume(this.ctx, l);
+    deferRuntime(undo, this.ctx, l, { keepDir: true });
     try {
       await runner.bring(l, { kind: "image", imageDir: image }, undefined);
       if (rec.envdCredential !== "host") await runner.initEnvd(l, { accessToken: rec.envdToken }, rec.envdToken);
@@ -310,10 +312,9 @@ export class PauseResume {
       await runner.stopRuntime(l);
       this.ctx.log.info({ sandboxID: rec.id, bytes }, "filesystem taken from the memory image; rebooting");
       await this.bootWithLayer(l, layer);
+      undo.release();
     } catch (err) {
-      registry.release(l);
-      await runner.stopRuntime(l);
-      this.ctx.states.save(rec);
+      await undo.unwind();
       throw new StartFailedError(`failed to boot sandbox '${rec.id}' from its filesystem: ${(err as Error).message}`);
     } finally {
       rmSync(layer, { recursive: true, force: true });

@@ -1,9 +1,11 @@
 import type { Template } from "../state/template-catalog.js";
+import { CleanupStack } from "./cleanup-stack.js";
 import { envdRequest } from "./envd-client.js";
 import { runLoginShellOnce } from "./envd-process.js";
 import type { NodeContext } from "./node-context.js";
 import { templateSandbox } from "./records.js";
 import type { Live } from "./registry.js";
+import { deferRuntime } from "./start-undo.js";
 import { revisionKey, type WarmImages } from "./warm-images.js";
 
 /**
@@ -173,20 +175,24 @@ export class WarmPool {
     const live = templateSandbox(this.ctx.cfg, this.ctx.paths, this.ctx.runtimeDir, tpl);
     const { rec } = live;
     pool.restoring = live;
+    // Pooled sandboxes are the node's own (no admission, no record): only the runtime to undo.
+    const undo = new CleanupStack(this.ctx.log, { template: tpl.id });
+    deferRuntime(undo, this.ctx, live);
     try {
       await this.ctx.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
       // A create waits for this one: it gets it as it is, neither primed nor frozen.
       if (pool.waiters.length > 0) {
         await this.ctx.driver.prioritize(rec.runtimeId);
-        return { live, revision: revisionKey(tpl) };
+      } else {
+        if (live.slot) await prime(live.slot.slotIp);
+        await this.ctx.driver.freezer?.freeze(rec.runtimeId);
+        live.hibernated = true;
       }
-      if (live.slot) await prime(live.slot.slotIp);
-      await this.ctx.driver.freezer?.freeze(rec.runtimeId);
-      live.hibernated = true;
+      undo.release();
       return { live, revision: revisionKey(tpl) };
     } catch (err) {
       this.ctx.log.warn({ err, template: tpl.id }, "warm pool restore failed");
-      await this.ctx.runner.remove(live, true).catch(() => {});
+      await undo.unwind();
       return undefined;
     } finally {
       pool.restoring = undefined;
