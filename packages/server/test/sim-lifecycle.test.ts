@@ -214,6 +214,10 @@ test("a create that fails part way (envd's /init refused) leaves no sandbox, rec
     body: JSON.stringify({ templateID: "base", envVars: { [SIM_FAIL_INIT_ENV]: "1" } }),
   });
   assert.ok(r.status >= 500, `refused: ${r.status}`);
+  // The answer can overtake the log line, which comes through the server's stdout.
+  for (let i = 0; !server.logs().slice(before).includes("sandbox create failed") && i < 100; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+  }
   const logs = server.logs().slice(before);
   // The start that failed, and the pooled sandbox its claim tried first when one was ready.
   const failed = [
