@@ -18,8 +18,10 @@ import { buildGateway } from "../../gateway/src/app.js";
 import { installErrorHandling } from "../src/api/error-handler.js";
 import { sandboxRoutes } from "../src/api/routes/sandboxes.js";
 import { templateRoutes } from "../src/api/routes/templates.js";
+import type { ServerConfig } from "../src/config.js";
 import type { MetricSample } from "../src/orchestrator/metrics.js";
 import { MetricsHistory } from "../src/orchestrator/metrics-history.js";
+import type { NodeContext } from "../src/orchestrator/node-context.js";
 import type { Orchestrator } from "../src/orchestrator/orchestrator.js";
 import type { SandboxRecord } from "../src/state/store.js";
 import { TemplateStore } from "../src/state/template-catalog.js";
@@ -129,9 +131,9 @@ test("the latest sample: kept, or taken now for a running sandbox with none; non
   const history = new MetricsHistory({
     registry: { get: (id: string) => live.get(id) } as never,
     driver: { stats: async () => ({ cpuUsedPct: 25, memUsedBytes: 10, memCacheBytes: 0 }) } as never,
-    intervalS: 0,
+    cfg: { metricsIntervalS: 0 } as ServerConfig,
     log: pino({ level: "silent" }),
-  });
+  } as unknown as NodeContext);
   assert.equal((await history.latest(sid(1)))?.cpuUsedPct, 50);
   assert.equal((await history.latest(sid(2)))?.cpuUsedPct, 25, "sampled now");
   assert.equal(await history.latest(sid(3)), undefined);

@@ -5,8 +5,11 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pino from "pino";
+import type { ServerConfig } from "../src/config.js";
 import { Hibernation } from "../src/orchestrator/hibernation.js";
+import type { NodeContext } from "../src/orchestrator/node-context.js";
 import type { Live, SandboxRegistry } from "../src/orchestrator/registry.js";
+import type { SandboxRunner } from "../src/orchestrator/runner.js";
 import type { RuntimeDriver } from "../src/runtime/driver.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -36,19 +39,22 @@ function scene(o: { hostPct: number; guestPct: number | undefined; withGuest?: b
     },
     cpuMeter: { cpuTimeNs: () => (Date.now() - t0) * 1e6 * (o.hostPct / 100) },
   } as unknown as RuntimeDriver;
-  const h = new Hibernation({
-    registry,
-    driver,
-    idleS: 1,
-    cpuPct: 15,
-    saveAfterS: 0,
-    pauses: { pause: async () => {} },
-    guestCpuMs:
-      o.withGuest === false
-        ? undefined
-        : async () => (o.guestPct === undefined ? undefined : (Date.now() - t0) * (o.guestPct / 100)),
-    log: pino({ level: "silent" }),
-  });
+  const h = new Hibernation(
+    {
+      registry,
+      driver,
+      cfg: { hibernateAfterS: 1, hibernateCpuPct: 15, hibernateSaveAfterS: 0 } as ServerConfig,
+      runner: { reduceMemory: async () => {} } as unknown as SandboxRunner,
+      log: pino({ level: "silent" }),
+    } as NodeContext,
+    {
+      pauses: { pause: async () => {} },
+      guestCpuMs:
+        o.withGuest === false
+          ? undefined
+          : async () => (o.guestPct === undefined ? undefined : (Date.now() - t0) * (o.guestPct / 100)),
+    },
+  );
   return { h, live, frozen: () => freezes };
 }
 

@@ -3,8 +3,12 @@
 // pause and resume, fork, kill, and creates with an idempotency key. The same calls against
 // runsc sandboxes are test/e2b-sdk.test.ts and its neighbours.
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
+import Database from "better-sqlite3";
 import { NotFoundError, Sandbox } from "e2b";
+import { SIM_FAIL_INIT_ENV } from "../src/runtime/sim/envd-standin.js";
 import { type SimServer, simSdk, startSimServer } from "./helpers/sim-server.js";
 
 let server: SimServer;
@@ -191,4 +195,57 @@ test("a template's minFreeDiskMb sizes its sandboxes' disk in whole GiB, never s
   const huge = await post({ name: "huge", minFreeDiskMb: 2 ** 30 });
   assert.equal(huge.status, 400);
   assert.match(((await huge.json()) as { message: string }).message, /max_disk_size_mb/);
+});
+
+test("a create that fails part way (envd's /init refused) leaves no sandbox, record, folder or share of the node", async () => {
+  const metric = async (line: string) => {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    return Number(
+      text
+        .split("\n")
+        .find((l) => l.startsWith(`${line} `))
+        ?.split(" ")[1],
+    );
+  };
+  const before = server.logs().length;
+  const r = await fetch(`${server.url}/sandboxes`, {
+    method: "POST",
+    headers: { "x-api-key": server.apiKey, "content-type": "application/json" },
+    body: JSON.stringify({ templateID: "base", envVars: { [SIM_FAIL_INIT_ENV]: "1" } }),
+  });
+  assert.ok(r.status >= 500, `refused: ${r.status}`);
+  // The answer can overtake the log line, which comes through the server's stdout.
+  for (let i = 0; !server.logs().slice(before).includes("sandbox create failed") && i < 100; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  const logs = server.logs().slice(before);
+  // The start that failed, and the pooled sandbox its claim tried first when one was ready.
+  const failed = [
+    ...logs.matchAll(/"sandboxID":"([^"]+)"[^\n]*"msg":"(sandbox create failed|pooled sandbox failed[^"]*)"/g),
+  ];
+  assert.ok(
+    failed.some((m) => m[2] === "sandbox create failed"),
+    logs,
+  );
+  const db = new Database(join(server.dir, "data", "state.db"), { readonly: true });
+  try {
+    for (const [, id] of failed) {
+      const info = await fetch(`${server.url}/sandboxes/${id}`, { headers: { "x-api-key": server.apiKey } });
+      assert.equal(info.status, 404, `${id} is not known`);
+      assert.equal(db.prepare("SELECT id FROM sandboxes WHERE id = ?").get(id), undefined, `${id} has no record`);
+      // The runtime's removal (stop, slot released, folder removed) finishes in the background.
+      const dir = join(server.dir, "data", "sandboxes", id as string);
+      for (let i = 0; existsSync(dir) && i < 100; i++) await new Promise((res) => setTimeout(res, 50));
+      assert.ok(!existsSync(dir), `${id}'s folder is removed`);
+    }
+  } finally {
+    db.close();
+  }
+  assert.equal(await metric('aenv_sandboxes{state="creating"}'), 0, "no sandbox left starting");
+  assert.equal(await metric("aenv_node_allocated_cpus"), 0, "its share of the node given back");
+  assert.doesNotMatch(logs, /rollback step failed/);
+  // The node starts the next one as usual.
+  const s = await Sandbox.create(sdk);
+  assert.equal((await s.commands.run("true")).exitCode, 0);
+  await s.kill();
 });

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import pino from "pino";
 import { NodePaths } from "../src/node-paths.js";
+import type { NodeContext } from "../src/orchestrator/node-context.js";
 import { Snapshots } from "../src/orchestrator/snapshots.js";
 import type { Manifest, SnapshotRepository } from "../src/storage/repository/repository.js";
 
@@ -46,9 +47,9 @@ test("a commit that ends while the repository is listed does not hide the snapsh
       runner: { driver: { isCompleteCheckpoint: () => true } } as never,
       repository,
       checkpointKey: "k",
-      isTemplateName: () => false,
+      templates: { get: () => undefined } as never,
       log: pino({ level: "silent" }),
-    });
+    } as unknown as NodeContext);
     await snaps.recover();
     const listed = snaps.list();
     // The listing began; the commit ends; then the listing comes back without it.

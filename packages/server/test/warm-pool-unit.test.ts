@@ -7,7 +7,8 @@ import { test } from "node:test";
 import pino from "pino";
 import type { ServerConfig } from "../src/config.js";
 import type { NodePaths } from "../src/node-paths.js";
-import type { Live } from "../src/orchestrator/registry.js";
+import type { NodeContext } from "../src/orchestrator/node-context.js";
+import type { Live, SandboxRegistry } from "../src/orchestrator/registry.js";
 import type { SandboxRunner } from "../src/orchestrator/runner.js";
 import type { WarmImages } from "../src/orchestrator/warm-images.js";
 import { WarmPool } from "../src/orchestrator/warm-pool.js";
@@ -20,8 +21,9 @@ const TPL = { id: "t", name: "t", revision: 1, rootfs: "/nonexistent", cpuCount:
 /** A pool whose restores take `restoreMs` and succeed, with counters to look at. */
 function fakePool(o: { restoreMs: number; quiet: () => boolean; max?: number }) {
   const seen = { restores: 0, removed: 0 };
-  const pool = new WarmPool({
+  const ctx = {
     cfg: {
+      maxSandboxes: 100,
       warmPoolMax: o.max ?? 2,
       warmPoolMin: 1,
       maxDiskSizeMB: 0,
@@ -43,11 +45,11 @@ function fakePool(o: { restoreMs: number; quiet: () => boolean; max?: number }) 
       freezer: { freeze: async () => {}, thaw: async () => {} },
       prioritize: async () => {},
     } as unknown as RuntimeDriver,
-    warmImages: { take: () => "/nonexistent/image" } as unknown as WarmImages,
+    registry: { isClosing: false, list: () => [] } as unknown as SandboxRegistry,
     runtimeDir: "/nonexistent",
-    mayGrow: () => true,
     log: pino({ level: process.env.POOL_LOG ?? "silent" }),
-  });
+  } as NodeContext;
+  const pool = new WarmPool(ctx, { warmImages: { take: () => "/nonexistent/image" } as unknown as WarmImages });
   return { pool, seen };
 }
 

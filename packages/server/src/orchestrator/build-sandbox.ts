@@ -1,9 +1,8 @@
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
 import { newSandboxId } from "../state/ids.js";
+import { CleanupStack } from "./cleanup-stack.js";
+import type { NodeContext } from "./node-context.js";
 import { newSandboxRecord } from "./records.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
+import type { Live } from "./registry.js";
 
 export interface BuildSandbox {
   ip: string;
@@ -16,24 +15,18 @@ export interface BuildSandbox {
  * its envd runs: templates/in-sandbox.ts); the caller runs the steps and must call close().
  */
 export async function startBuildSandbox(
-  d: {
-    cfg: ServerConfig;
-    paths: NodePaths;
-    registry: SandboxRegistry;
-    runner: SandboxRunner;
-    runtimeDir: string;
-  },
+  ctx: NodeContext,
   opts: { rootfs: string; cpuCount: number; memoryMB: number; mounts: Record<string, string> },
 ): Promise<BuildSandbox> {
-  d.registry.assertOpen();
+  ctx.registry.assertOpen();
   const id = newSandboxId();
-  const rec = newSandboxRecord(d.cfg, {
+  const rec = newSandboxRecord(ctx.cfg, {
     id,
-    dir: d.paths.sandbox(id),
+    dir: ctx.paths.sandbox(id),
     templateId: "build",
     alias: "build",
     rootfs: opts.rootfs,
-    runtimeDir: d.runtimeDir,
+    runtimeDir: ctx.runtimeDir,
     req: { templateID: "build" },
     sizing: { cpuCount: opts.cpuCount, memoryMB: opts.memoryMB, diskSizeMB: 0 },
   });
@@ -43,19 +36,20 @@ export async function startBuildSandbox(
     ephemeral: true,
     launchExtras: { writableRootfs: true, readOnlyMounts: opts.mounts },
   };
+  // Its rootfs becomes a template next: whatever removes it waits until the runtime is gone.
+  const removeNow = async () => {
+    const runtimeId = rec.runtimeId;
+    await ctx.runner.remove(live, false);
+    await ctx.runner.removed(runtimeId);
+  };
+  const undo = new CleanupStack(ctx.log, { sandboxID: id });
+  undo.defer("runtime", removeNow);
   try {
-    await d.runner.bring(live, { kind: "boot" }, { defaultUser: "root", defaultWorkdir: "/" });
+    await ctx.runner.bring(live, { kind: "boot" }, { defaultUser: "root", defaultWorkdir: "/" });
   } catch (err) {
-    await d.runner.remove(live, false);
-    await d.runner.removed(rec.runtimeId);
+    await undo.unwind();
     throw err;
   }
-  return {
-    ip: live.slot?.slotIp as string,
-    close: async () => {
-      const runtimeId = rec.runtimeId;
-      await d.runner.remove(live, false);
-      await d.runner.removed(runtimeId);
-    },
-  };
+  undo.release();
+  return { ip: live.slot?.slotIp as string, close: removeNow };
 }

@@ -1,19 +1,6 @@
 import { FencedError } from "@aenv/edge/errors";
-import type { Logger } from "pino";
+import type { NodeContext } from "./node-context.js";
 import type { PauseCommits } from "./pause-commits.js";
-import type { SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
-
-export interface ClusterFenceDeps {
-  /** Whether this node is part of a cluster; alone, the lease is never checked. */
-  cluster: boolean;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  states: SandboxStates;
-  commits: PauseCommits;
-  log: Logger;
-}
 
 /**
  * A node's side of split-brain safety in a cluster. While its lease is not current (its last
@@ -26,10 +13,13 @@ export class ClusterFence {
   /** Set by the cluster's node agent (cluster/node-agent.ts). */
   leaseCurrent: () => boolean = () => true;
 
-  constructor(private readonly d: ClusterFenceDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: { commits: PauseCommits },
+  ) {}
 
   assertLease(id: string): void {
-    if (this.d.cluster && !this.leaseCurrent()) {
+    if (this.ctx.cfg.cluster && !this.leaseCurrent()) {
       throw new FencedError(
         `this node's cluster lease has lapsed (its heartbeat has not reached the cluster's state in time): sandbox '${id}' is not resumed here until it is renewed; retry through a gateway`,
       );
@@ -45,7 +35,8 @@ export class ClusterFence {
    * other is kept (its route is not taken back). Returns the IDs dropped.
    */
   async supersede(moved: Map<string, string>): Promise<string[]> {
-    const { registry, commits, runner, states, log } = this.d;
+    const { registry, runner, states, log } = this.ctx;
+    const { commits } = this.uses;
     const dropped: string[] = [];
     for (const [id, owner] of moved) {
       const l = registry.get(id);

@@ -1,42 +1,23 @@
 import { AenvError, StartFailedError } from "@aenv/edge/errors";
 import { ownerOf } from "@aenv/edge/tenants";
 import { IDEMPOTENCY } from "@aenv/protocol";
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
 import { newSandboxId, newToken } from "../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import type { Template } from "../state/template-catalog.js";
+import type { CleanupStack } from "./cleanup-stack.js";
 import { envdTokenOf } from "./envd-credentials.js";
-import type { LifecycleEvents } from "./lifecycle-events.js";
+import type { NodeContext } from "./node-context.js";
 import { bootSettings, type CreateRequest, checkCreateRequest, clampTimeoutS, newSandboxRecord } from "./records.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import type { EnvdInit, SandboxRunner, StartFrom } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
+import type { Live } from "./registry.js";
+import type { EnvdInit, StartFrom } from "./runner.js";
 import type { Snapshots } from "./snapshots.js";
 import type { Sources } from "./sources.js";
 import { runStartCommand } from "./start-command.js";
 import { StartGate } from "./start-gate.js";
+import { admitForStart, deferRuntime } from "./start-undo.js";
 import { mountsForSnapshot, resolveMounts, type VolumeLookup } from "./volume-mounts.js";
 import type { WarmImages } from "./warm-images.js";
 import type { Pooled, WarmPool } from "./warm-pool.js";
-
-export interface CreateDeps {
-  cfg: ServerConfig;
-  paths: NodePaths;
-  /** Where state changes and records are persisted (sandbox-states.ts). */
-  states: SandboxStates;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  sources: Sources;
-  snapshots: Snapshots;
-  warmImages: WarmImages;
-  pool?: WarmPool;
-  runtimeDir: string;
-  volumes: VolumeLookup;
-  events: LifecycleEvents;
-  log: Logger;
-}
 
 /** A new sandbox's record, where it starts from, and envd's /init for it. */
 interface Plan {
@@ -59,10 +40,19 @@ export class Creator {
   /** Creates in flight by their idempotency key. */
   private readonly byKey = new Map<string, Promise<SandboxRecord>>();
 
-  constructor(private readonly d: CreateDeps) {
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: {
+      sources: Sources;
+      snapshots: Snapshots;
+      warmImages: WarmImages;
+      pool?: WarmPool;
+      volumes: VolumeLookup;
+    },
+  ) {
     this.gate = new StartGate({
-      concurrency: Math.max(1, d.cfg.createConcurrency),
-      maxWaitMs: d.cfg.createQueueMs,
+      concurrency: Math.max(1, ctx.cfg.createConcurrency),
+      maxWaitMs: ctx.cfg.createQueueMs,
       // A restore from a warm image on an idle 2-core host, until starts are measured.
       initialStartMs: 800,
     });
@@ -83,7 +73,7 @@ export class Creator {
     if (pending) return pending;
     // Each API key's keys are its own: another key's sandbox is never the answer.
     const owner = req.requester ? ownerOf(req.requester).owner : undefined;
-    const made = this.d.registry
+    const made = this.ctx.registry
       .all()
       .find(
         (l) =>
@@ -98,12 +88,12 @@ export class Creator {
   }
 
   private async createNew(req: CreateRequest): Promise<SandboxRecord> {
-    const { registry } = this.d;
+    const { registry } = this.ctx;
     registry.assertOpen();
     checkCreateRequest(req);
     // Fail fast on a full node; the sizing is checked (and held) once the source is known.
     registry.checkRoom();
-    const timeoutS = clampTimeoutS(this.d.cfg, req.timeoutS);
+    const timeoutS = clampTimeoutS(this.ctx.cfg, req.timeoutS);
     const plan = await this.plan(req);
     const { tpl } = plan;
     // Now with its sizing: a create that cannot fit is refused before it waits for anything.
@@ -111,10 +101,10 @@ export class Creator {
     // A pooled sandbox of the template: already restored, only thawed and initialised here.
     // On a miss, the one the pool is restoring right now is nearer than a restore of our own.
     const poolable = tpl && plan.from.kind === "image" && !plan.snap ? tpl : undefined;
-    let pooled = poolable && this.d.pool?.take(poolable);
-    if (poolable && !pooled) pooled = await this.d.pool?.next(poolable);
+    let pooled = poolable && this.uses.pool?.take(poolable);
+    if (poolable && !pooled) pooled = await this.uses.pool?.next(poolable);
     if (pooled && pooled.live.rec.diskSizeMB !== plan.rec.diskSizeMB) {
-      void this.d.pool?.discard(pooled);
+      void this.uses.pool?.discard(pooled);
       pooled = undefined;
     }
     if (pooled) {
@@ -126,25 +116,26 @@ export class Creator {
 
   /** A create that starts its sandbox: restored from a snapshot or warm image, or booted. */
   private async start(req: CreateRequest, plan: Plan, timeoutS: number): Promise<SandboxRecord> {
-    const { registry, runner, log } = this.d;
+    const { runner, log } = this.ctx;
     const { rec, init, tpl } = plan;
     let from = plan.from;
     // Resolved and registered in one synchronous step: a volume destroy checks the registry.
     const mounts = plan.snap
-      ? mountsForSnapshot(this.d.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts, rec.owner)
-      : resolveMounts(this.d.volumes, req.volumeMounts ?? [], rec.owner);
+      ? mountsForSnapshot(this.uses.volumes, plan.snap.id, plan.snap.volumeMounts ?? [], req.volumeMounts, rec.owner)
+      : resolveMounts(this.uses.volumes, req.volumeMounts ?? [], rec.owner);
     if (mounts.length) rec.volumeMounts = mounts;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.addAdmitted(live);
+    const undo = admitForStart(this.ctx, live);
     const t0 = Date.now();
     try {
+      deferRuntime(undo, this.ctx, live);
       try {
         await runner.bring(live, from, init);
       } catch (err) {
         if (from.kind !== "image" || !tpl) throw err;
         // A stale warm image must not make the template unusable: boot instead.
         log.warn({ err, template: tpl.id }, "warm restore failed; cold-booting");
-        this.d.warmImages.drop(tpl);
+        this.uses.warmImages.drop(tpl);
         await runner.stopRuntime(live);
         from = { kind: "boot" };
         await runner.bring(live, from, init);
@@ -153,18 +144,19 @@ export class Creator {
       if (from.kind === "boot" && tpl?.startCmd && live.slot) {
         await runStartCommand(live.slot.slotIp, tpl, envdTokenOf(rec));
       }
-      this.d.states.started(rec, Date.now() + timeoutS * 1000);
+      this.ctx.states.started(rec, Date.now() + timeoutS * 1000);
       log.info(
         { sandboxID: rec.id, template: rec.templateId, from: from.kind, ms: Date.now() - t0 },
         "sandbox created",
       );
-      this.d.events.emit("created", rec);
+      this.ctx.events.emit("created", rec);
       // The next create from this template should be a restore.
-      if (tpl?.warm && from.kind === "boot" && !req.cold) this.d.warmImages.ensureInBackground(tpl);
+      if (tpl?.warm && from.kind === "boot" && !req.cold) this.uses.warmImages.ensureInBackground(tpl);
+      undo.release();
       return rec;
     } catch (err) {
       log.error({ err, sandboxID: rec.id }, "sandbox create failed");
-      await runner.remove(live, true);
+      await undo.unwind();
       if (err instanceof AenvError) throw err;
       throw new StartFailedError(`failed to start sandbox: ${(err as Error).message}`);
     }
@@ -172,7 +164,7 @@ export class Creator {
 
   /** A create served by a pooled sandbox; undefined (and the pooled one gone) if it failed. */
   private async claim(pooled: Pooled, plan: Plan, timeoutS: number): Promise<SandboxRecord | undefined> {
-    const { registry, runner, log } = this.d;
+    const { registry, runner, log } = this.ctx;
     const t0 = Date.now();
     const rec = { ...plan.rec };
     const from = pooled.live.rec;
@@ -182,13 +174,16 @@ export class Creator {
     rec.slotIndex = from.slotIndex;
     const live: Live = { rec, op: Promise.resolve(), hibernated: pooled.live.hibernated === true };
     if (pooled.live.slot) live.slot = pooled.live.slot;
+    let undo: CleanupStack;
     try {
       // Admission as for any create (its share is held from here); a full node keeps no pooled one.
-      registry.addAdmitted(live);
+      undo = admitForStart(this.ctx, live);
     } catch (err) {
-      void this.d.pool?.discard(pooled);
+      void this.uses.pool?.discard(pooled);
       throw err;
     }
+    // Admitted, the pooled sandbox's runtime is this create's to remove if the claim fails.
+    deferRuntime(undo, this.ctx, live);
     try {
       // Restored at the lowest CPU priority (it was background work): now someone waits for it.
       await runner.driver.prioritize(rec.runtimeId);
@@ -197,33 +192,33 @@ export class Creator {
       // until both are done: side by side. Both settle before a failure removes it.
       const steps = await Promise.allSettled([runner.applyNetwork(live), runner.initEnvd(live, plan.init, undefined)]);
       for (const s of steps) if (s.status === "rejected") throw s.reason;
-      this.d.states.started(rec, Date.now() + timeoutS * 1000);
+      this.ctx.states.started(rec, Date.now() + timeoutS * 1000);
       log.info({ sandboxID: rec.id, template: rec.templateId, from: "pool", ms: Date.now() - t0 }, "sandbox created");
-      this.d.events.emit("created", rec);
+      this.ctx.events.emit("created", rec);
+      undo.release();
       return rec;
     } catch (err) {
       log.warn({ err, sandboxID: rec.id }, "pooled sandbox failed; starting another way");
-      await runner.remove(live, true).catch(() => {});
-      registry.remove(rec.id);
+      await undo.unwind();
       return undefined;
     }
   }
 
   private async plan(req: CreateRequest): Promise<Plan> {
     const id = newSandboxId();
-    const dir = this.d.paths.sandbox(id);
-    const source = await this.d.sources.resolve(req.templateID, req.requester);
+    const dir = this.ctx.paths.sandbox(id);
+    const source = await this.uses.sources.resolve(req.templateID, req.requester);
     if (source.kind === "snapshot") {
       const { snap } = source;
-      await this.d.snapshots.ensureLocal(snap);
-      const rec = newSandboxRecord(this.d.cfg, {
+      await this.uses.snapshots.ensureLocal(snap);
+      const rec = newSandboxRecord(this.ctx.cfg, {
         id,
         dir,
         templateId: snap.id,
         alias: snap.names[0] ?? snap.id,
         rootfs: snap.rootfs,
         // Same checkpoint key means the same /.aenv contents: use this node's copy of them.
-        runtimeDir: snap.imageKey ? this.d.runtimeDir : snap.runtimeDir,
+        runtimeDir: snap.imageKey ? this.ctx.runtimeDir : snap.runtimeDir,
         req,
         sizing: snap,
       });
@@ -250,13 +245,13 @@ export class Creator {
       memoryMB: req.memoryMB ?? tpl.memoryMB,
       diskSizeMB: req.diskSizeMB ?? tpl.diskSizeMB,
     };
-    const rec = newSandboxRecord(this.d.cfg, {
+    const rec = newSandboxRecord(this.ctx.cfg, {
       id,
       dir,
       templateId: tpl.id,
       alias: tpl.name,
       rootfs: tpl.rootfs,
-      runtimeDir: this.d.runtimeDir,
+      runtimeDir: this.ctx.runtimeDir,
       req,
       sizing,
     });
@@ -264,7 +259,7 @@ export class Creator {
     // A warm image carries the template's sizing and no volumes: other sizes, and sandboxes
     // with volumes, boot (gVisor restores a checkpoint's own mount table and ignores new mounts).
     const warmFits = sizing.cpuCount === tpl.cpuCount && sizing.memoryMB === tpl.memoryMB && !req.volumeMounts?.length;
-    const warm = !req.cold && warmFits ? this.d.warmImages.take(tpl) : undefined;
+    const warm = !req.cold && warmFits ? this.uses.warmImages.take(tpl) : undefined;
     return {
       rec,
       tpl,

@@ -1,21 +1,18 @@
 import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
 import { AenvError, AtCapacityError, ChildFailedError, ConflictError } from "@aenv/edge/errors";
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
 import { newSandboxId } from "../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import { captureLayer, isCompleteLayer } from "./fs-layer.js";
-import type { LifecycleEvents } from "./lifecycle-events.js";
+import type { NodeContext } from "./node-context.js";
 import { maxLayerBytes } from "./pause-kinds.js";
 import type { PauseResume } from "./pause-resume.js";
 import { clampTimeoutS, newSandboxRecord } from "./records.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
+import type { Live } from "./registry.js";
 import type { Snapshots } from "./snapshots.js";
+import { admitForStart, deferRuntime } from "./start-undo.js";
 
 /** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
 /** One child as the node sees it: its record, or why it did not start (the API answers it as a ForkResult). */
@@ -27,20 +24,6 @@ export type ForkChild = { sandbox: SandboxRecord } | { error: Error };
  * and I/O, so overlapping them beats one per core (fork x16 here: 3.9 s with 2 at a time).
  */
 const FORK_PARALLELISM = 64;
-
-export interface ForkDeps {
-  cfg: ServerConfig;
-  paths: NodePaths;
-  /** Where state changes and records are persisted (sandbox-states.ts). */
-  states: SandboxStates;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  /** Makes the fork's capture a snapshot (when children did not fit here). */
-  snapshots: Pick<Snapshots, "publish">;
-  /** A paused parent's image, linked into the capture folder; a fresh boot with a layer applied. */
-  pauses: Pick<PauseResume, "linkImage" | "bootWithLayer">;
-  events: LifecycleEvents;
-}
 
 export interface ForkOptions {
   /** A cluster gateway's ask: children that do not fit here come back as a snapshot to start elsewhere. */
@@ -80,21 +63,29 @@ export interface ForkOutcome {
  * child is fully removed; the capture is deleted afterwards.
  */
 export class Forker {
-  constructor(private readonly d: ForkDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: {
+      /** Makes the fork's capture a snapshot (when children did not fit here). */
+      snapshots: Pick<Snapshots, "publish">;
+      /** A paused parent's image, linked into the capture folder; a fresh boot with a layer applied. */
+      pauses: Pick<PauseResume, "linkImage" | "bootWithLayer">;
+    },
+  ) {}
 
   async fork(id: string, count: number, timeoutS: number | undefined, opts: ForkOptions = {}): Promise<ForkOutcome> {
-    const { registry, runner } = this.d;
+    const { registry, runner } = this.ctx;
     const l = registry.mustGet(id);
     const parent = l.rec;
     const memory = opts.memory !== false;
     // A layer cannot start elsewhere as a snapshot: those children are answered here.
     const spill = !!opts.spill && memory;
-    const captureDir = this.d.paths.fork(randomBytes(8).toString("hex"));
+    const captureDir = this.ctx.paths.fork(randomBytes(8).toString("hex"));
     // The parent's time left: what its children get unless the call says otherwise.
     const leftMs = await registry.enqueue(l, async () => {
       if (!memory) return this.captureFilesystem(l, captureDir);
       if (parent.state === "paused") {
-        await this.d.pauses.linkImage(l, captureDir);
+        await this.uses.pauses.linkImage(l, captureDir);
         // Saved by hibernation, it is running to its client: its TTL is endAt.
         return parent.pause.idleSaved ? parent.endAt - Date.now() : (parent.pause.ttlLeftMs ?? 0);
       }
@@ -102,7 +93,8 @@ export class Forker {
       await runner.capture(l, captureDir, { shared: true });
       return parent.endAt - Date.now();
     });
-    const ttlS = timeoutS ?? (opts.defaultTimeout ? this.d.cfg.defaultTimeoutS : Math.max(1, Math.ceil(leftMs / 1000)));
+    const ttlS =
+      timeoutS ?? (opts.defaultTimeout ? this.ctx.cfg.defaultTimeoutS : Math.max(1, Math.ceil(leftMs / 1000)));
     const results: ForkChild[] = new Array(count);
     const held: Held = { frozen: [], pending: count };
     // Children up first are frozen until the last one is: an idle restored sentry still spins
@@ -123,7 +115,7 @@ export class Forker {
     try {
       await Promise.all(Array.from({ length: Math.min(FORK_PARALLELISM, count) }, worker));
       if (spill && results.some((r) => "error" in r && r.error instanceof AtCapacityError)) {
-        spillSnapshot = await this.d.snapshots.publish(parent, undefined, captureDir);
+        spillSnapshot = await this.uses.snapshots.publish(parent, undefined, captureDir);
       }
     } finally {
       rmSync(captureDir, { recursive: true, force: true });
@@ -162,7 +154,7 @@ export class Forker {
 
   /** Frozen as hibernation does (any traffic or operation thaws it) until its siblings are up. */
   private async hold(live: Live, held: Held): Promise<void> {
-    const driver = this.d.runner.driver;
+    const driver = this.ctx.runner.driver;
     // The last one up is not held: nothing is left to wait for.
     const freezer = driver.freezer;
     if (!freezer || held.pending <= 1) return;
@@ -180,14 +172,14 @@ export class Forker {
     memory: boolean,
     hold?: Held,
   ): Promise<SandboxRecord> {
-    const { registry, runner } = this.d;
+    const { registry, runner } = this.ctx;
     registry.assertOpen();
     // The sizing is the parent's: fail before building a record if it cannot fit.
     registry.checkRoom(parent);
     const id = newSandboxId();
-    const rec = newSandboxRecord(this.d.cfg, {
+    const rec = newSandboxRecord(this.ctx.cfg, {
       id,
-      dir: this.d.paths.sandbox(id),
+      dir: this.ctx.paths.sandbox(id),
       templateId: parent.templateId,
       alias: parent.alias,
       rootfs: parent.rootfs,
@@ -212,7 +204,8 @@ export class Forker {
     // A child is its parent's key's, whoever forked it (the key itself or the operator).
     if (parent.owner) rec.owner = parent.owner;
     const live: Live = { rec, op: Promise.resolve() };
-    registry.addAdmitted(live);
+    const undo = admitForStart(this.ctx, live);
+    deferRuntime(undo, this.ctx, live);
     try {
       if (memory) {
         await runner.bring(
@@ -220,14 +213,15 @@ export class Forker {
           { kind: "image", imageDir, oldToken: envdTokenOf(parent) },
           { accessToken: rec.envdToken },
         );
-      } else await this.d.pauses.bootWithLayer(live, imageDir);
-      this.d.states.started(rec, Date.now() + clampTimeoutS(this.d.cfg, ttlS) * 1000);
-      this.d.events.emit("created", rec);
-      this.d.events.emit("forked", rec, { parentId: parent.id });
+      } else await this.uses.pauses.bootWithLayer(live, imageDir);
+      this.ctx.states.started(rec, Date.now() + clampTimeoutS(this.ctx.cfg, ttlS) * 1000);
+      this.ctx.events.emit("created", rec);
+      this.ctx.events.emit("forked", rec, { parentId: parent.id });
       if (hold) await this.hold(live, hold);
+      undo.release();
       return rec;
     } catch (err) {
-      await runner.remove(live, true);
+      await undo.unwind();
       if (err instanceof AenvError) throw err;
       throw new ChildFailedError(`fork child failed to start: ${(err as Error).message}`);
     }

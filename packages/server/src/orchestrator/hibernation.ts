@@ -1,40 +1,15 @@
-import type { Logger } from "pino";
-import type { RuntimeDriver } from "../runtime/driver.js";
 import { countSweep } from "../telemetry/prometheus.js";
 import { forEachLimit } from "../util/concurrency.js";
+import type { NodeContext } from "./node-context.js";
 import type { PauseResume } from "./pause-resume.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import { NotIdleError, type SandboxRunner } from "./runner.js";
+import type { Live } from "./registry.js";
+import { NotIdleError } from "./runner.js";
 
 /** envd calls in flight at once when a sweep asks sandboxes what their processes used. */
 const GUEST_CHECKS_AT_ONCE = 8;
 
 /** Metadata that turns hibernation off for one sandbox. */
 export const HIBERNATE_METADATA_KEY = "aenv.hibernate";
-
-export interface HibernationDeps {
-  registry: SandboxRegistry;
-  driver: RuntimeDriver;
-  /** Seconds without traffic, API calls or CPU use of its own before a sandbox is frozen; 0: never. */
-  idleS: number;
-  /** CPU use (percent of one core, averaged between sweeps) below which a sandbox counts as idle. */
-  cpuPct: number;
-  /** Idle seconds after which a frozen sandbox is saved to disk and stopped; 0: never. */
-  saveAfterS: number;
-  /**
-   * Saves an idle sandbox (a memory pause with `idle`, which the API does not show), once its
-   * queue gets to it and if stillIdle() then; NotIdleError when it must not be saved.
-   */
-  pauses: Pick<PauseResume, "pause">;
-  /**
-   * CPU time the sandbox's own processes have used, ms (envd's accounting); undefined when it
-   * cannot be asked. Consulted only when the host-side figure says busy and nothing else does.
-   */
-  guestCpuMs?: (l: Live) => Promise<number | undefined>;
-  /** Best effort, right before a freeze: the sandbox gives back memory it holds but does not use. */
-  runner?: Pick<SandboxRunner, "reduceMemory">;
-  log: Logger;
-}
 
 interface Watch {
   lastActive: number;
@@ -47,12 +22,12 @@ interface Watch {
 
 /**
  * Idle sandboxes cost nearly nothing: one with no client connection, no API or proxy traffic
- * and no CPU use of its own for `idleS` is frozen in place (cgroup freezer: memory stays, no
+ * and no CPU use of its own for `sandbox.hibernate_after_secs` is frozen in place (cgroup freezer: memory stays, no
  * checkpoint) and thawed on its next proxy request or lifecycle call. Thawing takes well under
  * a millisecond. The API keeps showing it as running; its clocks keep running, so timers that
  * fell due while frozen fire on thaw.
  *
- * Idle for `saveAfterS`, a frozen sandbox is saved: a memory pause to disk, runtime stopped,
+ * Idle for `sandbox.hibernate_save_after_secs`, a frozen sandbox is saved: a memory pause to disk, runtime stopped,
  * its memory given back to the host (`rec.idleSaved`; the API still shows it running and its
  * TTL runs on). Its next use resumes it: a restore's latency, nothing else. A sandbox with a
  * TCP connection to outside it is not saved (a checkpoint would reset the connection).
@@ -63,10 +38,24 @@ export class Hibernation {
   private sweeping = false;
   private busy: (id: string) => boolean = () => false;
 
-  constructor(private readonly d: HibernationDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: {
+      /**
+       * Saves an idle sandbox (a memory pause with `idle`, which the API does not show), once its
+       * queue gets to it and if stillIdle() then; NotIdleError when it must not be saved.
+       */
+      pauses: Pick<PauseResume, "pause">;
+      /**
+       * CPU time the sandbox's own processes have used, ms (envd's accounting); undefined when it
+       * cannot be asked. Consulted only when the host-side figure says busy and nothing else does.
+       */
+      guestCpuMs?: (l: Live) => Promise<number | undefined>;
+    },
+  ) {}
 
   get enabled(): boolean {
-    return this.d.idleS > 0 && !!this.d.driver.freezer && !!this.d.driver.cpuMeter;
+    return this.ctx.cfg.hibernateAfterS > 0 && !!this.ctx.driver.freezer && !!this.ctx.driver.cpuMeter;
   }
 
   /** Who knows about open client connections (the proxy). */
@@ -75,7 +64,7 @@ export class Hibernation {
   }
 
   private get everyMs(): number {
-    return Math.max(250, Math.min(5000, (this.d.idleS * 1000) / 4));
+    return Math.max(250, Math.min(5000, (this.ctx.cfg.hibernateAfterS * 1000) / 4));
   }
 
   start(): void {
@@ -86,7 +75,7 @@ export class Hibernation {
       if (this.sweeping) return;
       this.sweeping = true;
       this.sweep()
-        .catch((err) => this.d.log.warn({ err }, "hibernation sweep failed"))
+        .catch((err) => this.ctx.log.warn({ err }, "hibernation sweep failed"))
         .finally(() => {
           this.sweeping = false;
           countSweep("hibernation");
@@ -115,8 +104,8 @@ export class Hibernation {
   async wake(l: Live): Promise<void> {
     if (!l.hibernated) return;
     l.hibernated = false;
-    await this.d.driver.freezer?.thaw(l.rec.runtimeId);
-    this.d.log.debug({ sandboxID: l.rec.id }, "sandbox thawed");
+    await this.ctx.driver.freezer?.thaw(l.rec.runtimeId);
+    this.ctx.log.debug({ sandboxID: l.rec.id }, "sandbox thawed");
   }
 
   private optedOut(l: Live): boolean {
@@ -128,7 +117,7 @@ export class Hibernation {
     const now = Date.now();
     const ids = new Set<string>();
     const running: Array<{ l: Live; w: Watch; hostBusy: boolean }> = [];
-    for (const l of this.d.registry.all()) {
+    for (const l of this.ctx.registry.all()) {
       const id = l.rec.id;
       ids.add(id);
       if (l.ephemeral || l.rec.state !== "running" || !l.slot) continue;
@@ -143,10 +132,11 @@ export class Hibernation {
         w.epoch = l.opEpoch;
         w.lastActive = now;
       }
-      const ns = this.d.driver.cpuMeter?.cpuTimeNs(l.rec.runtimeId);
+      const ns = this.ctx.driver.cpuMeter?.cpuTimeNs(l.rec.runtimeId);
       let hostBusy = false;
       if (ns !== undefined) {
-        hostBusy = !!w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.d.cpuPct;
+        hostBusy =
+          !!w.cpu && now > w.cpu.t && ((ns - w.cpu.ns) / 1e6 / (now - w.cpu.t)) * 100 > this.ctx.cfg.hibernateCpuPct;
         w.cpu = { t: now, ns };
       }
       if (this.busy(id) || (l.opsPending ?? 0) > 0 || l.inflight || l.gate) w.lastActive = now;
@@ -162,74 +152,74 @@ export class Hibernation {
       },
     );
     for (const { l, w } of running) {
-      if (now - w.lastActive < this.d.idleS * 1000 || this.optedOut(l)) continue;
+      if (now - w.lastActive < this.ctx.cfg.hibernateAfterS * 1000 || this.optedOut(l)) continue;
       await this.freeze(l, w);
     }
     for (const id of this.watch.keys()) if (!ids.has(id)) this.watch.delete(id);
   }
 
   /**
-   * Whether the sandbox's processes used under `cpuPct` since it was last asked. The host's
+   * Whether the sandbox's processes used under `sandbox.hibernate_cpu_percent` since it was last asked. The host's
    * cgroup counts the runtime's housekeeping too: an idle desktop (a dozen GUI processes
    * with timers) costs 10-15 % of a core in the sentry while its processes use under 1 %, and
    * more on a slower host, so the host figure alone kept such sandboxes awake. A first answer,
    * or one older than three sweeps, only starts a window: busy until the next sweep.
    */
   private async quietInside(l: Live, w: Watch, now: number): Promise<boolean> {
-    if (!this.d.guestCpuMs) return false;
-    const ms = await this.d.guestCpuMs(l).catch(() => undefined);
+    if (!this.uses.guestCpuMs) return false;
+    const ms = await this.uses.guestCpuMs(l).catch(() => undefined);
     const prev = w.guest;
     w.guest = ms === undefined ? undefined : { t: now, ms };
     if (ms === undefined || !prev || now <= prev.t || now - prev.t > 3 * this.everyMs) return false;
-    return ((ms - prev.ms) / (now - prev.t)) * 100 <= this.d.cpuPct;
+    return ((ms - prev.ms) / (now - prev.t)) * 100 <= this.ctx.cfg.hibernateCpuPct;
   }
 
   private saveDue(l: Live, w: Watch, now: number): boolean {
-    const after = this.d.saveAfterS * 1000;
+    const after = this.ctx.cfg.hibernateSaveAfterS * 1000;
     return after > 0 && now - w.lastActive >= after && !l.inflight && !this.busy(l.rec.id);
   }
 
   /**
    * Saves it through a pause in its queue (which thaws it first). A refused or failed save
    * leaves it running; being an operation, the attempt counts as activity, so it is frozen
-   * again after idleS and tried again only after another saveAfterS.
+   * again after the idle time and tried again only after another save delay.
    */
   private async save(l: Live, w: Watch): Promise<void> {
     const since = w.lastActive;
     const id = l.rec.id;
     try {
-      await this.d.pauses.pause(id, {
+      await this.uses.pauses.pause(id, {
         idle: true,
         stillIdle: () => this.watch.get(id)?.lastActive === since && !this.busy(id),
       });
     } catch (err) {
       if (err instanceof NotIdleError)
-        this.d.log.info({ sandboxID: id, reason: err.message }, "idle sandbox kept in memory");
-      else this.d.log.warn({ err, sandboxID: id }, "idle sandbox not saved");
+        this.ctx.log.info({ sandboxID: id, reason: err.message }, "idle sandbox kept in memory");
+      else this.ctx.log.warn({ err, sandboxID: id }, "idle sandbox not saved");
     }
   }
 
   /** Freezes it through its operation queue, checking once more that nothing reached it since. */
   private freeze(l: Live, w: Watch): Promise<void> {
-    return this.d.registry
+    return this.ctx.registry
       .enqueue(l, async () => {
-        const idle = () => Date.now() - w.lastActive >= this.d.idleS * 1000;
+        const idle = () => Date.now() - w.lastActive >= this.ctx.cfg.hibernateAfterS * 1000;
         const keepAwake = () => !idle() || l.hibernated || l.rec.state !== "running" || !l.slot || this.busy(l.rec.id);
         if (keepAwake()) return;
         // While it still runs (traffic meanwhile is served as usual, then seen below).
-        await this.d.runner?.reduceMemory(l);
+        await this.ctx.runner.reduceMemory(l);
         if (keepAwake()) return;
         // Marked first: traffic arriving while the freezer settles thaws it again.
         l.hibernated = true;
         try {
-          await this.d.driver.freezer?.freeze(l.rec.runtimeId);
-          this.d.log.debug({ sandboxID: l.rec.id }, "sandbox hibernated");
+          await this.ctx.driver.freezer?.freeze(l.rec.runtimeId);
+          this.ctx.log.debug({ sandboxID: l.rec.id }, "sandbox hibernated");
         } catch (err) {
           l.hibernated = false;
-          await this.d.driver.freezer?.thaw(l.rec.runtimeId).catch(() => {});
+          await this.ctx.driver.freezer?.thaw(l.rec.runtimeId).catch(() => {});
           throw err;
         }
       })
-      .catch((err) => this.d.log.warn({ err, sandboxID: l.rec.id }, "sandbox not hibernated"));
+      .catch((err) => this.ctx.log.warn({ err, sandboxID: l.rec.id }, "sandbox not hibernated"));
   }
 }

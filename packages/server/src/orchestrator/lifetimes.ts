@@ -1,26 +1,11 @@
 import { ConflictError } from "@aenv/edge/errors";
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
 import type { SandboxRecord } from "../state/store.js";
 import { timed } from "../telemetry/prometheus.js";
 import type { Killer } from "./kill.js";
+import type { NodeContext } from "./node-context.js";
 import type { PauseResume } from "./pause-resume.js";
 import { clampTimeoutS } from "./records.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
-
-export interface LifetimesDeps {
-  cfg: ServerConfig;
-  /** Where state changes and records are persisted (sandbox-states.ts). */
-  states: SandboxStates;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  /** What an expiry does: a pause (by default) or a kill. */
-  pauses: Pick<PauseResume, "pause">;
-  killer: Pick<Killer, "kill">;
-  log: Logger;
-}
+import type { Live } from "./registry.js";
 
 /**
  * How long sandboxes live: TTLs set and extended by clients, expiry (pause by default, kill
@@ -30,15 +15,19 @@ export class Lifetimes {
   private reaper: NodeJS.Timeout | undefined;
   private deadCheck: NodeJS.Timeout | undefined;
 
-  constructor(private readonly d: LifetimesDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    /** What an expiry does: a pause (by default) or a kill. */
+    private readonly uses: { pauses: Pick<PauseResume, "pause">; killer: Pick<Killer, "kill"> },
+  ) {}
 
   start(): void {
     this.reaper = setInterval(() => this.reap(), 1000);
     this.reaper.unref();
-    const every = this.d.cfg.deadCheckIntervalS;
+    const every = this.ctx.cfg.deadCheckIntervalS;
     if (every > 0) {
       this.deadCheck = setInterval(() => {
-        this.sweepDead().catch((err) => this.d.log.warn({ err }, "could not check for dead sandboxes"));
+        this.sweepDead().catch((err) => this.ctx.log.warn({ err }, "could not check for dead sandboxes"));
       }, every * 1000);
       this.deadCheck.unref();
     }
@@ -51,49 +40,49 @@ export class Lifetimes {
 
   /** Sets the TTL to now + timeout (may shorten). */
   set(id: string, timeoutS: number): void {
-    const l = this.d.registry.mustGet(id);
-    const t = clampTimeoutS(this.d.cfg, timeoutS);
+    const l = this.ctx.registry.mustGet(id);
+    const t = clampTimeoutS(this.ctx.cfg, timeoutS);
     // A sandbox saved by hibernation is running to its client: its TTL is endAt.
-    if (l.rec.state === "paused" && !l.rec.pause.idleSaved) this.d.states.pausedTtl(l.rec, t * 1000);
+    if (l.rec.state === "paused" && !l.rec.pause.idleSaved) this.ctx.states.pausedTtl(l.rec, t * 1000);
     else {
       l.rec.endAt = Date.now() + t * 1000;
-      this.d.states.save(l.rec);
+      this.ctx.states.save(l.rec);
     }
   }
 
   /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
   extend(id: string, timeoutS: number | undefined): SandboxRecord {
-    const l = this.d.registry.mustGet(id);
+    const l = this.ctx.registry.mustGet(id);
     if (l.rec.state === "paused" && !l.rec.pause.idleSaved) throw new ConflictError(`sandbox '${id}' is paused`);
-    const t = clampTimeoutS(this.d.cfg, timeoutS);
+    const t = clampTimeoutS(this.ctx.cfg, timeoutS);
     l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
-    this.d.states.save(l.rec);
+    this.ctx.states.save(l.rec);
     return l.rec;
   }
 
   private reap(): void {
     const now = Date.now();
-    for (const l of this.d.registry.all()) {
+    for (const l of this.ctx.registry.all()) {
       if (l.rec.endAt > now || l.inflight || l.gate) continue;
       // One hibernation saved is running to its client and expires the same way: its pause
       // takes the image it is already in (PauseResume.keepSaved).
       if (l.rec.state !== "running" && !l.rec.pause?.idleSaved) continue;
       const id = l.rec.id;
       const act = l.rec.autoPause ? "pause" : "kill";
-      this.d.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
+      this.ctx.log.info({ sandboxID: id }, `sandbox TTL expired; ${act === "pause" ? "pausing" : "killing"}`);
       // Each has its own catch: an expiry that fails is logged and retried at the next tick.
       const done =
         act === "pause"
-          ? timed("pause", () => this.d.pauses.pause(id, { memory: l.rec.autoPauseMemory !== false }))
-          : this.d.killer.kill(id);
-      done.catch((err) => this.d.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
+          ? timed("pause", () => this.uses.pauses.pause(id, { memory: l.rec.autoPauseMemory !== false }))
+          : this.uses.killer.kill(id);
+      done.catch((err) => this.ctx.log.error({ err, sandboxID: id }, `TTL ${act} failed`));
     }
   }
 
   /** Sandboxes that died on their own (OOM kill, crash) are noticed and cleaned up. */
   private async sweepDead(): Promise<void> {
     const idle = (l: Live) => l.rec.state === "running" && !l.gate && !l.inflight && !l.opsPending;
-    const running = this.d.registry.all().filter(idle);
+    const running = this.ctx.registry.all().filter(idle);
     if (!running.length) return;
     // Any operation that started or ended while the runtime was asked (a pause and resume, a
     // snapshot whose checkpoint the answer caught) makes the answer stale for that sandbox.
@@ -101,11 +90,11 @@ export class Lifetimes {
     const unchanged = (l: Live) => `${l.rec.runtimeId}/${l.opEpoch ?? 0}` === seen.get(l) && idle(l);
     // One by one (gVisor: its state file and /proc), not a runtime-wide list: that started a
     // runsc process every interval and could leave out a sandbox whose restore was under way.
-    const driver = this.d.runner.driver;
+    const driver = this.ctx.runner.driver;
     for (const l of running) {
       if (!unchanged(l) || (await driver.isRunning(l.rec.runtimeId)) || !unchanged(l)) continue;
-      this.d.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
-      this.d.killer.kill(l.rec.id).catch(() => {});
+      this.ctx.log.warn({ sandboxID: l.rec.id }, "sandbox stopped on its own (out of memory or crashed); removing it");
+      this.uses.killer.kill(l.rec.id).catch(() => {});
     }
   }
 }

@@ -1,15 +1,5 @@
-import type { Logger } from "pino";
-import type { RuntimeDriver } from "../runtime/driver.js";
 import { type MetricSample, sampleMetrics } from "./metrics.js";
-import type { SandboxRegistry } from "./registry.js";
-
-export interface MetricsHistoryDeps {
-  registry: SandboxRegistry;
-  driver: RuntimeDriver;
-  /** Seconds between samples of every running sandbox; 0 keeps no history. */
-  intervalS: number;
-  log: Logger;
-}
+import type { NodeContext } from "./node-context.js";
 
 /** A day of samples at the default interval; older ones are dropped first. */
 const MAX_SAMPLES = 8640;
@@ -28,17 +18,17 @@ export class MetricsHistory {
   private timer: NodeJS.Timeout | undefined;
   private running = false;
 
-  constructor(private readonly d: MetricsHistoryDeps) {}
+  constructor(private readonly ctx: NodeContext) {}
 
   start(): void {
-    if (this.d.intervalS <= 0 || this.timer) return;
+    if (this.ctx.cfg.metricsIntervalS <= 0 || this.timer) return;
     this.timer = setInterval(() => {
       if (this.running) return;
       this.running = true;
       this.tick()
-        .catch((err) => this.d.log.warn({ err }, "metrics sampling failed"))
+        .catch((err) => this.ctx.log.warn({ err }, "metrics sampling failed"))
         .finally(() => (this.running = false));
-    }, this.d.intervalS * 1000);
+    }, this.ctx.cfg.metricsIntervalS * 1000);
     this.timer.unref();
   }
 
@@ -49,12 +39,12 @@ export class MetricsHistory {
 
   /** Samples in [start, end] (Unix seconds, inclusive), oldest first, plus one taken now if it falls inside. */
   async query(id: string, range: { start?: number; end?: number }): Promise<MetricSample[]> {
-    const l = this.d.registry.mustGet(id);
+    const l = this.ctx.registry.mustGet(id);
     const inRange = (t: number) =>
       (range.start === undefined || t >= range.start) && (range.end === undefined || t <= range.end);
     const out = (this.samples.get(id) ?? []).filter((m) => inRange(m.timestampUnix));
     if (l.rec.state === "running" && inRange(Math.floor(Date.now() / 1000))) {
-      const fresh = (await sampleMetrics(this.d.driver, l))[0];
+      const fresh = (await sampleMetrics(this.ctx.driver, l))[0];
       if (fresh && out.at(-1)?.timestampUnix !== fresh.timestampUnix) out.push(fresh);
     }
     return out;
@@ -66,14 +56,14 @@ export class MetricsHistory {
    * A sandbox with no sample kept yet (just started, or history off) is sampled now.
    */
   async latest(id: string): Promise<MetricSample | undefined> {
-    const l = this.d.registry.get(id);
+    const l = this.ctx.registry.get(id);
     if (!l || l.ephemeral) return undefined;
     const { state, pause } = l.rec;
     const running = state === "running" || (state === "paused" && pause?.idleSaved === true);
     if (!running) return undefined;
     const kept = this.samples.get(id)?.at(-1) ?? l.lastMetric;
     if (kept) return kept;
-    return state === "running" ? (await sampleMetrics(this.d.driver, l))[0] : undefined;
+    return state === "running" ? (await sampleMetrics(this.ctx.driver, l))[0] : undefined;
   }
 
   forget(id: string): void {
@@ -83,15 +73,15 @@ export class MetricsHistory {
 
   private async tick(): Promise<void> {
     // Sandboxes gone by any path (killed, expired, found dead) leave no history behind.
-    for (const id of this.samples.keys()) if (!this.d.registry.has(id)) this.forget(id);
-    for (const l of this.d.registry.all()) {
+    for (const id of this.samples.keys()) if (!this.ctx.registry.has(id)) this.forget(id);
+    for (const l of this.ctx.registry.all()) {
       if (l.rec.state !== "running" || l.inflight || l.gate || l.ephemeral) continue;
       const id = l.rec.id;
       const list = this.samples.get(id) ?? [];
       const last = list.at(-1);
       const wantDisk = Date.now() - (this.diskAt.get(id) ?? 0) >= DISK_EVERY_MS;
-      const m = (await sampleMetrics(this.d.driver, l, { disk: wantDisk || !last }))[0];
-      if (!m || !this.d.registry.has(id)) continue;
+      const m = (await sampleMetrics(this.ctx.driver, l, { disk: wantDisk || !last }))[0];
+      if (!m || !this.ctx.registry.has(id)) continue;
       if (wantDisk || !last) this.diskAt.set(id, Date.now());
       else if (last) {
         m.diskUsed = last.diskUsed;

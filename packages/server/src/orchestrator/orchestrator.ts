@@ -26,6 +26,7 @@ import { LifecycleEvents } from "./lifecycle-events.js";
 import { Lifetimes } from "./lifetimes.js";
 import { guestCpuMs, type MetricSample } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
+import type { NodeContext } from "./node-context.js";
 import { PauseCommits } from "./pause-commits.js";
 import { autoResumable, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
 import { PauseResume } from "./pause-resume.js";
@@ -48,6 +49,11 @@ import { WarmPool } from "./warm-pool.js";
 
 export type { CreateRequest, ForkChild, ForkOutcome, MetricSample, RecoveryReport };
 
+/**
+ * What the server opened for this node (server.ts). The orchestrator builds the registry,
+ * runner and states over it and hands its modules one NodeContext; what only one module
+ * needs (volumes, template fetches, the log book, the raw store for recovery) stays here.
+ */
 export interface OrchestratorDeps {
   cfg: ServerConfig;
   paths: NodePaths;
@@ -92,8 +98,8 @@ export class Orchestrator {
   private readonly lifetimes: Lifetimes;
   private readonly retention: PausedRetention;
   private readonly killer: Killer;
-  /** The one place sandbox states change and records are persisted. */
-  private readonly states: SandboxStates;
+  /** What every lifecycle module here works with (node-context.ts). */
+  private readonly ctx: NodeContext;
   /** Created, killed, paused, resumed, updated, forked: what clients (webhooks) are told. */
   readonly events = new LifecycleEvents();
   readonly hibernation: Hibernation;
@@ -102,9 +108,8 @@ export class Orchestrator {
   private readonly clusterFence: ClusterFence;
 
   constructor(private readonly d: OrchestratorDeps) {
-    const { cfg, paths, log, repository, checkpointKey, runtimeDir } = d;
+    const { cfg, log } = d;
     const states = new SandboxStates(d.store);
-    this.states = states;
     const registry = new SandboxRegistry({
       maxSandboxes: cfg.maxSandboxes,
       maxMemoryMB: cfg.maxMemoryMB,
@@ -115,143 +120,68 @@ export class Orchestrator {
       slots: d.slots,
       states,
       registry,
-      paths,
+      paths: d.paths,
       resolvConf: d.resolvConf,
       volumeRoot: (id) => d.volumes.root(id),
       startConcurrency: cfg.startConcurrency,
       ...(d.egressCa ? { egressCa: d.egressCa } : {}),
       log,
     });
-    this.registry = registry;
-    this.runner = runner;
-    this.network = new SandboxNetwork({ registry, runner, slots: d.slots, states, log });
-    this.snapshots = new Snapshots({
-      paths,
+    const ctx: NodeContext = {
+      cfg,
+      paths: d.paths,
+      states,
       registry,
       runner,
-      repository,
-      checkpointKey,
-      isTemplateName: (name) => d.templates.get(name) !== undefined,
-      log,
-    });
-    this.warmImages = new WarmImages({
-      cfg,
-      paths,
+      driver: d.driver,
+      slots: d.slots,
+      repository: d.repository,
       templates: d.templates,
-      runner,
-      checkpointKey,
-      runtimeDir,
-      isClosing: () => registry.isClosing,
+      checkpointKey: d.checkpointKey,
+      runtimeDir: d.runtimeDir,
+      events: this.events,
       log,
+    };
+    this.ctx = ctx;
+    this.registry = registry;
+    this.runner = runner;
+    this.network = new SandboxNetwork(ctx);
+    this.snapshots = new Snapshots(ctx);
+    this.warmImages = new WarmImages(ctx);
+    const trees = new TemplateTrees({
+      paths: d.paths,
+      ...(d.fetchTemplateTree ? { fetchTree: d.fetchTemplateTree } : {}),
     });
-    const trees = new TemplateTrees({ paths, ...(d.fetchTemplateTree ? { fetchTree: d.fetchTemplateTree } : {}) });
-    const sources = new Sources({
-      templates: d.templates,
+    const sources = new Sources(ctx, {
       snapshots: this.snapshots,
-      checkpointKey,
       trees,
       ...(d.fetchTemplate ? { fetchTemplate: d.fetchTemplate } : {}),
     });
-    this.pool = new WarmPool({
-      cfg,
-      paths,
-      runner,
-      driver: d.driver,
-      warmImages: this.warmImages,
-      runtimeDir,
-      mayGrow: () =>
-        !registry.isClosing && registry.list().filter((r) => r.state === "running").length < cfg.maxSandboxes,
-      log,
-    });
-    this.creator = new Creator({
+    this.pool = new WarmPool(ctx, { warmImages: this.warmImages });
+    this.creator = new Creator(ctx, {
       pool: this.pool,
-      cfg,
-      paths,
-      states,
-      registry,
-      runner,
       sources,
       snapshots: this.snapshots,
       warmImages: this.warmImages,
-      runtimeDir,
       volumes: d.volumes,
-      events: this.events,
-      log,
     });
-    this.pauseCommits = new PauseCommits({ cfg, paths, states, registry, repository, checkpointKey, trees, log });
-    this.killer = new Killer({ registry, states, runner, commits: this.pauseCommits, events: this.events, log });
-    this.clusterFence = new ClusterFence({
-      cluster: Boolean(cfg.cluster),
-      registry,
-      runner,
-      states,
-      commits: this.pauseCommits,
-      log,
-    });
-    this.pauses = new PauseResume({
-      cfg,
-      paths,
-      states,
-      registry,
-      runner,
-      commits: this.pauseCommits,
-      templates: d.templates,
-      events: this.events,
-      log,
-    });
-    this.hibernation = new Hibernation({
-      registry,
-      driver: d.driver,
-      idleS: cfg.hibernateAfterS,
-      cpuPct: cfg.hibernateCpuPct,
-      saveAfterS: cfg.hibernateSaveAfterS,
-      pauses: this.pauses,
-      guestCpuMs,
-      runner,
-      log,
-    });
+    this.pauseCommits = new PauseCommits(ctx, { trees });
+    this.killer = new Killer(ctx, { commits: this.pauseCommits });
+    this.clusterFence = new ClusterFence(ctx, { commits: this.pauseCommits });
+    this.pauses = new PauseResume(ctx, { commits: this.pauseCommits });
+    this.hibernation = new Hibernation(ctx, { pauses: this.pauses, guestCpuMs });
     registry.setWaker((l) => this.hibernation.wake(l));
-    this.forker = new Forker({
-      cfg,
-      paths,
-      states,
-      registry,
-      runner,
-      snapshots: this.snapshots,
-      pauses: this.pauses,
-      events: this.events,
-    });
-    this.metricsHistory = new MetricsHistory({
-      registry,
-      driver: runner.driver,
-      intervalS: cfg.metricsIntervalS,
-      log,
-    });
+    this.forker = new Forker(ctx, { snapshots: this.snapshots, pauses: this.pauses });
+    this.metricsHistory = new MetricsHistory(ctx);
     this.onKilled((id) => this.metricsHistory.forget(id));
     this.onKilled((id) => this.hibernation.forget(id));
     this.onKilled((id) => this.d.logBook?.forget(id));
-    this.lifetimes = new Lifetimes({
-      cfg,
-      states,
-      registry,
-      runner,
-      pauses: this.pauses,
-      killer: this.killer,
-      log,
-    });
-    this.retention = new PausedRetention({ cfg, states, registry, runner, killer: this.killer, log });
+    this.lifetimes = new Lifetimes(ctx, { pauses: this.pauses, killer: this.killer });
+    this.retention = new PausedRetention(ctx, { killer: this.killer });
   }
 
   recover(): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
-    return recover({
-      ...this.d,
-      states: this.states,
-      registry: this.registry,
-      runner: this.runner,
-      pauseCommits: this.pauseCommits,
-      snapshots: this.snapshots,
-      nodeId: this.d.cfg.cluster?.nodeId,
-    });
+    return recover(this.ctx, { store: this.d.store, pauseCommits: this.pauseCommits, snapshots: this.snapshots });
   }
 
   startReaper(): void {
@@ -362,14 +292,7 @@ export class Orchestrator {
     this.registry.close();
     this.lifetimes.stop();
     this.retention.stop();
-    return drainNode({
-      registry: this.registry,
-      states: this.states,
-      pause: (id) => this.pause(id),
-      pauses: this.pauses,
-      commits: this.pauseCommits,
-      log: this.d.log,
-    });
+    return drainNode(this.ctx, { pause: (id) => this.pause(id), pauses: this.pauses, commits: this.pauseCommits });
   }
 
   /** A sandbox's ingress settings for the proxy, without resuming or waiting for anything. */
@@ -461,7 +384,7 @@ export class Orchestrator {
     memoryMB: number;
     mounts: Record<string, string>;
   }): Promise<BuildSandbox> {
-    return startBuildSandbox({ ...this.d, registry: this.registry, runner: this.runner }, opts);
+    return startBuildSandbox(this.ctx, opts);
   }
 
   /** Whether sandboxes (running or paused) or snapshots still need a template's trees. */

@@ -1,8 +1,5 @@
 import { rmSync } from "node:fs";
 import { NotFoundError, RuntimeMismatchError, StartFailedError } from "@aenv/edge/errors";
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord } from "../state/store.js";
 import { toStored } from "../state/stored-record.js";
 import {
@@ -11,25 +8,11 @@ import {
   pauseMetaOf,
   type StoredPauseMeta,
 } from "../storage/repository/manifest-kinds.js";
-import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { countPauseCommit } from "../telemetry/prometheus.js";
+import type { NodeContext } from "./node-context.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
-import type { SandboxRegistry } from "./registry.js";
-import type { SandboxStates } from "./sandbox-states.js";
 import { materializeImage } from "./snapshots.js";
 import type { TemplateTrees } from "./template-trees.js";
-
-export interface PauseCommitsDeps {
-  cfg: ServerConfig;
-  paths: NodePaths;
-  /** Where state changes and records are persisted (sandbox-states.ts). */
-  states: SandboxStates;
-  registry: SandboxRegistry;
-  repository: SnapshotRepository;
-  checkpointKey: string;
-  trees: Pick<TemplateTrees, "local">;
-  log: Logger;
-}
 
 /**
  * The repository side of pauses: a pause image stays node-local at first and is committed to
@@ -47,7 +30,10 @@ export class PauseCommits {
   /** Commits of pause images still running, by sandbox ID. */
   private readonly commits = new Map<string, Promise<void>>();
 
-  constructor(private readonly d: PauseCommitsDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: { trees: Pick<TemplateTrees, "local"> },
+  ) {}
 
   /**
    * Commits a pause image to the repository in the background (the local image is already
@@ -55,15 +41,15 @@ export class PauseCommits {
    * never pay for it: it starts once the sandbox has stayed paused a while.
    */
   commitLater(rec: SandboxRecord, imageDir: string): void {
-    this.schedule(rec, imageDir, this.d.cfg.repository.pauseCommitDelayS, 0);
+    this.schedule(rec, imageDir, this.ctx.cfg.repository.pauseCommitDelayS, 0);
   }
 
   private schedule(rec: SandboxRecord, imageDir: string, delayS: number, attempt: number): void {
     const id = rec.id;
     const timer = setTimeout(() => {
       this.timers.delete(id);
-      const l = this.d.registry.get(id);
-      if (l?.rec.state === "paused" && l.rec.pause.imageDir === imageDir && !this.d.registry.isClosing) {
+      const l = this.ctx.registry.get(id);
+      if (l?.rec.state === "paused" && l.rec.pause.imageDir === imageDir && !this.ctx.registry.isClosing) {
         this.commitNow(rec, imageDir, attempt);
       }
     }, delayS * 1000);
@@ -74,14 +60,14 @@ export class PauseCommits {
   private commitNow(rec: SandboxRecord, imageDir: string, attempt: number): void {
     const id = rec.id;
     const t0 = Date.now();
-    const meta: StoredPauseMeta = { kind: "pause", sandbox: toStored(rec), imageKey: this.d.checkpointKey };
-    const p = this.d.repository
+    const meta: StoredPauseMeta = { kind: "pause", sandbox: toStored(rec), imageKey: this.ctx.checkpointKey };
+    const p = this.ctx.repository
       .commit(pauseManifestId(id), imageDir, meta)
       .then(({ manifest, stats }) => {
         countPauseCommit(true);
         // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
-        this.d.repository.pinManifest(manifest);
-        this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0, attempt }, "pause image committed");
+        this.ctx.repository.pinManifest(manifest);
+        this.ctx.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0, attempt }, "pause image committed");
       })
       .catch((err) => {
         countPauseCommit(false);
@@ -89,7 +75,7 @@ export class PauseCommits {
         // is committed no other node can resume it, and losing this host loses it: loud, and
         // tried again for as long as the sandbox stays paused.
         const retryInS = Math.min(RETRY_FIRST_S * 2 ** attempt, RETRY_MAX_S);
-        this.d.log.error(
+        this.ctx.log.error(
           { err, sandboxID: id, attempt, retryInS },
           "pause image not committed to the repository: kept on this node only until a retry succeeds",
         );
@@ -107,11 +93,11 @@ export class PauseCommits {
    * old copy, or lost a race Redis should have prevented) drops its copy and says not found.
    */
   async claim(rec: SandboxRecord): Promise<void> {
-    const nodeId = this.d.cfg.cluster?.nodeId;
+    const nodeId = this.ctx.cfg.cluster?.nodeId;
     if (!nodeId || this.timers.has(rec.id)) return; // never committed: no other node can have it
     await this.commits.get(rec.id);
-    if (await this.d.repository.claim(pauseClaimName(rec), nodeId)) return;
-    this.d.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
+    if (await this.ctx.repository.claim(pauseClaimName(rec), nodeId)) return;
+    this.ctx.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
     this.dropMoved(rec);
     throw new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
   }
@@ -121,9 +107,9 @@ export class PauseCommits {
    * (while this node was away or cut off), and this node's copy is stale.
    */
   async claimedElsewhere(rec: SandboxRecord): Promise<string | undefined> {
-    const nodeId = this.d.cfg.cluster?.nodeId;
+    const nodeId = this.ctx.cfg.cluster?.nodeId;
     if (!nodeId) return undefined;
-    const holder = await this.d.repository.claimHolder(pauseClaimName(rec));
+    const holder = await this.ctx.repository.claimHolder(pauseClaimName(rec));
     return holder && holder !== nodeId ? holder : undefined;
   }
 
@@ -132,9 +118,9 @@ export class PauseCommits {
     const timer = this.timers.get(rec.id);
     if (timer) clearTimeout(timer);
     this.timers.delete(rec.id);
-    this.d.repository.unpin(pauseManifestId(rec.id));
-    this.d.states.forget(rec.id);
-    this.d.registry.remove(rec.id);
+    this.ctx.repository.unpin(pauseManifestId(rec.id));
+    this.ctx.states.forget(rec.id);
+    this.ctx.registry.remove(rec.id);
     rmSync(rec.dir, { recursive: true, force: true });
   }
 
@@ -150,18 +136,18 @@ export class PauseCommits {
     const pending = this.commits.get(id) ?? Promise.resolve();
     void pending
       .then(() => {
-        this.d.repository.unpin(pauseManifestId(id));
-        return this.d.repository.delete(pauseManifestId(id));
+        this.ctx.repository.unpin(pauseManifestId(id));
+        return this.ctx.repository.delete(pauseManifestId(id));
       })
-      .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
+      .catch((err) => this.ctx.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
   }
 
   /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
   async rebuild(id: string, image: string): Promise<void> {
     await this.commits.get(id);
     try {
-      await materializeImage(this.d.repository, pauseManifestId(id), image);
-      this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
+      await materializeImage(this.ctx.repository, pauseManifestId(id), image);
+      this.ctx.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
     } catch (err) {
       throw new StartFailedError(`sandbox '${id}' has no usable pause image: ${(err as Error).message}`);
     }
@@ -176,7 +162,7 @@ export class PauseCommits {
     for (const [id, timer] of this.timers) {
       clearTimeout(timer);
       this.timers.delete(id);
-      const l = this.d.registry.get(id);
+      const l = this.ctx.registry.get(id);
       if (l?.rec.state === "paused" && l.rec.pause.imageDir) this.commitNow(l.rec, l.rec.pause.imageDir, 0);
     }
     await Promise.all([...this.commits.values()]);
@@ -185,7 +171,7 @@ export class PauseCommits {
   /** Whether a paused sandbox's image is in the repository (any node can resume it). */
   async committed(id: string): Promise<boolean> {
     await this.commits.get(id);
-    return !!(await this.d.repository.get(pauseManifestId(id)).catch(() => undefined));
+    return !!(await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined));
   }
 
   /**
@@ -193,44 +179,44 @@ export class PauseCommits {
    * its record comes with it, its image is rebuilt from the repository when it resumes.
    */
   async adopt(id: string, runtimeDir: string, opts: ResumeOptions = {}): Promise<boolean> {
-    const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
+    const m = await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined);
     const meta =
-      m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
-    if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
+      m && pauseMetaOf(m, (err) => this.ctx.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
+    if (!meta || meta.sandbox.id !== id || this.ctx.registry.has(id)) return false;
     // Before it is taken over: traffic that may not reach it must not move it here either.
     refuseResumer(meta.sandbox, opts);
     if (opts.auto && !autoResumable(meta.sandbox)) throw pausedError(meta.sandbox);
     // A filesystem layer needs only the template tree; a checkpoint needs the same runtime.
-    if (meta.sandbox.pause?.kind !== "filesystem" && meta.imageKey !== this.d.checkpointKey) {
+    if (meta.sandbox.pause?.kind !== "filesystem" && meta.imageKey !== this.ctx.checkpointKey) {
       throw new RuntimeMismatchError(
-        `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.d.checkpointKey})`,
+        `sandbox '${id}' was paused on another runtime (${meta.imageKey}, here ${this.ctx.checkpointKey})`,
         meta.imageKey,
       );
     }
     // Its node's path names a template tree: this node's copy of the same tree (fetched from
     // the repository when missing) is what is mounted, never a path from the repository.
-    const rootfs = await this.d.trees.local(meta.sandbox.rootfs, `sandbox '${id}'`).catch((err: Error) => {
-      this.d.log.error(
+    const rootfs = await this.uses.trees.local(meta.sandbox.rootfs, `sandbox '${id}'`).catch((err: Error) => {
+      this.ctx.log.error(
         { sandboxID: id, rootfs: meta.sandbox.rootfs, err: err.message },
         "paused sandbox not resumable here",
       );
       throw err;
     });
-    if (this.d.registry.has(id)) return false;
-    const dir = this.d.paths.sandbox(id);
+    if (this.ctx.registry.has(id)) return false;
+    const dir = this.ctx.paths.sandbox(id);
     const pause = meta.sandbox.pause ?? {};
     const rec: SandboxRecord = {
       ...meta.sandbox,
       rootfs,
       state: "paused",
-      pause: { ...pause, imageDir: pauseDir(this.d.paths, dir, pause.kind) },
+      pause: { ...pause, imageDir: pauseDir(this.ctx.paths, dir, pause.kind) },
       dir,
       slotIndex: null,
       runtimeDir,
     };
-    this.d.states.save(rec);
-    this.d.registry.add({ rec, op: Promise.resolve() });
-    this.d.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
+    this.ctx.states.save(rec);
+    this.ctx.registry.add({ rec, op: Promise.resolve() });
+    this.ctx.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
     return true;
   }
 }

@@ -2,38 +2,19 @@ import { randomBytes } from "node:crypto";
 import { renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { ConflictError, NotFoundError, StartFailedError } from "@aenv/edge/errors";
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
 import type { PausedSandboxRecord, PauseKind, SandboxRecord } from "../state/store.js";
-import type { TemplateStore } from "../state/template-catalog.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import { envdTokenOf } from "./envd-credentials.js";
 import { applyLayer, captureLayer, layerBytes } from "./fs-layer.js";
-import type { LifecycleEvents } from "./lifecycle-events.js";
+import type { NodeContext } from "./node-context.js";
 import type { PauseCommits } from "./pause-commits.js";
 import { isCompletePause, maxLayerBytes, pauseDir } from "./pause-kinds.js";
 import { bootSettings, clampTimeoutS } from "./records.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import { NotIdleError, type SandboxRunner } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
+import type { Live } from "./registry.js";
+import { NotIdleError } from "./runner.js";
 import { runStartCommand } from "./start-command.js";
-
-export interface PauseResumeDeps {
-  cfg: ServerConfig;
-  paths: NodePaths;
-  /** Where state changes and records are persisted (sandbox-states.ts). */
-  states: SandboxStates;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  /** The repository side: commits of pause images, claims, rebuilds. */
-  commits: PauseCommits;
-  /** Template settings for a fresh boot of a record from before they were kept in it. */
-  templates: Pick<TemplateStore, "get">;
-  events: LifecycleEvents;
-  log: Logger;
-}
+import { admitForResume, deferRuntime } from "./start-undo.js";
 
 /**
  * Pause = capture (memory, processes, writable layer), make the image durable, then stop the
@@ -46,7 +27,13 @@ export class PauseResume {
   /** Pauses answered early whose image write waits out its delay: each writes at once if called. */
   private readonly delayed = new Map<string, () => void>();
 
-  constructor(private readonly d: PauseResumeDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: {
+      /** The repository side: commits of pause images, claims, rebuilds. */
+      commits: PauseCommits;
+    },
+  ) {}
 
   /**
    * Until the image is durable the sandbox still runs, so a crash leaves it running or paused.
@@ -54,7 +41,7 @@ export class PauseResume {
    * gets to it and envd finds no connection to outside; NotIdleError otherwise.
    */
   async pause(id: string, opts: { memory?: boolean; idle?: boolean; stillIdle?: () => boolean } = {}): Promise<void> {
-    const { registry, runner } = this.d;
+    const { registry, runner } = this.ctx;
     // Hibernation saves memory and all: its sandbox must come back exactly as it was.
     const kind: PauseKind = opts.memory === false && !opts.idle ? "filesystem" : "memory";
     const l = registry.mustGet(id);
@@ -68,7 +55,7 @@ export class PauseResume {
       if (opts.idle && !(opts.stillIdle?.() ?? true)) throw new NotIdleError("used since it was found idle");
       // A client's memory pause answers once the sandbox is stopped; its image is written next
       // (unless the operator wants the answer to mean durable: sandbox.pause_waits_for_image).
-      if (kind === "memory" && !opts.idle && runner.driver.suspender && !this.d.cfg.pauseWaitsForImage) {
+      if (kind === "memory" && !opts.idle && runner.driver.suspender && !this.ctx.cfg.pauseWaitsForImage) {
         return this.suspend(l);
       }
       const t0 = Date.now();
@@ -79,7 +66,7 @@ export class PauseResume {
         steps[name] = now - last;
         last = now;
       };
-      const final = pauseDir(this.d.paths, l.rec.dir, kind);
+      const final = pauseDir(this.ctx.paths, l.rec.dir, kind);
       const tmp = `${final}.tmp`;
       let gateOpen!: () => void;
       const gate = new Promise<void>((res) => (gateOpen = res));
@@ -104,7 +91,7 @@ export class PauseResume {
         const ttlLeftMs = Math.max(0, l.rec.endAt - Date.now());
         await runner.stopRuntime(l);
         step("stop");
-        this.d.states.paused(l.rec, ttlLeftMs, {
+        this.ctx.states.paused(l.rec, ttlLeftMs, {
           imageDir: final,
           kind,
           tag: randomBytes(6).toString("hex"),
@@ -118,9 +105,9 @@ export class PauseResume {
         rmSync(tmp, { recursive: true, force: true });
       }
       const msg = opts.idle ? "idle sandbox saved to disk (hibernated)" : "sandbox paused";
-      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, msg);
-      if (!opts.idle) this.d.events.emit("paused", l.rec);
-      this.d.commits.commitLater(l.rec, final);
+      this.ctx.log.info({ sandboxID: id, kind, ms: Date.now() - t0, steps, bytes }, msg);
+      if (!opts.idle) this.ctx.events.emit("paused", l.rec);
+      this.uses.commits.commitLater(l.rec, final);
     });
   }
 
@@ -134,28 +121,28 @@ export class PauseResume {
    */
   private async suspend(l: Live): Promise<void> {
     const t0 = Date.now();
-    await this.d.runner.suspend(l);
+    await this.ctx.runner.suspend(l);
     const rec = l.rec;
-    this.d.states.paused(rec, Math.max(0, rec.endAt - Date.now()), {
-      imageDir: pauseDir(this.d.paths, rec.dir, "memory"),
+    this.ctx.states.paused(rec, Math.max(0, rec.endAt - Date.now()), {
+      imageDir: pauseDir(this.ctx.paths, rec.dir, "memory"),
       kind: "memory",
       tag: randomBytes(6).toString("hex"),
       bytes: undefined,
       imagePending: true,
     });
     const suspendedMs = Date.now() - t0;
-    this.d.log.info({ sandboxID: rec.id, kind: "memory", ms: suspendedMs }, "sandbox paused (stopped in place)");
-    this.d.events.emit("paused", rec);
+    this.ctx.log.info({ sandboxID: rec.id, kind: "memory", ms: suspendedMs }, "sandbox paused (stopped in place)");
+    this.ctx.events.emit("paused", rec);
     // Written a moment later: a resume (an agent's next turn) or a kill that comes first
     // needs no image, and waits for none (a checkpoint under way cannot be cut short).
     const tag = rec.pause?.tag;
     const write = () => {
       this.delayed.delete(rec.id);
-      void this.d.registry
+      void this.ctx.registry
         .enqueue(l, () => (rec.pause?.tag === tag ? this.writeImage(l, suspendedMs) : Promise.resolve()))
-        .catch((err) => this.d.log.error({ err, sandboxID: rec.id }, "pause image not written"));
+        .catch((err) => this.ctx.log.error({ err, sandboxID: rec.id }, "pause image not written"));
     };
-    const delayMs = this.d.cfg.pauseImageDelayMs;
+    const delayMs = this.ctx.cfg.pauseImageDelayMs;
     if (delayMs <= 0) return write();
     this.delayed.get(rec.id)?.();
     const timer = setTimeout(write, delayMs);
@@ -173,13 +160,13 @@ export class PauseResume {
    */
   private async writeImage(l: Live, suspendedMs: number, forReboot = false): Promise<void> {
     const { rec } = l;
-    const { runner } = this.d;
+    const { runner } = this.ctx;
     // A reboot (resume without memory) needs the image as its fallback: written all the same.
     const resumeWaits = () => !forReboot && l.inflight?.kind === "resume";
-    if (!this.d.registry.has(rec.id) || rec.state !== "paused" || !rec.pause.imagePending || !l.suspended) return;
+    if (!this.ctx.registry.has(rec.id) || rec.state !== "paused" || !rec.pause.imagePending || !l.suspended) return;
     if (resumeWaits()) return;
     const t0 = Date.now();
-    const final = rec.pause.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
+    const final = rec.pause.imageDir ?? pauseDir(this.ctx.paths, rec.dir, "memory");
     const tmp = `${final}.tmp`;
     try {
       await runner.checkpointInto(rec.runtimeId, tmp);
@@ -188,9 +175,9 @@ export class PauseResume {
       const bytes = runner.driver.checkpointBytes(final);
       if (!resumeWaits()) await runner.stopRuntime(l);
       // Still this pause (a resume in place may have come meanwhile): its image is here.
-      if (rec.state === "paused") this.d.states.imageWritten(rec, final, bytes);
-      else this.d.states.save(rec);
-      this.d.log.info(
+      if (rec.state === "paused") this.ctx.states.imageWritten(rec, final, bytes);
+      else this.ctx.states.save(rec);
+      this.ctx.log.info(
         {
           sandboxID: rec.id,
           ms: suspendedMs + Date.now() - t0,
@@ -199,7 +186,7 @@ export class PauseResume {
         },
         "sandbox paused (image written)",
       );
-      if (!l.suspended) this.d.commits.commitLater(rec, final);
+      if (!l.suspended) this.uses.commits.commitLater(rec, final);
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }
@@ -212,9 +199,9 @@ export class PauseResume {
    * asked for: it holds the filesystem too, and a resume brings the processes back as well.
    */
   private keepSaved(l: Live, rec: PausedSandboxRecord): void {
-    this.d.states.savedNowPaused(rec);
-    this.d.log.info({ sandboxID: l.rec.id }, "sandbox saved by hibernation now paused (its image kept)");
-    this.d.events.emit("paused", l.rec);
+    this.ctx.states.savedNowPaused(rec);
+    this.ctx.log.info({ sandboxID: l.rec.id }, "sandbox saved by hibernation now paused (its image kept)");
+    this.ctx.events.emit("paused", l.rec);
   }
 
   /**
@@ -228,7 +215,7 @@ export class PauseResume {
     extend: (id: string, timeoutS: number | undefined) => SandboxRecord,
     opts: { memory?: boolean } = {},
   ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
-    const { registry, runner } = this.d;
+    const { registry, runner } = this.ctx;
     const l = registry.mustGet(id);
     if (l.rec.state === "running" && !l.inflight) return { rec: extend(id, timeoutS), resumed: false };
     return registry.joinOrRun(l, "resume", async () => {
@@ -236,7 +223,7 @@ export class PauseResume {
       if (l.rec.state !== "paused") return { rec: extend(id, timeoutS), resumed: false };
       const pause = l.rec.pause;
       const kind = pause.kind ?? "memory";
-      const image = pause.imageDir ?? pauseDir(this.d.paths, l.rec.dir, kind);
+      const image = pause.imageDir ?? pauseDir(this.ctx.paths, l.rec.dir, kind);
       const t0 = Date.now();
       // Saved by hibernation, it is running to its client: brought back as it was.
       const reboot = opts.memory === false && kind === "memory" && !pause.idleSaved;
@@ -252,10 +239,11 @@ export class PauseResume {
           throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
         }
       } else {
-        await this.d.commits.claim(l.rec);
-        if (!isCompletePause(runner.driver, kind, image)) await this.d.commits.rebuild(id, image);
+        await this.uses.commits.claim(l.rec);
+        if (!isCompletePause(runner.driver, kind, image)) await this.uses.commits.rebuild(id, image);
         // Held from here: parallel resumes of other sandboxes see this one's share at once.
-        registry.admit(l);
+        const undo = admitForResume(this.ctx, l);
+        deferRuntime(undo, this.ctx, l, { keepDir: true });
         try {
           if (kind === "memory") {
             await runner.bring(l, { kind: "image", imageDir: image }, undefined);
@@ -265,20 +253,19 @@ export class PauseResume {
               await runner.initEnvd(l, { accessToken: l.rec.envdToken }, l.rec.envdToken);
             }
           } else await this.bootWithLayer(l, image);
+          undo.release();
         } catch (err) {
-          registry.release(l);
-          await runner.stopRuntime(l);
-          this.d.states.save(l.rec);
+          await undo.unwind();
           throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
         }
       }
-      const t = clampTimeoutS(this.d.cfg, timeoutS) * 1000;
+      const t = clampTimeoutS(this.ctx.cfg, timeoutS) * 1000;
       // Saved by hibernation, it was running to its client: its TTL never stopped (kept,
       // extended as a running sandbox's would be by this call), and its resume is no event.
       const wasPaused = !pause.idleSaved;
       let endAt = Date.now() + Math.max(pause.ttlLeftMs ?? 0, t);
       if (!wasPaused) endAt = timeoutS !== undefined ? Math.max(l.rec.endAt, Date.now() + t) : l.rec.endAt;
-      this.d.states.resumed(l.rec, endAt);
+      this.ctx.states.resumed(l.rec, endAt);
       registry.release(l);
       // The used image goes after the answer (a big one takes a while to delete); renamed
       // first, so a pause right after cannot lose its new image to this removal.
@@ -290,9 +277,9 @@ export class PauseResume {
         rmSync(image, { recursive: true, force: true });
       }
       // Resumed in place, its image was never committed: no manifest to remove.
-      if (!inPlace) this.d.commits.forget(id);
-      this.d.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace, reboot }, "sandbox resumed");
-      if (wasPaused) this.d.events.emit("resumed", l.rec);
+      if (!inPlace) this.uses.commits.forget(id);
+      this.ctx.log.info({ sandboxID: id, kind, ms: Date.now() - t0, inPlace, reboot }, "sandbox resumed");
+      if (wasPaused) this.ctx.events.emit("resumed", l.rec);
       return { rec: l.rec, resumed: true };
     });
   }
@@ -307,27 +294,27 @@ export class PauseResume {
    * the sandbox stays paused with it, and a plain connect still restores its memory.
    */
   private async reboot(l: Live, image: string): Promise<void> {
-    const { registry, runner } = this.d;
+    const { runner } = this.ctx;
     const { rec } = l;
     // Paused in place moments ago: its image is written first, the fallback if the boot fails.
     if (l.suspended && rec.pause?.imagePending) await this.writeImage(l, 0, true);
     if (l.suspended) await runner.stopRuntime(l);
-    await this.d.commits.claim(rec);
-    if (!runner.driver.isCompleteCheckpoint(image)) await this.d.commits.rebuild(rec.id, image);
-    const layer = `${pauseDir(this.d.paths, rec.dir, "filesystem")}.reboot`;
-    registry.admit(l);
+    await this.uses.commits.claim(rec);
+    if (!runner.driver.isCompleteCheckpoint(image)) await this.uses.commits.rebuild(rec.id, image);
+    const layer = `${pauseDir(this.ctx.paths, rec.dir, "filesystem")}.reboot`;
+    const undo = admitForResume(this.ctx, l);
+    deferRuntime(undo, this.ctx, l, { keepDir: true });
     try {
       await runner.bring(l, { kind: "image", imageDir: image }, undefined);
       if (rec.envdCredential !== "host") await runner.initEnvd(l, { accessToken: rec.envdToken }, rec.envdToken);
       if (!l.slot) throw new Error("sandbox lost its network slot while restoring");
       const bytes = await captureLayer(l.slot.slotIp, envdTokenOf(rec), layer, maxLayerBytes(rec));
       await runner.stopRuntime(l);
-      this.d.log.info({ sandboxID: rec.id, bytes }, "filesystem taken from the memory image; rebooting");
+      this.ctx.log.info({ sandboxID: rec.id, bytes }, "filesystem taken from the memory image; rebooting");
       await this.bootWithLayer(l, layer);
+      undo.release();
     } catch (err) {
-      registry.release(l);
-      await runner.stopRuntime(l);
-      this.d.states.save(rec);
+      await undo.unwind();
       throw new StartFailedError(`failed to boot sandbox '${rec.id}' from its filesystem: ${(err as Error).message}`);
     } finally {
       rmSync(layer, { recursive: true, force: true });
@@ -341,9 +328,9 @@ export class PauseResume {
    */
   async bootWithLayer(l: Live, layer: string): Promise<void> {
     const { rec } = l;
-    const tpl = rec.boot ? undefined : this.d.templates.get(rec.templateId);
+    const tpl = rec.boot ? undefined : this.ctx.templates.get(rec.templateId);
     const boot = rec.boot ?? (tpl && bootSettings(tpl));
-    await this.d.runner.bring(
+    await this.ctx.runner.bring(
       l,
       { kind: "boot" },
       {
@@ -355,7 +342,7 @@ export class PauseResume {
     );
     if (!l.slot) throw new Error("sandbox lost its network slot while booting");
     const stats = await applyLayer(l.slot.slotIp, envdTokenOf(rec), layer);
-    this.d.log.info({ sandboxID: rec.id, ...stats, layerBytes: layerBytes(layer) }, "filesystem layer applied");
+    this.ctx.log.info({ sandboxID: rec.id, ...stats, layerBytes: layerBytes(layer) }, "filesystem layer applied");
     if (boot?.startCmd) await runStartCommand(l.slot.slotIp, boot, envdTokenOf(rec));
   }
 
@@ -372,8 +359,8 @@ export class PauseResume {
     }
     // Paused in place and its image skipped for a resume that then failed: written now.
     if (rec.pause?.imagePending && l.suspended) await this.writeImage(l, 0);
-    const image = rec.pause?.imageDir ?? pauseDir(this.d.paths, rec.dir, "memory");
-    if (!this.d.runner.driver.isCompleteCheckpoint(image)) await this.d.commits.rebuild(rec.id, image);
+    const image = rec.pause?.imageDir ?? pauseDir(this.ctx.paths, rec.dir, "memory");
+    if (!this.ctx.runner.driver.isCompleteCheckpoint(image)) await this.uses.commits.rebuild(rec.id, image);
     linkTree(image, dest);
   }
 
@@ -382,7 +369,7 @@ export class PauseResume {
     // Those still in their delay are written now.
     for (const write of [...this.delayed.values()]) write();
     await Promise.all(
-      this.d.registry
+      this.ctx.registry
         .all()
         .filter((l) => l.rec.pause?.imagePending)
         .map((l) => l.op),

@@ -1,18 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, rmSync } from "node:fs";
-import type { Logger } from "pino";
-import type { SlotAllocator } from "../network/slots.js";
-import type { NodePaths } from "../node-paths.js";
 import type { StateStore } from "../state/store.js";
 import { pauseClaimName, pauseManifestId } from "../storage/repository/manifest-kinds.js";
-import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { commitDirAsync } from "../util/fsync.js";
 import { isCompleteLayer } from "./fs-layer.js";
+import type { NodeContext } from "./node-context.js";
 import type { PauseCommits } from "./pause-commits.js";
 import { isCompletePause, pauseDir } from "./pause-kinds.js";
-import type { SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
 import type { Snapshots } from "./snapshots.js";
 
 export interface RecoveryReport {
@@ -27,29 +21,24 @@ export interface RecoveryReport {
   orphanedRuntime: string[];
 }
 
-export interface RecoveryDeps {
-  paths: NodePaths;
-  /** Read for the records left by the last run; every write goes through `states`. */
-  store: StateStore;
-  states: SandboxStates;
-  slots: SlotAllocator;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  pauseCommits: PauseCommits;
-  snapshots: Snapshots;
-  repository: SnapshotRepository;
-  /** This node's ID when it is part of a cluster. */
-  nodeId: string | undefined;
-  log: Logger;
-}
-
 /**
  * After a restart: running sandboxes whose runtime sandbox and network slot survived are
  * taken over again; paused ones stay resumable; everything else is cleaned up. Returns the
  * slots to keep when the network pool is reset.
  */
-export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
-  const { registry, runner, store, states, log } = d;
+export async function recover(
+  ctx: NodeContext,
+  uses: {
+    /** Read for the records left by the last run; every write goes through `ctx.states`. */
+    store: StateStore;
+    pauseCommits: PauseCommits;
+    snapshots: Snapshots;
+  },
+): Promise<{ report: RecoveryReport; keepSlots: number[] }> {
+  const { registry, runner, states, log } = ctx;
+  const { store } = uses;
+  /** This node's ID when it is part of a cluster. */
+  const nodeId = ctx.cfg.cluster?.nodeId;
   const driver = runner.driver;
   const report: RecoveryReport = { adopted: [], paused: [], movedAway: [], cleanedUp: [], orphanedRuntime: [] };
   const keepSlots: number[] = [];
@@ -57,9 +46,9 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
   const known = new Set<string>();
   for (const rec of store.all()) {
     known.add(rec.id);
-    if (rec.state === "paused" && d.nodeId) {
-      const holder = await d.repository.claimHolder(pauseClaimName(rec)).catch(() => undefined);
-      if (holder && holder !== d.nodeId) {
+    if (rec.state === "paused" && nodeId) {
+      const holder = await ctx.repository.claimHolder(pauseClaimName(rec)).catch(() => undefined);
+      if (holder && holder !== nodeId) {
         // Resumed elsewhere while this node was down: it is not ours to route or resume.
         log.info({ sandboxID: rec.id, holder }, "paused sandbox was resumed on another node; local copy dropped");
         rmSync(rec.dir, { recursive: true, force: true });
@@ -68,8 +57,8 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
         continue;
       }
     }
-    const finalImage = d.paths.pauseImage(rec.dir);
-    const finalLayer = d.paths.fsLayer(rec.dir);
+    const finalImage = ctx.paths.pauseImage(rec.dir);
+    const finalLayer = ctx.paths.fsLayer(rec.dir);
     if (rec.state === "paused" && rec.pause.imagePending) {
       // Paused (answered) but its image not yet written when the server stopped: the runtime
       // still holds it, stopped in place, so the image is written now.
@@ -92,20 +81,20 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
       }
     }
     const committed =
-      rec.state === "paused" ? await d.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;
+      rec.state === "paused" ? await ctx.repository.get(pauseManifestId(rec.id)).catch(() => undefined) : undefined;
     if (rec.state === "paused" && (isCompletePause(driver, rec.pause.kind, rec.pause.imageDir) || committed)) {
       // A lost local image is rebuilt from the repository on resume.
-      const imageDir = rec.pause.imageDir ?? pauseDir(d.paths, rec.dir, rec.pause.kind);
+      const imageDir = rec.pause.imageDir ?? pauseDir(ctx.paths, rec.dir, rec.pause.kind);
       states.imageAt(rec, imageDir);
       registry.add({ rec, op: Promise.resolve() });
       report.paused.push(rec.id);
-      if (committed) d.repository.pinManifest(committed);
-      else d.pauseCommits.commitLater(rec, imageDir);
+      if (committed) ctx.repository.pinManifest(committed);
+      else uses.pauseCommits.commitLater(rec, imageDir);
       continue;
     }
     const slot =
-      rec.state === "running" && running.has(rec.runtimeId) && rec.slotIndex !== null && d.slots.exists(rec.slotIndex)
-        ? d.slots.describe(rec.slotIndex)
+      rec.state === "running" && running.has(rec.runtimeId) && rec.slotIndex !== null && ctx.slots.exists(rec.slotIndex)
+        ? ctx.slots.describe(rec.slotIndex)
         : undefined;
     // A sandbox hibernated when the previous server stopped is frozen: thawed to be adopted.
     if (slot) await driver.freezer?.thaw(rec.runtimeId).catch(() => {});
@@ -160,13 +149,13 @@ export async function recover(d: RecoveryDeps): Promise<{ report: RecoveryReport
     await driver.destroy(id);
   }
   // Sandbox folders nobody owns, and transient fork captures, go.
-  const sdir = d.paths.sandboxes;
+  const sdir = ctx.paths.sandboxes;
   if (existsSync(sdir)) {
     for (const name of readdirSync(sdir)) {
-      if (!registry.has(name)) rmSync(d.paths.sandbox(name), { recursive: true, force: true });
+      if (!registry.has(name)) rmSync(ctx.paths.sandbox(name), { recursive: true, force: true });
     }
   }
-  rmSync(d.paths.forks, { recursive: true, force: true });
-  await d.snapshots.recover();
+  rmSync(ctx.paths.forks, { recursive: true, force: true });
+  await uses.snapshots.recover();
   return { report, keepSlots };
 }

@@ -1,23 +1,9 @@
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
 import type { PauseFields } from "../state/store.js";
 import { countSweep } from "../telemetry/prometheus.js";
 import { layerBytes } from "./fs-layer.js";
 import type { Killer } from "./kill.js";
-import type { Live, SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
-import type { SandboxStates } from "./sandbox-states.js";
-
-export interface RetentionDeps {
-  cfg: Pick<ServerConfig, "pausedMaxAgeS" | "pausedMaxBytes">;
-  /** Where state changes and records are persisted (sandbox-states.ts). */
-  states: SandboxStates;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  /** Deletes a sandbox as a client's kill does (its repository pause manifest too). */
-  killer: Pick<Killer, "kill">;
-  log: Logger;
-}
+import type { NodeContext } from "./node-context.js";
+import type { Live } from "./registry.js";
 
 /** A paused sandbox retention may delete: when it was paused and what its image takes here. */
 interface Candidate {
@@ -35,10 +21,14 @@ export class PausedRetention {
   /** Deletions started and not finished: not counted, not started twice. */
   private readonly retiring = new Set<string>();
 
-  constructor(private readonly d: RetentionDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    /** Deletes a sandbox as a client's kill does (its repository pause manifest too). */
+    private readonly uses: { killer: Pick<Killer, "kill"> },
+  ) {}
 
   start(): void {
-    const { pausedMaxAgeS, pausedMaxBytes } = this.d.cfg;
+    const { pausedMaxAgeS, pausedMaxBytes } = this.ctx.cfg;
     if (pausedMaxAgeS <= 0 && pausedMaxBytes <= 0) return;
     // Often enough for short limits; the check only reads records (image sizes are kept in them).
     const everyMs = Math.min(10_000, Math.max(1000, (pausedMaxAgeS * 1000) / 4 || 5000));
@@ -54,14 +44,14 @@ export class PausedRetention {
   private candidates(): Candidate[] {
     const now = Date.now();
     const out: Candidate[] = [];
-    for (const l of this.d.registry.all()) {
+    for (const l of this.ctx.registry.all()) {
       const rec = l.rec;
       if (rec.state !== "paused" || l.inflight || l.opsPending || this.retiring.has(rec.id)) continue;
       // Saved by hibernation: running to its client, its TTL decides.
       if (rec.pause.idleSaved) continue;
       // Pauses recorded before these fields existed start their clock now.
       if (rec.pause.at === undefined || rec.pause.bytes === undefined) {
-        this.d.states.measured(rec, rec.pause.at ?? now, rec.pause.bytes ?? this.bytesOf(rec.pause));
+        this.ctx.states.measured(rec, rec.pause.at ?? now, rec.pause.bytes ?? this.bytesOf(rec.pause));
       }
       out.push({ l, at: rec.pause.at ?? now, bytes: rec.pause.bytes ?? 0 });
     }
@@ -72,14 +62,14 @@ export class PausedRetention {
     const dir = pause.imageDir;
     if (!dir) return 0;
     try {
-      return pause.kind === "filesystem" ? layerBytes(dir) : this.d.runner.driver.checkpointBytes(dir);
+      return pause.kind === "filesystem" ? layerBytes(dir) : this.ctx.runner.driver.checkpointBytes(dir);
     } catch {
       return 0; // image only in the repository: nothing on this node's disk
     }
   }
 
   sweep(): void {
-    const { pausedMaxAgeS, pausedMaxBytes } = this.d.cfg;
+    const { pausedMaxAgeS, pausedMaxBytes } = this.ctx.cfg;
     const now = Date.now();
     let paused = this.candidates();
     if (pausedMaxAgeS > 0) {
@@ -104,10 +94,10 @@ export class PausedRetention {
   private retire(l: Live, why: Record<string, string | number>): void {
     const id = l.rec.id;
     this.retiring.add(id);
-    this.d.log.warn({ sandboxID: id, ...why }, "paused sandbox deleted by the retention limit");
-    this.d.killer
+    this.ctx.log.warn({ sandboxID: id, ...why }, "paused sandbox deleted by the retention limit");
+    this.uses.killer
       .kill(id)
-      .catch((err) => this.d.log.error({ err, sandboxID: id }, "retention could not delete a paused sandbox"))
+      .catch((err) => this.ctx.log.error({ err, sandboxID: id }, "retention could not delete a paused sandbox"))
       .finally(() => this.retiring.delete(id));
   }
 }

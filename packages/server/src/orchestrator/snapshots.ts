@@ -1,8 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { ConflictError, NotFoundError, StartFailedError } from "@aenv/edge/errors";
-import type { Logger } from "pino";
-import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord, SnapshotRecord } from "../state/store.js";
 import { type RejectReport, type SnapshotMeta, snapshotMetaOf } from "../storage/repository/manifest-kinds.js";
 import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
@@ -10,22 +8,10 @@ import { UntrustedManifestError } from "../storage/repository/trust.js";
 import { writeFileDurableSync } from "../util/durable-write.js";
 import { commitDir, commitDirAsync } from "../util/fsync.js";
 import { envdTokenOf } from "./envd-credentials.js";
-import type { SandboxRegistry } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
+import type { NodeContext } from "./node-context.js";
 
 /** How long a start waits for a snapshot another server is committing. */
 const COMMIT_WAIT_MS = 5 * 60_000;
-
-export interface SnapshotsDeps {
-  paths: NodePaths;
-  registry: SandboxRegistry;
-  runner: SandboxRunner;
-  repository: SnapshotRepository;
-  checkpointKey: string;
-  /** Whether a template (by ID, name or alias) answers to this name here: no snapshot may take it. */
-  isTemplateName: (name: string) => boolean;
-  log: Logger;
-}
 
 /** A checkpoint image made whole from a repository manifest (temp name, then rename). */
 export async function materializeImage(repository: SnapshotRepository, manifestId: string, imageDir: string) {
@@ -48,27 +34,31 @@ export class Snapshots {
   /** Commits still running, by snapshot ID. */
   private readonly commits = new Map<string, Promise<void>>();
 
-  constructor(private readonly d: SnapshotsDeps) {}
+  constructor(private readonly ctx: NodeContext) {}
 
   /** After a restart: the repository's snapshots, and local ones whose commit had not finished. */
   async recover(): Promise<void> {
     // A manifest is written last, so every listed one is complete.
-    for (const m of await this.d.repository.list()) {
+    for (const m of await this.ctx.repository.list()) {
       const rec = this.ofManifest(m);
       if (rec) this.byId.set(m.id, rec);
     }
-    const root = this.d.paths.snapshots;
+    const root = this.ctx.paths.snapshots;
     if (!existsSync(root)) return;
     const pending: SnapshotRecord[] = [];
     for (const name of readdirSync(root)) {
       const id = name.replace(/\.pending\.json$/, "");
-      if (id === name || this.byId.has(id) || !this.d.runner.driver.isCompleteCheckpoint(this.d.paths.snapshot(id))) {
+      if (
+        id === name ||
+        this.byId.has(id) ||
+        !this.ctx.runner.driver.isCompleteCheckpoint(this.ctx.paths.snapshot(id))
+      ) {
         continue;
       }
       try {
-        const rec = JSON.parse(readFileSync(this.d.paths.snapshotPending(id), "utf8")) as SnapshotRecord;
+        const rec = JSON.parse(readFileSync(this.ctx.paths.snapshotPending(id), "utf8")) as SnapshotRecord;
         if (rec.id !== id) continue;
-        const local = { ...rec, imageDir: this.d.paths.snapshot(id) };
+        const local = { ...rec, imageDir: this.ctx.paths.snapshot(id) };
         this.byId.set(id, local);
         pending.push(local);
       } catch {
@@ -80,7 +70,7 @@ export class Snapshots {
       if (!this.byId.has(id)) rmSync(`${root}/${name}`, { recursive: true, force: true });
     }
     for (const rec of pending) {
-      await this.d.repository.announce(rec.id, rec.names).catch(() => undefined);
+      await this.ctx.repository.announce(rec.id, rec.names).catch(() => undefined);
       this.commit(rec);
     }
   }
@@ -115,7 +105,7 @@ export class Snapshots {
     // Only what was committed before the listing began must be in it: a commit that ends
     // while the repository is listed is not "deleted elsewhere".
     const committedBefore = new Set(local.filter((s) => s.committed).map((s) => s.id));
-    const manifests = await this.d.repository.listFresh().catch(() => undefined);
+    const manifests = await this.ctx.repository.listFresh().catch(() => undefined);
     if (!manifests) return local;
     const inRepo = new Set(manifests.map((m) => m.id));
     const out = local.filter((s) => !committedBefore.has(s.id) || inRepo.has(s.id));
@@ -134,19 +124,19 @@ export class Snapshots {
 
   /** Captures a running sandbox (it keeps running); the repository commit follows in the background. */
   async take(id: string, name: string | undefined): Promise<SnapshotRecord> {
-    const l = this.d.registry.mustGet(id);
-    if (name !== undefined && this.d.isTemplateName(name)) {
+    const l = this.ctx.registry.mustGet(id);
+    if (name !== undefined && this.ctx.templates.get(name) !== undefined) {
       throw new ConflictError(`'${name}' is a template's name; a snapshot cannot take it`);
     }
-    return this.d.registry.enqueue(l, async () => {
+    return this.ctx.registry.enqueue(l, async () => {
       if (l.rec.state !== "running") throw new ConflictError(`sandbox '${id}' is not running`);
-      const tmp = this.d.paths.snapshot(`.capture-${randomBytes(8).toString("hex")}`);
-      mkdirSync(this.d.paths.snapshots, { recursive: true });
+      const tmp = this.ctx.paths.snapshot(`.capture-${randomBytes(8).toString("hex")}`);
+      mkdirSync(this.ctx.paths.snapshots, { recursive: true });
       const t0 = Date.now();
       try {
-        await this.d.runner.capture(l, tmp);
+        await this.ctx.runner.capture(l, tmp);
         const rec = await this.publish(l.rec, name, tmp);
-        this.d.log.info({ sandboxID: id, snapshotID: rec.id, ms: Date.now() - t0 }, "snapshot taken");
+        this.ctx.log.info({ sandboxID: id, snapshotID: rec.id, ms: Date.now() - t0 }, "snapshot taken");
         return rec;
       } finally {
         rmSync(tmp, { recursive: true, force: true });
@@ -163,20 +153,20 @@ export class Snapshots {
    */
   async publish(src: SandboxRecord, name: string | undefined, captureDir: string): Promise<SnapshotRecord> {
     const snapId = `snap_${randomBytes(8).toString("hex")}`;
-    const final = this.d.paths.snapshot(snapId);
-    mkdirSync(this.d.paths.snapshots, { recursive: true });
-    const rec = this.record(src, snapId, name, final, this.d.runner.driver.checkpointBytes(captureDir));
+    const final = this.ctx.paths.snapshot(snapId);
+    mkdirSync(this.ctx.paths.snapshots, { recursive: true });
+    const rec = this.record(src, snapId, name, final, this.ctx.runner.driver.checkpointBytes(captureDir));
     // The announcement goes out while the image is made durable: nobody has the ID before
     // this returns, and one left by a crash meanwhile only expires (announcements.ts).
-    const announced = this.d.repository
+    const announced = this.ctx.repository
       .announce(snapId, rec.names)
-      .catch((err) => this.d.log.warn({ err, snapshotID: snapId }, "snapshot commit not announced"));
+      .catch((err) => this.ctx.log.warn({ err, snapshotID: snapId }, "snapshot commit not announced"));
     try {
       await commitDirAsync(captureDir, final);
       this.writePending(rec);
     } catch (err) {
       await announced;
-      await this.d.repository.withdraw(snapId).catch(() => undefined);
+      await this.ctx.repository.withdraw(snapId).catch(() => undefined);
       throw err;
     }
     await announced;
@@ -187,10 +177,10 @@ export class Snapshots {
 
   /** Makes sure the node-local copy of a snapshot exists, rebuilding it from the repository. */
   async ensureLocal(snap: SnapshotRecord): Promise<void> {
-    const complete = () => this.d.runner.driver.isCompleteCheckpoint(snap.imageDir);
+    const complete = () => this.ctx.runner.driver.isCompleteCheckpoint(snap.imageDir);
     if (complete()) return;
     try {
-      await materializeImage(this.d.repository, snap.id, snap.imageDir);
+      await materializeImage(this.ctx.repository, snap.id, snap.imageDir);
     } catch (err) {
       if (complete()) return; // a concurrent create won
       throw new StartFailedError(`snapshot '${snap.id}' cannot be loaded: ${(err as Error).message}`);
@@ -202,8 +192,8 @@ export class Snapshots {
     if (!s) throw new NotFoundError(`snapshot '${ref}' not found`);
     this.byId.delete(s.id);
     await this.commits.get(s.id);
-    await this.d.repository.delete(s.id);
-    rmSync(this.d.paths.snapshotPending(s.id), { force: true });
+    await this.ctx.repository.delete(s.id);
+    rmSync(this.ctx.paths.snapshotPending(s.id), { force: true });
     rmSync(s.imageDir, { recursive: true, force: true });
   }
 
@@ -213,7 +203,7 @@ export class Snapshots {
 
   private writePending(rec: SnapshotRecord): void {
     const { imageDir: _local, ...data } = rec;
-    const file = this.d.paths.snapshotPending(rec.id);
+    const file = this.ctx.paths.snapshotPending(rec.id);
     writeFileDurableSync(file, JSON.stringify(data));
   }
 
@@ -222,23 +212,26 @@ export class Snapshots {
     const { imageDir, committed: _c, uploadedBytes: _u, ...data } = rec;
     const meta: SnapshotMeta = { kind: "snapshot", ...data };
     const t0 = Date.now();
-    const p = this.d.repository
+    const p = this.ctx.repository
       .commit(rec.id, imageDir, meta)
       .then(({ stats }) => {
         rec.uploadedBytes = stats.uploadedBytes;
         rec.committed = true;
-        rmSync(this.d.paths.snapshotPending(rec.id), { force: true });
-        this.d.log.info({ snapshotID: rec.id, ...stats, ms: Date.now() - t0 }, "snapshot committed to the repository");
+        rmSync(this.ctx.paths.snapshotPending(rec.id), { force: true });
+        this.ctx.log.info(
+          { snapshotID: rec.id, ...stats, ms: Date.now() - t0 },
+          "snapshot committed to the repository",
+        );
       })
       .catch((err) =>
-        this.d.log.warn(
+        this.ctx.log.warn(
           { err, snapshotID: rec.id },
           "snapshot not committed to the repository; retried at the next start",
         ),
       )
       .finally(async () => {
         // Committed, or failed (retried at the next start, announced again then).
-        await this.d.repository.withdraw(rec.id).catch(() => undefined);
+        await this.ctx.repository.withdraw(rec.id).catch(() => undefined);
         if (this.commits.get(rec.id) === p) this.commits.delete(rec.id);
       });
     this.commits.set(rec.id, p);
@@ -272,7 +265,7 @@ export class Snapshots {
       diskSizeMB: src.diskSizeMB,
       sizeBytes,
       createdAt: Date.now(),
-      imageKey: this.d.checkpointKey,
+      imageKey: this.ctx.checkpointKey,
     };
   }
 
@@ -283,12 +276,12 @@ export class Snapshots {
    */
   private async stillCommitted(snap: SnapshotRecord | undefined): Promise<SnapshotRecord | undefined> {
     if (!snap?.committed) return snap;
-    const m = await this.d.repository.get(snap.id).then(
+    const m = await this.ctx.repository.get(snap.id).then(
       (x) => x ?? null,
       () => undefined,
     );
     if (m !== null) return snap;
-    this.d.log.info({ snapshotID: snap.id }, "snapshot was deleted from the repository elsewhere; forgetting it");
+    this.ctx.log.info({ snapshotID: snap.id }, "snapshot was deleted from the repository elsewhere; forgetting it");
     this.byId.delete(snap.id);
     rmSync(snap.imageDir, { recursive: true, force: true });
     return undefined;
@@ -305,22 +298,22 @@ export class Snapshots {
       return local;
     };
     if (/^[A-Za-z0-9_.-]{1,128}$/.test(ref)) {
-      const byId = adopt(await this.d.repository.get(ref).catch(() => undefined));
+      const byId = adopt(await this.ctx.repository.get(ref).catch(() => undefined));
       if (byId) return byId;
     }
-    const named = (await this.d.repository.listFresh().catch(() => [])).filter((m) => {
+    const named = (await this.ctx.repository.listFresh().catch(() => [])).filter((m) => {
       const meta = snapshotMetaOf(m, this.reject);
       return meta?.names.includes(ref) && visible(meta.owner);
     });
     const latest = newest(named.flatMap((m) => this.ofManifest(m) ?? []));
     if (latest) return adopt(named.find((m) => m.id === latest.id));
     // Taken on another server a moment ago and still being committed: wait for it.
-    const pending = (await this.d.repository.announced().catch(() => [])).find(
+    const pending = (await this.ctx.repository.announced().catch(() => [])).find(
       (a) => a.id === ref || a.names.includes(ref),
     );
     if (pending) {
-      this.d.log.info({ snapshotID: pending.id }, "waiting for another server's snapshot commit");
-      return adopt(await this.d.repository.waitFor(pending.id, COMMIT_WAIT_MS));
+      this.ctx.log.info({ snapshotID: pending.id }, "waiting for another server's snapshot commit");
+      return adopt(await this.ctx.repository.waitFor(pending.id, COMMIT_WAIT_MS));
     }
     return undefined;
   }
@@ -330,7 +323,7 @@ export class Snapshots {
   private readonly reject: RejectReport = (err) => {
     if (this.rejected.has(err.message)) return;
     this.rejected.add(err.message);
-    this.d.log.error({ entry: err.entry }, `${err.message}; treated as unusable`);
+    this.ctx.log.error({ entry: err.entry }, `${err.message}; treated as unusable`);
   };
 
   /** A snapshot manifest's record as this node keeps it (undefined for other kinds). */
@@ -338,12 +331,12 @@ export class Snapshots {
     const meta = snapshotMetaOf(m, this.reject);
     if (!meta) return undefined;
     // An image from before image keys restores with its own /.aenv: only one of this node's.
-    if (!meta.imageKey && !this.d.paths.isRuntimeDir(meta.runtimeDir)) {
+    if (!meta.imageKey && !this.ctx.paths.isRuntimeDir(meta.runtimeDir)) {
       this.reject(new UntrustedManifestError(m.id, `runtimeDir ${meta.runtimeDir} is not this node's`));
       return undefined;
     }
     const { kind: _k, ...rec } = meta;
-    return { ...rec, imageDir: this.d.paths.snapshot(m.id), committed: true };
+    return { ...rec, imageDir: this.ctx.paths.snapshot(m.id), committed: true };
   }
 }
 

@@ -1,14 +1,11 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync } from "node:fs";
 import { dirname } from "node:path";
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
-import { type Template, type TemplateStore, usable } from "../state/template-catalog.js";
+import { type Template, usable } from "../state/template-catalog.js";
 import { countWarmImage } from "../telemetry/prometheus.js";
 import { commitDir } from "../util/fsync.js";
 import { runLoginShellOnce } from "./envd-process.js";
+import type { NodeContext } from "./node-context.js";
 import { templateSandbox } from "./records.js";
-import type { SandboxRunner } from "./runner.js";
 import { runStartCommand } from "./start-command.js";
 
 /** Warm images are per revision: a tag can start an older build than the current one. */
@@ -26,18 +23,6 @@ function touch(dir: string): void {
   }
 }
 
-export interface WarmImagesDeps {
-  cfg: ServerConfig;
-  paths: NodePaths;
-  templates: TemplateStore;
-  runner: SandboxRunner;
-  /** Checkpoints restore only on a runtime with this key (driver build, platform, /.aenv). */
-  checkpointKey: string;
-  runtimeDir: string;
-  isClosing: () => boolean;
-  log: Logger;
-}
-
 /**
  * A warm image is a template checkpointed right after boot (envd up, start command running,
  * ready command passed): creating from it is a restore instead of a boot. Kept beside the
@@ -47,16 +32,16 @@ export class WarmImages {
   private readonly ready = new Map<string, string>();
   private readonly warming = new Map<string, Promise<void>>();
 
-  constructor(private readonly d: WarmImagesDeps) {}
+  constructor(private readonly ctx: NodeContext) {}
 
   private dirOf(tpl: Template): string {
-    return this.d.paths.warmImage(`${revisionKey(tpl)}-${this.d.checkpointKey}`);
+    return this.ctx.paths.warmImage(`${revisionKey(tpl)}-${this.ctx.checkpointKey}`);
   }
 
   /** The template's warm image when it has a complete one (marked used), else undefined. */
   take(tpl: Template): string | undefined {
     const dir = this.ready.get(revisionKey(tpl));
-    const hit = dir !== undefined && this.d.runner.driver.isCompleteCheckpoint(dir);
+    const hit = dir !== undefined && this.ctx.runner.driver.isCompleteCheckpoint(dir);
     countWarmImage(hit);
     if (!hit) return undefined;
     touch(dir);
@@ -73,15 +58,15 @@ export class WarmImages {
     try {
       this.prune();
     } catch (err) {
-      this.d.log.warn({ err }, "could not prune warm images");
+      this.ctx.log.warn({ err }, "could not prune warm images");
     }
-    for (const tpl of this.d.templates.list()) {
-      if (this.d.isClosing()) return;
+    for (const tpl of this.ctx.templates.list()) {
+      if (this.ctx.registry.isClosing) return;
       if (!usable(tpl) || !tpl.warm) continue;
       try {
         await this.ensure(tpl);
       } catch (err) {
-        this.d.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
+        this.ctx.log.warn({ err, template: tpl.id }, "could not build a warm image; template will cold-boot");
       }
     }
   }
@@ -93,30 +78,30 @@ export class WarmImages {
    * restore, so its age is the time since it was last used.
    */
   prune(): void {
-    const dir = this.d.paths.warmImages;
+    const dir = this.ctx.paths.warmImages;
     if (!existsSync(dir)) return;
     const now = Date.now();
     for (const name of readdirSync(dir)) {
-      const p = this.d.paths.warmImage(name);
+      const p = this.ctx.paths.warmImage(name);
       const st = statSync(p, { throwIfNoEntry: false });
       if (!st?.isDirectory()) continue;
       const idleS = (now - st.mtimeMs) / 1000;
       const partial = /\.tmp-\d+$/.test(name);
       const stale = partial
         ? idleS > 3600
-        : !name.endsWith(`-${this.d.checkpointKey}`) && idleS > this.d.cfg.staleWarmImageS;
+        : !name.endsWith(`-${this.ctx.checkpointKey}`) && idleS > this.ctx.cfg.staleWarmImageS;
       if (!stale) continue;
       rmSync(p, { recursive: true, force: true });
-      this.d.log.info({ image: name, idleS: Math.round(idleS) }, "stale warm image removed");
+      this.ctx.log.info({ image: name, idleS: Math.round(idleS) }, "stale warm image removed");
     }
   }
 
   /** Makes sure a template has a warm image for this runtime, capturing one if needed. */
   async ensure(tpl: Template, onLog?: (line: string) => void): Promise<void> {
     const dir = this.dirOf(tpl);
-    if (this.d.runner.driver.isCompleteCheckpoint(dir)) {
+    if (this.ctx.runner.driver.isCompleteCheckpoint(dir)) {
       this.ready.set(revisionKey(tpl), dir);
-      this.d.log.info({ template: tpl.id, found: true }, "template warm image ready");
+      this.ctx.log.info({ template: tpl.id, found: true }, "template warm image ready");
       return;
     }
     const t0 = Date.now();
@@ -124,18 +109,18 @@ export class WarmImages {
       await this.capture(tpl, dir, onLog);
     } catch (err) {
       // Another server on this host may have committed the same image meanwhile.
-      if (!this.d.runner.driver.isCompleteCheckpoint(dir)) throw err;
+      if (!this.ctx.runner.driver.isCompleteCheckpoint(dir)) throw err;
     }
     this.ready.set(revisionKey(tpl), dir);
-    this.d.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
+    this.ctx.log.info({ template: tpl.id, ms: Date.now() - t0 }, "template warm image ready");
   }
 
   /** After a cold boot: the next create from this template should be a restore. */
   ensureInBackground(tpl: Template): void {
     const key = revisionKey(tpl);
-    if (this.warming.has(key) || this.d.isClosing()) return;
+    if (this.warming.has(key) || this.ctx.registry.isClosing) return;
     const p = this.ensure(tpl)
-      .catch((err) => this.d.log.warn({ err, template: tpl.id }, "could not take a warm image"))
+      .catch((err) => this.ctx.log.warn({ err, template: tpl.id }, "could not take a warm image"))
       .finally(() => this.warming.delete(key));
     this.warming.set(key, p);
   }
@@ -143,10 +128,10 @@ export class WarmImages {
   /** Drops a deleted template's warm images. */
   forget(templateId: string): void {
     for (const k of [...this.ready.keys()]) if (k.startsWith(`${templateId}-r`)) this.ready.delete(k);
-    const dir = this.d.paths.warmImages;
+    const dir = this.ctx.paths.warmImages;
     if (!existsSync(dir)) return;
     for (const name of readdirSync(dir)) {
-      if (name.startsWith(`${templateId}-r`)) rmSync(this.d.paths.warmImage(name), { recursive: true, force: true });
+      if (name.startsWith(`${templateId}-r`)) rmSync(this.ctx.paths.warmImage(name), { recursive: true, force: true });
     }
   }
 
@@ -155,8 +140,8 @@ export class WarmImages {
   }
 
   private async capture(tpl: Template, finalDir: string, onLog?: (line: string) => void): Promise<void> {
-    const live = templateSandbox(this.d.cfg, this.d.paths, this.d.runtimeDir, tpl);
-    const runner = this.d.runner;
+    const live = templateSandbox(this.ctx.cfg, this.ctx.paths, this.ctx.runtimeDir, tpl);
+    const runner = this.ctx.runner;
     try {
       // No token: the create that restores this image sets one.
       await runner.bring(

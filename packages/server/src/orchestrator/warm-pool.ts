@@ -1,26 +1,12 @@
-import type { Logger } from "pino";
-import type { ServerConfig } from "../config.js";
-import type { NodePaths } from "../node-paths.js";
-import type { RuntimeDriver } from "../runtime/driver.js";
 import type { Template } from "../state/template-catalog.js";
+import { CleanupStack } from "./cleanup-stack.js";
 import { envdRequest } from "./envd-client.js";
 import { runLoginShellOnce } from "./envd-process.js";
+import type { NodeContext } from "./node-context.js";
 import { templateSandbox } from "./records.js";
 import type { Live } from "./registry.js";
-import type { SandboxRunner } from "./runner.js";
+import { deferRuntime } from "./start-undo.js";
 import { revisionKey, type WarmImages } from "./warm-images.js";
-
-export interface WarmPoolDeps {
-  cfg: ServerConfig;
-  paths: NodePaths;
-  runner: SandboxRunner;
-  driver: RuntimeDriver;
-  warmImages: WarmImages;
-  runtimeDir: string;
-  /** Whether the node may start more (not closing, under capacity). */
-  mayGrow: () => boolean;
-  log: Logger;
-}
 
 /**
  * A restored sandbox maps its memory back in as it touches it: its first calls into envd are
@@ -72,10 +58,19 @@ export class WarmPool {
   private closed = false;
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly d: WarmPoolDeps) {}
+  constructor(
+    private readonly ctx: NodeContext,
+    private readonly uses: { warmImages: WarmImages },
+  ) {}
+
+  /** Whether the node may start more: not closing, and under its capacity of running sandboxes. */
+  private mayGrow(): boolean {
+    const { registry, cfg } = this.ctx;
+    return !registry.isClosing && registry.list().filter((r) => r.state === "running").length < cfg.maxSandboxes;
+  }
 
   get enabled(): boolean {
-    return this.d.cfg.warmPoolMax > 0 && !!this.d.driver.freezer;
+    return this.ctx.cfg.warmPoolMax > 0 && !!this.ctx.driver.freezer;
   }
 
   start(): void {
@@ -119,8 +114,8 @@ export class WarmPool {
     // later: threads of a restore just spawned may not be in its cgroup yet.
     const restoring = pool.restoring;
     if (restoring) {
-      void this.d.driver.prioritize(restoring.rec.runtimeId).catch(() => {});
-      setTimeout(() => void this.d.driver.prioritize(restoring.rec.runtimeId).catch(() => {}), 100).unref();
+      void this.ctx.driver.prioritize(restoring.rec.runtimeId).catch(() => {});
+      setTimeout(() => void this.ctx.driver.prioritize(restoring.rec.runtimeId).catch(() => {}), 100).unref();
     }
     return new Promise((resolve) => pool.waiters.push(resolve));
   }
@@ -136,7 +131,7 @@ export class WarmPool {
     if (last === undefined || now - last > POOL_IDLE_MS) return 0;
     const recent = all.filter((t) => now - t < RATE_WINDOW_MS).length;
     const perTen = Math.ceil(recent / (RATE_WINDOW_MS / 10_000));
-    return Math.min(this.d.cfg.warmPoolMax, Math.max(this.d.cfg.warmPoolMin, perTen));
+    return Math.min(this.ctx.cfg.warmPoolMax, Math.max(this.ctx.cfg.warmPoolMin, perTen));
   }
 
   private refill(k: string): void {
@@ -144,10 +139,10 @@ export class WarmPool {
     if (!pool || pool.filling) return;
     pool.filling = (async () => {
       try {
-        while (!this.closed && (pool.waiters.length > 0 || pool.ready.length < this.target(k)) && this.d.mayGrow()) {
+        while (!this.closed && (pool.waiters.length > 0 || pool.ready.length < this.target(k)) && this.mayGrow()) {
           // Background work: a restore (~0.4 s of a core) beside a caller's own start on 2
           // cores slows both. It waits while one is in flight, unless a create waits for it.
-          while (!this.closed && pool.waiters.length === 0 && !this.d.runner.quietFor(0)) await sleep(50);
+          while (!this.closed && pool.waiters.length === 0 && !this.ctx.runner.quietFor(0)) await sleep(50);
           if (this.closed) break;
           const p = await this.restoreOne(pool);
           if (!p) break;
@@ -161,10 +156,10 @@ export class WarmPool {
             break;
           }
           pool.ready.push(p);
-          this.d.log.info({ template: pool.tpl.id, ready: pool.ready.length }, "warm pool sandbox ready");
+          this.ctx.log.info({ template: pool.tpl.id, ready: pool.ready.length }, "warm pool sandbox ready");
         }
       } catch (err) {
-        this.d.log.warn({ err, template: pool.tpl.id }, "warm pool refill failed");
+        this.ctx.log.warn({ err, template: pool.tpl.id }, "warm pool refill failed");
       } finally {
         pool.filling = undefined;
         // Whoever still waits starts a sandbox of its own.
@@ -175,25 +170,29 @@ export class WarmPool {
 
   private async restoreOne(pool: TemplatePool): Promise<Pooled | undefined> {
     const { tpl } = pool;
-    const image = this.d.warmImages.take(tpl);
+    const image = this.uses.warmImages.take(tpl);
     if (!image) return undefined;
-    const live = templateSandbox(this.d.cfg, this.d.paths, this.d.runtimeDir, tpl);
+    const live = templateSandbox(this.ctx.cfg, this.ctx.paths, this.ctx.runtimeDir, tpl);
     const { rec } = live;
     pool.restoring = live;
+    // Pooled sandboxes are the node's own (no admission, no record): only the runtime to undo.
+    const undo = new CleanupStack(this.ctx.log, { template: tpl.id });
+    deferRuntime(undo, this.ctx, live);
     try {
-      await this.d.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
+      await this.ctx.runner.bring(live, { kind: "image", imageDir: image }, undefined, true);
       // A create waits for this one: it gets it as it is, neither primed nor frozen.
       if (pool.waiters.length > 0) {
-        await this.d.driver.prioritize(rec.runtimeId);
-        return { live, revision: revisionKey(tpl) };
+        await this.ctx.driver.prioritize(rec.runtimeId);
+      } else {
+        if (live.slot) await prime(live.slot.slotIp);
+        await this.ctx.driver.freezer?.freeze(rec.runtimeId);
+        live.hibernated = true;
       }
-      if (live.slot) await prime(live.slot.slotIp);
-      await this.d.driver.freezer?.freeze(rec.runtimeId);
-      live.hibernated = true;
+      undo.release();
       return { live, revision: revisionKey(tpl) };
     } catch (err) {
-      this.d.log.warn({ err, template: tpl.id }, "warm pool restore failed");
-      await this.d.runner.remove(live, true).catch(() => {});
+      this.ctx.log.warn({ err, template: tpl.id }, "warm pool restore failed");
+      await undo.unwind();
       return undefined;
     } finally {
       pool.restoring = undefined;
@@ -202,7 +201,7 @@ export class WarmPool {
 
   /** A pooled sandbox that will not be used. */
   async discard(p: Pooled): Promise<void> {
-    await this.d.runner.remove(p.live, true).catch(() => {});
+    await this.ctx.runner.remove(p.live, true).catch(() => {});
   }
 
   /**

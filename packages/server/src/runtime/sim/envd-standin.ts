@@ -30,6 +30,13 @@ export function simulateCommand(cmd: string, args: readonly string[]): SimComman
 }
 
 /**
+ * An `/init` whose environment names this variable is refused (500), as a real envd's failing
+ * /init would be: a start that fails after its slot, runtime and record are taken, for tests
+ * of what a failed start leaves behind.
+ */
+export const SIM_FAIL_INIT_ENV = "AENV_SIM_FAIL_INIT";
+
+/**
  * envd of one simulated sandbox: an HTTP server on the sandbox's slot address at envd's port,
  * so the node's envd client and proxy reach it exactly as they reach a real envd. It answers
  * what the node and the e2b SDK's create/connect/commands.run need: `/health`, `/init`,
@@ -117,6 +124,9 @@ export class EnvdStandIn {
     if (req.method === "POST" && path === "/init") {
       try {
         const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}") as { envVars?: unknown };
+        if (body.envVars && typeof body.envVars === "object" && SIM_FAIL_INIT_ENV in body.envVars) {
+          return sendError(res, 500, `aenv sim: /init refused (${SIM_FAIL_INIT_ENV} is set)`);
+        }
         if (body.envVars && typeof body.envVars === "object") {
           this.envVars = { ...this.envVars, ...(body.envVars as Record<string, string>) };
         }
