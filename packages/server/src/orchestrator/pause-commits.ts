@@ -4,16 +4,18 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord } from "../state/store.js";
-import { toStored } from "../state/stored-record.js";
 import {
+  type PauseMeta,
   pauseClaimName,
   pauseManifestId,
+  pauseMetaFor,
   pauseMetaOf,
-  type StoredPauseMeta,
 } from "../storage/repository/manifest-kinds.js";
 import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { countPauseCommit } from "../telemetry/prometheus.js";
+import { PeerPauseSource } from "./pause-from-peer.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
+import { PauseOffers, type PausePeers } from "./pause-offers.js";
 import type { SandboxRegistry } from "./registry.js";
 import type { SandboxStates } from "./sandbox-states.js";
 import { materializeImage } from "./snapshots.js";
@@ -46,6 +48,12 @@ export class PauseCommits {
   private readonly timers = new Map<string, NodeJS.Timeout>();
   /** Commits of pause images still running, by sandbox ID. */
   private readonly commits = new Map<string, Promise<void>>();
+  /** With cluster.p2p: this node's pauses offered to peers before their commit ends. */
+  private offers?: PauseOffers;
+  private fromPeers?: PeerPauseSource;
+  private peers?: PausePeers;
+  /** Sandboxes taken over from a peer's offer, by ID: the tag of that offer, withdrawn once resumed. */
+  private readonly adoptedFromPeer = new Map<string, string>();
 
   constructor(private readonly d: PauseCommitsDeps) {}
 
@@ -55,7 +63,24 @@ export class PauseCommits {
    * never pay for it: it starts once the sandbox has stayed paused a while.
    */
   commitLater(rec: SandboxRecord, imageDir: string): void {
+    this.offers?.offer(rec);
     this.schedule(rec, imageDir, this.d.cfg.repository.pauseCommitDelayS, 0);
+  }
+
+  /**
+   * cluster.p2p: a pause can be resumed on another node before its commit ends, from a
+   * manifest this node serves (pause-offers.ts); this node resumes pauses of its peers alike.
+   */
+  usePeers(peers: PausePeers): void {
+    const { paths, registry, repository, checkpointKey, log } = this.d;
+    this.peers = peers;
+    this.offers = new PauseOffers({ paths, registry, repository, peers, checkpointKey, log });
+    this.fromPeers = new PeerPauseSource({ peers, repository, log });
+  }
+
+  /** A paused sandbox's manifest for a peer (GET /cluster/pauses/:id); undefined when not offered. */
+  servePeer(id: string): Promise<Buffer | undefined> {
+    return this.offers?.serve(id) ?? Promise.resolve(undefined);
   }
 
   private schedule(rec: SandboxRecord, imageDir: string, delayS: number, attempt: number): void {
@@ -74,11 +99,13 @@ export class PauseCommits {
   private commitNow(rec: SandboxRecord, imageDir: string, attempt: number): void {
     const id = rec.id;
     const t0 = Date.now();
-    const meta: StoredPauseMeta = { kind: "pause", sandbox: toStored(rec), imageKey: this.d.checkpointKey };
+    const meta = pauseMetaFor(rec, this.d.checkpointKey);
     const p = this.d.repository
       .commit(pauseManifestId(id), imageDir, meta)
       .then(({ manifest, stats }) => {
         countPauseCommit(true);
+        // Any node finds it in the repository now.
+        this.offers?.release(id);
         // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
         this.d.repository.pinManifest(manifest);
         this.d.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0, attempt }, "pause image committed");
@@ -108,7 +135,10 @@ export class PauseCommits {
    */
   async claim(rec: SandboxRecord): Promise<void> {
     const nodeId = this.d.cfg.cluster?.nodeId;
-    if (!nodeId || this.timers.has(rec.id)) return; // never committed: no other node can have it
+    if (!nodeId) return;
+    // Never committed nor sent to a peer: no other node can have it. Called in the sandbox's
+    // operation queue, as a peer is sent it (pause-offers.ts): the two never cross.
+    if (this.timers.has(rec.id) && !this.offers?.served(rec.id, rec.pause?.tag)) return;
     await this.commits.get(rec.id);
     if (await this.d.repository.claim(pauseClaimName(rec), nodeId)) return;
     this.d.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
@@ -132,6 +162,7 @@ export class PauseCommits {
     const timer = this.timers.get(rec.id);
     if (timer) clearTimeout(timer);
     this.timers.delete(rec.id);
+    this.offers?.release(rec.id);
     this.d.repository.unpin(pauseManifestId(rec.id));
     this.d.states.forget(rec.id);
     this.d.registry.remove(rec.id);
@@ -140,6 +171,11 @@ export class PauseCommits {
 
   /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
   forget(id: string): void {
+    this.offers?.release(id);
+    const offered = this.adoptedFromPeer.get(id);
+    this.adoptedFromPeer.delete(id);
+    // Resumed (or killed) here: the peer's offer it came from is void.
+    if (offered) this.peers?.withdraw(id, offered);
     const timer = this.timers.get(id);
     if (timer) {
       // Never committed: nothing to remove.
@@ -156,10 +192,24 @@ export class PauseCommits {
       .catch((err) => this.d.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
   }
 
-  /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
+  /**
+   * Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone): the
+   * repository's, else (its commit not finished) the one the node that paused it offers.
+   */
   async rebuild(id: string, image: string): Promise<void> {
     await this.commits.get(id);
     try {
+      const committed = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
+      const tag = this.d.registry.get(id)?.rec.pause?.tag;
+      const source = this.fromPeers;
+      if (!committed && source && tag && this.adoptedFromPeer.get(id) === tag) {
+        const peer = await source.find(id);
+        if (peer?.meta.sandbox.pause?.tag !== tag) throw new Error("not in the repository, and no peer offers it");
+        const t0 = Date.now();
+        await materializeImage(this.d.repository, pauseManifestId(id), image, (tmp) => source.materialize(peer, tmp));
+        this.d.log.info({ sandboxID: id, node: peer.node, ms: Date.now() - t0 }, "pause image rebuilt from a peer");
+        return;
+      }
       await materializeImage(this.d.repository, pauseManifestId(id), image);
       this.d.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
     } catch (err) {
@@ -169,6 +219,7 @@ export class PauseCommits {
 
   close(): void {
     for (const t of this.timers.values()) clearTimeout(t);
+    this.offers?.close();
   }
 
   /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
@@ -194,8 +245,11 @@ export class PauseCommits {
    */
   async adopt(id: string, runtimeDir: string, opts: ResumeOptions = {}): Promise<boolean> {
     const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
-    const meta =
+    let meta: PauseMeta | undefined =
       m && pauseMetaOf(m, (err) => this.d.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
+    // Its commit has not finished: the node that paused it may offer it (cluster.p2p).
+    const peer = !m && this.fromPeers ? await this.fromPeers.find(id) : undefined;
+    meta ??= peer?.meta;
     if (!meta || meta.sandbox.id !== id || this.d.registry.has(id)) return false;
     // Before it is taken over: traffic that may not reach it must not move it here either.
     refuseResumer(meta.sandbox, opts);
@@ -230,7 +284,9 @@ export class PauseCommits {
     };
     this.d.states.save(rec);
     this.d.registry.add({ rec, op: Promise.resolve() });
-    this.d.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
+    if (peer && rec.pause.tag) this.adoptedFromPeer.set(id, rec.pause.tag);
+    const from = peer ? `peer ${peer.node}` : "the repository";
+    this.d.log.info({ sandboxID: id }, `paused sandbox taken over from ${from}`);
     return true;
   }
 }
