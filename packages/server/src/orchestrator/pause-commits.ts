@@ -163,6 +163,7 @@ export class PauseCommits {
     if (timer) clearTimeout(timer);
     this.timers.delete(rec.id);
     this.offers?.release(rec.id);
+    this.adoptedFromPeer.delete(rec.id);
     this.d.repository.unpin(pauseManifestId(rec.id));
     this.d.states.forget(rec.id);
     this.d.registry.remove(rec.id);
