@@ -8,10 +8,14 @@
  * runs the same over real nodes.
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import pino from "pino";
+import { NodePaths } from "../src/node-paths.js";
 import { checkPeerPause } from "../src/orchestrator/pause-from-peer.js";
+import { PauseOffers, type PausePeers } from "../src/orchestrator/pause-offers.js";
+import { SandboxRegistry } from "../src/orchestrator/registry.js";
 import type { SandboxRecord } from "../src/state/store.js";
 import type { ChunkHolder } from "../src/storage/repository/chunk-peers.js";
 import { ChunkRepository } from "../src/storage/repository/chunk-repository.js";
@@ -100,5 +104,58 @@ describe("pauses offered to peers", () => {
     const m = b.openOffered(pauseManifestId(SBX), sealed);
     assert.throws(() => checkPeerPause(SBX, "t2", m), /pause t1 is not the one the cluster offers \(t2\)/);
     assert.throws(() => checkPeerPause("i9999999999abcdefghij", "t1", m), /names another sandbox/);
+  });
+});
+
+describe("the pausing node's offers", () => {
+  function node() {
+    const data = fresh("data");
+    const paths = new NodePaths(data, fresh("templates"));
+    const dir = join(data, "sandboxes", SBX);
+    mkdirSync(join(dir, "image"), { recursive: true });
+    writeFileSync(join(dir, "image", "checkpoint.img"), seeded(MiB, 3));
+    const rec = { ...record("t1"), dir, pause: { tag: "t1", kind: "memory", imageDir: join(dir, "image") } };
+    const registry = new SandboxRegistry({ maxSandboxes: 4, maxMemoryMB: 4096, maxCpus: 4 });
+    registry.add({ rec: rec as SandboxRecord, op: Promise.resolve() });
+    const calls: string[] = [];
+    const peers: PausePeers = {
+      offer: (id, tag) => calls.push(`offer ${id} ${tag}`),
+      withdraw: (id, tag) => calls.push(`withdraw ${id} ${tag}`),
+      fetch: async () => undefined,
+    };
+    const repository = new ChunkRepository(new PosixFsBackend(fresh("repo")), testKey, { cache: newCache() });
+    const offers = () =>
+      new PauseOffers({ paths, registry, repository, peers, checkpointKey: "key", log: pino({ level: "silent" }) });
+    return { paths, registry, rec: rec as SandboxRecord, calls, repository, offers };
+  }
+
+  test("a pause sent to a peer stays marked so across a restart; one never sent is not", async () => {
+    const n = node();
+    const a = n.offers();
+    a.offer(n.rec);
+    assert.deepEqual(n.calls, [`offer ${SBX} t1`]);
+    assert.equal(a.served(SBX, "t1"), false, "offered is not sent");
+    assert.equal(n.offers().served(SBX, "t1"), false);
+    const sealed = await a.serve(SBX);
+    assert.ok(sealed, "sent while paused");
+    assert.equal(a.served(SBX, "t1"), true);
+    assert.equal(a.served(SBX, "t2"), false, "another pause of it was not");
+    assert.equal(n.offers().served(SBX, "t1"), true, "a restarted node still knows");
+    // Its chunks are served from links beside the image: removing the image takes nothing.
+    const m = n.repository.openOffered(pauseManifestId(SBX), sealed);
+    const sha = m.files[0]?.chunks[0]?.sha256 as string;
+    rmSync(join(n.rec.dir, "image"), { recursive: true, force: true });
+    assert.ok(await n.repository.chunkForPeer(sha));
+    a.release(SBX);
+    assert.deepEqual(n.calls.at(-1), `withdraw ${SBX} t1`);
+    assert.ok(await n.repository.chunkForPeer(sha), "kept a while for the peer reading it");
+  });
+
+  test("nothing is sent of a sandbox that is not paused here", async () => {
+    const n = node();
+    (n.rec as { state: string }).state = "running";
+    assert.equal(await n.offers().serve(SBX), undefined);
+    assert.equal(await n.offers().serve("i9999999999abcdefghij"), undefined);
+    assert.equal(existsSync(n.paths.peerPauses), false, "nothing built");
   });
 });

@@ -76,6 +76,11 @@ export class PauseCommits {
     this.peers = peers;
     this.offers = new PauseOffers({ paths, registry, repository, peers, checkpointKey, log });
     this.fromPeers = new PeerPauseSource({ peers, repository, log });
+    // Pauses recovered at start whose commit is still to come: offered again.
+    for (const id of this.timers.keys()) {
+      const l = registry.get(id);
+      if (l?.rec.state === "paused") this.offers.offer(l.rec);
+    }
   }
 
   /** A paused sandbox's manifest for a peer (GET /cluster/pauses/:id); undefined when not offered. */
@@ -98,12 +103,15 @@ export class PauseCommits {
 
   private commitNow(rec: SandboxRecord, imageDir: string, attempt: number): void {
     const id = rec.id;
+    const tag = rec.pause?.tag;
     const t0 = Date.now();
     const meta = pauseMetaFor(rec, this.d.checkpointKey);
-    const p = this.d.repository
-      .commit(pauseManifestId(id), imageDir, meta)
-      .then(({ manifest, stats }) => {
+    const p = this.takenByPeer(id, tag, false)
+      .then(async (taken) => {
+        if (taken) return;
+        const { manifest, stats } = await this.d.repository.commit(pauseManifestId(id), imageDir, meta);
         countPauseCommit(true);
+        if (await this.takenByPeer(id, tag, true)) return;
         // Any node finds it in the repository now.
         this.offers?.release(id);
         // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
@@ -126,6 +134,28 @@ export class PauseCommits {
         if (this.commits.get(id) === p) this.commits.delete(id);
       });
     this.commits.set(id, p);
+  }
+
+  /**
+   * Whether a peer this pause was sent to (pause-offers.ts) claimed it, so resumed it: this
+   * node's copy is stale and dropped, never committed; a manifest of it this node committed
+   * meanwhile is removed while it still names that pause (a newer pause's replaces it).
+   */
+  private async takenByPeer(id: string, tag: string | undefined, committed: boolean): Promise<boolean> {
+    const l = this.d.registry.get(id);
+    if (!l || !this.offers?.served(id, tag)) return false;
+    const holder = await this.d.repository.claimHolder(pauseClaimName({ id, pause: { tag } }));
+    if (!holder || holder === this.d.cfg.cluster?.nodeId) return false;
+    if (committed) {
+      const m = await this.d.repository.get(pauseManifestId(id)).catch(() => undefined);
+      if (m && pauseMetaOf(m)?.sandbox.pause?.tag === tag) await this.d.repository.delete(pauseManifestId(id));
+    }
+    this.d.log.warn({ sandboxID: id, holder }, "pause sent to a peer was resumed there: this node's copy dropped");
+    // Not awaited: a resume in the queue may be waiting for this very commit (claim).
+    void this.d.registry.enqueue(l, async () => {
+      if (this.d.registry.get(id) === l && l.rec.state === "paused" && l.rec.pause.tag === tag) this.dropMoved(l.rec);
+    });
+    return true;
   }
 
   /**

@@ -1,9 +1,11 @@
-import { rmSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, openSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord } from "../state/store.js";
 import type { ChunkHolder } from "../storage/repository/chunk-peers.js";
 import { pauseManifestId, pauseMetaFor } from "../storage/repository/manifest-kinds.js";
+import { fsyncDir } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import type { SandboxRegistry } from "./registry.js";
 
@@ -47,6 +49,8 @@ interface Offer {
 }
 
 const localIdOf = (sandboxId: string, tag: string) => `offer-${sandboxId}.${tag}`;
+/** Kept in the sandbox's folder: a restart must not forget that a peer may have this pause. */
+const servedMark = (sandboxDir: string, tag: string) => join(sandboxDir, `peer-served.${tag}`);
 
 /**
  * The pausing node's side of a resume elsewhere before the commit ended: its paused sandboxes
@@ -81,10 +85,12 @@ export class PauseOffers {
     this.d.peers.offer(rec.id, tag);
   }
 
-  /** Whether a peer was sent this pause's manifest. */
+  /** Whether a peer was sent this pause's manifest (before a restart too). */
   served(id: string, tag: string | undefined): boolean {
     const o = this.offers.get(id);
-    return !!o && o.served && o.tag === tag;
+    if (o?.served && o.tag === tag) return true;
+    const dir = this.d.registry.get(id)?.rec.dir;
+    return !!tag && !!dir && existsSync(servedMark(dir, tag));
   }
 
   /** The sealed manifest of a sandbox paused here, for a peer; undefined when it is not. */
@@ -118,8 +124,14 @@ export class PauseOffers {
         o = { tag, dir, sealed, served: false };
         this.offers.set(id, o);
       }
-      // Marked before it leaves: a resume queued behind this one must claim it.
+      // Marked (durably) before it leaves: a resume queued behind this one, or after a restart, must claim it.
       if (paused()?.pause.tag !== tag) return undefined;
+      if (!o.served) {
+        const fd = openSync(servedMark(rec.dir, tag), "w", 0o600);
+        fsyncSync(fd);
+        closeSync(fd);
+        await fsyncDir(rec.dir);
+      }
       o.served = true;
       this.d.log.info({ sandboxID: id, tag }, "pause manifest sent to a peer (its commit has not finished)");
       return o.sealed;
