@@ -10,7 +10,7 @@
 // is not resumed from them, and resumes once the real holder serves it.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -42,14 +42,6 @@ const spoiled = { id: "", pid: "", secret: "" };
 
 const env = { AENV_P2P: "1", AENV_MAX_SANDBOXES: "4" };
 const manifestFile = (id: string) => join(cluster.repo, "manifests", `sbx-${id}.json`);
-
-function claimsOf(id: string): string[] {
-  const dir = join(cluster.repo, "claims");
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir)
-    .filter((f) => f.startsWith(`${id}.`))
-    .map((f) => readFileSync(join(dir, f), "utf8"));
-}
 
 async function until(what: string, cond: () => Promise<boolean>, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms;
@@ -149,7 +141,7 @@ describe("a pause resumed elsewhere before its commit finished", () => {
     await assertRunsOnB(moved);
     assert.match(nodeB.logs(), new RegExp(`"sandboxID":"${moved.id}"[^\\n]*pause image rebuilt from a peer`));
     assert.match(nodeA.logs(), new RegExp(`"sandboxID":"${moved.id}"[^\\n]*pause manifest sent to a peer`));
-    const claims = claimsOf(moved.id);
+    const claims = cluster.claimsOf(moved.id);
     assert.equal(claims.length, 1, "one pause, one claim");
     assert.match(claims[0] ?? "", /node-b/);
     assert.equal(existsSync(manifestFile(moved.id)), false, "A's commit never ran");

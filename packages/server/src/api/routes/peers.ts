@@ -29,6 +29,11 @@ async function sendFile(reply: FastifyReply, file: string | undefined) {
     .send(fh.createReadStream());
 }
 
+function sendHeld(reply: FastifyReply, data: Buffer | undefined, type: string) {
+  if (!data) return reply.status(404).send(errorBodyOf(404, "not held here"));
+  return reply.header("content-type", type).send(data);
+}
+
 /**
  * What the cluster's nodes fetch from each other (cluster.p2p), behind the API key like the
  * rest of the node API: layer blobs by digest, an image tree's index by image digest, file
@@ -66,16 +71,12 @@ export async function peerRoutes(
   app.get("/cluster/chunks/:hex", async (req, reply) => {
     const { hex } = req.params as { hex: string };
     if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
-    const data = await files.chunk(hex);
-    if (!data) return reply.status(404).send(errorBodyOf(404, "not held here"));
-    return reply.header("content-type", "application/octet-stream").send(data);
+    return sendHeld(reply, await files.chunk(hex), "application/octet-stream");
   });
   app.get("/cluster/pauses/:id", async (req, reply) => {
     const { id } = req.params as { id: string };
     if (!SANDBOX_ID_RE.test(id)) return reply.status(400).send(errorBodyOf(400, "not a sandbox ID"));
-    const sealed = await files.pause(id);
-    if (!sealed) return reply.status(404).send(errorBodyOf(404, "not held here"));
-    return reply.header("content-type", "application/json").send(sealed);
+    return sendHeld(reply, await files.pause(id), "application/json");
   });
   app.get("/cluster/content/:key", async (req, reply) => {
     const { key } = req.params as { key: string };

@@ -24,6 +24,7 @@ import {
   CommitError,
   type CommitStats,
   type Manifest,
+  type ManifestFile,
   SnapshotNotFoundError,
   type SnapshotRepository,
 } from "./repository.js";
@@ -68,6 +69,16 @@ export interface RepositoryOptions {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const manifestOf = (id: string, files: ManifestFile[], meta: object): Manifest => ({
+  version: 2,
+  id,
+  createdAt: new Date().toISOString(),
+  chunkSize: CHUNK_BYTES,
+  compression: "zstd",
+  files,
+  meta: { ...meta },
+});
 
 /**
  * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts,
@@ -208,15 +219,7 @@ export class ChunkRepository implements SnapshotRepository {
       });
       stats.reused = stats.chunks - stats.uploadedChunks;
 
-      const manifest: Manifest = {
-        version: 2,
-        id,
-        createdAt: new Date().toISOString(),
-        chunkSize: CHUNK_BYTES,
-        compression: "zstd",
-        files,
-        meta: { ...meta },
-      };
+      const manifest = manifestOf(id, files, meta);
       // The manifest is what makes the snapshot exist; it goes last.
       const key = manifestKey(id);
       await this.backend.put(key, this.key.seal("manifest", key, manifest));
@@ -239,15 +242,7 @@ export class ChunkRepository implements SnapshotRepository {
    */
   async offer(id: string, srcDir: string, meta: object, localId: string): Promise<Buffer> {
     const { files, where } = await chunkDir(id, srcDir);
-    const manifest: Manifest = {
-      version: 2,
-      id,
-      createdAt: new Date().toISOString(),
-      chunkSize: CHUNK_BYTES,
-      compression: "zstd",
-      files,
-      meta: { ...meta },
-    };
+    const manifest = manifestOf(id, files, meta);
     this.local.add(localId, where);
     return this.key.seal("manifest", manifestKey(id), manifest);
   }
