@@ -8,7 +8,7 @@
 // serves its running one again, re-announces the paused one nobody took, and no sandbox is
 // served by two nodes; no paused image is lost.
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
@@ -53,15 +53,6 @@ async function until(what: string, cond: () => Promise<boolean>, ms = 30_000): P
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 200));
   }
-}
-
-/** Claims made on the repository for a sandbox's pauses: [file, holder]. */
-function claimsOf(id: string): string[] {
-  const dir = join(cluster.repo, "claims");
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir)
-    .filter((f) => f.startsWith(`${id}.`))
-    .map((f) => readFileSync(join(dir, f), "utf8"));
 }
 
 test("a node cut off: its paused sandbox resumes elsewhere once, its running one is unreachable; after the heal it reconciles", async (t) => {
@@ -116,7 +107,7 @@ test("a node cut off: its paused sandbox resumes elsewhere once, its running one
     assert.equal(await cluster.ownerOf(moved.sandboxId), "node-b");
     assert.equal((await back.commands.run("cat /home/user/m.txt")).stdout, "moved\n");
     assert.equal((await back.commands.run("pgrep -f 'sleep 100000'")).stdout.trim(), pid, "the same process");
-    const claims = claimsOf(moved.sandboxId);
+    const claims = cluster.claimsOf(moved.sandboxId);
     assert.equal(claims.length, 1, "one pause, one claim");
     // A still holds its stale copy while cut off.
     assert.equal((await nodeA.api("GET", `/sandboxes/${moved.sandboxId}`)).status, 200);
@@ -142,7 +133,7 @@ test("a node cut off: its paused sandbox resumes elsewhere once, its running one
       existsSync(join(cluster.repo, "manifests", `sbx-${kept.sandboxId}.json`)),
       "the unmoved pause image is kept",
     );
-    assert.equal(claimsOf(kept.sandboxId).length, 0, "nobody claimed the unmoved pause");
+    assert.equal(cluster.claimsOf(kept.sandboxId).length, 0, "nobody claimed the unmoved pause");
 
     // No sandbox served by two nodes: the merged list has each once, each route names one node
     // and only that node holds it.

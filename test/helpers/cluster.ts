@@ -2,7 +2,7 @@
 // their own data dirs, templates dirs (at other paths, as on separate hosts), namespace
 // prefixes and slot ranges over one shared repository, and aenv-gateway processes.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { detachMountsUnder } from "../../packages/server/src/util/mounts.js";
@@ -244,6 +244,15 @@ export class TestCluster {
     } finally {
       c.disconnect();
     }
+  }
+
+  /** Claims made on the shared repository for a sandbox's pauses (their sealed content). */
+  claimsOf(id: string): string[] {
+    const dir = join(this.repo, "claims");
+    if (!existsSync(dir)) return [];
+    return readdirSync(dir)
+      .filter((f) => f.startsWith(`${id}.`))
+      .map((f) => readFileSync(join(dir, f), "utf8"));
   }
 
   /** Resolves after a heartbeat of the node that began after the call (its key's updatedAt moved). */

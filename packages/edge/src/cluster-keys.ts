@@ -18,6 +18,9 @@
  *                            nodes other nodes start the image from lazily (cluster.p2p)
  *   aenv:chunks:{id}         set of nodes whose chunk cache holds a repository manifest's chunks
  *                            (cluster.p2p): restores ask them before the repository
+ *   aenv:pause:{sandboxId}   JSON {node, url, tag}: the node holding a paused sandbox's image
+ *                            whose commit has not finished (cluster.p2p); another node that
+ *                            resumes it before the commit ends takes its manifest from there
  *   aenv:apikeys             hash ID → API key record (its sha256, name, limits); not rebuilt:
  *                            keep Redis persistent (AOF) or re-create the keys after a loss
  *   aenv:secrets             hash ID → secret record, its value sealed under a key derived from
@@ -45,6 +48,7 @@ export const keys = {
   idempotent: (key: string) => `aenv:idem:${key}`,
   blob: (digest: string) => `aenv:blob:${digest}`,
   chunks: (manifestId: string) => `aenv:chunks:${manifestId}`,
+  pause: (sandboxId: string) => `aenv:pause:${sandboxId}`,
   tree: (imageDigest: string) => `aenv:tree:${imageDigest}`,
   /** Hash of the cluster's API keys: ID → record (sha256 of the key, never the key). */
   apiKeys: "aenv:apikeys",

@@ -117,6 +117,18 @@ export class NodePaths {
     return join(this.dataDir, "commit-staging");
   }
 
+  /**
+   * Pause images handed to peers before their commit ended (cluster.p2p): hard links, so a
+   * resume or removal of the sandbox here never pulls them from under a peer still reading.
+   * Removed at start.
+   */
+  get peerPauses(): string {
+    return join(this.dataDir, "peer-pauses");
+  }
+  peerPause(name: string): string {
+    return join(this.peerPauses, name);
+  }
+
   /** Transient captures of fork parents; removed at start. */
   get forks(): string {
     return join(this.dataDir, "forks");

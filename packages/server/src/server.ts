@@ -130,7 +130,11 @@ export async function startServer(
       templates,
       builder: builds.builder,
       onDemand: builds.onDemand,
-      peerFiles: { ...builds.peerFiles, chunk: (sha) => repository.chunkForPeer(sha) },
+      peerFiles: {
+        ...builds.peerFiles,
+        chunk: (sha) => repository.chunkForPeer(sha),
+        pause: (id) => orch.pauseCommits.servePeer(id),
+      },
       files: builds.files,
       volumes: volumes.volumes,
       volumeContent: new VolumeContent(volumes.volumes.backend, cfg.volumes.maxSizeBytes),
@@ -156,6 +160,7 @@ export async function startServer(
     c && describe ? await joinCluster(c, describe, orch, log, cfg.apiKey) : undefined;
   if (cluster?.peers) await builds.usePeers(cluster.peers, cfg.images.lazy);
   if (cluster?.chunkPeers) repository.usePeers(cluster.chunkPeers);
+  if (cluster?.pausePeers) orch.pauseCommits.usePeers(cluster.pausePeers);
   ready = true;
   // Pre-booted template images make creates restores; built in the background.
   const warming = orch.prepareWarmImages().catch((err) => log.error({ err }, "warm images failed"));

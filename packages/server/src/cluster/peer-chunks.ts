@@ -23,10 +23,7 @@ export class RedisPeerChunks implements ChunkPeers {
 
   async holders(manifestId: string): Promise<ChunkHolder[]> {
     const live = await this.link.liveOthers(await this.d.redis.smembers(keys.chunks(manifestId)));
-    return live.map(({ id, url }) => ({
-      name: id,
-      get: (sha256: string, size: number) => this.get(url, sha256, size),
-    }));
+    return live.map(({ id, url }) => chunkHolderAt(this.link, id, url));
   }
 
   holding(manifestId: string): void {
@@ -43,9 +40,12 @@ export class RedisPeerChunks implements ChunkPeers {
       .del(keys.chunks(manifestId))
       .catch((err: Error) => this.d.log.warn({ err: err.message }, "chunk holders not removed"));
   }
+}
 
-  /** A chunk's bytes from one peer, never more than its size (the caller checks the digest). */
-  private async get(url: string, sha256: string, size: number): Promise<Buffer> {
-    return readAll(await this.link.open(url, peerChunkPath(sha256)), size);
-  }
+/** A node at `url` as a chunk holder: a chunk's bytes, never more than its size (the caller checks the digest). */
+export function chunkHolderAt(link: PeerLink, name: string, url: string): ChunkHolder {
+  return {
+    name,
+    get: async (sha256: string, size: number) => readAll(await link.open(url, peerChunkPath(sha256)), size),
+  };
 }

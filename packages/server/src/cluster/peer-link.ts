@@ -26,9 +26,10 @@ export class PeerLink {
     return out;
   }
 
-  async open(url: string, path: string): Promise<Readable> {
+  /** `answerMs`: how long the peer may take to answer (it may build what it sends first). */
+  async open(url: string, path: string, answerMs = PEER_TIMEOUT_MS): Promise<Readable> {
     const ac = new AbortController();
-    let timer = setTimeout(() => ac.abort(new Error("peer did not answer")), PEER_TIMEOUT_MS);
+    let timer = setTimeout(() => ac.abort(new Error("peer did not answer")), answerMs);
     const res = await fetch(`${url}${path}`, {
       headers: { "x-api-key": this.d.apiKey },
       signal: ac.signal,

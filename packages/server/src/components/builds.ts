@@ -25,7 +25,7 @@ export interface Builds extends Component {
   cache: ImageCache;
   images: ImageStore;
   /** What this node serves its peers (cluster.p2p). */
-  peerFiles: Omit<PeerFiles, "chunk">;
+  peerFiles: Omit<PeerFiles, "chunk" | "pause">;
   /**
    * Layers from the cluster's other nodes first; the cache unpublishes the blobs it drops; with
    * `lazy`, an image another node holds starts from its tree before the content is here.
@@ -121,7 +121,7 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
     await lazyTrees.start();
     onDemand.useLazy(lazyTrees);
   }
-  const peerFiles: Omit<PeerFiles, "chunk"> = {
+  const peerFiles: Omit<PeerFiles, "chunk" | "pause"> = {
     blob: (digest) => images.blobs.path(digest),
     treeIndex: (digest) => {
       const t = templates.list().find((x) => x.imageDigest === digest && x.treeIndex);

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { NodeAgent } from "../cluster/node-agent.js";
 import { RedisPeerBlobs } from "../cluster/peer-blobs.js";
 import { RedisPeerChunks } from "../cluster/peer-chunks.js";
+import { RedisPausePeers } from "../cluster/peer-pauses.js";
 import type { ServerConfig } from "../config.js";
 import type { Orchestrator } from "../orchestrator/orchestrator.js";
 import type { Component } from "./component.js";
@@ -15,6 +16,8 @@ export interface ClusterMember extends Component {
   peers?: RedisPeerBlobs;
   /** Snapshot chunks from the other nodes (with cluster.p2p). */
   chunkPeers?: RedisPeerChunks;
+  /** Pauses whose commit has not finished, between the nodes (with cluster.p2p). */
+  pausePeers?: RedisPausePeers;
 }
 
 /** The node in its cluster: registered in Redis, its heartbeat and sandbox ownership kept there. */
@@ -52,10 +55,12 @@ export async function joinCluster(
   const p2p = { redis, nodeId: c.nodeId, apiKey, log: log.child({ component: "p2p" }) };
   const peers = c.p2p ? new RedisPeerBlobs(p2p) : undefined;
   const chunkPeers = c.p2p ? new RedisPeerChunks(p2p) : undefined;
+  const pausePeers = c.p2p ? new RedisPausePeers({ ...p2p, url: c.advertiseUrl }) : undefined;
   return {
     beat: () => agent.beat(),
     ...(peers ? { peers } : {}),
     ...(chunkPeers ? { chunkPeers } : {}),
+    ...(pausePeers ? { pausePeers } : {}),
     async stop() {
       await agent.stop();
       await redis.quit().catch(() => {});

@@ -15,6 +15,8 @@ export function prepareHostDirs(cfg: ServerConfig): NodePaths {
   // What a commit cut short by a crash left: this node's, and old servers' in the templates
   // folder (they staged there, under `.commit-*`; a day old is no commit still running).
   rmSync(paths.commitStaging, { recursive: true, force: true });
+  // Pause images offered to peers are served by the process that offered them only.
+  rmSync(paths.peerPauses, { recursive: true, force: true });
   for (const name of readdirSync(cfg.templatesDir)) {
     if (!name.startsWith(".commit-")) continue;
     const dir = join(cfg.templatesDir, name);

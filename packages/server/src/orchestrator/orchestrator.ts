@@ -92,7 +92,8 @@ export class Orchestrator {
   readonly warmImages: WarmImages;
   private readonly creator: Creator;
   private readonly pauses: PauseResume;
-  private readonly pauseCommits: PauseCommits;
+  /** The repository side of pauses (and, with cluster.p2p, their offers to peers). */
+  readonly pauseCommits: PauseCommits;
   private readonly forker: Forker;
   private readonly metricsHistory: MetricsHistory;
   private readonly lifetimes: Lifetimes;

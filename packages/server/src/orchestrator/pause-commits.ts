@@ -1,16 +1,18 @@
 import { rmSync } from "node:fs";
 import { NotFoundError, RuntimeMismatchError, StartFailedError } from "@aenv/edge/errors";
 import type { SandboxRecord } from "../state/store.js";
-import { toStored } from "../state/stored-record.js";
 import {
+  type PauseMeta,
   pauseClaimName,
   pauseManifestId,
+  pauseMetaFor,
   pauseMetaOf,
-  type StoredPauseMeta,
 } from "../storage/repository/manifest-kinds.js";
 import { countPauseCommit } from "../telemetry/prometheus.js";
 import type { NodeContext } from "./node-context.js";
+import { PeerPauseSource } from "./pause-from-peer.js";
 import { autoResumable, pauseDir, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
+import { PauseOffers, type PausePeers } from "./pause-offers.js";
 import { materializeImage } from "./snapshots.js";
 import type { TemplateTrees } from "./template-trees.js";
 
@@ -29,6 +31,12 @@ export class PauseCommits {
   private readonly timers = new Map<string, NodeJS.Timeout>();
   /** Commits of pause images still running, by sandbox ID. */
   private readonly commits = new Map<string, Promise<void>>();
+  /** With cluster.p2p: this node's pauses offered to peers before their commit ends. */
+  private offers?: PauseOffers;
+  private fromPeers?: PeerPauseSource;
+  private peers?: PausePeers;
+  /** Sandboxes taken over from a peer's offer, by ID: the tag of that offer, withdrawn once resumed. */
+  private readonly adoptedFromPeer = new Map<string, string>();
 
   constructor(
     private readonly ctx: NodeContext,
@@ -41,7 +49,29 @@ export class PauseCommits {
    * never pay for it: it starts once the sandbox has stayed paused a while.
    */
   commitLater(rec: SandboxRecord, imageDir: string): void {
+    this.offers?.offer(rec);
     this.schedule(rec, imageDir, this.ctx.cfg.repository.pauseCommitDelayS, 0);
+  }
+
+  /**
+   * cluster.p2p: a pause can be resumed on another node before its commit ends, from a
+   * manifest this node serves (pause-offers.ts); this node resumes pauses of its peers alike.
+   */
+  usePeers(peers: PausePeers): void {
+    const { paths, registry, repository, checkpointKey, log } = this.ctx;
+    this.peers = peers;
+    this.offers = new PauseOffers({ paths, registry, repository, peers, checkpointKey, log });
+    this.fromPeers = new PeerPauseSource({ peers, repository, log });
+    // Pauses recovered at start whose commit is still to come: offered again.
+    for (const id of this.timers.keys()) {
+      const l = registry.get(id);
+      if (l?.rec.state === "paused") this.offers.offer(l.rec);
+    }
+  }
+
+  /** A paused sandbox's manifest for a peer (GET /cluster/pauses/:id); undefined when not offered. */
+  servePeer(id: string): Promise<Buffer | undefined> {
+    return this.offers?.serve(id) ?? Promise.resolve(undefined);
   }
 
   private schedule(rec: SandboxRecord, imageDir: string, delayS: number, attempt: number): void {
@@ -59,12 +89,17 @@ export class PauseCommits {
 
   private commitNow(rec: SandboxRecord, imageDir: string, attempt: number): void {
     const id = rec.id;
+    const tag = rec.pause?.tag;
     const t0 = Date.now();
-    const meta: StoredPauseMeta = { kind: "pause", sandbox: toStored(rec), imageKey: this.ctx.checkpointKey };
-    const p = this.ctx.repository
-      .commit(pauseManifestId(id), imageDir, meta)
-      .then(({ manifest, stats }) => {
+    const meta = pauseMetaFor(rec, this.ctx.checkpointKey);
+    const p = this.takenByPeer(id, tag, false)
+      .then(async (taken) => {
+        if (taken) return;
+        const { manifest, stats } = await this.ctx.repository.commit(pauseManifestId(id), imageDir, meta);
         countPauseCommit(true);
+        if (await this.takenByPeer(id, tag, true)) return;
+        // Any node finds it in the repository now.
+        this.offers?.release(id);
         // Its chunks stay in the node cache while it is paused: a resume never waits on a fetch.
         this.ctx.repository.pinManifest(manifest);
         this.ctx.log.info({ sandboxID: id, ...stats, ms: Date.now() - t0, attempt }, "pause image committed");
@@ -88,13 +123,38 @@ export class PauseCommits {
   }
 
   /**
+   * Whether a peer this pause was sent to (pause-offers.ts) claimed it, so resumed it: this
+   * node's copy is stale and dropped, never committed; a manifest of it this node committed
+   * meanwhile is removed while it still names that pause (a newer pause's replaces it).
+   */
+  private async takenByPeer(id: string, tag: string | undefined, committed: boolean): Promise<boolean> {
+    const l = this.ctx.registry.get(id);
+    if (!l || !this.offers?.served(id, tag)) return false;
+    const holder = await this.ctx.repository.claimHolder(pauseClaimName({ id, pause: { tag } }));
+    if (!holder || holder === this.ctx.cfg.cluster?.nodeId) return false;
+    if (committed) {
+      const m = await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined);
+      if (m && pauseMetaOf(m)?.sandbox.pause?.tag === tag) await this.ctx.repository.delete(pauseManifestId(id));
+    }
+    this.ctx.log.warn({ sandboxID: id, holder }, "pause sent to a peer was resumed there: this node's copy dropped");
+    // Not awaited: a resume in the queue may be waiting for this very commit (claim).
+    void this.ctx.registry.enqueue(l, async () => {
+      if (this.ctx.registry.get(id) === l && l.rec.state === "paused" && l.rec.pause.tag === tag) this.dropMoved(l.rec);
+    });
+    return true;
+  }
+
+  /**
    * In a cluster, once a pause image is (being) committed any node may resume it: the first to
    * claim it in the repository does; a node that finds another's claim (it restarted with an
    * old copy, or lost a race Redis should have prevented) drops its copy and says not found.
    */
   async claim(rec: SandboxRecord): Promise<void> {
     const nodeId = this.ctx.cfg.cluster?.nodeId;
-    if (!nodeId || this.timers.has(rec.id)) return; // never committed: no other node can have it
+    if (!nodeId) return;
+    // Never committed nor sent to a peer: no other node can have it. Called in the sandbox's
+    // operation queue, as a peer is sent it (pause-offers.ts): the two never cross.
+    if (this.timers.has(rec.id) && !this.offers?.served(rec.id, rec.pause?.tag)) return;
     await this.commits.get(rec.id);
     if (await this.ctx.repository.claim(pauseClaimName(rec), nodeId)) return;
     this.ctx.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
@@ -118,6 +178,8 @@ export class PauseCommits {
     const timer = this.timers.get(rec.id);
     if (timer) clearTimeout(timer);
     this.timers.delete(rec.id);
+    this.offers?.release(rec.id);
+    this.adoptedFromPeer.delete(rec.id);
     this.ctx.repository.unpin(pauseManifestId(rec.id));
     this.ctx.states.forget(rec.id);
     this.ctx.registry.remove(rec.id);
@@ -126,6 +188,11 @@ export class PauseCommits {
 
   /** Once a sandbox runs again (or is gone) its pause manifest is obsolete. */
   forget(id: string): void {
+    this.offers?.release(id);
+    const offered = this.adoptedFromPeer.get(id);
+    this.adoptedFromPeer.delete(id);
+    // Resumed (or killed) here: the peer's offer it came from is void.
+    if (offered) this.peers?.withdraw(id, offered);
     const timer = this.timers.get(id);
     if (timer) {
       // Never committed: nothing to remove.
@@ -142,10 +209,24 @@ export class PauseCommits {
       .catch((err) => this.ctx.log.warn({ err, sandboxID: id }, "pause manifest not removed"));
   }
 
-  /** Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone). */
+  /**
+   * Rebuilds a paused sandbox's image from its pause manifest (the local copy is gone): the
+   * repository's, else (its commit not finished) the one the node that paused it offers.
+   */
   async rebuild(id: string, image: string): Promise<void> {
     await this.commits.get(id);
     try {
+      const committed = await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined);
+      const tag = this.ctx.registry.get(id)?.rec.pause?.tag;
+      const source = this.fromPeers;
+      if (!committed && source && tag && this.adoptedFromPeer.get(id) === tag) {
+        const peer = await source.find(id);
+        if (peer?.meta.sandbox.pause?.tag !== tag) throw new Error("not in the repository, and no peer offers it");
+        const t0 = Date.now();
+        await materializeImage(this.ctx.repository, pauseManifestId(id), image, (tmp) => source.materialize(peer, tmp));
+        this.ctx.log.info({ sandboxID: id, node: peer.node, ms: Date.now() - t0 }, "pause image rebuilt from a peer");
+        return;
+      }
       await materializeImage(this.ctx.repository, pauseManifestId(id), image);
       this.ctx.log.info({ sandboxID: id }, "pause image rebuilt from the repository");
     } catch (err) {
@@ -155,6 +236,7 @@ export class PauseCommits {
 
   close(): void {
     for (const t of this.timers.values()) clearTimeout(t);
+    this.offers?.close();
   }
 
   /** Commits every paused sandbox's image now and waits (a node about to leave the cluster). */
@@ -180,8 +262,11 @@ export class PauseCommits {
    */
   async adopt(id: string, runtimeDir: string, opts: ResumeOptions = {}): Promise<boolean> {
     const m = await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined);
-    const meta =
+    let meta: PauseMeta | undefined =
       m && pauseMetaOf(m, (err) => this.ctx.log.error({ sandboxID: id }, `${err.message}; treated as unusable`));
+    // Its commit has not finished: the node that paused it may offer it (cluster.p2p).
+    const peer = !m && this.fromPeers ? await this.fromPeers.find(id) : undefined;
+    meta ??= peer?.meta;
     if (!meta || meta.sandbox.id !== id || this.ctx.registry.has(id)) return false;
     // Before it is taken over: traffic that may not reach it must not move it here either.
     refuseResumer(meta.sandbox, opts);
@@ -216,7 +301,9 @@ export class PauseCommits {
     };
     this.ctx.states.save(rec);
     this.ctx.registry.add({ rec, op: Promise.resolve() });
-    this.ctx.log.info({ sandboxID: id }, "paused sandbox taken over from the repository");
+    if (peer && rec.pause.tag) this.adoptedFromPeer.set(id, rec.pause.tag);
+    const from = peer ? `peer ${peer.node}` : "the repository";
+    this.ctx.log.info({ sandboxID: id }, `paused sandbox taken over from ${from}`);
     return true;
   }
 }

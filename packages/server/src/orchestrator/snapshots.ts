@@ -13,11 +13,19 @@ import type { NodeContext } from "./node-context.js";
 /** How long a start waits for a snapshot another server is committing. */
 const COMMIT_WAIT_MS = 5 * 60_000;
 
-/** A checkpoint image made whole from a repository manifest (temp name, then rename). */
-export async function materializeImage(repository: SnapshotRepository, manifestId: string, imageDir: string) {
+/**
+ * A checkpoint image made whole from a repository manifest (temp name, then rename); `fill`
+ * writes it from elsewhere (a peer's manifest) instead.
+ */
+export async function materializeImage(
+  repository: SnapshotRepository,
+  manifestId: string,
+  imageDir: string,
+  fill: (tmp: string) => Promise<void> = (tmp) => repository.materialize(manifestId, tmp),
+) {
   const tmp = `${imageDir}.tmp-${randomBytes(4).toString("hex")}`;
   try {
-    await repository.materialize(manifestId, tmp);
+    await fill(tmp);
     commitDir(tmp, imageDir);
   } finally {
     rmSync(tmp, { recursive: true, force: true });

@@ -3,6 +3,7 @@ import { NotFoundError } from "@aenv/edge/errors";
 import { errorBodyOf } from "@aenv/edge/http-errors";
 import { ImageLayersQuery } from "@aenv/protocol/rest";
 import type { FastifyInstance, FastifyReply } from "fastify";
+import { SANDBOX_ID_RE } from "../../state/ids.js";
 import type { OnDemandImages } from "../../templates/on-demand.js";
 
 /** Where this node keeps what it serves its peers; undefined when it does not hold it. */
@@ -12,6 +13,8 @@ export interface PeerFiles {
   content(key: string): string | undefined;
   /** A snapshot chunk's bytes this node has (its cache, a local image), by its sha256. */
   chunk(sha256: string): Promise<Buffer | undefined>;
+  /** The sealed manifest of a sandbox paused here whose commit has not finished. */
+  pause(sandboxId: string): Promise<Buffer | undefined>;
 }
 
 const SHA256 = /^[a-f0-9]{64}$/;
@@ -26,10 +29,15 @@ async function sendFile(reply: FastifyReply, file: string | undefined) {
     .send(fh.createReadStream());
 }
 
+function sendHeld(reply: FastifyReply, data: Buffer | undefined, type: string) {
+  if (!data) return reply.status(404).send(errorBodyOf(404, "not held here"));
+  return reply.header("content-type", type).send(data);
+}
+
 /**
  * What the cluster's nodes fetch from each other (cluster.p2p), behind the API key like the
  * rest of the node API: layer blobs by digest, an image tree's index by image digest, file
- * content by content key, snapshot chunks by sha256. Names are checked here; the fetching node
+ * content by content key, snapshot chunks by sha256, a paused sandbox's manifest by its ID. Names are checked here; the fetching node
  * verifies every byte.
  */
 export async function peerRoutes(
@@ -63,9 +71,12 @@ export async function peerRoutes(
   app.get("/cluster/chunks/:hex", async (req, reply) => {
     const { hex } = req.params as { hex: string };
     if (!SHA256.test(hex)) return reply.status(400).send(errorBodyOf(400, "not a sha256 digest"));
-    const data = await files.chunk(hex);
-    if (!data) return reply.status(404).send(errorBodyOf(404, "not held here"));
-    return reply.header("content-type", "application/octet-stream").send(data);
+    return sendHeld(reply, await files.chunk(hex), "application/octet-stream");
+  });
+  app.get("/cluster/pauses/:id", async (req, reply) => {
+    const { id } = req.params as { id: string };
+    if (!SANDBOX_ID_RE.test(id)) return reply.status(400).send(errorBodyOf(400, "not a sandbox ID"));
+    return sendHeld(reply, await files.pause(id), "application/json");
   });
   app.get("/cluster/content/:key", async (req, reply) => {
     const { key } = req.params as { key: string };

@@ -1,7 +1,7 @@
 import { forEachLimit } from "../../util/concurrency.js";
 import type { RepositoryBackend } from "./backend.js";
 import type { ChunkCache } from "./chunk-cache.js";
-import { type ChunkPeers, fetchFromPeers } from "./chunk-peers.js";
+import { type ChunkHolder, type ChunkPeers, fetchFromPeers } from "./chunk-peers.js";
 import { sha256Fair } from "./hash.js";
 import { chunkKey } from "./layout.js";
 import { type ChunkRef, CorruptChunkError, MissingChunkError } from "./repository.js";
@@ -54,7 +54,7 @@ export class ChunkFetcher {
    * already fetching come through the cache (hits, coalesced); the others are fetched here and
    * decompressed by one zstd process for the whole batch.
    */
-  async loadBatch(id: string, refs: ChunkRef[]): Promise<Buffer[]> {
+  async loadBatch(id: string, refs: ChunkRef[], holders?: ChunkHolder[]): Promise<Buffer[]> {
     await this.cache.init();
     // Chunks some other restore's batch is fetching are awaited, not fetched again.
     const shared = new Map<string, Promise<Loaded>>();
@@ -65,7 +65,7 @@ export class ChunkFetcher {
       else if (!this.cache.has(r.sha256) && !this.cache.isLoading(r.sha256)) mine.set(r.sha256, r);
     }
     const todo = [...mine.values()];
-    const batch = this.fetchBatch(id, todo);
+    const batch = this.fetchBatch(id, todo, holders);
     for (const r of todo) {
       const p = batch.then((m) => m.get(r.sha256) as Loaded);
       p.catch(() => {});
@@ -90,13 +90,17 @@ export class ChunkFetcher {
     );
   }
 
-  /** The peers' chunks first, then the backend's for the rest; each result or its error. */
-  private async fetchBatch(id: string, refs: ChunkRef[]): Promise<Map<string, Loaded>> {
+  /**
+   * The peers' chunks first (`holders`, else those Redis names), then the backend's for the
+   * rest; each result or its error.
+   */
+  private async fetchBatch(id: string, refs: ChunkRef[], holders?: ChunkHolder[]): Promise<Map<string, Loaded>> {
     const out = new Map<string, Loaded>();
-    if (!refs.length || !this.peers) return this.fetchFromBackend(id, refs, out);
+    const peers = this.peers;
+    if (!refs.length || (!peers && !holders)) return this.fetchFromBackend(id, refs, out);
     // A peer lookup that fails (Redis away) only means the repository serves it all.
-    const holders = await this.peers.holders(id).catch(() => []);
-    const { got, refused } = await fetchFromPeers(holders, refs, this.concurrency);
+    const asked = holders ?? (await peers?.holders(id).catch(() => [])) ?? [];
+    const { got, refused } = await fetchFromPeers(asked, refs, this.concurrency);
     this.cache.counters.peerRefused += refused;
     for (const [sha, data] of got) out.set(sha, { data, fetchedBytes: 0, fromPeer: true });
     return this.fetchFromBackend(

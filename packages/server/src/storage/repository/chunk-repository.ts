@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { type FileHandle, mkdir, open, readdir, readFile, rename, rm, rmdir, stat } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readFile, rename, rm, rmdir } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { freshSingleFlight } from "@aenv/edge/fresh";
 import { countRepositoryUpload } from "../../telemetry/prometheus.js";
@@ -8,13 +8,13 @@ import { fsyncDir } from "../../util/fsync.js";
 import { readFully } from "../../util/read-fully.js";
 import { announce, announced, waitFor, withdraw } from "./announcements.js";
 import type { RepositoryBackend } from "./backend.js";
-import { chunksOf } from "./cdc.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
+import { chunkDir } from "./chunk-dir.js";
 import { ChunkFetcher, inBatches } from "./chunk-fetch.js";
-import type { ChunkPeers } from "./chunk-peers.js";
+import type { ChunkHolder, ChunkPeers } from "./chunk-peers.js";
 import { claim, claimOf } from "./claims.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
-import { sha256, sha256Fair } from "./hash.js";
+import { sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
 import { LocalChunks, type LocalPiece } from "./local-chunks.js";
@@ -69,6 +69,16 @@ export interface RepositoryOptions {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const manifestOf = (id: string, files: ManifestFile[], meta: object): Manifest => ({
+  version: 2,
+  id,
+  createdAt: new Date().toISOString(),
+  chunkSize: CHUNK_BYTES,
+  compression: "zstd",
+  files,
+  meta: { ...meta },
+});
 
 /**
  * The snapshot repository over a backend: files cut into content-defined chunks (cdc.ts,
@@ -159,32 +169,11 @@ export class ChunkRepository implements SnapshotRepository {
   private async commitInner(id: string, srcDir: string, meta: object, t0: number) {
     const stats: CommitStats = { bytes: 0, chunks: 0, reused: 0, uploadedChunks: 0, uploadedBytes: 0, durationMs: 0 };
     // Pass 1: hash every chunk (and warm the local cache) without touching the backend.
-    const files: ManifestFile[] = [];
-    const where = new Map<string, LocalPiece>();
-    for (const name of (await readdir(srcDir)).sort()) {
-      const path = join(srcDir, name);
-      if (!(await stat(path)).isFile()) throw new CommitError(id, `${path} is not a regular file`);
-      const chunks: ChunkRef[] = [];
-      let size = 0;
-      const fh = await open(path, "r");
-      try {
-        for await (const data of chunksOf(fh)) {
-          const n = data.length;
-          const sha = sha256(data);
-          chunks.push({ sha256: sha, size: n });
-          if (!where.has(sha)) {
-            where.set(sha, { file: path, offset: size, size: n });
-            if (this.cacheOnCommit) await this.cache.insert(sha, data);
-          }
-          size += n;
-        }
-      } finally {
-        await fh.close();
-      }
-      files.push({ name, size, chunks });
-      stats.bytes += size;
-      stats.chunks += chunks.length;
-    }
+    const { files, where, ...sizes } = await chunkDir(id, srcDir, async (sha, data) => {
+      if (this.cacheOnCommit) await this.cache.insert(sha, data);
+    });
+    stats.bytes = sizes.bytes;
+    stats.chunks = sizes.chunks;
 
     const digests = [...where.keys()];
     const lease = await Lease.write(this.backend, id, digests);
@@ -230,15 +219,7 @@ export class ChunkRepository implements SnapshotRepository {
       });
       stats.reused = stats.chunks - stats.uploadedChunks;
 
-      const manifest: Manifest = {
-        version: 2,
-        id,
-        createdAt: new Date().toISOString(),
-        chunkSize: CHUNK_BYTES,
-        compression: "zstd",
-        files,
-        meta: { ...meta },
-      };
+      const manifest = manifestOf(id, files, meta);
       // The manifest is what makes the snapshot exist; it goes last.
       const key = manifestKey(id);
       await this.backend.put(key, this.key.seal("manifest", key, manifest));
@@ -251,6 +232,29 @@ export class ChunkRepository implements SnapshotRepository {
     } finally {
       await lease.release();
     }
+  }
+
+  /**
+   * What a commit of `srcDir` as `id` would store, built here without the backend and sealed
+   * as the repository's manifests are: a peer resumes from it before the commit ends, its
+   * chunks served from `srcDir` (a copy nothing else changes) under `localId` until
+   * forgetOffer. The peer opens it with openOffered and checks every chunk's digest.
+   */
+  async offer(id: string, srcDir: string, meta: object, localId: string): Promise<Buffer> {
+    const { files, where } = await chunkDir(id, srcDir);
+    const manifest = manifestOf(id, files, meta);
+    this.local.add(localId, where);
+    return this.key.seal("manifest", manifestKey(id), manifest);
+  }
+
+  forgetOffer(localId: string): void {
+    this.local.forget(localId);
+  }
+
+  /** A manifest a peer sent (offer): refused, as one read from the backend, unless sealed with this cluster's key for `id`. */
+  openOffered(id: string, raw: Buffer): Manifest {
+    const key = manifestKey(id);
+    return checkManifest(id, this.key.open("manifest", key, raw));
   }
 
   /** Waits while a GC that may have missed our lease is running (see docs/storage.md). */
@@ -324,6 +328,16 @@ export class ChunkRepository implements SnapshotRepository {
   async materialize(id: string, destDir: string): Promise<void> {
     const m = await this.get(id);
     if (!m) throw new SnapshotNotFoundError(id);
+    return this.materializeFrom(m, destDir);
+  }
+
+  /**
+   * As materialize, from a manifest given (one a peer sent, checked by openOffered); with
+   * `holders`, those nodes are asked for its chunks before the backend. Every chunk is
+   * verified by its digest whoever sends it.
+   */
+  async materializeFrom(m: Manifest, destDir: string, holders?: ChunkHolder[]): Promise<void> {
+    const id = m.id;
     // Build beside destDir and rename at the end: a failure never leaves destDir looking complete.
     const staging = join(dirname(destDir), `.${basename(destDir)}.partial-${randomBytes(4).toString("hex")}`);
     await mkdir(staging, { recursive: true });
@@ -343,6 +357,7 @@ export class ChunkRepository implements SnapshotRepository {
         const datas = await this.fetcher.loadBatch(
           id,
           batch.map((j) => j.ref),
+          holders,
         );
         await forEachLimit(
           batch.map((j, i) => [j, datas[i] as Buffer] as const),

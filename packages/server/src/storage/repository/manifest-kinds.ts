@@ -10,7 +10,7 @@ import { z } from "zod";
 import { validateNetworkSpec } from "../../network/policy.js";
 import { SANDBOX_ID_RE } from "../../state/ids.js";
 import type { SandboxRecord, SnapshotRecord } from "../../state/store.js";
-import { fromStored, type StoredSandboxRecord } from "../../state/stored-record.js";
+import { fromStored, type StoredSandboxRecord, toStored } from "../../state/stored-record.js";
 import type { TemplateData } from "../../state/template-catalog.js";
 import { isId } from "./layout.js";
 import type { Manifest } from "./repository.js";
@@ -34,6 +34,13 @@ export interface TemplateMeta {
   template: TemplateData;
 }
 export type ManifestMeta = SnapshotMeta | StoredPauseMeta | TemplateMeta;
+
+/** A pause manifest's meta for a paused sandbox's record, written by `imageKey`'s runtime. */
+export const pauseMetaFor = (rec: SandboxRecord, imageKey: string): StoredPauseMeta => ({
+  kind: "pause",
+  sandbox: toStored(rec),
+  imageKey,
+});
 
 /** Repository ID of a paused sandbox's manifest: addressable by sandbox ID from any node. */
 export const pauseManifestId = (sandboxId: string) => `sbx-${sandboxId}`;

@@ -1,3 +1,5 @@
+import type { ChunkHolder } from "./chunk-peers.js";
+
 /**
  * The snapshot repository seam: content-addressed chunks plus one manifest per snapshot,
  * written last. ChunkRepository (chunk-repository.ts) implements it over any
@@ -83,6 +85,16 @@ export interface SnapshotRepository {
   claimHolder(name: string): Promise<string | undefined>;
   /** Removes the manifest, then (by default) every chunk of it no other manifest references. */
   delete(id: string): Promise<void>;
+  /**
+   * The sealed manifest a commit of srcDir would store, built without the backend, its chunks
+   * served to peers from srcDir under `localId` until forgetOffer (cluster.p2p).
+   */
+  offer(id: string, srcDir: string, meta: object, localId: string): Promise<Buffer>;
+  forgetOffer(localId: string): void;
+  /** A sealed manifest a peer sent, checked as one read from the repository. */
+  openOffered(id: string, raw: Buffer): Manifest;
+  /** As materialize, from a manifest given; `holders` asked for its chunks first. */
+  materializeFrom(m: Manifest, destDir: string, holders?: ChunkHolder[]): Promise<void>;
 }
 
 /** A chunk's bytes do not match its digest (or do not decompress). Names snapshot and chunk. */
