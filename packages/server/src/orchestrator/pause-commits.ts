@@ -216,10 +216,11 @@ export class PauseCommits {
   async rebuild(id: string, image: string): Promise<void> {
     await this.commits.get(id);
     try {
-      const committed = await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined);
       const tag = this.ctx.registry.get(id)?.rec.pause?.tag;
       const source = this.fromPeers;
-      if (!committed && source && tag && this.adoptedFromPeer.get(id) === tag) {
+      // Only a pause taken over from a peer's offer asks whether its commit has landed since.
+      const offered = source && tag && this.adoptedFromPeer.get(id) === tag;
+      if (offered && !(await this.ctx.repository.get(pauseManifestId(id)).catch(() => undefined))) {
         const peer = await source.find(id);
         if (peer?.meta.sandbox.pause?.tag !== tag) throw new Error("not in the repository, and no peer offers it");
         const t0 = Date.now();
