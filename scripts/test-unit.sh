@@ -8,9 +8,9 @@ shopt -s nullglob
 files=()
 for f in packages/*/test/*.test.ts; do
   case "$f" in
-    # These start a local docker-registry or probe runsc: they belong to the full suite.
-    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts) ;;
+    # These start a local docker-registry or S3 server, or probe runsc: they belong to the full suite.
+    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts | */repository-s3-backend.test.ts) ;;
     *) files+=("$f") ;;
   esac
 done
-exec node --import tsx --test --test-concurrency=3 "${files[@]}" "$@"
+exec node --import tsx --test --test-concurrency=4 "${files[@]}" "$@"

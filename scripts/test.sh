@@ -21,7 +21,7 @@ unit=()
 e2e=()
 for f in packages/*/test/*.test.ts; do
   case "$f" in
-    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts) e2e+=("$f") ;;
+    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts | */repository-s3-backend.test.ts) e2e+=("$f") ;;
     *) unit+=("$f") ;;
   esac
 done

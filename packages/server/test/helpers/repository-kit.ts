@@ -7,8 +7,6 @@ import type { RepositoryBackend } from "../../src/storage/repository/backend.js"
 import { nextCut } from "../../src/storage/repository/cdc.js";
 import { ChunkCache } from "../../src/storage/repository/chunk-cache.js";
 import { CHUNKS } from "../../src/storage/repository/layout.js";
-import { PosixFsBackend } from "../../src/storage/repository/posix-fs-backend.js";
-import { S3Backend } from "../../src/storage/repository/s3-backend.js";
 import { RepositoryKey } from "../../src/storage/repository/signing.js";
 import { startS3, type TestS3 } from "./s3.js";
 
@@ -135,11 +133,3 @@ export function useS3(): () => TestS3 {
 
 /** A key prefix of its own in the test bucket. */
 export const s3Prefix = (name: string) => `t${++seq}/${name}`;
-
-/** The backends the conformance suite runs over: a folder, and S3. */
-export function backendKinds(s3: () => TestS3): Kind[] {
-  return [
-    { name: "posix_fs", make: () => new PosixFsBackend(fresh("repo")) },
-    { name: "s3", make: () => new S3Backend(s3().backendOptions(s3Prefix("repo"))) },
-  ];
-}
