@@ -31,9 +31,11 @@ function frozenCgroups(id: string): string[] {
 test("fork ×16: every child answers with the parent's state and its own identity", async () => {
   const server = await startServer();
   useE2b(server);
-  const p = await Sandbox.create({ timeoutMs: 300_000 });
+  let p: Sandbox | undefined;
   const kids: Sandbox[] = [];
   try {
+    // Inside the try: a failed create must still stop the server, or the file hangs.
+    p = await Sandbox.create({ timeoutMs: 300_000 });
     await p.files.write("/home/user/seed.txt", "seed");
     await forkInto(p, 16, kids);
     assert.equal(kids.length, 16);
@@ -50,7 +52,7 @@ test("fork ×16: every child answers with the parent's state and its own identit
     for (const o of outs) assert.match(o.stdout, /^seed/);
     assert.equal(new Set(kids.map((k) => k.sandboxId)).size, 16);
   } finally {
-    await Promise.all([p, ...kids].map((s) => s.kill().catch(() => false)));
+    await Promise.all([...(p ? [p] : []), ...kids].map((s) => s.kill().catch(() => false)));
     await server.stop();
     cleanupDataDir(server);
   }
@@ -59,9 +61,10 @@ test("fork ×16: every child answers with the parent's state and its own identit
 test("when the node is full, each extra child fails on its own with a 503, the rest start", async () => {
   const server = await startServer({ env: { AENV_MAX_SANDBOXES: "3" } });
   useE2b(server);
-  const p = await Sandbox.create();
+  let p: Sandbox | undefined;
   const ok: Sandbox[] = [];
   try {
+    p = await Sandbox.create();
     const forked = (await p.fork({ count: 4 } as never)) as unknown as Array<Sandbox | Error>;
     const errors = forked.filter((f) => f instanceof Error) as Error[];
     for (const f of forked) if (!(f instanceof Error)) ok.push(f as Sandbox);
@@ -73,7 +76,7 @@ test("when the node is full, each extra child fails on its own with a 503, the r
     assert.equal((list.body as unknown[]).length, 3, "no half-started children");
     await assert.rejects(Sandbox.create(), (e: Error) => e instanceof ServiceBusyError);
   } finally {
-    await Promise.all([p, ...ok].map((s) => s.kill().catch(() => false)));
+    await Promise.all([...(p ? [p] : []), ...ok].map((s) => s.kill().catch(() => false)));
     await server.stop();
     cleanupDataDir(server);
   }
@@ -82,9 +85,11 @@ test("when the node is full, each extra child fails on its own with a 503, the r
 test("a paused parent forks from its pause image: children carry its processes and files, it stays paused", async () => {
   const server = await startServer();
   useE2b(server);
-  const p = await Sandbox.create({ timeoutMs: 300_000 });
+  let p: Sandbox | undefined;
   const kids: Sandbox[] = [];
   try {
+    // Inside the try: a failed create must still stop the server, or the file hangs.
+    p = await Sandbox.create({ timeoutMs: 300_000 });
     await p.files.write("/home/user/seed.txt", "seed");
     // A counter only a live process keeps: a child rebooted from files would start it at 0 or not at all.
     await p.commands.run(counterLoop("/tmp/count"), {
@@ -124,7 +129,7 @@ test("a paused parent forks from its pause image: children carry its processes a
     assert.equal(res.status, 409);
     assert.match((res.body as { message: string }).message, /filesystem only/);
   } finally {
-    await Promise.all([p, ...kids].map((s) => s.kill().catch(() => false)));
+    await Promise.all([...(p ? [p] : []), ...kids].map((s) => s.kill().catch(() => false)));
     await server.stop();
     cleanupDataDir(server);
   }
