@@ -14,7 +14,6 @@ import type { Live } from "./registry.js";
 import type { Snapshots } from "./snapshots.js";
 import { admitForStart, deferRuntime } from "./start-undo.js";
 
-/** One child of a fork: its record, or why it did not start (its siblings are unaffected). */
 /** One child as the node sees it: its record, or why it did not start (the API answers it as a ForkResult). */
 export type ForkChild = { sandbox: SandboxRecord } | { error: Error };
 
