@@ -1,15 +1,9 @@
 import type { Logger } from "pino";
 import type { ChunkHolder } from "../storage/repository/chunk-peers.js";
 import { type PauseMeta, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
-import type { Manifest } from "../storage/repository/repository.js";
+import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
 import { UntrustedManifestError } from "../storage/repository/trust.js";
 import type { PausePeers } from "./pause-offers.js";
-
-/** The repository's side of a resume from a peer's manifest (chunk-repository.ts). */
-export interface PeerReadingRepository {
-  openOffered(id: string, raw: Buffer): Manifest;
-  materializeFrom(m: Manifest, destDir: string, holders?: ChunkHolder[]): Promise<void>;
-}
 
 /** A pause another node holds, its manifest verified. */
 export interface VerifiedPeerPause {
@@ -41,7 +35,13 @@ export function checkPeerPause(sandboxId: string, tag: string, m: Manifest): Pau
  * naming the offered pause, and each chunk only by its digest.
  */
 export class PeerPauseSource {
-  constructor(private readonly d: { peers: PausePeers; repository: PeerReadingRepository; log: Logger }) {}
+  constructor(
+    private readonly d: {
+      peers: PausePeers;
+      repository: Pick<SnapshotRepository, "openOffered" | "materializeFrom">;
+      log: Logger;
+    },
+  ) {}
 
   async find(sandboxId: string): Promise<VerifiedPeerPause | undefined> {
     const p = await this.d.peers.fetch(sandboxId).catch((err: Error) => {

@@ -5,6 +5,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { SandboxRecord } from "../state/store.js";
 import type { ChunkHolder } from "../storage/repository/chunk-peers.js";
 import { pauseManifestId, pauseMetaFor } from "../storage/repository/manifest-kinds.js";
+import type { SnapshotRepository } from "../storage/repository/repository.js";
 import { fsyncDir } from "../util/fsync.js";
 import { linkTree } from "../util/link-tree.js";
 import type { SandboxRegistry } from "./registry.js";
@@ -29,12 +30,6 @@ export interface PausePeers {
   /** Removes the offer of that pause, unless a newer pause of the sandbox replaced it. */
   withdraw(sandboxId: string, tag: string): void;
   fetch(sandboxId: string): Promise<PeerPause | undefined>;
-}
-
-/** The repository's side of an offer (chunk-repository.ts). */
-export interface OfferingRepository {
-  offer(id: string, srcDir: string, meta: object, localId: string): Promise<Buffer>;
-  forgetOffer(localId: string): void;
 }
 
 /** A peer that took a manifest is given this long to read its chunks once the pause is no longer this node's. */
@@ -70,7 +65,7 @@ export class PauseOffers {
     private readonly d: {
       paths: NodePaths;
       registry: SandboxRegistry;
-      repository: OfferingRepository;
+      repository: Pick<SnapshotRepository, "offer" | "forgetOffer">;
       peers: PausePeers;
       checkpointKey: string;
       log: Logger;

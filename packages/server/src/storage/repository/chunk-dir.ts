@@ -22,7 +22,7 @@ export interface DirChunks {
 export async function chunkDir(
   id: string,
   srcDir: string,
-  onFirst?: (sha: string, data: Buffer) => Promise<void>,
+  onFirst?: (sha: string, data: Buffer) => Promise<unknown>,
 ): Promise<DirChunks> {
   const out: DirChunks = { files: [], where: new Map(), bytes: 0, chunks: 0 };
   for (const name of (await readdir(srcDir)).sort()) {

@@ -169,9 +169,8 @@ export class ChunkRepository implements SnapshotRepository {
   private async commitInner(id: string, srcDir: string, meta: object, t0: number) {
     const stats: CommitStats = { bytes: 0, chunks: 0, reused: 0, uploadedChunks: 0, uploadedBytes: 0, durationMs: 0 };
     // Pass 1: hash every chunk (and warm the local cache) without touching the backend.
-    const { files, where, ...sizes } = await chunkDir(id, srcDir, async (sha, data) => {
-      if (this.cacheOnCommit) await this.cache.insert(sha, data);
-    });
+    const warm = this.cacheOnCommit ? (sha: string, data: Buffer) => this.cache.insert(sha, data) : undefined;
+    const { files, where, ...sizes } = await chunkDir(id, srcDir, warm);
     stats.bytes = sizes.bytes;
     stats.chunks = sizes.chunks;
 
