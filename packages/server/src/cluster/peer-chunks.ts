@@ -1,7 +1,8 @@
 import { keys } from "@aenv/edge/cluster-keys";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import type { ChunkHolder, ChunkPeers } from "../storage/repository/chunk-peers.js";
+import type { ChunkPeers } from "../storage/repository/chunk-peers.js";
+import type { ChunkHolder } from "../storage/repository/repository.js";
 import { readAll } from "../util/read-all.js";
 import { HOLDER_TTL_S, PeerLink } from "./peer-link.js";
 

@@ -12,7 +12,6 @@ import type { PauseResume } from "./pause-resume.js";
 export async function drainNode(
   ctx: NodeContext,
   uses: {
-    pause: (id: string) => Promise<void>;
     pauses: PauseResume;
     commits: PauseCommits;
   },
@@ -21,7 +20,7 @@ export async function drainNode(
   const failed: string[] = [];
   await Promise.all(
     running.map((l) =>
-      uses.pause(l.rec.id).catch((err) => {
+      uses.pauses.pause(l.rec.id).catch((err) => {
         failed.push(l.rec.id);
         ctx.log.error({ err, sandboxID: l.rec.id }, "drain: pause failed; the sandbox is lost with this node");
       }),

@@ -101,13 +101,6 @@ export class Hibernation {
   }
 
   /** Thaws a frozen sandbox (before traffic or a lifecycle operation reaches it). */
-  async wake(l: Live): Promise<void> {
-    if (!l.hibernated) return;
-    l.hibernated = false;
-    await this.ctx.driver.freezer?.thaw(l.rec.runtimeId);
-    this.ctx.log.debug({ sandboxID: l.rec.id }, "sandbox thawed");
-  }
-
   private optedOut(l: Live): boolean {
     const v = l.rec.metadata[HIBERNATE_METADATA_KEY]?.toLowerCase();
     return v === "off" || v === "false" || v === "0" || v === "no";

@@ -1,15 +1,12 @@
-import { ConflictError } from "@aenv/edge/errors";
-import type { SandboxRecord } from "../state/store.js";
 import { timed } from "../telemetry/prometheus.js";
 import type { Killer } from "./kill.js";
 import type { NodeContext } from "./node-context.js";
 import type { PauseResume } from "./pause-resume.js";
-import { clampTimeoutS } from "./records.js";
 import type { Live } from "./registry.js";
 
 /**
- * How long sandboxes live: TTLs set and extended by clients, expiry (pause by default, kill
- * with autoPause: false), and sandboxes that died on their own.
+ * When sandboxes end: expiry of the TTL clients set (ttl.ts; a pause by default, a kill with
+ * autoPause: false), and sandboxes that died on their own.
  */
 export class Lifetimes {
   private reaper: NodeJS.Timeout | undefined;
@@ -36,28 +33,6 @@ export class Lifetimes {
   stop(): void {
     if (this.reaper) clearInterval(this.reaper);
     if (this.deadCheck) clearInterval(this.deadCheck);
-  }
-
-  /** Sets the TTL to now + timeout (may shorten). */
-  set(id: string, timeoutS: number): void {
-    const l = this.ctx.registry.mustGet(id);
-    const t = clampTimeoutS(this.ctx.cfg, timeoutS);
-    // A sandbox saved by hibernation is running to its client: its TTL is endAt.
-    if (l.rec.state === "paused" && !l.rec.pause.idleSaved) this.ctx.states.pausedTtl(l.rec, t * 1000);
-    else {
-      l.rec.endAt = Date.now() + t * 1000;
-      this.ctx.states.save(l.rec);
-    }
-  }
-
-  /** Extends a running sandbox's TTL to at least now + timeout; never shortens. */
-  extend(id: string, timeoutS: number | undefined): SandboxRecord {
-    const l = this.ctx.registry.mustGet(id);
-    if (l.rec.state === "paused" && !l.rec.pause.idleSaved) throw new ConflictError(`sandbox '${id}' is paused`);
-    const t = clampTimeoutS(this.ctx.cfg, timeoutS);
-    l.rec.endAt = Math.max(l.rec.endAt, Date.now() + t * 1000);
-    this.ctx.states.save(l.rec);
-    return l.rec;
   }
 
   private reap(): void {

@@ -28,11 +28,12 @@ import { guestCpuMs, type MetricSample } from "./metrics.js";
 import { MetricsHistory } from "./metrics-history.js";
 import type { NodeContext } from "./node-context.js";
 import { PauseCommits } from "./pause-commits.js";
-import { autoResumable, pausedError, type ResumeOptions, refuseResumer } from "./pause-kinds.js";
+import type { ResumeOptions } from "./pause-kinds.js";
 import { PauseResume } from "./pause-resume.js";
 import type { CreateRequest } from "./records.js";
 import { type RecoveryReport, recover } from "./recovery.js";
 import { SandboxRegistry } from "./registry.js";
+import { Resumer } from "./resumer.js";
 import { PausedRetention } from "./retention.js";
 import { routeTo } from "./routing.js";
 import { SandboxRunner } from "./runner.js";
@@ -43,6 +44,7 @@ import { SandboxStates } from "./sandbox-states.js";
 import { Snapshots } from "./snapshots.js";
 import { Sources } from "./sources.js";
 import { TemplateTrees } from "./template-trees.js";
+import { extendTtl, setTtl } from "./ttl.js";
 import { type VolumeLookup, volumeUsers } from "./volume-mounts.js";
 import { WarmImages } from "./warm-images.js";
 import { WarmPool } from "./warm-pool.js";
@@ -99,6 +101,7 @@ export class Orchestrator {
   private readonly lifetimes: Lifetimes;
   private readonly retention: PausedRetention;
   private readonly killer: Killer;
+  private readonly resumer: Resumer;
   /** What every lifecycle module here works with (node-context.ts). */
   private readonly ctx: NodeContext;
   /** Created, killed, paused, resumed, updated, forked: what clients (webhooks) are told. */
@@ -111,11 +114,10 @@ export class Orchestrator {
   constructor(private readonly d: OrchestratorDeps) {
     const { cfg, log } = d;
     const states = new SandboxStates(d.store);
-    const registry = new SandboxRegistry({
-      maxSandboxes: cfg.maxSandboxes,
-      maxMemoryMB: cfg.maxMemoryMB,
-      maxCpus: cfg.maxCpus,
-    });
+    const registry = new SandboxRegistry(
+      { maxSandboxes: cfg.maxSandboxes, maxMemoryMB: cfg.maxMemoryMB, maxCpus: cfg.maxCpus },
+      d.driver.freezer,
+    );
     const runner = new SandboxRunner({
       driver: d.driver,
       slots: d.slots,
@@ -170,8 +172,8 @@ export class Orchestrator {
     this.killer = new Killer(ctx, { commits: this.pauseCommits });
     this.clusterFence = new ClusterFence(ctx, { commits: this.pauseCommits });
     this.pauses = new PauseResume(ctx, { commits: this.pauseCommits });
+    this.resumer = new Resumer(ctx, { pauses: this.pauses, commits: this.pauseCommits, fence: this.clusterFence });
     this.hibernation = new Hibernation(ctx, { pauses: this.pauses, guestCpuMs });
-    registry.setWaker((l) => this.hibernation.wake(l));
     this.forker = new Forker(ctx, { snapshots: this.snapshots, pauses: this.pauses });
     this.metricsHistory = new MetricsHistory(ctx);
     this.onKilled((id) => this.metricsHistory.forget(id));
@@ -253,24 +255,7 @@ export class Orchestrator {
     timeoutS: number | undefined,
     opts: ResumeOptions = {},
   ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
-    return timed(
-      "resume",
-      () => this.resumeOrExtend(id, timeoutS, opts),
-      (r) => r.resumed,
-    );
-  }
-
-  private async resumeOrExtend(id: string, timeoutS: number | undefined, opts: ResumeOptions) {
-    if (this.d.cfg.cluster && !this.registry.has(id)) {
-      this.registry.assertOpen();
-      this.clusterFence.assertLease(id);
-      await this.pauseCommits.adopt(id, this.d.runtimeDir, opts);
-    }
-    const l = this.registry.get(id);
-    if (l) refuseResumer(l.rec, opts);
-    if (opts.auto && l?.rec.state === "paused" && !autoResumable(l.rec)) throw pausedError(l.rec);
-    if (l?.rec.state === "paused") this.clusterFence.assertLease(id);
-    return this.pauses.resume(id, timeoutS, (x, t) => this.lifetimes.extend(x, t), { memory: opts.memory });
+    return this.resumer.resume(id, timeoutS, opts);
   }
 
   /** In a cluster: `leaseCurrent` says whether this node's lease is current (cluster-fence.ts). */
@@ -293,7 +278,7 @@ export class Orchestrator {
     this.registry.close();
     this.lifetimes.stop();
     this.retention.stop();
-    return drainNode(this.ctx, { pause: (id) => this.pause(id), pauses: this.pauses, commits: this.pauseCommits });
+    return drainNode(this.ctx, { pauses: this.pauses, commits: this.pauseCommits });
   }
 
   /** A sandbox's ingress settings for the proxy, without resuming or waiting for anything. */
@@ -322,12 +307,12 @@ export class Orchestrator {
   }
 
   setTimeout(id: string, timeoutS: number): void {
-    this.lifetimes.set(id, timeoutS);
+    setTtl(this.ctx, id, timeoutS);
     this.events.emit("updated", this.registry.mustGet(id).rec);
   }
 
   extend(id: string, timeoutS: number | undefined): SandboxRecord {
-    return this.lifetimes.extend(id, timeoutS);
+    return extendTtl(this.ctx, id, timeoutS);
   }
 
   snapshot(id: string, name: string | undefined): Promise<SnapshotRecord> {
@@ -367,7 +352,7 @@ export class Orchestrator {
   /** Where the proxy sends traffic (auto-resuming when the sandbox allows it). */
   route(id: string): Promise<{ ip: string }> {
     this.hibernation.touch(id);
-    return routeTo(this.registry, (x) => this.resume(x, undefined), id);
+    return routeTo(this.registry, this.resumer, id);
   }
 
   onStopped(fn: (id: string) => void): void {

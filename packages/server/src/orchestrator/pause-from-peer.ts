@@ -1,7 +1,6 @@
 import type { Logger } from "pino";
-import type { ChunkHolder } from "../storage/repository/chunk-peers.js";
 import { type PauseMeta, pauseManifestId, pauseMetaOf } from "../storage/repository/manifest-kinds.js";
-import type { Manifest, SnapshotRepository } from "../storage/repository/repository.js";
+import type { ChunkHolder, Manifest, SnapshotRepository } from "../storage/repository/repository.js";
 import { UntrustedManifestError } from "../storage/repository/trust.js";
 import type { PausePeers } from "./pause-offers.js";
 

@@ -15,6 +15,7 @@ import type { Live } from "./registry.js";
 import { NotIdleError } from "./runner.js";
 import { runStartCommand } from "./start-command.js";
 import { admitForResume, deferRuntime } from "./start-undo.js";
+import { extendTtl } from "./ttl.js";
 
 /**
  * Pause = capture (memory, processes, writable layer), make the image durable, then stop the
@@ -212,15 +213,14 @@ export class PauseResume {
   async resume(
     id: string,
     timeoutS: number | undefined,
-    extend: (id: string, timeoutS: number | undefined) => SandboxRecord,
     opts: { memory?: boolean } = {},
   ): Promise<{ rec: SandboxRecord; resumed: boolean }> {
     const { registry, runner } = this.ctx;
     const l = registry.mustGet(id);
-    if (l.rec.state === "running" && !l.inflight) return { rec: extend(id, timeoutS), resumed: false };
+    if (l.rec.state === "running" && !l.inflight) return { rec: extendTtl(this.ctx, id, timeoutS), resumed: false };
     return registry.joinOrRun(l, "resume", async () => {
       if (!registry.has(id) || l.rec.state === "killing") throw new NotFoundError(`sandbox '${id}' not found`);
-      if (l.rec.state !== "paused") return { rec: extend(id, timeoutS), resumed: false };
+      if (l.rec.state !== "paused") return { rec: extendTtl(this.ctx, id, timeoutS), resumed: false };
       const pause = l.rec.pause;
       const kind = pause.kind ?? "memory";
       const image = pause.imageDir ?? pauseDir(this.ctx.paths, l.rec.dir, kind);

@@ -1,6 +1,6 @@
 import { AtCapacityError, NotFoundError, ShuttingDownError } from "@aenv/edge/errors";
 import type { Slot } from "../network/slots.js";
-import type { SandboxLaunch } from "../runtime/driver.js";
+import type { Freezer, SandboxLaunch } from "../runtime/driver.js";
 import type { SandboxRecord } from "../state/store.js";
 import type { MetricSample } from "./metrics.js";
 
@@ -56,17 +56,20 @@ export class SandboxRegistry {
   private readonly live = new Map<string, Live>();
   private closing = false;
 
-  /** Thaws a hibernated sandbox; every queued operation and all traffic go through it. */
-  private waker: ((l: Live) => Promise<void>) | undefined;
+  /**
+   * `freezer`: the driver's, when it can freeze a sandbox in place (hibernation freezes; the
+   * thaw is here because every queued operation and all traffic pass through `wake`).
+   */
+  constructor(
+    private readonly budget: NodeBudget,
+    private readonly freezer?: Freezer,
+  ) {}
 
-  constructor(private readonly budget: NodeBudget) {}
-
-  setWaker(fn: (l: Live) => Promise<void>): void {
-    this.waker = fn;
-  }
-
+  /** Thaws a sandbox hibernation froze; every queued operation and all traffic go through it. */
   async wake(l: Live): Promise<void> {
-    if (l.hibernated) await this.waker?.(l);
+    if (!l.hibernated) return;
+    l.hibernated = false;
+    await this.freezer?.thaw(l.rec.runtimeId);
   }
 
   get isClosing(): boolean {

@@ -1,6 +1,7 @@
 import { AtCapacityError, NotFoundError, UpstreamError } from "@aenv/edge/errors";
 import { autoResumable, pausedError } from "./pause-kinds.js";
 import type { SandboxRegistry } from "./registry.js";
+import type { Resumer } from "./resumer.js";
 
 /**
  * Where the proxy sends traffic for a sandbox: waits out captures and resumes in flight, and
@@ -9,7 +10,7 @@ import type { SandboxRegistry } from "./registry.js";
  */
 export async function routeTo(
   registry: SandboxRegistry,
-  resume: (id: string) => Promise<unknown>,
+  resumer: Pick<Resumer, "resume">,
   id: string,
 ): Promise<{ ip: string }> {
   // Traffic caught by a client's pause in progress does not undo it: it is answered as paused
@@ -34,7 +35,7 @@ export async function routeTo(
     if (l.rec.state === "paused") {
       if (!autoResumable(l.rec) || (waitedForPause && !l.rec.pause?.idleSaved)) throw pausedError(l.rec);
       try {
-        await resume(id);
+        await resumer.resume(id, undefined);
       } catch (err) {
         // A full node is the caller's 429 to retry later, not a broken upstream.
         if (err instanceof AtCapacityError) throw err;

@@ -1,9 +1,10 @@
 import { forEachLimit } from "../../util/concurrency.js";
 import type { RepositoryBackend } from "./backend.js";
 import type { ChunkCache } from "./chunk-cache.js";
-import { type ChunkHolder, type ChunkPeers, fetchFromPeers } from "./chunk-peers.js";
+import { type ChunkPeers, fetchFromPeers } from "./chunk-peers.js";
 import { sha256Fair } from "./hash.js";
 import { chunkKey } from "./layout.js";
+import type { ChunkHolder } from "./repository.js";
 import { type ChunkRef, CorruptChunkError, MissingChunkError } from "./repository.js";
 import { decompressMany, MAX_BATCH } from "./zstd.js";
 

@@ -1,14 +1,7 @@
 import { forEachLimit } from "../../util/concurrency.js";
 import { rendezvous } from "../../util/rendezvous.js";
 import { sha256Fair } from "./hash.js";
-import type { ChunkRef } from "./repository.js";
-
-/** A node that may hold a manifest's chunks in its cache. */
-export interface ChunkHolder {
-  name: string;
-  /** The chunk's uncompressed bytes as that node has them; rejects when it does not. */
-  get(sha256: string, size: number): Promise<Buffer>;
-}
+import type { ChunkHolder, ChunkRef } from "./repository.js";
 
 /**
  * Where a node learns which other nodes hold a manifest's chunks (cluster.p2p: Redis), and

@@ -11,13 +11,14 @@ import type { RepositoryBackend } from "./backend.js";
 import { type CacheCounters, ChunkCache } from "./chunk-cache.js";
 import { chunkDir } from "./chunk-dir.js";
 import { ChunkFetcher, inBatches } from "./chunk-fetch.js";
-import type { ChunkHolder, ChunkPeers } from "./chunk-peers.js";
+import type { ChunkPeers } from "./chunk-peers.js";
 import { claim, claimOf } from "./claims.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
 import { sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
 import { LocalChunks, type LocalPiece } from "./local-chunks.js";
+import type { ChunkHolder } from "./repository.js";
 import {
   type Announcement,
   type ChunkRef,

@@ -1,5 +1,3 @@
-import type { ChunkHolder } from "./chunk-peers.js";
-
 /**
  * The snapshot repository seam: content-addressed chunks plus one manifest per snapshot,
  * written last. ChunkRepository (chunk-repository.ts) implements it over any
@@ -10,6 +8,13 @@ export interface ChunkRef {
   sha256: string;
   /** Uncompressed size. */
   size: number;
+}
+
+/** A node that may hold a manifest's chunks in its cache. */
+export interface ChunkHolder {
+  name: string;
+  /** The chunk's uncompressed bytes as that node has them; rejects when it does not. */
+  get(sha256: string, size: number): Promise<Buffer>;
 }
 
 export interface ManifestFile {
