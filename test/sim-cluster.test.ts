@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, describe, test } from "node:test";
+import { gatewayProof } from "@aenv/edge/gateway-proof";
+import { GATEWAY_PROOF_HEADER } from "@aenv/protocol";
 import { CommandExitError, Sandbox } from "e2b";
 import { Redis } from "ioredis";
 import { S3_CREDENTIALS, startS3 } from "../packages/server/test/helpers/s3.js";
@@ -17,16 +19,18 @@ import { sdkOptions } from "./helpers/server.js";
 const octet = Number(/^\d+\.(\d+)\./.exec(process.env.AENV_TEST_SLOT_CIDR ?? "")?.[1] ?? 202);
 const cluster = new TestCluster(process.env.AENV_TEST_NET_PREFIX ?? "aet");
 let gw = "";
+let node = "";
 
 before(async () => {
   await cluster.start();
   // info: a sandbox's logs (its lifecycle lines) are what the node logs about it at info.
   // Webhook receivers in these tests listen on loopback.
-  await cluster.startNode(
+  const n = await cluster.startNode(
     "sim-a",
     { AENV_LOG_LEVEL: "info", AENV_ALLOW_PRIVATE_WEBHOOKS: "1" },
     { sim: { slotOctet: octet } },
   );
+  node = n.url;
   gw = await cluster.startGateway();
 });
 
@@ -297,10 +301,14 @@ describe("secrets in a cluster", () => {
 });
 
 describe("API keys through the gateway", () => {
-  const as = async (key: string, method: string, path: string, body?: unknown) => {
-    const r = await fetch(`${gw}${path}`, {
+  const as = async (key: string, method: string, path: string, body?: unknown, to = gw, extra = {}) => {
+    const r = await fetch(`${to}${path}`, {
       method,
-      headers: { "x-api-key": key, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      headers: {
+        "x-api-key": key,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...extra,
+      },
       body: body !== undefined ? JSON.stringify(body) : undefined,
     });
     const text = await r.text();
@@ -336,6 +344,39 @@ describe("API keys through the gateway", () => {
     assert.equal((await as(a, "GET", `/sandboxes/${id}`)).status, 200);
     assert.equal((await as(API_KEY, "GET", `/sandboxes/${id}`)).status, 200, "the operator sees every key's");
     await s.kill();
+  });
+
+  test("a node takes a tenant's key only through a gateway: directly, or with a proof of its own making, 403", async () => {
+    const d = await newKey("gw-direct", { maxSandboxes: 1 });
+    const e = await newKey("gw-other");
+    // Through the gateway, whatever proof the client sends (dropped there).
+    const made = await as(d, "POST", "/sandboxes", { templateID: "base", timeout: 60 }, gw, {
+      [GATEWAY_PROOF_HEADER]: "forged",
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const id = (made.body as { sandboxID: string }).sandboxID;
+    // On the node, past the gateway that counts the key's cap of one.
+    const proofOfE = gatewayProof(API_KEY, e); // another key's proof opens nothing for this one
+    for (const extra of [{}, { [GATEWAY_PROOF_HEADER]: "forged" }, { [GATEWAY_PROOF_HEADER]: proofOfE }]) {
+      for (const [m, p] of [
+        ["POST", "/sandboxes"],
+        ["GET", "/v2/sandboxes"],
+        ["GET", `/sandboxes/${id}`],
+        ["DELETE", `/sandboxes/${id}`],
+      ] as const) {
+        const r = await as(d, m, p, m === "POST" ? { templateID: "base" } : undefined, node, extra);
+        assert.equal(r.status, 403, `${m} ${p} ${JSON.stringify(extra)}: ${r.status} ${JSON.stringify(r.body)}`);
+        assert.match((r.body as { message: string }).message, /gateway/);
+      }
+    }
+    // The gateway's own proof for the key is what a node takes; the operator's key needs none.
+    assert.equal(
+      (await as(d, "GET", `/sandboxes/${id}`, undefined, node, { [GATEWAY_PROOF_HEADER]: gatewayProof(API_KEY, d) }))
+        .status,
+      200,
+    );
+    assert.equal((await as(API_KEY, "GET", `/sandboxes/${id}`, undefined, node)).status, 200);
+    assert.equal((await as(d, "DELETE", `/sandboxes/${id}`)).status, 204);
   });
 
   test("a key's cap holds across the gateway: the rest get 429 with Retry-After, and a retry gets in once one is gone", async () => {

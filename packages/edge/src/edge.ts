@@ -5,7 +5,7 @@
  * check. What differs between the two (how traffic reaches a sandbox, which routes there are)
  * is the caller's; the listener, its limits, the metrics and the public routes are here.
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Logger } from "pino";
@@ -31,6 +31,8 @@ export interface EdgeOptions {
   tenants: Tenants;
   /** Counts each call against its key's limits (absent: not counted here). */
   keyCalls?: KeyCalls;
+  /** A cluster node's check that a tenant's request came through a gateway (tenancy.ts). */
+  viaGateway?: (headers: IncomingHttpHeaders) => boolean;
   /**
    * Whether a request is sandbox traffic: the function that serves it, or undefined for the
    * control plane. Control-plane requests get the listener's request deadline; traffic does not
@@ -88,7 +90,10 @@ export function buildEdge(o: EdgeOptions): FastifyInstance {
   fastify.setNotFoundHandler((req, reply) => {
     void reply.status(404).send(noRouteBody(req.method, req.url));
   });
-  installAuth(fastify, o.tenants, o.keyCalls);
+  installAuth(fastify, o.tenants, {
+    ...(o.keyCalls ? { limits: o.keyCalls } : {}),
+    ...(o.viaGateway ? { viaGateway: o.viaGateway } : {}),
+  });
   // Prometheus, without the key like /health (docs/deployment.md#metrics).
   fastify.get("/metrics", { config: { public: true } }, async (_req, reply) =>
     reply.header("content-type", CONTENT_TYPE).send(await scrape()),

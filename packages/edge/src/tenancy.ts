@@ -19,10 +19,17 @@ export function keyOf(headers: IncomingHttpHeaders): string | undefined {
   return auth?.startsWith("Bearer ") ? auth.slice(7) : undefined;
 }
 
-/** The tenant the key a request carries is, if it carries one that is a key. */
-export async function tenantOfHeaders(tenants: Tenants, headers: IncomingHttpHeaders): Promise<Tenant | undefined> {
+/**
+ * The tenant the key a request carries is, if it carries one that is a key. `vouched`: a
+ * gateway passed it on (Tenants.resolve).
+ */
+export async function tenantOfHeaders(
+  tenants: Tenants,
+  headers: IncomingHttpHeaders,
+  vouched = false,
+): Promise<Tenant | undefined> {
   const key = keyOf(headers);
-  return key ? tenants.resolve(key) : undefined;
+  return key ? tenants.resolve(key, { vouched }) : undefined;
 }
 
 /** The caller of a route behind the key check. */
@@ -42,21 +49,36 @@ export interface KeyCalls {
   call(t: Tenant): void | Promise<void>;
 }
 
+export interface AuthOptions {
+  /** Counts each call against the key's limits: a node of its own; behind gateways they count. */
+  limits?: KeyCalls;
+  /**
+   * A cluster node's: whether a tenant's request came through a gateway (gateway-proof.ts).
+   * Without it a tenant's key is refused here, since only gateways hold it to its limits.
+   */
+  viaGateway?: (headers: IncomingHttpHeaders) => boolean;
+}
+
 /**
  * The key check on every control-plane route except GET /health and the routes that
  * authenticate themselves (signed upload links, volume tokens): which tenant is calling, the
- * operator's routes refused to others, and each call counted against the key's limits (by
- * `limits` on a node of its own; behind gateways they count).
+ * operator's routes refused to others, a tenant's key on a cluster node only through a
+ * gateway, and each call counted against the key's limits.
  */
-export function installAuth(app: FastifyInstance, tenants: Tenants, limits?: KeyCalls): void {
+export function installAuth(app: FastifyInstance, tenants: Tenants, opts: AuthOptions = {}): void {
+  const { limits, viaGateway } = opts;
   app.decorateRequest("tenant", null);
   app.addHook("onRequest", async (req) => {
     if (req.method === "GET" && req.url === "/health") return;
     if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
-    const t = await tenantOfHeaders(tenants, req.headers);
+    const fromGateway = viaGateway?.(req.headers);
+    const t = await tenantOfHeaders(tenants, req.headers, fromGateway);
     if (!t) throw new UnauthorizedError(NO_API_KEY);
     if (!t.admin && OPERATOR_ONLY.some((re) => re.test(req.url))) {
       throw new ForbiddenError("this route is the operator's: call it with the server's own API key");
+    }
+    if (!t.admin && fromGateway === false) {
+      throw new ForbiddenError("this server is a cluster node: call the cluster's gateway with this API key");
     }
     await limits?.call(t);
     req.tenant = t;

@@ -100,6 +100,7 @@ export class Tenants {
   });
   private readonly lastUsedWritten = new Map<string, number>();
   private lastMissReload = Number.NEGATIVE_INFINITY;
+  private missReload: Promise<Map<string, ApiKeyRecord>> | undefined;
 
   constructor(
     private readonly store: RecordStore<ApiKeyRecord>,
@@ -116,18 +117,33 @@ export class Tenants {
     return timingSafeEqual(createHash("sha256").update(key).digest(), this.operatorDigest);
   }
 
-  /** The tenant a key is, or undefined for a key that is none (unknown or revoked). */
-  async resolve(key: string): Promise<Tenant | undefined> {
+  /**
+   * The tenant a key is, or undefined for a key that is none (unknown or revoked). `vouched`:
+   * a gateway passed the request on (it found the key in the shared store), so a miss here is
+   * a key made a moment ago and always worth one more read.
+   */
+  async resolve(key: string, opts: { vouched?: boolean } = {}): Promise<Tenant | undefined> {
     if (this.isOperator(key)) return OPERATOR;
     if (!TENANT_KEY_FORM.test(key)) return undefined;
     const hash = sha256(key);
     let r = (await this.keys.get()).get(hash);
     // A key made a moment ago on another process (a gateway, another node): read again, at
-    // most every MISS_RELOAD_MS, so unknown keys cannot make every request a store read.
-    if (!r && performance.now() - this.lastMissReload > MISS_RELOAD_MS) {
-      this.lastMissReload = performance.now();
-      this.keys.drop();
-      r = (await this.keys.get()).get(hash);
+    // most every MISS_RELOAD_MS unless vouched for, so unknown keys cannot make every request
+    // a store read. Misses meanwhile wait for the read in flight rather than fail beside it.
+    if (!r) {
+      const due = opts.vouched || performance.now() - this.lastMissReload > MISS_RELOAD_MS;
+      if (!this.missReload && due) {
+        this.lastMissReload = performance.now();
+        this.keys.drop();
+        const p = this.keys.get();
+        this.missReload = p;
+        void p
+          .finally(() => {
+            if (this.missReload === p) this.missReload = undefined;
+          })
+          .catch(() => {});
+      }
+      if (this.missReload) r = (await this.missReload).get(hash);
     }
     if (!r) return undefined;
     this.noteUse(r);

@@ -26,6 +26,7 @@ import { call, forward, forwardUpgrade, sendError, sendErrorOf } from "./forward
 import { nodeHeaders, parseJson, readBody, relayReply } from "./http-util.js";
 import { ClusterKeyLimits, forkCount, keyHolds } from "./key-limits.js";
 import { registerGateway } from "./metrics.js";
+import { signNodeRequestsWith } from "./node-proof.js";
 import { createdId, failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
 import { maxTeamMetrics, teamMetrics } from "./team-metrics.js";
 
@@ -64,6 +65,7 @@ function nodeShape(n: NodeInfo) {
  * traffic through a Redis outage).
  */
 export function buildGateway(o: GatewayOptions): FastifyInstance {
+  signNodeRequestsWith(o.apiKey);
   const view = new ClusterView(o.redis, o.knownRoutes);
   const log = o.log;
   const unauthorized = (res: ServerResponse) => sendError(res, 401, NO_API_KEY);

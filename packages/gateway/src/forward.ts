@@ -4,6 +4,7 @@ import type { Duplex } from "node:stream";
 import { errorBody, errorBodyOf, retryAfterOf, statusOf } from "@aenv/edge/http-errors";
 import { type HttpLimits, tunnelIdle } from "@aenv/edge/http-limits";
 import { endWithError } from "@aenv/edge/socket-error";
+import { signedForNode } from "./node-proof.js";
 
 const HOP_BY_HOP = new Set([
   "connection",
@@ -48,7 +49,7 @@ function headersFor(req: IncomingMessage, keepUpgrade: boolean): Record<string, 
   if (req.headers["transfer-encoding"] && !keepUpgrade) out["transfer-encoding"] = "chunked";
   const fwd = req.socket.remoteAddress;
   if (fwd) out["x-forwarded-for"] = fwd;
-  return out;
+  return signedForNode(req, out);
 }
 
 /**

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { IDEMPOTENCY } from "@aenv/protocol";
 import type { FastifyReply } from "fastify";
 import type { call } from "./forward.js";
+import { signedForNode } from "./node-proof.js";
 
 export type NodeAnswer = Awaited<ReturnType<typeof call>>;
 
@@ -12,7 +13,7 @@ export function nodeHeaders(req: IncomingMessage): Record<string, string> {
     const v = req.headers[k];
     if (typeof v === "string") h[k] = v;
   }
-  return h;
+  return signedForNode(req, h);
 }
 
 export function readBody(req: IncomingMessage, max = 1024 * 1024): Promise<Buffer> {

@@ -80,3 +80,12 @@ export const WEBHOOK_HEADERS = {
   signatureVersion: "e2b-signature-version",
   signature: "e2b-signature",
 } as const;
+
+/**
+ * Gateway → node, on every request carrying a tenant's key: proof that a gateway passed it
+ * on (an HMAC of the key under the operator's key, @aenv/edge/gateway-proof.ts). In a
+ * cluster, keys' limits are counted by the gateways, so a node refuses a tenant's key
+ * without it; the gateway drops whatever a client sent under this name, and a node's proxy
+ * never passes it to a sandbox.
+ */
+export const GATEWAY_PROOF_HEADER = "x-aenv-gateway-proof";

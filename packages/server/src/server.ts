@@ -144,6 +144,7 @@ export async function startServer(
       apiKey: cfg.apiKey,
       tenants: keys.tenants,
       ...(keys.keyLimits ? { keyLimits: keys.keyLimits } : {}),
+      ...(cfg.cluster ? { clusterNode: true } : {}),
       domain: cfg.domain,
       bodyLimitBytes: cfg.bodyLimitBytes,
       limits: cfg.http,

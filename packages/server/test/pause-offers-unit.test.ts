@@ -17,10 +17,10 @@ import { checkPeerPause } from "../src/orchestrator/pause-from-peer.js";
 import { PauseOffers, type PausePeers } from "../src/orchestrator/pause-offers.js";
 import { SandboxRegistry } from "../src/orchestrator/registry.js";
 import type { SandboxRecord } from "../src/state/store.js";
-import type { ChunkHolder } from "../src/storage/repository/chunk-peers.js";
 import { ChunkRepository } from "../src/storage/repository/chunk-repository.js";
 import { pauseManifestId, pauseMetaFor } from "../src/storage/repository/manifest-kinds.js";
 import { PosixFsBackend } from "../src/storage/repository/posix-fs-backend.js";
+import type { ChunkHolder } from "../src/storage/repository/repository.js";
 import { RepositoryKey } from "../src/storage/repository/signing.js";
 import { digestsOf, folder, fresh, MiB, newCache, SpyBackend, seeded, testKey } from "./helpers/repository-kit.js";
 

@@ -10,10 +10,11 @@ import { createHash } from "node:crypto";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import type { ChunkHolder, ChunkPeers } from "../src/storage/repository/chunk-peers.js";
+import type { ChunkPeers } from "../src/storage/repository/chunk-peers.js";
 import { ChunkRepository } from "../src/storage/repository/chunk-repository.js";
 import { chunkKey } from "../src/storage/repository/layout.js";
 import { PosixFsBackend } from "../src/storage/repository/posix-fs-backend.js";
+import type { ChunkHolder } from "../src/storage/repository/repository.js";
 import {
   cdcPieces,
   digestsOf,

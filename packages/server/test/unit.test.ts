@@ -74,7 +74,14 @@ describe("proxy target resolution", () => {
   });
   test("routing and hop-by-hop headers are stripped", () => {
     const h = upstreamHeaders(
-      req("/", { "e2b-sandbox-id": "i", "e2b-sandbox-port": "1", connection: "keep-alive", "x-access-token": "t" }),
+      req("/", {
+        "e2b-sandbox-id": "i",
+        "e2b-sandbox-port": "1",
+        connection: "keep-alive",
+        "x-access-token": "t",
+        "x-api-key": "k",
+        "x-aenv-gateway-proof": "p",
+      }),
       false,
     );
     // Names as E2B's proxy (Go) writes them.

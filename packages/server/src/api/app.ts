@@ -1,6 +1,8 @@
+import type { IncomingHttpHeaders } from "node:http";
 import { apiKeyRoutes } from "@aenv/edge/api-key-routes";
 import { bearerKeyMatcher } from "@aenv/edge/auth";
 import { buildEdge } from "@aenv/edge/edge";
+import { hasGatewayProof } from "@aenv/edge/gateway-proof";
 import { errorBodyOf } from "@aenv/edge/http-errors";
 import type { HttpLimits } from "@aenv/edge/http-limits";
 import { resolveTarget } from "@aenv/edge/proxy-target";
@@ -51,6 +53,8 @@ export interface AppOptions {
   tenants: Tenants;
   /** A node of its own enforces keys' limits; behind gateways they do (absent here). */
   keyLimits?: LocalKeyLimits;
+  /** A cluster node: tenants' keys are taken only through a gateway (@aenv/edge/gateway-proof). */
+  clusterNode?: boolean;
   domain: string;
   bodyLimitBytes: number;
   /** Timeouts and the connection cap of the listener (slow clients cannot hold it). */
@@ -89,6 +93,7 @@ export function buildApp(o: AppOptions): App {
     limits: o.limits,
     tenants: o.tenants,
     ...(o.keyLimits ? { keyCalls: o.keyLimits } : {}),
+    ...(o.clusterNode ? { viaGateway: (h: IncomingHttpHeaders) => hasGatewayProof(o.apiKey, h) } : {}),
     traffic: (req, res) => {
       const target = resolveTarget(req);
       if (target) return () => proxy.handle(req, res, target);

@@ -2,6 +2,7 @@ import type { IncomingMessage } from "node:http";
 import {
   E2B_SANDBOX_ID_HEADER,
   E2B_SANDBOX_PORT_HEADER,
+  GATEWAY_PROOF_HEADER,
   SANDBOX_ID_HEADER,
   TARGET_PORT_HEADER,
   TRAFFIC_TOKEN_HEADER,
@@ -17,9 +18,10 @@ const ROUTING_HEADERS = [
 /**
  * The platform's own credential never reaches code in a sandbox, whatever port it asked for
  * (a client that sends its API key on every request would otherwise hand it to the sandbox).
- * Authorization and cookies stay: aenv does not use them, a server in the sandbox may.
+ * nor does a gateway's proof of it. Authorization and cookies stay: aenv does not use them, a
+ * server in the sandbox may.
  */
-const PLATFORM_SECRETS = ["x-api-key"];
+const PLATFORM_SECRETS = ["x-api-key", GATEWAY_PROOF_HEADER];
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",
