@@ -192,9 +192,19 @@ async function main() {
   for (const r of [...results].sort((a, b) => b.s - a.s))
     process.stdout.write(`${r.s.toFixed(1).padStart(7)} s  lane ${r.lane}  ${r.code === 0 ? "ok    " : "FAILED"}  ${r.file}\n`);
   if (failed.length > 0) {
+    // Each failure's error again at the very end, where a reader of the log's tail sees it.
+    for (const r of failed) process.stdout.write(`\n━━ ${r.file}: ${failureDigest(r.out)}`);
     process.stdout.write(`\n✖ failing files: ${failed.map((r) => r.file).join(", ")}\n`);
     process.exitCode = 1;
   }
+}
+
+/** The spec reporter's own list of failing tests and their errors (the end of a file's output), cut short. */
+function failureDigest(out) {
+  const at = out.lastIndexOf("✖ failing tests:");
+  const lines = (at >= 0 ? out.slice(at) : out).trimEnd().split("\n");
+  const keep = at >= 0 ? lines.slice(0, 80) : lines.slice(-40);
+  return `${keep.join("\n")}${lines.length > keep.length ? "\n…" : ""}\n`;
 }
 
 await main();

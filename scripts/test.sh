@@ -31,7 +31,16 @@ e2e+=(test/*.test.ts)
 # create`, are reaped at once (not by whatever PID 1 is), so `runsc delete` does not wait 1-2 s
 # for each.
 status=0
+unit_log=$(mktemp /tmp/aenv-unit-log.XXXXXX)
+unit_status=0
 tini -s -- node --import tsx --test --test-timeout=600000 --test-reporter=spec --test-concurrency=3 \
-  "${unit[@]}" "$@" || status=$?
+  "${unit[@]}" "$@" 2>&1 | tee "$unit_log" || unit_status=$?
 node scripts/test-e2e.mjs --lanes "${AENV_TEST_LANES:-2}" --test-timeout=600000 "$@" "${e2e[@]}" || status=$?
+# The fast tier's failures again at the very end, where a reader of the log's tail sees them.
+if [ "$unit_status" -ne 0 ]; then
+  status=$unit_status
+  printf '\n━━ the fast tier failed:\n'
+  sed -n '/✖ failing tests:/,$p' "$unit_log" | head -80
+fi
+rm -f "$unit_log"
 exit "$status"
