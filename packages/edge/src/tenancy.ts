@@ -49,6 +49,24 @@ export interface KeyCalls {
   call(t: Tenant): void | Promise<void>;
 }
 
+/**
+ * The tenant a request's key is, with a cluster node's rule applied: a tenant's key only on a
+ * request a gateway passed on (`viaGateway`, gateway-proof.ts), else 403. Undefined when the
+ * request carries no key that is one.
+ */
+export async function callerOf(
+  tenants: Tenants,
+  headers: IncomingHttpHeaders,
+  viaGateway?: (headers: IncomingHttpHeaders) => boolean,
+): Promise<Tenant | undefined> {
+  const fromGateway = viaGateway?.(headers);
+  const t = await tenantOfHeaders(tenants, headers, fromGateway);
+  if (t && !t.admin && fromGateway === false) {
+    throw new ForbiddenError("this server is a cluster node: call the cluster's gateway with this API key");
+  }
+  return t;
+}
+
 export interface AuthOptions {
   /** Counts each call against the key's limits: a node of its own; behind gateways they count. */
   limits?: KeyCalls;
@@ -71,14 +89,10 @@ export function installAuth(app: FastifyInstance, tenants: Tenants, opts: AuthOp
   app.addHook("onRequest", async (req) => {
     if (req.method === "GET" && req.url === "/health") return;
     if ((req.routeOptions.config as { public?: boolean } | undefined)?.public) return;
-    const fromGateway = viaGateway?.(req.headers);
-    const t = await tenantOfHeaders(tenants, req.headers, fromGateway);
+    const t = await callerOf(tenants, req.headers, viaGateway);
     if (!t) throw new UnauthorizedError(NO_API_KEY);
     if (!t.admin && OPERATOR_ONLY.some((re) => re.test(req.url))) {
       throw new ForbiddenError("this route is the operator's: call it with the server's own API key");
-    }
-    if (!t.admin && fromGateway === false) {
-      throw new ForbiddenError("this server is a cluster node: call the cluster's gateway with this API key");
     }
     await limits?.call(t);
     req.tenant = t;

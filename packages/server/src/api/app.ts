@@ -8,7 +8,7 @@ import type { HttpLimits } from "@aenv/edge/http-limits";
 import { resolveTarget } from "@aenv/edge/proxy-target";
 import { signedFilesTarget } from "@aenv/edge/signed-files";
 import { endWithError } from "@aenv/edge/socket-error";
-import { installOwnership, type OwnedKind, tenantOfHeaders } from "@aenv/edge/tenancy";
+import { callerOf, installOwnership, type OwnedKind } from "@aenv/edge/tenancy";
 import type { Tenants } from "@aenv/edge/tenants";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
@@ -86,6 +86,7 @@ export function buildApp(o: AppOptions): App {
   o.orch.onStopped((id) => proxy.forget(id));
   // A sandbox with a client stream open (a running command, a WebSocket) is never idle.
   o.orch.hibernation.setBusyCheck((id) => proxy.hasOpenConnections(id));
+  const viaGateway = o.clusterNode ? (h: IncomingHttpHeaders) => hasGatewayProof(o.apiKey, h) : undefined;
   const fastify = buildEdge({
     log: o.log,
     component: "api",
@@ -93,7 +94,7 @@ export function buildApp(o: AppOptions): App {
     limits: o.limits,
     tenants: o.tenants,
     ...(o.keyLimits ? { keyCalls: o.keyLimits } : {}),
-    ...(o.clusterNode ? { viaGateway: (h: IncomingHttpHeaders) => hasGatewayProof(o.apiKey, h) } : {}),
+    ...(viaGateway ? { viaGateway } : {}),
     traffic: (req, res) => {
       const target = resolveTarget(req);
       if (target) return () => proxy.handle(req, res, target);
@@ -137,7 +138,7 @@ export function buildApp(o: AppOptions): App {
   void fastify.register(volumeContentRoutes, {
     volumes: o.volumes,
     content: o.volumeContent,
-    tenantOfKey: (req) => tenantOfHeaders(o.tenants, req.headers),
+    tenantOfKey: (req) => callerOf(o.tenants, req.headers, viaGateway),
   });
   void fastify.register(secretRoutes, { secrets: o.secrets });
   void fastify.register(webhookRoutes, { webhooks: o.webhooks });
