@@ -1,4 +1,8 @@
-/** envd's Go unit tests (go test ./..., every package's) beside the SDK-driven suites. */
+/**
+ * envd's Go unit tests (go test ./..., every package's) beside the SDK-driven suites. Go's own
+ * test cache is kept: a package whose code, inputs and environment did not change is not run
+ * again (a fresh checkout or a change runs it).
+ */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import path from "node:path";
@@ -8,7 +12,7 @@ const hasGo = spawnSync("go", ["version"], { stdio: "ignore" }).status === 0;
 
 describe("envd (Go)", { skip: !hasGo && "go is not installed" }, () => {
   it("go test", () => {
-    const r = spawnSync("go", ["test", "-count=1", "./..."], {
+    const r = spawnSync("go", ["test", "./..."], {
       cwd: path.join(import.meta.dirname, "..", "native"),
       env: { ...process.env, CGO_ENABLED: "0", GOPROXY: "off", GOFLAGS: "-mod=mod" },
       encoding: "utf8",

@@ -6,10 +6,10 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 
 describe("gateway flags", () => {
-  // The gateway's sources, run as they are (the packages they import are built).
-  const gateway = join(import.meta.dirname, "../src/main.ts");
+  // The gateway as built (scripts/test-unit.sh builds first).
+  const gateway = join(import.meta.dirname, "../bin/aenv-gateway.js");
   const run = (args: string[], extra: Record<string, string> = {}) =>
-    spawnSync(process.execPath, ["--import", "tsx", gateway, ...args], {
+    spawnSync(process.execPath, [gateway, ...args], {
       env: { PATH: process.env.PATH ?? "", AENV_API_KEY: "k", ...extra },
       encoding: "utf8",
       timeout: 20_000,
