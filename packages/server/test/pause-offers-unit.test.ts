@@ -8,7 +8,7 @@
  * runs the same over real nodes.
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import pino from "pino";
@@ -124,8 +124,15 @@ describe("the pausing node's offers", () => {
       fetch: async () => undefined,
     };
     const repository = new ChunkRepository(new PosixFsBackend(fresh("repo")), testKey, { cache: newCache() });
-    const offers = () =>
-      new PauseOffers({ paths, registry, repository, peers, checkpointKey: "key", log: pino({ level: "silent" }) });
+    const offers = (repo: Pick<ChunkRepository, "offer" | "forgetOffer"> = repository) =>
+      new PauseOffers({
+        paths,
+        registry,
+        repository: repo,
+        peers,
+        checkpointKey: "key",
+        log: pino({ level: "silent" }),
+      });
     return { paths, registry, rec: rec as SandboxRecord, calls, repository, offers };
   }
 
@@ -149,6 +156,34 @@ describe("the pausing node's offers", () => {
     a.release(SBX);
     assert.deepEqual(n.calls.at(-1), `withdraw ${SBX} t1`);
     assert.ok(await n.repository.chunkForPeer(sha), "kept a while for the peer reading it");
+  });
+
+  test("a resume here does not wait while a peer's manifest is built; one that comes first sends nothing", async () => {
+    const n = node();
+    let go = () => {};
+    const held = new Promise<void>((r) => (go = r));
+    const slow: Pick<ChunkRepository, "offer" | "forgetOffer"> = {
+      offer: async (...a) => {
+        await held; // hashing a large image
+        return n.repository.offer(...a);
+      },
+      forgetOffer: (local) => n.repository.forgetOffer(local),
+    };
+    const a = n.offers(slow);
+    a.offer(n.rec);
+    const l = n.registry.mustGet(SBX);
+    const sending = a.serve(SBX);
+    // The sandbox's queue is free meanwhile: a resume runs at once and leaves it running.
+    let resumed = false;
+    await n.registry.enqueue(l, async () => {
+      (n.rec as { state: string }).state = "running";
+      resumed = true;
+    });
+    assert.equal(resumed, true);
+    go();
+    assert.equal(await sending, undefined, "a sandbox resumed here is no peer's");
+    assert.equal(a.served(SBX, "t1"), false);
+    assert.deepEqual(readdirSync(n.paths.peerPauses), [], "what was built is gone");
   });
 
   test("nothing is sent of a sandbox that is not paused here", async () => {

@@ -2,7 +2,7 @@ import { closeSync, existsSync, fsyncSync, openSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { NodePaths } from "../node-paths.js";
-import type { SandboxRecord } from "../state/store.js";
+import type { PausedSandboxRecord, SandboxRecord } from "../state/store.js";
 import { pauseManifestId, pauseMetaFor } from "../storage/repository/manifest-kinds.js";
 import type { ChunkHolder, SnapshotRepository } from "../storage/repository/repository.js";
 import { fsyncDir } from "../util/fsync.js";
@@ -50,15 +50,20 @@ const servedMark = (sandboxDir: string, tag: string) => join(sandboxDir, `peer-s
  * The pausing node's side of a resume elsewhere before the commit ended: its paused sandboxes
  * are offered in Redis, and a peer asking is sent a manifest built here (chunked and hashed as
  * a commit would, sealed with the repository key) whose chunks this node serves from hard
- * links of the image. Built and sent in the sandbox's operation queue, so a resume here
- * either comes first (the sandbox runs, nothing is sent) or knows the pause was handed out
- * (served: it then resumes only with the repository's claim, as any node does).
+ * links of the image. Built beside the sandbox's operation queue (hashing a large image takes
+ * seconds, and a resume here must not wait for it), then sent from inside it: a resume here
+ * either comes first (the sandbox runs, the offer is dropped, nothing is sent) or knows the
+ * pause was handed out (served: it then resumes only with the repository's claim, as any
+ * node does). A pause's image never changes under its tag, so an offer built from it stays
+ * true for as long as the sandbox is paused under that tag.
  */
 export class PauseOffers {
   private readonly offers = new Map<string, Offer>();
   /** The tag each sandbox's offer was published with, to withdraw it. */
   private readonly published = new Map<string, string>();
   private readonly removals = new Set<NodeJS.Timeout>();
+  /** Offers being built, by sandbox and tag: peers asking at once share one. */
+  private readonly building = new Map<string, Promise<Offer | undefined>>();
 
   constructor(
     private readonly d: {
@@ -91,45 +96,83 @@ export class PauseOffers {
   async serve(id: string): Promise<Buffer | undefined> {
     const { registry } = this.d;
     const l = registry.get(id);
-    if (l?.rec.state !== "paused") return undefined;
+    if (!l) return undefined;
+    const paused = (): PausedSandboxRecord | undefined => {
+      const rec = l.rec;
+      if (registry.get(id) !== l || rec.state !== "paused" || rec.pause.imagePending) return undefined;
+      return rec;
+    };
+    const rec = paused();
+    const tag = rec?.pause.tag;
+    if (!rec || !tag || !rec.pause.imageDir) return undefined;
+    const o = await this.offerOf(id, tag, paused);
+    if (!o) return undefined;
     return registry.enqueue(l, async () => {
-      const paused = () => {
-        const rec = l.rec;
-        const ok = registry.get(id) === l && rec.state === "paused" && !rec.pause.imagePending;
-        return ok ? rec : undefined;
-      };
-      const rec = paused();
-      const tag = rec?.pause.tag;
-      const image = rec?.pause.imageDir;
-      if (!rec || !tag || !image) return undefined;
-      let o = this.offers.get(id);
-      if (o?.tag !== tag) {
-        this.drop(id);
-        const dir = this.d.paths.peerPause(`${id}.${tag}`);
-        rmSync(dir, { recursive: true, force: true });
-        linkTree(image, dir);
-        const meta = pauseMetaFor(rec, this.d.checkpointKey);
-        const sealed = await this.d.repository
-          .offer(pauseManifestId(id), dir, meta, localIdOf(id, tag))
-          .catch((err) => {
-            rmSync(dir, { recursive: true, force: true });
-            throw err;
-          });
-        o = { tag, dir, sealed, served: false };
-        this.offers.set(id, o);
-      }
       // Marked (durably) before it leaves: a resume queued behind this one, or after a restart, must claim it.
-      if (paused()?.pause.tag !== tag) return undefined;
+      const now = paused();
+      if (now?.pause.tag !== tag || this.offers.get(id) !== o) return undefined;
       if (!o.served) {
-        const fd = openSync(servedMark(rec.dir, tag), "w", 0o600);
+        const fd = openSync(servedMark(now.dir, tag), "w", 0o600);
         fsyncSync(fd);
         closeSync(fd);
-        await fsyncDir(rec.dir);
+        await fsyncDir(now.dir);
       }
       o.served = true;
       this.d.log.info({ sandboxID: id, tag }, "pause manifest sent to a peer (its commit has not finished)");
       return o.sealed;
     });
+  }
+
+  /** The offer of pause `tag`, built once (or found built); undefined once it is not paused so. */
+  private offerOf(id: string, tag: string, paused: () => PausedSandboxRecord | undefined): Promise<Offer | undefined> {
+    const have = this.offers.get(id);
+    if (have?.tag === tag) return Promise.resolve(have);
+    const key = `${id}.${tag}`;
+    let p = this.building.get(key);
+    if (!p) {
+      p = this.build(id, tag, paused).finally(() => this.building.delete(key));
+      this.building.set(key, p);
+    }
+    return p;
+  }
+
+  private async build(
+    id: string,
+    tag: string,
+    paused: () => PausedSandboxRecord | undefined,
+  ): Promise<Offer | undefined> {
+    const rec = paused();
+    const image = rec?.pause.imageDir;
+    if (!rec || rec.pause.tag !== tag || !image) return undefined;
+    const dir = this.d.paths.peerPause(`${id}.${tag}`);
+    const discard = () => {
+      this.d.repository.forgetOffer(localIdOf(id, tag));
+      rmSync(dir, { recursive: true, force: true });
+    };
+    rmSync(dir, { recursive: true, force: true });
+    try {
+      linkTree(image, dir);
+      const sealed = await this.d.repository.offer(
+        pauseManifestId(id),
+        dir,
+        pauseMetaFor(rec, this.d.checkpointKey),
+        localIdOf(id, tag),
+      );
+      // Resumed, killed or paused again meanwhile: what was built may be part of an image
+      // already going, and is no one's to send.
+      if (paused()?.pause.tag !== tag) {
+        discard();
+        return undefined;
+      }
+      this.drop(id);
+      const o: Offer = { tag, dir, sealed, served: false };
+      this.offers.set(id, o);
+      return o;
+    } catch (err) {
+      discard();
+      if (paused()?.pause.tag !== tag) return undefined;
+      throw err;
+    }
   }
 
   /**
