@@ -8,13 +8,10 @@ cd "$(dirname "$0")/.."
 # its TypeScript brought up to date here (incremental: under a second when nothing changed);
 # the native parts and the dashboard are `npm run build`'s.
 npx tsc -b packages/protocol packages/edge packages/code-interpreter packages/server packages/gateway packages/cli
+source scripts/test-tiers.sh
 shopt -s nullglob
 files=()
 for f in packages/*/test/*.test.ts; do
-  case "$f" in
-    # These start a local docker-registry or S3 server, or probe runsc: they belong to the full suite.
-    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts | */repository-s3-backend.test.ts) ;;
-    *) files+=("$f") ;;
-  esac
+  full_suite_only "$f" || files+=("$f")
 done
 exec node --import tsx --test --test-concurrency=4 "${files[@]}" "$@"

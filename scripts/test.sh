@@ -14,16 +14,14 @@ bash scripts/build-code-interpreter-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var
 bash scripts/build-desktop-template.sh "${AENV_TEST_TEMPLATES_DIR:-/var/lib/aenv/templates}"
 shopt -s nullglob
 # The packages' own tests start no sandbox (the fast tier, scripts/test-unit.sh): three files at
-# a time. The rest, and the package files that start a registry or probe runsc, in two
-# lanes of one file each (scripts/test-e2e.mjs: each lane its own network; files that share a
-# fixed resource run in one lane, in order).
+# a time. The rest, and the package files the fast tier leaves to the full suite
+# (scripts/test-tiers.sh), in two lanes of one file each (scripts/test-e2e.mjs: each lane its
+# own network; files that share a fixed resource run in one lane, in order).
+source scripts/test-tiers.sh
 unit=()
 e2e=()
 for f in packages/*/test/*.test.ts; do
-  case "$f" in
-    */images-registry.test.ts | */images-estargz.test.ts | */probe-memo.test.ts | */repository-s3-backend.test.ts) e2e+=("$f") ;;
-    *) unit+=("$f") ;;
-  esac
+  if full_suite_only "$f"; then e2e+=("$f"); else unit+=("$f"); fi
 done
 e2e+=(test/*.test.ts)
 # A file that hangs fails after 10 minutes (the longest takes about three) instead of holding
