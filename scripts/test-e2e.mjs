@@ -11,7 +11,7 @@
 //
 //   node scripts/test-e2e.mjs [--lanes N] [node --test options...] file...
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
 
 /**
  * Files that must not run beside each other (each line says why); a lane takes a chain whole.
@@ -191,12 +191,34 @@ async function main() {
   );
   for (const r of [...results].sort((a, b) => b.s - a.s))
     process.stdout.write(`${r.s.toFixed(1).padStart(7)} s  lane ${r.lane}  ${r.code === 0 ? "ok    " : "FAILED"}  ${r.file}\n`);
+  reportLeftovers(t0);
   if (failed.length > 0) {
     // Each failure's error again at the very end, where a reader of the log's tail sees it.
     for (const r of failed) process.stdout.write(`\n━━ ${r.file}: ${failureDigest(r.out)}`);
     process.stdout.write(`\n✖ failing files: ${failed.map((r) => r.file).join(", ")}\n`);
     process.exitCode = 1;
   }
+}
+
+/**
+ * Test servers' data folders (test/helpers/server.ts) made during this run and still there:
+ * a file that forgot to remove one leaves hundreds of MB a run. Named with the file that made
+ * it, so the leak is found, not just seen.
+ */
+function reportLeftovers(since) {
+  const root = "/var/tmp";
+  const left = [];
+  for (const name of readdirSync(root)) {
+    if (!name.startsWith("aenv-test-")) continue;
+    const dir = `${root}/${name}`;
+    try {
+      if (statSync(dir).birthtimeMs < since) continue;
+      left.push(`${dir} (made by ${readFileSync(`${dir}/.test-owner`, "utf8") || "?"})`);
+    } catch {
+      left.push(`${dir} (made by ?)`);
+    }
+  }
+  if (left.length) process.stdout.write(`\n! test servers' data folders left behind:\n  ${left.join("\n  ")}\n`);
 }
 
 /** The spec reporter's own list of failing tests and their errors (the end of a file's output), cut short. */

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
@@ -55,13 +55,19 @@ export interface StartOptions {
   host?: { address: string; wrap: string[] };
 }
 
+/** Test servers' data folders, and the file in each naming the test file that made it. */
+export const DATA_DIR_PREFIX = "/var/tmp/aenv-test-";
+export const OWNER_FILE = ".test-owner";
+
 /** Starts the real aenv-server binary as a child process, on loopback, with its own netns prefix. */
 export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
   // A port picked here may be taken again before the server binds it (its egress proxy listens
   // on ephemeral ports first): a server that lost its port that way is started on another.
   for (let attempt = 0; ; attempt++) {
     // A fresh data folder per attempt; one whose server never came up goes with it.
-    const dataDir = opts.dataDir ?? mkdtempSync("/var/tmp/aenv-test-");
+    const dataDir = opts.dataDir ?? mkdtempSync(DATA_DIR_PREFIX);
+    // Which test file made it: the suite's runner names the owners of folders left behind.
+    if (opts.dataDir === undefined) writeFileSync(join(dataDir, OWNER_FILE), process.argv[1] ?? "");
     try {
       return await startServerOnce({ ...opts, dataDir });
     } catch (err) {
