@@ -73,6 +73,11 @@ export class TestCluster {
   private readonly nets = new Map<string, Record<string, string>>();
   /** Nodes on the sim runtime: they leave no sandboxes or namespaces behind to clean up. */
   private readonly simNodes = new Set<string>();
+  /**
+   * Every node started, in order: close() cleans up each one's data folder, also of a node a
+   * test dropped from `nodes` or whose ID a later node took.
+   */
+  private readonly started: Array<{ id: string; s: TestServer; sim: boolean; net: Record<string, string> }> = [];
   private slot = 0;
   private readonly templateDirs: string[] = [];
   /** Each node's own templates dir (its image store is `<dir>/.images`). */
@@ -181,6 +186,7 @@ export class TestCluster {
     this.nodes.set(id, s);
     if (opts.sim) this.simNodes.add(id);
     this.nets.set(id, net);
+    this.started.push({ id, s, sim: !!opts.sim, net });
     return s;
   }
 
@@ -287,16 +293,27 @@ export class TestCluster {
       await Promise.race([Promise.all(exits), new Promise((r) => setTimeout(r, 60_000))]);
     }
     for (const g of this.gateways) g.proc.kill("SIGKILL");
-    await Promise.all([...this.nodes.values()].map(async (s) => (alive(s) ? s.crash() : undefined)));
+    // By data folder, the latest server on it (a test's restart of a node replaces it in `nodes`).
+    const byDir = new Map<string, { id: string; s: TestServer; sim: boolean; net: Record<string, string> }>();
+    for (const x of this.started) byDir.set(x.s.dataDir, x);
+    for (const [id, s] of this.nodes) {
+      const known = byDir.get(s.dataDir);
+      byDir.set(s.dataDir, {
+        id,
+        s,
+        sim: known?.sim ?? this.simNodes.has(id),
+        net: known?.net ?? this.nets.get(id) ?? {},
+      });
+    }
+    await Promise.all([...byDir.values()].map(async ({ s }) => (alive(s) ? s.crash() : undefined)));
     // Crashed nodes leave runsc sandboxes and namespaces: a plain server on each data dir, with
     // the node's own prefix, cleans them up.
-    for (const [id, s] of this.nodes) {
-      if (this.simNodes.has(id)) {
-        cleanupDataDir(s);
-        continue;
+    for (const { s, sim, net } of byDir.values()) {
+      if (!existsSync(s.dataDir)) continue; // the test removed it
+      if (!sim) {
+        const again = await startServer({ dataDir: s.dataDir, env: { ...net } });
+        await again.stop();
       }
-      const again = await startServer({ dataDir: s.dataDir, env: { ...this.nets.get(id) } });
-      await again.stop();
       cleanupDataDir(s);
     }
     this.redis?.kill("SIGKILL");
