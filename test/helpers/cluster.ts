@@ -70,12 +70,10 @@ export class TestCluster {
   readonly nodes = new Map<string, TestServer>();
   readonly gateways: Gateway[] = [];
   /** Each node's namespace prefix and slot range: a server cleans up only its own. */
-  private readonly nets = new Map<string, Record<string, string>>();
-  /** Nodes on the sim runtime: they leave no sandboxes or namespaces behind to clean up. */
-  private readonly simNodes = new Set<string>();
   /**
    * Every node started, in order: close() cleans up each one's data folder, also of a node a
-   * test dropped from `nodes` or whose ID a later node took.
+   * test dropped from `nodes` or whose ID a later node took. Sim nodes leave no sandboxes or
+   * namespaces behind; the others are cleaned up with their own network (`net`).
    */
   private readonly started: Array<{ id: string; s: TestServer; sim: boolean; net: Record<string, string> }> = [];
   private slot = 0;
@@ -184,8 +182,6 @@ export class TestCluster {
       },
     });
     this.nodes.set(id, s);
-    if (opts.sim) this.simNodes.add(id);
-    this.nets.set(id, net);
     this.started.push({ id, s, sim: !!opts.sim, net });
     return s;
   }
@@ -301,8 +297,8 @@ export class TestCluster {
       byDir.set(s.dataDir, {
         id,
         s,
-        sim: known?.sim ?? this.simNodes.has(id),
-        net: known?.net ?? this.nets.get(id) ?? {},
+        sim: known?.sim ?? false,
+        net: known?.net ?? {},
       });
     }
     await Promise.all([...byDir.values()].map(async ({ s }) => (alive(s) ? s.crash() : undefined)));

@@ -55,9 +55,12 @@ export interface StartOptions {
   host?: { address: string; wrap: string[] };
 }
 
-/** Test servers' data folders, and the file in each naming the test file that made it. */
-export const DATA_DIR_PREFIX = "/var/tmp/aenv-test-";
-export const OWNER_FILE = ".test-owner";
+/**
+ * Test servers' data folders, and the file in each naming the test file that made it
+ * (scripts/test-e2e.mjs, plain JavaScript, reads both by these names).
+ */
+const DATA_DIR_PREFIX = "/var/tmp/aenv-test-";
+const OWNER_FILE = ".test-owner";
 
 /** Starts the real aenv-server binary as a child process, on loopback, with its own netns prefix. */
 export async function startServer(opts: StartOptions = {}): Promise<TestServer> {

@@ -100,7 +100,6 @@ export class Hibernation {
     this.watch.delete(id);
   }
 
-  /** Thaws a frozen sandbox (before traffic or a lifecycle operation reaches it). */
   private optedOut(l: Live): boolean {
     const v = l.rec.metadata[HIBERNATE_METADATA_KEY]?.toLowerCase();
     return v === "off" || v === "false" || v === "0" || v === "no";

@@ -104,8 +104,9 @@ export class PauseOffers {
     };
     const rec = paused();
     const tag = rec?.pause.tag;
-    if (!rec || !tag || !rec.pause.imageDir) return undefined;
-    const o = await this.offerOf(id, tag, paused);
+    const image = rec?.pause.imageDir;
+    if (!rec || !tag || !image) return undefined;
+    const o = await this.offerOf(rec, tag, image, paused);
     if (!o) return undefined;
     return registry.enqueue(l, async () => {
       // Marked (durably) before it leaves: a resume queued behind this one, or after a restart, must claim it.
@@ -123,27 +124,35 @@ export class PauseOffers {
     });
   }
 
-  /** The offer of pause `tag`, built once (or found built); undefined once it is not paused so. */
-  private offerOf(id: string, tag: string, paused: () => PausedSandboxRecord | undefined): Promise<Offer | undefined> {
+  /**
+   * The offer of `rec`'s pause `tag` (its image `image`), built once (or found built);
+   * undefined once the sandbox is not paused so (`paused`).
+   */
+  private offerOf(
+    rec: PausedSandboxRecord,
+    tag: string,
+    image: string,
+    paused: () => PausedSandboxRecord | undefined,
+  ): Promise<Offer | undefined> {
+    const id = rec.id;
     const have = this.offers.get(id);
     if (have?.tag === tag) return Promise.resolve(have);
     const key = `${id}.${tag}`;
     let p = this.building.get(key);
     if (!p) {
-      p = this.build(id, tag, paused).finally(() => this.building.delete(key));
+      p = this.build(rec, tag, image, paused).finally(() => this.building.delete(key));
       this.building.set(key, p);
     }
     return p;
   }
 
   private async build(
-    id: string,
+    rec: PausedSandboxRecord,
     tag: string,
+    image: string,
     paused: () => PausedSandboxRecord | undefined,
   ): Promise<Offer | undefined> {
-    const rec = paused();
-    const image = rec?.pause.imageDir;
-    if (!rec || rec.pause.tag !== tag || !image) return undefined;
+    const id = rec.id;
     const dir = this.d.paths.peerPause(`${id}.${tag}`);
     const discard = () => {
       this.d.repository.forgetOffer(localIdOf(id, tag));

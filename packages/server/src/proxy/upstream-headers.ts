@@ -17,7 +17,7 @@ const ROUTING_HEADERS = [
 ];
 /**
  * The platform's own credential never reaches code in a sandbox, whatever port it asked for
- * (a client that sends its API key on every request would otherwise hand it to the sandbox).
+ * (a client that sends its API key on every request would otherwise hand it to the sandbox),
  * nor does a gateway's proof of it. Authorization and cookies stay: aenv does not use them, a
  * server in the sandbox may.
  */

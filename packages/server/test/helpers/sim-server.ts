@@ -1,8 +1,8 @@
 // A real aenv-server process on the simulated runtime (runtime.driver = sim), for the fast tier:
 // run from the build (scripts/test-unit.sh builds first: a server started through tsx costs
 // 1.6 s more CPU, a tenth of the fast tier over its dozen servers), as whoever runs the tests
-// (no root), its sandboxes records and an envd stand-in on loopback addresses. Everything but the sandbox is the real
-// server: routes, orchestrator, state, pool, hibernation, repository.
+// (no root), its sandboxes records and an envd stand-in on loopback addresses. Everything but
+// the sandbox is the real server: routes, orchestrator, state, pool, hibernation, repository.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";

@@ -4,8 +4,7 @@ import type { ChunkCache } from "./chunk-cache.js";
 import { type ChunkPeers, fetchFromPeers } from "./chunk-peers.js";
 import { sha256Fair } from "./hash.js";
 import { chunkKey } from "./layout.js";
-import type { ChunkHolder } from "./repository.js";
-import { type ChunkRef, CorruptChunkError, MissingChunkError } from "./repository.js";
+import { type ChunkHolder, type ChunkRef, CorruptChunkError, MissingChunkError } from "./repository.js";
 import { decompressMany, MAX_BATCH } from "./zstd.js";
 
 type Loaded = { data: Buffer; fetchedBytes: number; fromPeer?: boolean } | Error;

@@ -18,9 +18,9 @@ import { sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
 import { LocalChunks, type LocalPiece } from "./local-chunks.js";
-import type { ChunkHolder } from "./repository.js";
 import {
   type Announcement,
+  type ChunkHolder,
   type ChunkRef,
   CommitError,
   type CommitStats,
