@@ -223,9 +223,12 @@ describe("a pause resumed elsewhere before its commit finished", () => {
       assert.ok(second.status >= 500, `${second.status} ${second.message}`);
       assert.ok(chunksSent > 0, "B asked the peer for the chunks");
       assert.match(second.message, /chunk [0-9a-f]{64} is missing/, "refused, and the repository has none");
-      // B took it over (it holds the claim) but runs nothing it could not verify: still paused.
+      // B took its record over but runs nothing it could not verify: still paused. Nor did it
+      // claim the pause: A drops its copy once another node holds the claim (its next commit
+      // retry looks), and a claim without the image would have lost the pause.
       const onB = await nodeB.api("GET", `/sandboxes/${spoiled.id}`);
       assert.equal((onB.body as { state?: string }).state, "paused");
+      assert.deepEqual(cluster.claimsOf(spoiled.id), [], "no claim without the whole image");
 
       // The real holder again: resumed, memory intact.
       await redis.set(`aenv:pause:${spoiled.id}`, real);

@@ -149,7 +149,7 @@ export class PauseCommits {
    * claim it in the repository does; a node that finds another's claim (it restarted with an
    * old copy, or lost a race Redis should have prevented) drops its copy and says not found.
    */
-  async claim(rec: SandboxRecord): Promise<void> {
+  private async claim(rec: SandboxRecord): Promise<void> {
     const nodeId = this.ctx.cfg.cluster?.nodeId;
     if (!nodeId) return;
     // Never committed nor sent to a peer: no other node can have it. Called in the sandbox's
@@ -157,9 +157,28 @@ export class PauseCommits {
     if (this.timers.has(rec.id) && !this.offers?.served(rec.id, rec.pause?.tag)) return;
     await this.commits.get(rec.id);
     if (await this.ctx.repository.claim(pauseClaimName(rec), nodeId)) return;
+    throw this.moved(rec);
+  }
+
+  /**
+   * Takes the claim of a pause to resume it here, its image whole first (`complete`: it is
+   * already): rebuilt before the claim, because the node the pause came from drops its copy
+   * once another node holds the claim, so a claim must never stand for an image that a failed
+   * or refused fetch left unbuilt. Another node's claim is looked for before the fetch, so a
+   * pause resumed elsewhere is not fetched for nothing.
+   */
+  async claimWhole(rec: SandboxRecord, image: string, complete: boolean): Promise<void> {
+    if (!complete) {
+      if (await this.claimedElsewhere(rec)) throw this.moved(rec);
+      await this.rebuild(rec.id, image);
+    }
+    await this.claim(rec);
+  }
+
+  private moved(rec: SandboxRecord): NotFoundError {
     this.ctx.log.warn({ sandboxID: rec.id }, "pause was resumed by another node; dropping this node's copy");
     this.dropMoved(rec);
-    throw new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
+    return new NotFoundError(`sandbox '${rec.id}' was resumed on another node`);
   }
 
   /**

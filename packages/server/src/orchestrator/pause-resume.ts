@@ -239,8 +239,7 @@ export class PauseResume {
           throw new StartFailedError(`failed to resume sandbox '${id}': ${(err as Error).message}`);
         }
       } else {
-        await this.uses.commits.claim(l.rec);
-        if (!isCompletePause(runner.driver, kind, image)) await this.uses.commits.rebuild(id, image);
+        await this.uses.commits.claimWhole(l.rec, image, isCompletePause(runner.driver, kind, image));
         // Held from here: parallel resumes of other sandboxes see this one's share at once.
         const undo = admitForResume(this.ctx, l);
         deferRuntime(undo, this.ctx, l, { keepDir: true });
@@ -299,8 +298,7 @@ export class PauseResume {
     // Paused in place moments ago: its image is written first, the fallback if the boot fails.
     if (l.suspended && rec.pause?.imagePending) await this.writeImage(l, 0, true);
     if (l.suspended) await runner.stopRuntime(l);
-    await this.uses.commits.claim(rec);
-    if (!runner.driver.isCompleteCheckpoint(image)) await this.uses.commits.rebuild(rec.id, image);
+    await this.uses.commits.claimWhole(rec, image, runner.driver.isCompleteCheckpoint(image));
     const layer = `${pauseDir(this.ctx.paths, rec.dir, "filesystem")}.reboot`;
     const undo = admitForResume(this.ctx, l);
     deferRuntime(undo, this.ctx, l, { keepDir: true });
