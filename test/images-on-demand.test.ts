@@ -3,8 +3,8 @@
 // the templates folder stays under images.cache_max_bytes while many images start, evicting
 // least recently used images no sandbox uses and refusing (503) when everything left is in use.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox } from "e2b";
@@ -182,7 +182,7 @@ describe("images on demand", () => {
 });
 
 describe("eStargz images start lazily", () => {
-  test("a sandbox runs before its layers are fetched; files come by range; a restart serves the rest", async () => {
+  test("a sandbox runs before its layers are fetched; files come by range; the complete tree settles into a plain one", async () => {
     for (const id of sandboxes.splice(0)) await kill(id).catch(() => {});
     const image = `${proxy.host}/esgz:i1`;
     proxy.requests.length = 0;
@@ -198,18 +198,40 @@ describe("eStargz images start lazily", () => {
     const t = await templateOf(image);
     assert.ok(t, "the image has a template");
 
-    // A file whose content is not here yet (its entry removed, as if the fill had not reached
-    // it) is fetched by range after a crash and restart of the server: the tree's runs were
-    // kept beside its index.
-    await sbx.kill();
-    sandboxes.pop();
+    // Once its content is all here the tree settles into a plain one under the same path:
+    // no FUSE mount there any more, each file a hard link into the content store.
+    const rootfs = join(templatesDir, t.templateID, "rootfs-r1");
+    await waitFor(() => /lazy tree settled into a plain tree/.test(server.logs()), "the tree to settle");
+    const mountedAt = () =>
+      readFileSync("/proc/self/mountinfo", "utf8")
+        .split("\n")
+        .some((l) => l.split(" ")[4] === rootfs);
+    assert.equal(mountedAt(), false, "the FUSE mount is detached");
     const files = join(templatesDir, ".images", "files", "sha256");
-    const index = JSON.parse(
-      execFileSync("cat", [join(templatesDir, t.templateID, "index-r1.json")], { encoding: "utf8" }),
-    ) as { entries: Array<{ p: string; k?: string }> };
+    const index = JSON.parse(readFileSync(join(templatesDir, t.templateID, "index-r1.json"), "utf8")) as {
+      entries: Array<{ p: string; k?: string }>;
+    };
     const key = index.entries.find((e) => e.p === "own/f2")?.k as string;
-    await waitFor(() => existsSync(join(files, key.slice(0, 2), key)), "the background fill");
-    rmSync(join(files, key.slice(0, 2), key));
+    assert.equal(statSync(join(rootfs, "own/f2")).ino, statSync(join(files, key.slice(0, 2), key)).ino);
+    // The sandbox started on the mount still reads through it (its FUSE server stays for it);
+    // paused, its memory image restores on the plain tree, which has the same files.
+    assert.equal((await sbx.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
+    await sbx.commands.run("echo kept > /tmp/mem.txt");
+    // pgrep leaves itself out; a shell around it would match its own command line.
+    const lazyfs = () =>
+      spawnSync("pgrep", ["-f", `aenv-lazyfs .*${t.templateID}`], { encoding: "utf8" }).stdout.trim();
+    assert.notEqual(lazyfs(), "", "its FUSE server serves the sandbox started on it");
+    assert.equal(await sbx.pause(), true);
+    // The last user of the detached mount is gone: its server ends.
+    await waitFor(() => lazyfs() === "", "the FUSE server to exit once no sandbox uses its mount");
+    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 });
+    assert.equal((await back.commands.run("cat /tmp/mem.txt; cat /id.txt")).stdout, "kept\nimage 1\n");
+    const f1 = index.entries.find((e) => e.p === "own/f1")?.k as string;
+    assert.equal((await back.commands.run("sha256sum /own/f1 | cut -c1-64")).stdout.trim(), f1.slice(0, 64));
+    await back.kill();
+    sandboxes.pop();
+
+    // A restart keeps it settled: nothing is mounted again, nothing fetched.
     proxy.requests.length = 0;
     await server.crash();
     server = await server.restart();
@@ -218,10 +240,8 @@ describe("eStargz images start lazily", () => {
     sandboxes.push(again.sandboxId);
     const sum = await again.commands.run("sha256sum /own/f2 | cut -c1-64");
     assert.equal(sum.stdout.trim(), key.slice(0, 64));
-    assert.ok(
-      proxy.requests.some((x) => x.includes(" range=")),
-      "the missing file came by range from the registry (opened, or by the restarted fill)",
-    );
+    assert.equal(mountedAt(), false, "not mounted again");
+    assert.equal(proxy.requests.filter((x) => x.includes(" range=")).length, 0, "nothing fetched again");
   });
 });
 

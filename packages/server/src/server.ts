@@ -25,6 +25,7 @@ import { prepareEnvdRuntime } from "./runtime/envd-runtime.js";
 import { openRepository } from "./storage/repository/open.js";
 import { sweepScratch } from "./storage/repository/zstd.js";
 import { VolumeContent } from "./storage/volumes/content.js";
+import { PathGate } from "./util/path-gate.js";
 
 export interface RunningServer {
   app: App;
@@ -50,7 +51,9 @@ export async function startServer(
   // First: it refuses to start beside a running server with the same network names.
   const slots = openSlots(cfg, log);
   const paths = prepareHostDirs(cfg);
-  const runtime = startRuntime(cfg, paths, log);
+  // Sandbox starts hold their template tree's path; a lazy tree settling swaps it (lazy-settle.ts).
+  const rootfsGate = new PathGate();
+  const runtime = startRuntime(cfg, paths, rootfsGate, log);
   const templates = openTemplateCatalog(cfg, log);
   if (!E2B_KEY_FORM.test(cfg.apiKey)) {
     log.warn(
@@ -108,7 +111,7 @@ export async function startServer(
   );
   orch.startReaper();
   const gc = startRepositoryGc(cfg, repository, log);
-  const builds = await startBuilds({ cfg, paths, templates, orch, ...(sync ? { sync } : {}), log });
+  const builds = await startBuilds({ cfg, paths, templates, orch, ...(sync ? { sync } : {}), rootfsGate, log });
   let ready = false;
   let draining = false;
   const c = cfg.cluster;

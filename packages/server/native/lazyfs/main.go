@@ -41,9 +41,10 @@ func main() {
 	r := &root{idx: idx, content: newContent(*content, *socket, *tree)}
 	server, err := fs.Mount(*mount, r, &fs.Options{
 		MountOptions: fuse.MountOptions{
-			AllowOther:   true,
-			DirectMount:  true,
-			FsName:       "aenv-lazyfs",
+			AllowOther:  true,
+			DirectMount: true,
+			FsName:      "aenv-lazyfs",
+			// The type is then fuse.aenv-lazyfs, which the server looks for (util/mounts.ts).
 			Name:         "aenv-lazyfs",
 			MaxReadAhead: 1 << 20,
 			// The kernel checks the tree's modes for the host's other users, as it would on an

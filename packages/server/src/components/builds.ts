@@ -16,6 +16,7 @@ import { imageProvider } from "../templates/image-provider.js";
 import { LAZYFS_BINARY, LazyTrees, type TreePeers } from "../templates/lazy-trees.js";
 import { OnDemandImages } from "../templates/on-demand.js";
 import type { TemplateSync } from "../templates/sync.js";
+import type { PathGate } from "../util/path-gate.js";
 import type { Component } from "./component.js";
 
 export interface Builds extends Component {
@@ -39,6 +40,8 @@ export interface BuildsDeps {
   templates: TemplateStore;
   orch: Orchestrator;
   sync?: TemplateSync;
+  /** Held by sandbox starts on template trees (the runtime's); lazy trees settle under it. */
+  rootfsGate: PathGate;
   log: Logger;
 }
 
@@ -46,7 +49,7 @@ export interface BuildsDeps {
  * Template builds: their uploaded build contexts, the image store they pull from, the builder;
  * images started on demand and the byte limit of the templates folder.
  */
-export async function startBuilds({ cfg, paths, templates, orch, sync, log }: BuildsDeps): Promise<Builds> {
+export async function startBuilds({ cfg, paths, templates, orch, sync, rootfsGate, log }: BuildsDeps): Promise<Builds> {
   const files = new ContextFiles(
     paths.contextFiles,
     createHash("sha256").update(`upload-links\n${cfg.apiKey}`).digest("hex"),
@@ -114,6 +117,7 @@ export async function startBuilds({ cfg, paths, templates, orch, sync, log }: Bu
       templates,
       content,
       cache,
+      gate: rootfsGate,
       originOf: (t) => onDemand?.registryOrigin(t),
       socketPath: join(paths.dataDir, "lazyfs.sock"),
       log: log.child({ component: "lazy-trees" }),

@@ -4,6 +4,7 @@ import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, RuntimeInfo } from "../runtime/driver.js";
 import { GvisorDriver } from "../runtime/gvisor/driver.js";
 import { SimDriver } from "../runtime/sim/driver.js";
+import type { PathGate } from "../util/path-gate.js";
 import type { Component } from "./component.js";
 
 export interface Runtime extends Component {
@@ -13,7 +14,7 @@ export interface Runtime extends Component {
 }
 
 /** The sandbox runtime the config names, its probe started: the steps up to the orchestrator go on meanwhile. */
-export function startRuntime(cfg: ServerConfig, paths: NodePaths, log: Logger): Runtime {
+export function startRuntime(cfg: ServerConfig, paths: NodePaths, rootfsGate: PathGate, log: Logger): Runtime {
   if (cfg.runtimeDriver === "sim") {
     const driver = new SimDriver({ latencyScale: cfg.simLatencyScale, version: cfg.simVersion });
     log.warn(
@@ -30,6 +31,7 @@ export function startRuntime(cfg: ServerConfig, paths: NodePaths, log: Logger): 
     disksDir: paths.formattedDisks,
     debugLogDir: cfg.runscDebugLog,
     maxConsoleBytes: cfg.maxConsoleBytes,
+    rootfsGate,
     log: log.child({ component: "gvisor" }),
   });
   const probing = driver.probe();

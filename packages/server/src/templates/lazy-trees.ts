@@ -8,8 +8,10 @@ import type { Logger } from "pino";
 import type { Template, TemplateStore } from "../state/template-catalog.js";
 import { type ContentStore, metaOfKey } from "../storage/images/index.js";
 import { mountPoints } from "../util/mounts.js";
+import type { PathGate } from "../util/path-gate.js";
 import { rendezvous } from "../util/rendezvous.js";
 import type { ImageCache } from "./image-cache.js";
+import { settledBeforeRestart, settleLazyTree } from "./lazy-settle.js";
 import { keysOf, parseIndex, type TreeIndex } from "./tree-index.js";
 
 /** A node that holds an image's whole tree: its index and every file's content. */
@@ -63,7 +65,9 @@ interface Tree {
  * which is fetched from a node that holds the tree, verified against the key's sha256 and
  * stored in the content store; a fill in the background fetches the rest, largest first. The
  * mount outlives a crash of this server (the FUSE server runs on its own), and a restart
- * mounts again what is not mounted.
+ * mounts again what is not mounted. Once all its content is here the tree settles into a
+ * plain one under the same path (lazy-settle.ts) and its FUSE server goes with the last
+ * sandbox started on it.
  */
 export class LazyTrees {
   private server: Server | undefined;
@@ -78,6 +82,8 @@ export class LazyTrees {
       templates: TemplateStore;
       content: ContentStore;
       cache: ImageCache;
+      /** Held by sandbox starts on a tree's path; a tree settles under it (lazy-settle.ts). */
+      gate: PathGate;
       /** The origin of a tree mounted again after a restart that its holders do not serve (an eStargz image's registry). */
       originOf?: (t: Template) => ContentOrigin | undefined;
       socketPath: string;
@@ -128,6 +134,7 @@ export class LazyTrees {
       if (!t.lazy || !t.treeIndex) continue;
       const index = join(t.dir, t.treeIndex.file);
       if (!existsSync(index)) continue;
+      if (settledBeforeRestart(this.d, t)) continue;
       const idx = parseIndex(readFileSync(index));
       this.track(t, t.lazy.digest, idx, this.d.originOf?.(t) ?? this.fromHolders(t.lazy.digest));
       if (!mounted.has(t.rootfs)) await this.mount(t, index);
@@ -243,6 +250,7 @@ export class LazyTrees {
         this.d.log.info({ template: treeId, files: keys.length, ms: Date.now() - t0 }, "lazy image content complete");
         const t = this.d.templates.get(treeId);
         if (t?.treeIndex) this.peers?.publishTree(tree.digest, t.treeIndex.sha256);
+        if (t?.lazy && !this.closed) await settleLazyTree(this.d, t, idx, (key) => this.fetch(treeId, key));
       } else if (failed > 0) {
         this.d.log.warn({ template: treeId, failed }, "lazy image content incomplete; files are fetched when opened");
       }

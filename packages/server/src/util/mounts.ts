@@ -2,6 +2,9 @@ import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { sep } from "node:path";
 
+/** The FUSE name aenv-lazyfs mounts its trees under (native/lazyfs): their type is `fuse.<name>`. */
+export const LAZYFS_NAME = "aenv-lazyfs";
+
 /** Mount points of this mount namespace (the fifth field of mountinfo, octal escapes undone). */
 export function mountPoints(): Set<string> {
   const out = new Set<string>();

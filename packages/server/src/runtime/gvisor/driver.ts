@@ -3,6 +3,7 @@ import { setPriority } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { exec } from "../../util/exec.js";
+import type { PathGate } from "../../util/path-gate.js";
 import {
   type CpuMeter,
   type Freezer,
@@ -33,6 +34,8 @@ export interface GvisorOptions {
   debugLogDir?: string;
   /** A sandbox's console file is emptied past this many bytes (console-guard.ts); 0: unbounded. */
   maxConsoleBytes?: number;
+  /** Held on a sandbox's rootfs while runsc opens it: a tree may be swapped in place (lazy-settle.ts). */
+  rootfsGate?: PathGate;
   log: Logger;
 }
 
@@ -141,7 +144,13 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
     const { bundle, flags, disk } = await this.bundle(l);
     const args = ["run", "--detach", `--bundle=${bundle}`, l.id];
     this.consoles.watch(l.id, join(l.dir, "runsc.log"));
-    await this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk, l.lowPriority);
+    await this.holdingRootfs(l, () =>
+      this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk, l.lowPriority, l.rootfs),
+    );
+  }
+
+  private holdingRootfs<T>(l: SandboxLaunch, fn: () => Promise<T>): Promise<T> {
+    return this.opts.rootfsGate ? this.opts.rootfsGate.shared(l.rootfs, fn) : fn();
   }
 
   isCompleteCheckpoint(imageDir: string | undefined): boolean {
@@ -175,13 +184,16 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
   async restore(l: SandboxLaunch, imageDir: string): Promise<void> {
     const { bundle, flags, disk } = await this.bundle(l);
     this.consoles.watch(l.id, join(l.dir, "runsc.log"));
-    await this.runsc.detached(
-      flags,
-      ["restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, l.id],
-      join(l.dir, "runsc.log"),
-      120_000,
-      disk,
-      l.lowPriority,
+    await this.holdingRootfs(l, () =>
+      this.runsc.detached(
+        flags,
+        ["restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, l.id],
+        join(l.dir, "runsc.log"),
+        120_000,
+        disk,
+        l.lowPriority,
+        l.rootfs,
+      ),
     );
   }
 

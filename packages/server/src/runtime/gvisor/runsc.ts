@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { type ExecResult, exec } from "../../util/exec.js";
+import { LAZYFS_NAME } from "../../util/mounts.js";
 
 export interface RunscConfig {
   binary: string;
@@ -36,7 +37,11 @@ export class Runsc {
    * sandbox's life, so they get a log file, never a pipe. netstack in a per-sandbox netns
    * needs /proc/sys/net hidden (runsc 20240729 mistakes any netns for the root one
    * otherwise), hence the private mount namespace. A disk image given is loop-mounted in that
-   * namespace too: the mount exists only while the sandbox does (overlay-disk.ts).
+   * namespace too: the mount exists only while the sandbox does (overlay-disk.ts). The
+   * namespace starts as a copy of every mount of the host's, lazily served image trees of
+   * other templates included: those copies are detached (all but `rootfs`, the sandbox's
+   * own), or each sandbox would keep every tree mounted when it started alive, FUSE server
+   * and all, after the tree settled or its template went (lazy-settle.ts).
    */
   detached(
     flags: string[],
@@ -45,9 +50,14 @@ export class Runsc {
     timeoutMs = 60_000,
     disk?: { image: string; dir: string },
     lowPriority = false,
+    rootfs?: string,
   ): Promise<void> {
     const cmd = [this.cfg.binary, ...this.globalFlags(flags), ...args];
-    const net = 'mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"';
+    const others =
+      'own=$(realpath -e "$AENV_OWN_ROOTFS" 2>/dev/null || echo "$AENV_OWN_ROOTFS"); unset AENV_OWN_ROOTFS; ' +
+      `grep ' - fuse\\.${LAZYFS_NAME} ' /proc/self/mountinfo | while read -r _ _ _ _ mp _; do ` +
+      '[ "$mp" = "$own" ] || umount -l "$mp"; done; ';
+    const net = `${others}mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"`;
     const script = disk
       ? `mount -o loop,nodev,nosuid,noatime "$1" "$2" || { echo "aenv: cannot mount the sandbox disk $1 (needs loop devices; or set sandbox.enforce_disk_size = false)" >&2; exit 97; }; shift 2; ${net}`
       : net;
@@ -59,6 +69,7 @@ export class Runsc {
       const argv = lowPriority ? ["nice", "-n", "19", ...unshare] : unshare;
       const child = spawn(argv[0] as string, argv.slice(1), {
         stdio: ["ignore", fd, fd],
+        env: { ...process.env, AENV_OWN_ROOTFS: rootfs ?? "" },
       });
       closeSync(fd);
       const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
