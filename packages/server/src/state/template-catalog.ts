@@ -54,7 +54,8 @@ const TemplateFile = z.object({
   /**
    * The tree is served by aenv-lazyfs from its index, content fetched from the image's holders
    * or, with `runs` (a file beside the index saying where each file is in which layer), read by
-   * range from the image's eStargz layers.
+   * range from the image's eStargz layers. Dropped once the content is all here and the tree
+   * settled into a plain one under the same path (templates/lazy-settle.ts).
    */
   lazy: z.object({ digest: z.string(), runs: z.string().optional() }).optional(),
   /**
