@@ -6,6 +6,7 @@ import { InvalidRequestError, KeyLimitError } from "@aenv/edge/errors";
 import { errorBody, errorBodyOf, NO_API_KEY, retryAfterOf, statusOf, zodMessage } from "@aenv/edge/http-errors";
 import type { HttpLimits } from "@aenv/edge/http-limits";
 import { registerKeySandboxes } from "@aenv/edge/key-metrics";
+import { decodeKeyCursor } from "@aenv/edge/keyset-page";
 import { decodeCursor, encodeCursor, parseStates } from "@aenv/edge/list-filter";
 import { resolveTarget, targetProblem } from "@aenv/edge/proxy-target";
 import { RedisRecordStore } from "@aenv/edge/record-store";
@@ -25,6 +26,7 @@ import { askEveryNode } from "./every-node.js";
 import { call, forward, forwardUpgrade, sendError, sendErrorOf } from "./forward.js";
 import { nodeHeaders, parseJson, readBody, relayReply } from "./http-util.js";
 import { ClusterKeyLimits, forkCount, keyHolds } from "./key-limits.js";
+import { type ListedSandbox, mergeListPages } from "./list-merge.js";
 import { registerGateway } from "./metrics.js";
 import { signNodeRequestsWith } from "./node-proof.js";
 import { createdId, failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
@@ -344,23 +346,43 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     if (missing.length) void reply.header(PARTIAL_HEADER, `nodes not answering: ${missing.join(",")}`);
   };
 
+  // One page from each node after the cursor, merged: a page costs nodes × limit items, not
+  // every sandbox of the cluster (keyset-page.ts).
   fastify.get("/v2/sandboxes", async (req, reply) => {
     const { path, params } = listQuery(req.url, ["limit", "nextToken"]);
-    // Checked before any node is asked: a bad state is the client's 400, not a silent node.
+    // Checked before any node is asked: a bad state or cursor is the client's 400, not a silent node.
     const countRunning = parseStates(params.get("state") ?? undefined).has("running");
-    const { items, missing } = await fanOut(path, req.raw);
-    const desc = (params.get("order") ?? "desc") === "desc";
-    const all = (items as Array<{ startedAt: string; sandboxID: string }>).sort(
-      (a, b) => a.startedAt.localeCompare(b.startedAt) || a.sandboxID.localeCompare(b.sandboxID),
+    const nextToken = params.get("nextToken") ?? undefined;
+    decodeKeyCursor(nextToken);
+    const limit = Math.min(100, Math.max(1, Number(params.get("limit") ?? 100) || 100));
+    const order = params.get("order") === "asc" ? "asc" : "desc";
+    const sep = path.includes("?") ? "&" : "?";
+    const nodePath = `${path}${sep}limit=${limit}${nextToken ? `&nextToken=${encodeURIComponent(nextToken)}` : ""}`;
+    const nodes = (await view.nodes()).filter((n) => n.url);
+    const missing: string[] = [];
+    let more = false;
+    let running = 0;
+    const parts = await Promise.all(
+      nodes.map(async (n) => {
+        try {
+          const ans = await call(n.url, "GET", nodePath, nodeHeaders(req.raw), undefined, 15_000);
+          if (ans.status !== 200) throw new Error(`status ${ans.status}: ${ans.body.toString().slice(0, 200)}`);
+          if (ans.headers["x-next-token"]) more = true;
+          running += Number(ans.headers[TOTAL_RUNNING_HEADER] ?? 0) || 0;
+          return JSON.parse(ans.body.toString()) as ListedSandbox[];
+        } catch (err) {
+          log.warn({ err, node: n.nodeID }, "node did not answer a list");
+          missing.push(n.nodeID);
+          return [];
+        }
+      }),
     );
-    if (desc) all.reverse();
+    const merged = mergeListPages(parts, { limit, order }, more);
     warnMissing(reply, missing);
-    // Each node filtered its own: the running ones among the merged items are the cluster's count.
-    if (countRunning) {
-      const running = (all as Array<{ state?: string }>).filter((s) => s.state === "running").length;
-      void reply.header(TOTAL_RUNNING_HEADER, String(running));
-    }
-    return page(all, params, reply);
+    // Each node counted its own running matches before its page: their sum is the cluster's.
+    if (countRunning) void reply.header(TOTAL_RUNNING_HEADER, String(running));
+    if (merged.nextToken) void reply.header("x-next-token", merged.nextToken);
+    return merged.items;
   });
   // The team: the caller's key is its key; its metrics are the nodes' series added up.
   fastify.get("/teams", async (req) => teamsOf(keyOf(req.headers) ?? ""));

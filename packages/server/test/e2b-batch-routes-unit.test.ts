@@ -252,12 +252,18 @@ describe("the gateway merges batch metrics and X-Total-Running across nodes", ()
       // A node would never answer for another's sandbox; this one tries, the gateway must drop it.
       return { sandboxes: Object.fromEntries([...want, sid(99)].map((id) => [id, { cpuUsedPct: 1, nodeOf: ids[0] }])) };
     });
-    app.get("/v2/sandboxes", async (req) => {
-      const q = req.query as { state?: string };
+    // As a node answers: its own running matches counted before its page (the gateway adds
+    // them up), and one page.
+    app.get("/v2/sandboxes", async (req, reply) => {
+      const q = req.query as { state?: string; limit?: string };
       const wanted = (q.state ?? "running,paused").split(",");
-      return ids
+      const items = ids
         .filter((id) => wanted.includes(states[id] ?? ""))
         .map((id, i) => ({ sandboxID: id, startedAt: new Date(i * 1000).toISOString(), state: states[id] }));
+      if (wanted.includes("running")) {
+        void reply.header("x-total-running", String(items.filter((x) => x.state === "running").length));
+      }
+      return items.slice(0, Number(q.limit ?? 100));
     });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const a = app.server.address() as { port: number };

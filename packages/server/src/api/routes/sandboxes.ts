@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { ConflictError, InvalidRequestError, NotFoundError, NotImplementedError } from "@aenv/edge/errors";
 import { errorBody } from "@aenv/edge/http-errors";
+import { keysetPage } from "@aenv/edge/keyset-page";
 import { matchesMetadata, paginate, parseMetadataFilter, parseStates } from "@aenv/edge/list-filter";
 import { tenantOf } from "@aenv/edge/tenancy";
 import { ownerOf, owns, type Tenant } from "@aenv/edge/tenants";
@@ -189,9 +190,13 @@ export async function sandboxRoutes(app: FastifyInstance, opts: SandboxRoutesOpt
     if (states.has("running")) {
       void reply.header(TOTAL_RUNNING_HEADER, String(items.filter((r) => apiState(r) === "running").length));
     }
-    return paginate(items, q, (t) => void reply.header("x-next-token", t)).map((r) =>
-      sandboxListed(r, orch.placeOf(r.id)),
+    const page = keysetPage(
+      items,
+      q,
+      (r) => ({ at: r.startedAt, id: r.id }),
+      (t) => void reply.header("x-next-token", t),
     );
+    return page.map((r) => sandboxListed(r, orch.placeOf(r.id)));
   });
 
   // v1 list: running sandboxes only, no pagination.
