@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -38,7 +39,10 @@ func main() {
 	}
 	// The tree never changes while mounted: the kernel may cache names and attributes for long.
 	hour := time.Hour
-	r := &root{idx: idx, content: newContent(*content, *socket, *tree)}
+	r := newRoot(idx, newContent(*content, *socket, *tree))
+	// Reading the index took several times its size in garbage: given back before serving, as
+	// this process may live as long as a sandbox started on the tree.
+	debug.FreeOSMemory()
 	server, err := fs.Mount(*mount, r, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			AllowOther:  true,

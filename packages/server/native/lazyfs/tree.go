@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -26,6 +27,10 @@ func attrs(e *Entry, kind uint32, out *fuse.Attr) {
 type dirNode struct {
 	fs.Inode
 	e *Entry
+	// t is the tree it lists from; nil for folders made in the mount (Mkdir), which list only
+	// what was made in them.
+	t *tree
+	i int32
 }
 
 func (n *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -101,42 +106,135 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	return fuse.ReadResultData(nil), 0
 }
 
-// root builds the whole tree when mounted: lookups and listings never leave the kernel's
-// cache and this process's memory.
-type root struct {
-	dirNode
+// tree answers lookups and listings from the index: inodes exist only for what the kernel
+// asked for and keeps (it forgets them under memory pressure), so a mount costs the index
+// and the inodes in use, not an inode for every path of the image.
+type tree struct {
 	idx     *Index
 	content *Content
+	// children[i] lists the entries of folder i by name; nil for anything else.
+	children [][]int32
 }
 
-func (r *root) OnAdd(ctx context.Context) {
-	dirs := map[string]*fs.Inode{"": &r.Inode}
-	for i := range r.idx.Entries {
-		e := &r.idx.Entries[i]
-		if e.Path == "" {
-			r.e = e
-			continue
+func newTree(idx *Index, content *Content) *tree {
+	t := &tree{idx: idx, content: content, children: make([][]int32, len(idx.Entries))}
+	dirs := map[string]int32{}
+	for i := range idx.Entries {
+		e := &idx.Entries[i]
+		if e.Path != "" {
+			parent := ""
+			if j := strings.LastIndexByte(e.Path, '/'); j >= 0 {
+				parent = e.Path[:j]
+			}
+			p := dirs[parent]
+			t.children[p] = append(t.children[p], int32(i))
 		}
-		parent := dirs[path.Dir(e.Path)]
-		if !strings.Contains(e.Path, "/") {
-			parent = dirs[""]
+		if e.Type == "d" {
+			dirs[e.Path] = int32(i)
 		}
-		var ch *fs.Inode
-		switch e.Type {
-		case "d":
-			ch = parent.NewPersistentInode(ctx, &dirNode{e: e}, fs.StableAttr{Mode: syscall.S_IFDIR})
-			dirs[e.Path] = ch
-		case "l":
-			ch = parent.NewPersistentInode(ctx, &linkNode{e: e}, fs.StableAttr{Mode: syscall.S_IFLNK})
-		default:
-			ch = parent.NewPersistentInode(ctx, &fileNode{e: e, content: r.content}, fs.StableAttr{Mode: syscall.S_IFREG})
-		}
-		parent.AddChild(path.Base(e.Path), ch, true)
 	}
+	for _, c := range t.children {
+		sort.Slice(c, func(a, b int) bool { return t.name(c[a]) < t.name(c[b]) })
+	}
+	return t
+}
+
+func (t *tree) name(i int32) string {
+	return path.Base(t.idx.Entries[i].Path)
+}
+
+// node makes the inode of entry i; its number is fixed by the entry, so a path asked again
+// while the kernel still holds it gets the same inode.
+func (t *tree) node(ctx context.Context, parent *fs.Inode, i int32, out *fuse.Attr) *fs.Inode {
+	e := &t.idx.Entries[i]
+	stable := fs.StableAttr{Ino: uint64(i) + 2}
+	var ops fs.InodeEmbedder
+	switch e.Type {
+	case "d":
+		stable.Mode = syscall.S_IFDIR
+		ops = &dirNode{e: e, t: t, i: i}
+		attrs(e, syscall.S_IFDIR, out)
+	case "l":
+		stable.Mode = syscall.S_IFLNK
+		ops = &linkNode{e: e}
+		attrs(e, syscall.S_IFLNK, out)
+		out.Size = uint64(len(e.Link))
+	default:
+		stable.Mode = syscall.S_IFREG
+		ops = &fileNode{e: e, content: t.content}
+		attrs(e, syscall.S_IFREG, out)
+	}
+	return parent.NewInode(ctx, ops, stable)
+}
+
+// Lookup finds a name among what was made in this folder (mount points), then in the index.
+func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if ch := n.GetChild(name); ch != nil {
+		if ga, ok := ch.Operations().(fs.NodeGetattrer); ok {
+			var a fuse.AttrOut
+			ga.Getattr(ctx, nil, &a)
+			out.Attr = a.Attr
+		}
+		return ch, 0
+	}
+	if n.t == nil {
+		return nil, syscall.ENOENT
+	}
+	c := n.t.children[n.i]
+	k := sort.Search(len(c), func(j int) bool { return n.t.name(c[j]) >= name })
+	if k == len(c) || n.t.name(c[k]) != name {
+		return nil, syscall.ENOENT
+	}
+	return n.t.node(ctx, n.EmbeddedInode(), c[k], &out.Attr), 0
+}
+
+// Readdir lists the folder's entries in the index and what was made in it.
+func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	var list []fuse.DirEntry
+	listed := map[string]bool{}
+	if n.t != nil {
+		for _, i := range n.t.children[n.i] {
+			name := n.t.name(i)
+			mode := uint32(syscall.S_IFREG)
+			switch n.t.idx.Entries[i].Type {
+			case "d":
+				mode = syscall.S_IFDIR
+			case "l":
+				mode = syscall.S_IFLNK
+			}
+			listed[name] = true
+			list = append(list, fuse.DirEntry{Name: name, Mode: mode, Ino: uint64(i) + 2})
+		}
+	}
+	for name, ch := range n.Children() {
+		if !listed[name] {
+			list = append(list, fuse.DirEntry{Name: name, Mode: ch.Mode(), Ino: ch.StableAttr().Ino})
+		}
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+// root is the tree's top folder.
+type root struct {
+	dirNode
+}
+
+func newRoot(idx *Index, content *Content) *root {
+	t := newTree(idx, content)
+	r := &root{dirNode{t: t}}
+	for i := range idx.Entries {
+		if idx.Entries[i].Path == "" {
+			r.e = &idx.Entries[i]
+			r.i = int32(i)
+			break
+		}
+	}
+	return r
 }
 
 var (
-	_ = (fs.NodeOnAdder)((*root)(nil))
+	_ = (fs.NodeLookuper)((*dirNode)(nil))
+	_ = (fs.NodeReaddirer)((*dirNode)(nil))
 	_ = (fs.NodeGetattrer)((*dirNode)(nil))
 	_ = (fs.NodeMkdirer)((*dirNode)(nil))
 	_ = (fs.NodeCreater)((*dirNode)(nil))
