@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, openSync, realpathSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { type ExecResult, exec } from "../../util/exec.js";
 import { LAZYFS_NAME } from "../../util/mounts.js";
 
@@ -54,7 +55,7 @@ export class Runsc {
   ): Promise<void> {
     const cmd = [this.cfg.binary, ...this.globalFlags(flags), ...args];
     const others =
-      'own=$(realpath -e "$AENV_OWN_ROOTFS" 2>/dev/null || echo "$AENV_OWN_ROOTFS"); unset AENV_OWN_ROOTFS; ' +
+      'own="$AENV_OWN_ROOTFS"; unset AENV_OWN_ROOTFS; ' +
       `grep ' - fuse\\.${LAZYFS_NAME} ' /proc/self/mountinfo | while read -r _ _ _ _ mp _; do ` +
       '[ "$mp" = "$own" ] || umount -l "$mp"; done; ';
     const net = `${others}mount -t tmpfs -o size=4k none /proc/sys/net && exec "$@"`;
@@ -69,7 +70,8 @@ export class Runsc {
       const argv = lowPriority ? ["nice", "-n", "19", ...unshare] : unshare;
       const child = spawn(argv[0] as string, argv.slice(1), {
         stdio: ["ignore", fd, fd],
-        env: { ...process.env, AENV_OWN_ROOTFS: rootfs ?? "" },
+        // As mountinfo spells it: the path resolved.
+        env: { ...process.env, AENV_OWN_ROOTFS: rootfs ? resolvedPath(rootfs) : "" },
       });
       closeSync(fd);
       const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
@@ -83,5 +85,14 @@ export class Runsc {
         else reject(new Error(`runsc ${args[0]} exited with ${code ?? signal}; see ${logFile}`));
       });
     });
+  }
+}
+
+/** Its folder resolved, not the path itself: that may be a FUSE mount, whose server a stat would wait on. */
+function resolvedPath(p: string): string {
+  try {
+    return join(realpathSync(dirname(p)), basename(p));
+  } catch {
+    return p;
   }
 }
