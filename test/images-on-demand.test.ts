@@ -4,9 +4,11 @@
 // least recently used images no sandbox uses and refusing (503) when everything left is in use.
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { gunzipSync } from "node:zlib";
 import { Sandbox } from "e2b";
 import { detachMountsUnder } from "../packages/server/src/util/mounts.js";
 import {
@@ -15,7 +17,7 @@ import {
   startProxy,
   startRegistry,
 } from "../packages/server/test/helpers/registry.js";
-import { imageFamily, pushFamily } from "./helpers/image-family.js";
+import { imageFamily, pushFamily, seededBytes } from "./helpers/image-family.js";
 import { cleanupDataDir, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
 const MiB = 1024 * 1024;
@@ -182,9 +184,22 @@ describe("images on demand", () => {
 });
 
 describe("eStargz images start lazily", () => {
-  test("a sandbox runs before its layers are fetched; files come by range; the complete tree settles into a plain one", async () => {
+  test("a sandbox runs before its layers are fetched; files come by range; a restart serves what the fill missed; the complete tree settles into a plain one", async () => {
     for (const id of sandboxes.splice(0)) await kill(id).catch(() => {});
     const image = `${proxy.host}/esgz:i1`;
+    // Until the server's restart the registry fails to send /own/f2: its chunks are known by
+    // their bytes once inflated (the family's files are seeded).
+    const f2 = seededBytes("esgzown-1-2", 2 * MiB);
+    const marks = [f2.subarray(0, 64), f2.subarray(MiB, MiB + 64)];
+    proxy.refusingBody = (body, line) => {
+      if (!line.includes(" range=")) return false;
+      try {
+        const raw = gunzipSync(body);
+        return marks.some((m) => raw.includes(m));
+      } catch {
+        return false;
+      }
+    };
     proxy.requests.length = 0;
     const sbx = await Sandbox.create(image, { timeoutMs: 300_000 });
     sandboxes.push(sbx.sandboxId);
@@ -197,49 +212,71 @@ describe("eStargz images start lazily", () => {
     assert.ok(blobGets.length > 4, "footer, TOC and files by range");
     const t = await templateOf(image);
     assert.ok(t, "the image has a template");
-
-    // Once its content is all here the tree settles into a plain one under the same path:
-    // no FUSE mount there any more, each file a hard link into the content store.
     const rootfs = join(templatesDir, t.templateID, "rootfs-r1");
-    await waitFor(() => /lazy tree settled into a plain tree/.test(server.logs()), "the tree to settle");
     const mountedAt = () =>
       readFileSync("/proc/self/mountinfo", "utf8")
         .split("\n")
         .some((l) => l.split(" ")[4] === rootfs);
-    assert.equal(mountedAt(), false, "the FUSE mount is detached");
     const files = join(templatesDir, ".images", "files", "sha256");
     const index = JSON.parse(readFileSync(join(templatesDir, t.templateID, "index-r1.json"), "utf8")) as {
       entries: Array<{ p: string; k?: string }>;
     };
     const key = index.entries.find((e) => e.p === "own/f2")?.k as string;
-    assert.equal(statSync(join(rootfs, "own/f2")).ino, statSync(join(files, key.slice(0, 2), key)).ino);
-    // The sandbox started on the mount still reads through it (its FUSE server stays for it);
-    // paused, its memory image restores on the plain tree, which has the same files.
-    assert.equal((await sbx.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
-    await sbx.commands.run("echo kept > /tmp/mem.txt");
-    // pgrep leaves itself out; a shell around it would match its own command line.
-    const lazyfs = () =>
-      spawnSync("pgrep", ["-f", `aenv-lazyfs .*${t.templateID}`], { encoding: "utf8" }).stdout.trim();
-    assert.notEqual(lazyfs(), "", "its FUSE server serves the sandbox started on it");
-    assert.equal(await sbx.pause(), true);
-    // The last user of the detached mount is gone: its server ends.
-    await waitFor(() => lazyfs() === "", "the FUSE server to exit once no sandbox uses its mount");
-    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 });
-    assert.equal((await back.commands.run("cat /tmp/mem.txt; cat /id.txt")).stdout, "kept\nimage 1\n");
-    const f1 = index.entries.find((e) => e.p === "own/f1")?.k as string;
-    assert.equal((await back.commands.run("sha256sum /own/f1 | cut -c1-64")).stdout.trim(), f1.slice(0, 64));
-    await back.kill();
+    assert.equal(key.slice(0, 64), createHash("sha256").update(f2).digest("hex"));
+
+    // Without /own/f2 the fill ends incomplete: the tree stays served by its FUSE server.
+    await waitFor(() => /lazy image content incomplete/.test(server.logs()), "the fill to end without /own/f2");
+    assert.equal(mountedAt(), true, "still mounted");
+    assert.doesNotMatch(server.logs(), /lazy tree settled/);
+    await sbx.kill();
     sandboxes.pop();
 
-    // A restart keeps it settled: nothing is mounted again, nothing fetched.
+    // After a crash and restart, the registry whole again, the file comes by range (opened, or
+    // by the restarted fill): the tree's runs were kept beside its index.
+    proxy.refusingBody = undefined;
     proxy.requests.length = 0;
     await server.crash();
     server = await server.restart();
     useE2b(server);
     const again = await Sandbox.create(image, { timeoutMs: 300_000 });
     sandboxes.push(again.sandboxId);
-    const sum = await again.commands.run("sha256sum /own/f2 | cut -c1-64");
-    assert.equal(sum.stdout.trim(), key.slice(0, 64));
+    assert.equal((await again.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
+    assert.ok(
+      proxy.requests.some((x) => x.includes(" range=")),
+      "the missing file came by range from the registry",
+    );
+
+    // Its content all here, the tree settles into a plain one under the same path: no FUSE
+    // mount there any more, each file a hard link into the content store.
+    await waitFor(() => /lazy tree settled into a plain tree/.test(server.logs()), "the tree to settle");
+    assert.equal(mountedAt(), false, "the FUSE mount is detached");
+    assert.equal(statSync(join(rootfs, "own/f2")).ino, statSync(join(files, key.slice(0, 2), key)).ino);
+    // The sandbox started on the mount still reads through it (its FUSE server stays for it);
+    // paused, its memory image restores on the plain tree, which has the same files.
+    assert.equal((await again.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
+    await again.commands.run("echo kept > /tmp/mem.txt");
+    // pgrep leaves itself out; a shell around it would match its own command line.
+    const lazyfs = () =>
+      spawnSync("pgrep", ["-f", `aenv-lazyfs .*${t.templateID}`], { encoding: "utf8" }).stdout.trim();
+    assert.notEqual(lazyfs(), "", "its FUSE server serves the sandbox started on it");
+    assert.equal(await again.pause(), true);
+    // The last user of the detached mount is gone: its server ends.
+    await waitFor(() => lazyfs() === "", "the FUSE server to exit once no sandbox uses its mount");
+    const back = await Sandbox.connect(again.sandboxId, { timeoutMs: 300_000 });
+    assert.equal((await back.commands.run("cat /tmp/mem.txt; cat /id.txt")).stdout, "kept\nimage 1\n");
+    const f1 = index.entries.find((e) => e.p === "own/f1")?.k as string;
+    assert.equal((await back.commands.run("sha256sum /own/f1 | cut -c1-64")).stdout.trim(), f1.slice(0, 64));
+    await back.kill();
+    sandboxes.pop();
+
+    // Another restart keeps it settled: nothing is mounted again, nothing fetched.
+    proxy.requests.length = 0;
+    await server.crash();
+    server = await server.restart();
+    useE2b(server);
+    const third = await Sandbox.create(image, { timeoutMs: 300_000 });
+    sandboxes.push(third.sandboxId);
+    assert.equal((await third.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
     assert.equal(mountedAt(), false, "not mounted again");
     assert.equal(proxy.requests.filter((x) => x.includes(" range=")).length, 0, "nothing fetched again");
   });

@@ -265,6 +265,11 @@ export interface Proxy {
   /** Requests seen, as "METHOD path" (and " range=bytes=A-B" for range requests). */
   requests: string[];
   tokensIssued: number;
+  /**
+   * While set, each upstream answer is read whole first and, when this says so of its body,
+   * replaced by a 503 (a registry that fails to send some of its content).
+   */
+  refusingBody?: ((body: Buffer, request: string) => boolean) | undefined;
   close(): Promise<void>;
 }
 
@@ -284,6 +289,20 @@ export async function startProxy(
   const state = { requests: [] as string[], tokensIssued: 0 };
   const port = await freePort();
   const host = `127.0.0.1:${port}`;
+  const proxy: Proxy = {
+    host,
+    get requests() {
+      return state.requests;
+    },
+    get tokensIssued() {
+      return state.tokensIssued;
+    },
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
   const server: Server = createServer((req: IncomingMessage, res) => {
     const url = req.url ?? "/";
     if (url.startsWith("/token")) {
@@ -296,7 +315,8 @@ export async function startProxy(
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ token }));
       return;
     }
-    state.requests.push(`${req.method} ${url}${req.headers.range ? ` range=${req.headers.range}` : ""}`);
+    const line = `${req.method} ${url}${req.headers.range ? ` range=${req.headers.range}` : ""}`;
+    state.requests.push(line);
     const authz = req.headers.authorization ?? "";
     if (auth === "bearer" && !tokens.has(authz.replace(/^Bearer /, ""))) {
       const repo = /^\/v2\/(.+)\/(manifests|blobs)\//.exec(url)?.[1] ?? "";
@@ -316,25 +336,23 @@ export async function startProxy(
     const headers = { ...req.headers, host: upstream };
     delete headers.authorization;
     const preq = httpRequest({ host: uh, port: Number(up), method: req.method, path: url, headers }, (pres) => {
-      res.writeHead(pres.statusCode ?? 502, pres.headers);
-      pres.pipe(res);
+      const refusing = proxy.refusingBody;
+      if (!refusing) {
+        res.writeHead(pres.statusCode ?? 502, pres.headers);
+        pres.pipe(res);
+        return;
+      }
+      const parts: Buffer[] = [];
+      pres.on("data", (b: Buffer) => parts.push(b));
+      pres.on("end", () => {
+        const body = Buffer.concat(parts);
+        if (refusing(body, line)) res.writeHead(503).end();
+        else res.writeHead(pres.statusCode ?? 502, pres.headers).end(body);
+      });
     });
     preq.on("error", () => res.writeHead(502).end());
     req.pipe(preq);
   });
   await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
-  return {
-    host,
-    get requests() {
-      return state.requests;
-    },
-    get tokensIssued() {
-      return state.tokensIssued;
-    },
-    close: () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
+  return proxy;
 }
