@@ -26,7 +26,7 @@ import { askEveryNode } from "./every-node.js";
 import { call, forward, forwardUpgrade, sendError, sendErrorOf } from "./forward.js";
 import { nodeHeaders, parseJson, readBody, relayReply } from "./http-util.js";
 import { ClusterKeyLimits, forkCount, keyHolds } from "./key-limits.js";
-import { type ListedSandbox, mergeListPages } from "./list-merge.js";
+import { clusterPage, type ListedSandbox } from "./list-merge.js";
 import { registerGateway } from "./metrics.js";
 import { signNodeRequestsWith } from "./node-proof.js";
 import { createdId, failureStatus, SandboxCalls, trafficOf } from "./sandbox-calls.js";
@@ -357,28 +357,29 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const limit = Math.min(100, Math.max(1, Number(params.get("limit") ?? 100) || 100));
     const order = params.get("order") === "asc" ? "asc" : "desc";
     const sep = path.includes("?") ? "&" : "?";
-    const nodePath = `${path}${sep}limit=${limit}${nextToken ? `&nextToken=${encodeURIComponent(nextToken)}` : ""}`;
     const nodes = (await view.nodes()).filter((n) => n.url);
-    const missing: string[] = [];
-    let more = false;
+    const missing = new Set<string>();
+    const counted = new Set<string>();
     let running = 0;
-    const parts = await Promise.all(
-      nodes.map(async (n) => {
-        try {
-          const ans = await call(n.url, "GET", nodePath, nodeHeaders(req.raw), undefined, 15_000);
-          if (ans.status !== 200) throw new Error(`status ${ans.status}: ${ans.body.toString().slice(0, 200)}`);
-          if (ans.headers["x-next-token"]) more = true;
+    const ask = async (n: NodeInfo, token: string | undefined, nodeLimit: number) => {
+      const p = `${path}${sep}limit=${nodeLimit}${token ? `&nextToken=${encodeURIComponent(token)}` : ""}`;
+      try {
+        const ans = await call(n.url, "GET", p, nodeHeaders(req.raw), undefined, 15_000);
+        if (ans.status !== 200) throw new Error(`status ${ans.status}: ${ans.body.toString().slice(0, 200)}`);
+        // Each node counts its own running matches, whatever the page: once per node.
+        if (!counted.has(n.nodeID)) {
+          counted.add(n.nodeID);
           running += Number(ans.headers[TOTAL_RUNNING_HEADER] ?? 0) || 0;
-          return JSON.parse(ans.body.toString()) as ListedSandbox[];
-        } catch (err) {
-          log.warn({ err, node: n.nodeID }, "node did not answer a list");
-          missing.push(n.nodeID);
-          return [];
         }
-      }),
-    );
-    const merged = mergeListPages(parts, { limit, order }, more);
-    warnMissing(reply, missing);
+        return { items: JSON.parse(ans.body.toString()) as ListedSandbox[], more: !!ans.headers["x-next-token"] };
+      } catch (err) {
+        log.warn({ err, node: n.nodeID }, "node did not answer a list");
+        missing.add(n.nodeID);
+        return undefined;
+      }
+    };
+    const merged = await clusterPage(nodes, ask, { limit, order, nextToken });
+    warnMissing(reply, [...missing]);
     // Each node counted its own running matches before its page: their sum is the cluster's.
     if (countRunning) void reply.header(TOTAL_RUNNING_HEADER, String(running));
     if (merged.nextToken) void reply.header("x-next-token", merged.nextToken);
