@@ -14,6 +14,7 @@ import { ChunkFetcher, inBatches } from "./chunk-fetch.js";
 import type { ChunkPeers } from "./chunk-peers.js";
 import { claim, claimOf } from "./claims.js";
 import { collectGarbage, type GcOptions, type GcResult } from "./gc.js";
+import { GcBatcher } from "./gc-batch.js";
 import { sha256Fair } from "./hash.js";
 import { assertId, CHUNK_BYTES, chunkKey, idOfManifestKey, MANIFESTS, manifestKey } from "./layout.js";
 import { activeGcLocks, Lease } from "./leases.js";
@@ -99,6 +100,8 @@ export class ChunkRepository implements SnapshotRepository {
   private readonly gcLockTtlMs: number;
   private readonly gcPollMs: number;
   private readonly hooks: RepositoryHooks;
+  /** Chunks of deleted manifests, collected in batches. */
+  private readonly freed = new GcBatcher((only) => this.gc({ only }));
   private readonly onUntrusted: (err: UntrustedManifestError) => void;
   private readonly reported = new Set<string>();
   private readonly fetcher: ChunkFetcher;
@@ -442,7 +445,7 @@ export class ChunkRepository implements SnapshotRepository {
     this.peers?.forget(id);
     if (m && this.gcOnDelete) {
       // Best effort: what this misses, the periodic gc() collects.
-      await this.gc({ only: m.files.flatMap((f) => f.chunks.map((c) => c.sha256)) }).catch(() => undefined);
+      await this.freed.free(m.files.flatMap((f) => f.chunks.map((c) => c.sha256)));
     }
   }
 
