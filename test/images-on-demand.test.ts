@@ -234,12 +234,7 @@ describe("eStargz images start lazily", () => {
     // After a crash and restart, the registry whole again, the file comes by range (opened, or
     // by the restarted fill): the tree's runs were kept beside its index.
     proxy.refusingBody = undefined;
-    proxy.requests.length = 0;
-    await server.crash();
-    server = await server.restart();
-    useE2b(server);
-    const again = await Sandbox.create(image, { timeoutMs: 300_000 });
-    sandboxes.push(again.sandboxId);
+    const again = await startAfterCrash(image);
     assert.equal((await again.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
     assert.ok(
       proxy.requests.some((x) => x.includes(" range=")),
@@ -270,17 +265,23 @@ describe("eStargz images start lazily", () => {
     sandboxes.pop();
 
     // Another restart keeps it settled: nothing is mounted again, nothing fetched.
-    proxy.requests.length = 0;
-    await server.crash();
-    server = await server.restart();
-    useE2b(server);
-    const third = await Sandbox.create(image, { timeoutMs: 300_000 });
-    sandboxes.push(third.sandboxId);
+    const third = await startAfterCrash(image);
     assert.equal((await third.commands.run("sha256sum /own/f2 | cut -c1-64")).stdout.trim(), key.slice(0, 64));
     assert.equal(mountedAt(), false, "not mounted again");
     assert.equal(proxy.requests.filter((x) => x.includes(" range=")).length, 0, "nothing fetched again");
   });
 });
+
+/** Crashes the server, restarts it, and starts `image` there; the proxy's request log starts afresh. */
+async function startAfterCrash(image: string): Promise<Sandbox> {
+  proxy.requests.length = 0;
+  await server.crash();
+  server = await server.restart();
+  useE2b(server);
+  const sbx = await Sandbox.create(image, { timeoutMs: 300_000 });
+  sandboxes.push(sbx.sandboxId);
+  return sbx;
+}
 
 async function waitFor(ok: () => boolean, what: string): Promise<void> {
   const deadline = Date.now() + 60_000;
