@@ -336,8 +336,10 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     const qs = u.searchParams.toString();
     return { path: `${u.pathname}${qs ? `?${qs}` : ""}`, params: new URL(url, "http://x").searchParams };
   };
+  /** A list's page size as the client asked, within 1..100 (100 when unset or not a number). */
+  const limitOf = (params: URLSearchParams) => Math.min(100, Math.max(1, Number(params.get("limit") ?? 100) || 100));
   const page = <T>(items: T[], params: URLSearchParams, reply: FastifyReply): T[] => {
-    const limit = Math.min(100, Math.max(1, Number(params.get("limit") ?? 100) || 100));
+    const limit = limitOf(params);
     const offset = decodeCursor(params.get("nextToken") ?? undefined);
     if (offset + limit < items.length) void reply.header("x-next-token", encodeCursor(offset + limit));
     return items.slice(offset, offset + limit);
@@ -346,15 +348,15 @@ export function buildGateway(o: GatewayOptions): FastifyInstance {
     if (missing.length) void reply.header(PARTIAL_HEADER, `nodes not answering: ${missing.join(",")}`);
   };
 
-  // One page from each node after the cursor, merged: a page costs nodes × limit items, not
-  // every sandbox of the cluster (keyset-page.ts).
+  // Pages of the nodes after the cursor, merged (list-merge.ts): a page costs about 2 × limit
+  // items and a request to each node, not every sandbox of the cluster.
   fastify.get("/v2/sandboxes", async (req, reply) => {
     const { path, params } = listQuery(req.url, ["limit", "nextToken"]);
     // Checked before any node is asked: a bad state or cursor is the client's 400, not a silent node.
     const countRunning = parseStates(params.get("state") ?? undefined).has("running");
     const nextToken = params.get("nextToken") ?? undefined;
     decodeKeyCursor(nextToken);
-    const limit = Math.min(100, Math.max(1, Number(params.get("limit") ?? 100) || 100));
+    const limit = limitOf(params);
     const order = params.get("order") === "asc" ? "asc" : "desc";
     const sep = path.includes("?") ? "&" : "?";
     const nodes = (await view.nodes()).filter((n) => n.url);

@@ -42,6 +42,14 @@ interface Offer {
   served: boolean;
 }
 
+/** A pause to offer: the record it was read from, its tag and image, and the record now (undefined once the sandbox is not paused). */
+interface OfferedPause {
+  rec: PausedSandboxRecord;
+  tag: string;
+  image: string;
+  paused: () => PausedSandboxRecord | undefined;
+}
+
 const localIdOf = (sandboxId: string, tag: string) => `offer-${sandboxId}.${tag}`;
 /** Kept in the sandbox's folder: a restart must not forget that a peer may have this pause. */
 const servedMark = (sandboxDir: string, tag: string) => join(sandboxDir, `peer-served.${tag}`);
@@ -106,7 +114,7 @@ export class PauseOffers {
     const tag = rec?.pause.tag;
     const image = rec?.pause.imageDir;
     if (!rec || !tag || !image) return undefined;
-    const o = await this.offerOf(rec, tag, image, paused);
+    const o = await this.offerOf({ rec, tag, image, paused });
     if (!o) return undefined;
     return registry.enqueue(l, async () => {
       // Marked (durably) before it leaves: a resume queued behind this one, or after a restart, must claim it.
@@ -124,34 +132,22 @@ export class PauseOffers {
     });
   }
 
-  /**
-   * The offer of `rec`'s pause `tag` (its image `image`), built once (or found built);
-   * undefined once the sandbox is not paused so (`paused`).
-   */
-  private offerOf(
-    rec: PausedSandboxRecord,
-    tag: string,
-    image: string,
-    paused: () => PausedSandboxRecord | undefined,
-  ): Promise<Offer | undefined> {
-    const id = rec.id;
+  /** The offer of pause `p`, built once (or found built); undefined once the sandbox is not paused so. */
+  private offerOf(p: OfferedPause): Promise<Offer | undefined> {
+    const id = p.rec.id;
+    const tag = p.tag;
     const have = this.offers.get(id);
     if (have?.tag === tag) return Promise.resolve(have);
     const key = `${id}.${tag}`;
-    let p = this.building.get(key);
-    if (!p) {
-      p = this.build(rec, tag, image, paused).finally(() => this.building.delete(key));
-      this.building.set(key, p);
+    let built = this.building.get(key);
+    if (!built) {
+      built = this.build(p).finally(() => this.building.delete(key));
+      this.building.set(key, built);
     }
-    return p;
+    return built;
   }
 
-  private async build(
-    rec: PausedSandboxRecord,
-    tag: string,
-    image: string,
-    paused: () => PausedSandboxRecord | undefined,
-  ): Promise<Offer | undefined> {
+  private async build({ rec, tag, image, paused }: OfferedPause): Promise<Offer | undefined> {
     const id = rec.id;
     const dir = this.d.paths.peerPause(`${id}.${tag}`);
     const discard = () => {

@@ -145,7 +145,11 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
     const args = ["run", "--detach", `--bundle=${bundle}`, l.id];
     this.consoles.watch(l.id, join(l.dir, "runsc.log"));
     await this.holdingRootfs(l, () =>
-      this.runsc.detached(flags, args, join(l.dir, "runsc.log"), undefined, disk, l.lowPriority, l.rootfs),
+      this.runsc.detached(flags, args, join(l.dir, "runsc.log"), {
+        disk,
+        lowPriority: l.lowPriority,
+        rootfs: l.rootfs,
+      }),
     );
   }
 
@@ -189,10 +193,7 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
         flags,
         ["restore", "--detach", `--image-path=${imageDir}`, `--bundle=${bundle}`, l.id],
         join(l.dir, "runsc.log"),
-        120_000,
-        disk,
-        l.lowPriority,
-        l.rootfs,
+        { timeoutMs: 120_000, disk, lowPriority: l.lowPriority, rootfs: l.rootfs },
       ),
     );
   }

@@ -48,11 +48,15 @@ export class Runsc {
     flags: string[],
     args: string[],
     logFile: string,
-    timeoutMs = 60_000,
-    disk?: { image: string; dir: string },
-    lowPriority = false,
-    rootfs?: string,
+    opts: {
+      timeoutMs?: number;
+      disk?: { image: string; dir: string } | undefined;
+      lowPriority?: boolean;
+      /** The sandbox's own tree: the one lazily served mount it keeps. */
+      rootfs?: string;
+    } = {},
   ): Promise<void> {
+    const { timeoutMs = 60_000, disk, lowPriority = false, rootfs } = opts;
     const cmd = [this.cfg.binary, ...this.globalFlags(flags), ...args];
     const others =
       'own="$AENV_OWN_ROOTFS"; unset AENV_OWN_ROOTFS; ' +
