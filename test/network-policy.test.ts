@@ -384,14 +384,9 @@ test("secrets go only to the hosts they are bound to, and only as valid header v
   assert.equal(made.status, 201);
   assert.deepEqual((made.body as { allowedHosts: string[] }).allowedHosts, ["allowed.test"]);
   assert.equal((await server.api("POST", "/secrets/bound", { value: "x\ny" })).status, 400);
-  // A rule that would send it to another host is refused when set, and so is any use of a
-  // secret with no binding (made through E2B's SDK, which cannot send one).
+  // A rule that would send it to another host is refused when set.
   await Secret.create("sdk-made", "sdk-value");
-  for (const rules of [
-    { "other.test": bearer("bound") },
-    { "*.test": bearer("bound") },
-    { "allowed.test": bearer("sdk-made") },
-  ]) {
+  for (const rules of [{ "other.test": bearer("bound") }, { "*.test": bearer("bound") }]) {
     const r = await server.api("POST", "/sandboxes", { templateID: "base", network: { rules } });
     assert.equal(r.status, 400, JSON.stringify(rules));
   }
@@ -421,6 +416,16 @@ test("secrets go only to the hosts they are bound to, and only as valid header v
     );
     assert.equal(ws.stdout, "502");
     assert.equal((await server.api("GET", "/secrets/late")).status, 200);
+    // A secret with no binding (made through E2B's SDK, which cannot send one) goes, as on E2B,
+    // to the host of the rule that names it.
+    const sdk = await server.api("PUT", `/sandboxes/${s.sandboxId}/network`, {
+      denyOut: ["0.0.0.0/0"],
+      allowOut: ["allowed.test"],
+      rules: { "allowed.test": bearer("sdk-made") },
+    });
+    assert.equal(sdk.status, 204, JSON.stringify(sdk.body));
+    const filled = await s.commands.run(`curl -s -m 5 --resolve allowed.test:443:${WEB_A} https://allowed.test/auth`);
+    assert.equal(filled.stdout, "auth=Bearer sdk-value");
     assert.doesNotMatch(server.logs(), /BUG: uncaught/);
   } finally {
     await s.kill();

@@ -163,6 +163,11 @@ export interface ServerConfig {
   images: ImagesConfig;
   volumes: VolumesConfig;
   egress: EgressConfig;
+  /**
+   * Send a secret only to the hosts of its own allowedHosts; off (default), a secret without
+   * them goes to the hosts of the rules that name it, as on E2B.
+   */
+  secretsRequireBinding: boolean;
   webhooks: WebhooksConfig;
   /** Set when this node is part of a cluster (Redis-backed routes, placement, drain). */
   cluster?: ClusterConfig;
@@ -345,6 +350,7 @@ export function loadConfig(args: CliArgs, env: NodeJS.ProcessEnv = process.env):
       str("AENV_EGRESS_CA_DIR", "network.egress_ca_dir"),
       str("AENV_EGRESS_PROXY_ALLOWED", "network.egress_proxy_allowed"),
     ),
+    secretsRequireBinding: bool("AENV_SECRETS_REQUIRE_BINDING", "network.secrets_require_binding", false),
     webhooks: {
       allowPrivate: bool("AENV_ALLOW_PRIVATE_WEBHOOKS", "webhooks.allow_private", false),
       retryFirstMs: Math.max(10, int("AENV_WEBHOOK_RETRY_MS", "webhooks.retry_first_ms", 1000)),

@@ -1,5 +1,6 @@
-// Secrets in the egress proxy's header rules: bound to the hosts they may be sent to, and
-// validated as header values, at creation and again at use. The rewriter is driven over real
+// Secrets in the egress proxy's header rules: sent to the hosts of the rules that name them (as
+// on E2B) or, when bound, only to the hosts they are bound to; validated as header values, at
+// creation and again at use. The rewriter is driven over real
 // sockets; "upstream" is a listener on a loopback address of this test's own, port 80.
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -104,13 +105,23 @@ test("a secret's value must be a header value and its hosts domains, at creation
   assert.deepEqual((await store.update("n", {}, "newer")).allowedHosts, ["other.test"]);
 });
 
-test("rules may name a secret only for hosts it is bound to (400 when set)", async () => {
+test("rules may name a bound secret only for hosts it is bound to (400 when set)", async () => {
   const sub = join(dir, "rules");
   mkdirSync(sub);
   const store = await SecretStore.inFolder(sub);
   await store.create("bound", "v", {}, ["api.test", "*.cdn.test"], undefined);
   await store.create("unbound", "v", {}, undefined, undefined);
   const bindingOf = (n: string) => store.bindingOf(n, undefined);
+  // No binding: the rule's host is where it goes, as on E2B.
+  checkRuleBindings(rule("api.test", "unbound").rules, bindingOf);
+  checkRuleBindings(rule("*.anything.test", "unbound").rules, bindingOf);
+  // Unless the operator requires one.
+  const strict = await SecretStore.inFolder(sub, { requireBinding: true });
+  assert.throws(
+    () => checkRuleBindings(rule("api.test", "unbound").rules, (n) => strict.bindingOf(n, undefined)),
+    /not bound to any host, which this server requires/,
+  );
+  checkRuleBindings(rule("api.test", "bound").rules, (n) => strict.bindingOf(n, undefined));
   checkRuleBindings(rule("api.test", "bound").rules, bindingOf);
   checkRuleBindings(rule("a.b.cdn.test", "bound").rules, bindingOf);
   checkRuleBindings(rule("*.x.cdn.test", "bound").rules, bindingOf);
@@ -121,7 +132,6 @@ test("rules may name a secret only for hosts it is bound to (400 when set)", asy
     ["*.test", "bound"],
     ["cdn.test", "bound"],
     ["api.test.evil.test", "bound"],
-    ["api.test", "unbound"],
   ] as const) {
     assert.throws(() => checkRuleBindings(rule(host, name).rules, bindingOf), InvalidRequestError, `${host} ${name}`);
   }
@@ -132,7 +142,7 @@ test("rules may name a secret only for hosts it is bound to (400 when set)", asy
 test("the egress proxy fills a secret in only for its hosts, and refuses bad values cleanly", async () => {
   const sub = join(dir, "use");
   mkdirSync(sub);
-  // Stored before bindings and value checks existed: no allowedHosts, and one with a newline.
+  // Stored with no allowedHosts, and one stored before value checks existed, with a newline.
   writeFileSync(
     join(sub, "secrets.json"),
     JSON.stringify([
@@ -151,11 +161,14 @@ test("the egress proxy fills a secret in only for its hosts, and refuses bad val
   );
   const store = await SecretStore.inFolder(sub);
   await store.create("token", "s3cr3t", {}, ["api.test"], undefined);
-  const rw = new HeaderRewriter({
-    ca: {} as EgressCa,
-    secret: (name, host, owner) => store.use(name, host, owner),
-    log: pino({ level: "silent" }),
-  });
+  const rewriter = (s: SecretStore) =>
+    new HeaderRewriter({
+      ca: {} as EgressCa,
+      secret: (name, host, owner) => s.use(name, host, owner),
+      log: pino({ level: "silent" }),
+    });
+  const rw = rewriter(store);
+  const strict = rewriter(await SecretStore.inFolder(sub, { requireBinding: true }));
   const get = (host: string) => `GET /x HTTP/1.1\r\nhost: ${host}\r\nconnection: close\r\n\r\n`;
   const ws = (host: string) =>
     `GET /ws HTTP/1.1\r\nhost: ${host}\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`;
@@ -171,8 +184,8 @@ test("the egress proxy fills a secret in only for its hosts, and refuses bad val
     assert.match(evil, /^HTTP\/1\.1 403/);
     const evilWs = await through(rw, "evil.test", rule("evil.test", "token"), ws("evil.test"));
     assert.match(evilWs, /^HTTP\/1\.1 403/);
-    // Unbound (stored before bindings): sent nowhere.
-    assert.match(await through(rw, "api.test", rule("api.test", "legacy"), get("api.test")), /^HTTP\/1\.1 403/);
+    // No allowedHosts and a binding required: sent nowhere.
+    assert.match(await through(strict, "api.test", rule("api.test", "legacy"), get("api.test")), /^HTTP\/1\.1 403/);
     // A stored value that is no header value: a clean 502, plain and on a WebSocket handshake.
     assert.match(await through(rw, "api.test", rule("api.test", "newline"), get("api.test")), /^HTTP\/1\.1 502/);
     assert.match(await through(rw, "api.test", rule("api.test", "newline"), ws("api.test")), /^HTTP\/1\.1 502/);
@@ -181,6 +194,9 @@ test("the egress proxy fills a secret in only for its hosts, and refuses bad val
     assert.match(await through(rw, "api.test", badRule, get("api.test")), /^HTTP\/1\.1 502/);
     assert.equal(received.length, n, "nothing refused reached upstream");
     assert.ok(!received.join("").includes("old-value") && !received.join("").includes("x-injected"));
+    // No allowedHosts, by default: filled in for the host of the rule that names it.
+    assert.match(await through(rw, "api.test", rule("api.test", "legacy"), get("api.test")), /^HTTP\/1\.1 200/);
+    assert.ok(received.at(-1)?.includes("authorization: Bearer old-value"));
   } finally {
     check();
   }

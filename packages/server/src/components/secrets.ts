@@ -22,7 +22,8 @@ const REFRESH_MS = 1_000;
  * (which every node of a cluster holds and gateways do not need).
  */
 export async function startSecrets(cfg: ServerConfig, paths: NodePaths, log: Logger): Promise<SecretsComponent> {
-  if (!cfg.cluster) return { secrets: await SecretStore.inFolder(paths.secrets), stop: async () => {} };
+  const opts = { requireBinding: cfg.secretsRequireBinding };
+  if (!cfg.cluster) return { secrets: await SecretStore.inFolder(paths.secrets, opts), stop: async () => {} };
   const redis = await openRedis(cfg.cluster.redis, log, { wait: false, commandTimeoutMs: 5000 });
   const slog = log.child({ component: "secrets" });
   const records = new SealedSecretRecords(
@@ -34,7 +35,7 @@ export async function startSecrets(cfg: ServerConfig, paths: NodePaths, log: Log
         "a secret's value does not open with this cluster's key: left out",
       ),
   );
-  const secrets = new SecretStore(records);
+  const secrets = new SecretStore(records, opts);
   await secrets.refresh().catch((err: Error) => slog.warn({ err: err.message }, "secrets not read yet"));
   let failing = false;
   // While Redis cannot be read, the last view serves the egress proxy.

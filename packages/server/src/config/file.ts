@@ -26,6 +26,7 @@ export const FILE_KEYS: Readonly<Record<string, Kind>> = {
   "network.denied_ranges": "string",
   "network.egress_hosts": "string",
   "network.egress_upstream_ca_file": "string",
+  "network.secrets_require_binding": "bool",
   "network.egress_ca_dir": "string",
   "network.egress_proxy_allowed": "string",
   "sandbox.default_timeout_secs": "int",

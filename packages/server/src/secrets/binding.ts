@@ -2,10 +2,13 @@ import { InvalidRequestError } from "@aenv/edge/errors";
 import { domainMatches, type NetworkRule, normaliseDomain } from "../network/policy.js";
 
 /**
- * Which hosts a secret may be sent to. A secret is bound, when it is created (or given a new
- * value), to a list of domain patterns; a network rule may name it only for a host the list
- * covers, and the egress proxy fills it in only for such a host. Without this anyone holding
- * the API key could point a rule at a host of their own and read any secret there.
+ * Which hosts a secret may be sent to. As on E2B, a network rule is what sends a secret to a
+ * host: `${e2b.secrets.NAME}` in a rule's headers is filled in for that rule's host. A secret
+ * may also be bound, when it is created (or given a new value), to a list of domain patterns
+ * (aenv's allowedHosts): a rule may then name it only for a host the list covers, and the egress
+ * proxy fills it in only for such a host, so one who may set a sandbox's rules (its key's
+ * holder, or a tenant sharing the secret's owner) cannot point it at a host of their own. An
+ * operator may require a binding on every secret (network.secrets_require_binding).
  */
 
 const PLACEHOLDER = /\$\{e2b\.secrets\.([A-Za-z0-9_.-]{1,128})\}/g;
@@ -44,12 +47,24 @@ export function patternCovered(allowed: readonly string[], key: string): boolean
   return allowed.some((a) => a === key || (a.startsWith("*.") && domainMatches(a, base)));
 }
 
-/** A secret's binding as the store holds it: undefined when it does not exist (yet). */
-/** A secret's binding by name, among one owner's secrets (api/routes/sandboxes.ts fixes the owner). */
-export type BindingOf = (name: string) => { name: string; allowedHosts: readonly string[] } | undefined;
+/**
+ * Where a secret may go, for checking rules: listed hosts, `"rule"` (no list: the hosts of the
+ * rules that name it) or an empty list (no list and a binding required: nowhere).
+ */
+export interface SecretBinding {
+  name: string;
+  allowedHosts: readonly string[] | "rule";
+}
 
 /**
- * Refuses (400) network rules that would send an existing secret to a host it is not bound to.
+ * A secret's binding by name, among one owner's secrets (api/routes/sandboxes.ts fixes the
+ * owner): undefined when it does not exist (yet).
+ */
+export type BindingOf = (name: string) => SecretBinding | undefined;
+
+/**
+ * Refuses (400) network rules that would send an existing bound secret to a host it is not
+ * bound to.
  * A secret that does not exist yet is let through here: it is checked again when it is used.
  */
 export function checkRuleBindings(rules: Record<string, NetworkRule[]> | undefined, bindingOf: BindingOf): void {
@@ -58,10 +73,10 @@ export function checkRuleBindings(rules: Record<string, NetworkRule[]> | undefin
       for (const value of Object.values(rule.transform?.headers ?? {})) {
         for (const ref of secretRefs(value)) {
           const b = bindingOf(ref);
-          if (!b) continue;
+          if (!b || b.allowedHosts === "rule") continue;
           if (b.allowedHosts.length === 0) {
             throw new InvalidRequestError(
-              `network.rules['${key}']: secret '${b.name}' is not bound to any host; give it allowedHosts (POST /secrets/{id} with a new value) before using it`,
+              `network.rules['${key}']: secret '${b.name}' is not bound to any host, which this server requires; give it allowedHosts (POST /secrets/{id} with a new value) before using it`,
             );
           }
           if (!patternCovered(b.allowedHosts, key)) {

@@ -4,7 +4,7 @@ import type { RecordStore } from "@aenv/edge/record-store";
 import type { SecretInfo } from "@aenv/protocol";
 import { SECRET_VALUE_CHARS } from "@aenv/protocol/rest";
 import { FileRecordStore } from "../util/file-record-store.js";
-import { hostAllowed, normaliseAllowedHosts } from "./binding.js";
+import { hostAllowed, normaliseAllowedHosts, type SecretBinding } from "./binding.js";
 
 /** A single node's secrets file, in its secrets folder. */
 export const SECRETS_FILE = "secrets.json";
@@ -17,8 +17,8 @@ export interface SecretRecord {
   version: number;
   metadata: Record<string, string>;
   /**
-   * The hosts the value may be sent to. Secrets stored before bindings existed have none and
-   * are sent nowhere until they get a new value with a binding.
+   * The hosts the value may be sent to (aenv's field). Without it, the secret goes to the hosts
+   * of the network rules that name it, as on E2B, unless the operator requires a binding.
    */
   allowedHosts?: string[];
   createdAt: number;
@@ -34,6 +34,15 @@ export interface SecretRecord {
 export interface SecretScope {
   owner?: string;
   all?: boolean;
+}
+
+/** How a store treats a secret that has no allowedHosts. */
+export interface SecretStoreOptions {
+  /**
+   * Refuse to send such a secret anywhere (network.secrets_require_binding). Off, it goes to
+   * the hosts of the rules that name it, which is E2B's meaning: the rule is the binding.
+   */
+  requireBinding?: boolean;
 }
 
 /** What the egress proxy gets for a placeholder: the value, or why it may not have it. */
@@ -56,18 +65,21 @@ export class SecretStore {
   /** The store's version the view was read at (RecordStore.version), when it has one. */
   private seen: string | undefined;
 
-  constructor(private readonly store: RecordStore<SecretRecord>) {}
+  constructor(
+    private readonly store: RecordStore<SecretRecord>,
+    private readonly opts: SecretStoreOptions = {},
+  ) {}
 
   /** A store with its records read. */
-  static async open(store: RecordStore<SecretRecord>): Promise<SecretStore> {
-    const s = new SecretStore(store);
+  static async open(store: RecordStore<SecretRecord>, opts: SecretStoreOptions = {}): Promise<SecretStore> {
+    const s = new SecretStore(store, opts);
     await s.refresh();
     return s;
   }
 
   /** A single node's store: its file in `dir`. */
-  static inFolder(dir: string): Promise<SecretStore> {
-    return SecretStore.open(new FileRecordStore<SecretRecord>(dir, SECRETS_FILE));
+  static inFolder(dir: string, opts: SecretStoreOptions = {}): Promise<SecretStore> {
+    return SecretStore.open(new FileRecordStore<SecretRecord>(dir, SECRETS_FILE), opts);
   }
 
   /**
@@ -98,18 +110,22 @@ export class SecretStore {
   }
 
   /**
-   * A secret's current value for a request to `host`, for the egress proxy only. Checked again
-   * here, whatever the rules said when they were set: a rule may name a secret made later, and
-   * a value stored before values were validated may not be a valid header value.
+   * A secret's current value for a request to `host`, for the egress proxy only, which asks
+   * only for a host whose rule names the secret. Checked again here, whatever the rules said
+   * when they were set: a rule may name a secret made later, and a value stored before values
+   * were validated may not be a valid header value.
    */
   use(name: string, host: string, owner: string | undefined): SecretUse {
     const rec = this.find(name, { owner });
     if (!rec) return { refused: "missing", message: `secret '${name}' named by a network rule does not exist` };
-    const allowed = rec.allowedHosts ?? [];
+    const allowed = this.hostsOf(rec);
     if (allowed.length === 0) {
-      return { refused: "unbound", message: `secret '${rec.name}' is not bound to any host (allowedHosts)` };
+      return {
+        refused: "unbound",
+        message: `secret '${rec.name}' is not bound to any host (allowedHosts), which this server requires`,
+      };
     }
-    if (!hostAllowed(allowed, host)) {
+    if (allowed !== "rule" && !hostAllowed(allowed, host)) {
       return { refused: "host", message: `secret '${rec.name}' may not be sent to ${host}` };
     }
     if (!SECRET_VALUE_CHARS.test(rec.value)) {
@@ -119,9 +135,14 @@ export class SecretStore {
   }
 
   /** A secret's name and binding (no value), for checking network rules when they are set. */
-  bindingOf(ref: string, owner: string | undefined): { name: string; allowedHosts: string[] } | undefined {
+  bindingOf(ref: string, owner: string | undefined): SecretBinding | undefined {
     const rec = this.find(ref, { owner });
-    return rec ? { name: rec.name, allowedHosts: [...(rec.allowedHosts ?? [])] } : undefined;
+    return rec ? { name: rec.name, allowedHosts: this.hostsOf(rec) } : undefined;
+  }
+
+  private hostsOf(rec: SecretRecord): readonly string[] | "rule" {
+    if (rec.allowedHosts?.length) return [...rec.allowedHosts];
+    return this.opts.requireBinding ? [] : "rule";
   }
 
   private mustFind(ref: string, scope: SecretScope): SecretRecord {
