@@ -14,6 +14,7 @@ import {
   startProxy,
   startRegistry,
 } from "../packages/server/test/helpers/registry.js";
+import { type EcrStandIn, startEcrStandIn } from "./helpers/ecr-stand-in.js";
 import { tinyImage } from "./helpers/images.js";
 import { cleanupDataDir, getViaHost, startServer, TEMPLATES_DIR, type TestServer, useE2b } from "./helpers/server.js";
 
@@ -39,6 +40,15 @@ let registry: Registry;
 let server: TestServer;
 let work: string;
 let templatesDir: string;
+let ecr: EcrStandIn;
+const AWS_KEYS = { accessKeyId: "AKIAAENVTEST", secretAccessKey: "aws-s3cret-key", region: "eu-west-1" };
+const AWS_KEYS_BODY = {
+  type: "aws",
+  awsAccessKeyId: AWS_KEYS.accessKeyId,
+  awsSecretAccessKey: AWS_KEYS.secretAccessKey,
+  awsRegion: AWS_KEYS.region,
+};
+const ECR_PASSWORD = "ecr-t0ken-pa55";
 
 before(async () => {
   work = mkdtempSync("/var/tmp/aenv-img-");
@@ -54,8 +64,13 @@ before(async () => {
   mkdirSync(templatesDir);
   mkdirSync(join(TEMPLATES_DIR, ".warm"), { recursive: true });
   symlinkSync(join(TEMPLATES_DIR, ".warm"), join(templatesDir, ".warm"));
-  // The registry is on loopback, which only an operator's setting lets pulls reach.
-  server = await startServer({ templatesDir, env: { AENV_ALLOW_PRIVATE_REGISTRIES: "1" } });
+  ecr = await startEcrStandIn(AWS_KEYS, { username: "AWS", password: ECR_PASSWORD });
+  // The registry is on loopback, which only an operator's setting lets pulls reach; ECR's API
+  // is the stand-in, through aws-sdk's own endpoint setting.
+  server = await startServer({
+    templatesDir,
+    env: { AENV_ALLOW_PRIVATE_REGISTRIES: "1", AWS_ENDPOINT_URL_ECR: ecr.url },
+  });
   useE2b(server);
 });
 
@@ -64,6 +79,7 @@ after(async () => {
   await server.stop();
   cleanupDataDir(server);
   await registry.stop();
+  await ecr.close();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -172,16 +188,50 @@ describe("templates from OCI images", () => {
       });
       assert.equal(found.stdout, "", "credentials in the template's files");
       assert.ok(!server.logs().includes("pa55-private"), "credentials in the server's log");
-      const aws = await server.api("POST", "/v2/templates", { alias: "img-aws", cpuCount: 1, memoryMB: 256 });
-      const { templateID, buildID } = aws.body as { templateID: string; buildID: string };
+    } finally {
+      for (const name of ["img-private", "img-private-none"])
+        await server.api("DELETE", `/templates/${name}`).catch(() => {});
+      await proxy.close();
+    }
+  });
+
+  test("AWS keys (fromAWSRegistry) are traded for ECR's registry token, SigV4-signed, for that pull only", async () => {
+    const proxy = await startProxy(registry.host, "bearer", "AWS", ECR_PASSWORD);
+    const image = `${proxy.host}/tiny:1`;
+    try {
+      // The region becomes part of ECR's host name: anything but a region's form is a 400.
+      const t = await server.api("POST", "/v2/templates", { alias: "img-aws-bad", cpuCount: 1, memoryMB: 256 });
+      const { templateID, buildID } = t.body as { templateID: string; buildID: string };
       const refused = await server.api("POST", `/v2/templates/${templateID}/builds/${buildID}`, {
         fromImage: image,
-        fromImageRegistry: { type: "aws", awsAccessKeyId: "a", awsSecretAccessKey: "b", awsRegion: "c" },
+        fromImageRegistry: { ...AWS_KEYS_BODY, awsRegion: "evil.example#" },
       });
       assert.equal(refused.status, 400);
-      assert.match((refused.body as { message: string }).message, /aws is not supported/);
+      assert.match((refused.body as { message: string }).message, /awsRegion.*not an AWS region/);
+      // Keys ECR does not know: the build fails saying so, and nothing is pulled.
+      await assert.rejects(
+        Template.build(
+          Template().fromAWSRegistry(image, { ...AWS_KEYS, secretAccessKey: "not-the-secret" }).runCmd("true"),
+          "img-aws-wrong",
+        ),
+        /ECR gave no registry token: UnrecognizedClientException/,
+      );
+      assert.equal(ecr.refused, 1);
+      await Template.build(Template().fromAWSRegistry(image, AWS_KEYS).runCmd("echo ecr > /ecr.txt"), "img-aws");
+      assert.equal(ecr.issued, 1);
+      const sbx = await Sandbox.create("img-aws");
+      try {
+        assert.equal((await sbx.commands.run("cat /ecr.txt")).stdout, "ecr\n");
+      } finally {
+        await sbx.kill();
+      }
+      for (const secret of [AWS_KEYS.secretAccessKey, ECR_PASSWORD]) {
+        const found = spawnSync("grep", ["-rlF", secret, join(templatesDir, "img-aws")], { encoding: "utf8" });
+        assert.equal(found.stdout, "", "credentials in the template's files");
+        assert.ok(!server.logs().includes(secret), "credentials in the server's log");
+      }
     } finally {
-      for (const name of ["img-private", "img-private-none", "img-aws"])
+      for (const name of ["img-aws", "img-aws-wrong", "img-aws-bad"])
         await server.api("DELETE", `/templates/${name}`).catch(() => {});
       await proxy.close();
     }

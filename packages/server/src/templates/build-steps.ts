@@ -65,7 +65,8 @@ export async function baseTree(
 ): Promise<StepContext & { imageDigest?: string }> {
   if (spec.fromImage) {
     onLog(`FROM ${spec.fromImage}`);
-    const img = await d.images.pullInto(spec.fromImage, dest, onLog, registryCredentials(spec.fromImageRegistry));
+    const credentials = await registryCredentials(spec.fromImageRegistry);
+    const img = await d.images.pullInto(spec.fromImage, dest, onLog, credentials);
     return {
       env: { ...img.env },
       args: {},

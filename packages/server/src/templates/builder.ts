@@ -24,7 +24,7 @@ import { buildOwnerAlive, claimBuild } from "./build-owner.js";
 import { baseTree, type ImageProvider, must, runStep, STAGING_MOUNT, StepFailure, stageFiles } from "./build-steps.js";
 import type { ContextFiles } from "./context-files.js";
 import { inSandbox } from "./in-sandbox.js";
-import { registryCredentials } from "./registry-access.js";
+import { checkRegistryAccess } from "./registry-access.js";
 import type { BuildStart, TemplateRequest } from "./spec.js";
 import { validateSteps } from "./spec.js";
 import type { TemplateSync } from "./sync.js";
@@ -165,8 +165,8 @@ export class TemplateBuilder {
     if (spec.fromImage && spec.fromTemplate) throw badRequest("give fromImage or fromTemplate, not both");
     if (spec.fromImage) this.checkSource(spec.fromImage);
     if (spec.fromImageRegistry && !spec.fromImage) throw badRequest("fromImageRegistry is for a fromImage build");
-    // Refused now (400), not as a failed build: a type this server cannot use.
-    registryCredentials(spec.fromImageRegistry);
+    // Refused now (400), not as a failed build: credentials this server cannot use.
+    checkRegistryAccess(spec.fromImageRegistry);
     const bad = validateSteps(spec.steps);
     if (bad) throw badRequest(bad);
     for (const [i, s] of spec.steps.entries()) {

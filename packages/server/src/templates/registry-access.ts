@@ -1,14 +1,27 @@
 import { InvalidRequestError } from "@aenv/edge/errors";
 import type { Credentials } from "../storage/images/auth.js";
+import { AWS_REGION, ecrCredentials } from "./ecr-token.js";
 import type { RegistryAccess } from "./spec.js";
+
+/** Refuses (400), when a build is started, a `fromImageRegistry` this server could not use. */
+export function checkRegistryAccess(r: RegistryAccess | undefined): void {
+  if (r?.type === "aws" && !AWS_REGION.test(r.awsRegion)) {
+    throw new InvalidRequestError(
+      `fromImageRegistry.awsRegion: '${r.awsRegion.slice(0, 64)}' is not an AWS region (like us-east-1)`,
+    );
+  }
+}
 
 /**
  * The registry credentials a build's `fromImageRegistry` gives, as Basic credentials for the
  * pull: a registry's username and password as they are; a GCP service account key as Google's
- * registries take it (username `_json_key`, the key's JSON as the password). AWS needs a token
- * from ECR's API (SigV4-signed), which this server does not call: refused with how to get one.
+ * registries take it (username `_json_key`, the key's JSON as the password); AWS keys traded
+ * for ECR's registry token (ecr-token.ts).
  */
-export function registryCredentials(r: RegistryAccess | undefined): Credentials | undefined {
+export async function registryCredentials(
+  r: RegistryAccess | undefined,
+  signal?: AbortSignal,
+): Promise<Credentials | undefined> {
   if (!r) return undefined;
   switch (r.type) {
     case "registry":
@@ -16,9 +29,10 @@ export function registryCredentials(r: RegistryAccess | undefined): Credentials 
     case "gcp":
       return { username: "_json_key", password: r.serviceAccountJson };
     case "aws":
-      throw new InvalidRequestError(
-        "fromImageRegistry type aws is not supported: this server does not call AWS's API for an ECR token; " +
-          "pass type registry with username AWS and the password `aws ecr get-login-password` prints",
+      checkRegistryAccess(r);
+      return ecrCredentials(
+        { accessKeyId: r.awsAccessKeyId, secretAccessKey: r.awsSecretAccessKey, region: r.awsRegion },
+        signal,
       );
   }
 }
