@@ -211,7 +211,9 @@ describe("templates from OCI images", () => {
       // Keys ECR does not know: the build fails saying so, and nothing is pulled.
       await assert.rejects(
         Template.build(
-          Template().fromAWSRegistry(image, { ...AWS_KEYS, secretAccessKey: "not-the-secret" }).runCmd("true"),
+          Template()
+            .fromAWSRegistry(image, { ...AWS_KEYS, secretAccessKey: "not-the-secret" })
+            .runCmd("true"),
           "img-aws-wrong",
         ),
         /ECR gave no registry token: UnrecognizedClientException/,

@@ -59,9 +59,7 @@ export async function startEcrStandIn(
       if (!signedBy(req, body, keys.accessKeyId, keys.secretAccessKey)) {
         state.refused++;
         res.writeHead(403, { "content-type": "application/x-amz-json-1.1" });
-        res.end(
-          JSON.stringify({ __type: "UnrecognizedClientException", message: "The security token is invalid." }),
-        );
+        res.end(JSON.stringify({ __type: "UnrecognizedClientException", message: "The security token is invalid." }));
         return;
       }
       state.issued++;
