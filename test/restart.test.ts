@@ -3,12 +3,29 @@
 // up, leaving no runsc sandboxes, namespaces or links behind.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "e2b";
 import { counterLoop, untilTrue } from "./helpers/sandbox.js";
-import { cleanupDataDir, startServer, TEMPLATES_DIR, untilCommitted, useE2b } from "./helpers/server.js";
+import {
+  cleanupDataDir,
+  startServer,
+  TEMPLATES_DIR,
+  type TestServer,
+  untilCommitted,
+  useE2b,
+} from "./helpers/server.js";
 
 function runscIds(dataDir: string): string[] {
   const out = execFileSync("runsc", [`--root=${dataDir}/runsc`, "list", "-quiet"], { encoding: "utf8" });
@@ -144,5 +161,40 @@ test("a second server with a running server's network prefix or slot range refus
     await sbx.kill();
     await first.stop();
     cleanupDataDir(first);
+  }
+});
+
+test("auto keeps a data dir on the gVisor platform its images were made on; a new one records what it measured", async () => {
+  const platformOf = async (s: TestServer) =>
+    ((await s.api("GET", "/health/details")).body as { runtime: { platform: string } }).runtime.platform;
+  const fresh = await startServer();
+  let measured: string;
+  try {
+    measured = await platformOf(fresh);
+    assert.ok(["systrap", "ptrace"].includes(measured), measured);
+    assert.equal(readFileSync(join(fresh.dataDir, "runtime-platform"), "utf8"), `${measured}\n`);
+  } finally {
+    await fresh.stop();
+    cleanupDataDir(fresh);
+  }
+  // A data dir that recorded the other platform keeps it, whatever this host measures.
+  const other = measured === "ptrace" ? "systrap" : "ptrace";
+  const recorded = mkdtempSync("/var/tmp/aenv-test-");
+  writeFileSync(join(recorded, "runtime-platform"), `${other}\n`);
+  // One from before the record, with state: what auto chose then, the first platform that starts.
+  const legacy = mkdtempSync("/var/tmp/aenv-test-");
+  writeFileSync(join(legacy, "state.db"), "");
+  for (const [dataDir, want] of [
+    [recorded, other],
+    [legacy, "systrap"],
+  ] as const) {
+    const s = await startServer({ dataDir });
+    try {
+      assert.equal(await platformOf(s), want, dataDir);
+      assert.equal(readFileSync(join(dataDir, "runtime-platform"), "utf8"), `${want}\n`);
+    } finally {
+      await s.stop();
+      cleanupDataDir(s);
+    }
   }
 });

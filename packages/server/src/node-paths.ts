@@ -52,6 +52,10 @@ export class NodePaths {
   get formattedDisks(): string {
     return join(this.dataDir, "disks");
   }
+  /** The gVisor platform this data dir's images are made on (runtime/gvisor/platform-choice.ts). */
+  get runtimePlatform(): string {
+    return join(this.dataDir, "runtime-platform");
+  }
   /** runsc's --root. */
   get runtimeState(): string {
     return join(this.dataDir, "runsc");

@@ -26,20 +26,21 @@ describe("envd runtime folder", () => {
     assert.ok(!existsSync(join(dir, "bin", "node")), "no node in the runtime folder");
     assert.deepEqual(JSON.parse(readFileSync(join(dir, "args.json"), "utf8")), ENVD_ARGS);
     const memoFile = join(rt, ".ids-native.json");
-    const memo = JSON.parse(readFileSync(memoFile, "utf8")) as { key: string; value: string };
-    const { key } = memo;
+    const memo = JSON.parse(readFileSync(memoFile, "utf8")) as { entries: Record<string, string> };
+    const [key, value] = Object.entries(memo.entries)[0] ?? [];
     assert.ok(key);
-    assert.equal(memo.value, basename(dir));
+    assert.equal(value, basename(dir));
+    const remember = (k: string, v: string) => writeFileSync(memoFile, JSON.stringify({ entries: { [k]: v } }));
     // The memo is believed: pointed at another complete folder, the next start takes it (no hash).
     const other = "0123456789abcdef";
     mkdirSync(join(rt, other));
     writeFileSync(join(rt, other, ".complete"), "");
-    writeFileSync(memoFile, JSON.stringify({ key, value: other }));
+    remember(key, other);
     assert.equal(prepareEnvdRuntime(rt), join(rt, other));
     // A memo for other inputs (or naming a folder that is not there) is not: the content decides.
-    writeFileSync(memoFile, JSON.stringify({ key: "stale", value: other }));
+    remember("stale", other);
     assert.equal(prepareEnvdRuntime(rt), dir);
-    writeFileSync(memoFile, JSON.stringify({ key, value: "fedcba9876543210" }));
+    remember(key, "fedcba9876543210");
     assert.equal(prepareEnvdRuntime(rt), dir);
     writeFileSync(memoFile, "not json");
     assert.equal(prepareEnvdRuntime(rt), dir);

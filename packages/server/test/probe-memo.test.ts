@@ -27,11 +27,24 @@ describe("runsc probe memo", () => {
     assert.equal(probeKey(join(dir, "missing"), "v1\0auto"), undefined);
   });
 
+  it("keeps the answers to different questions side by side, the newest 16", () => {
+    const measured = probeKey(bin, "v1\0auto-measured");
+    const named = probeKey(bin, "v1\0systrap");
+    rememberPlatform(measured, "ptrace", memo);
+    rememberPlatform(named, "systrap", memo);
+    assert.equal(rememberedPlatform(measured, ["systrap", "ptrace"], memo), "ptrace");
+    assert.equal(rememberedPlatform(named, ["systrap"], memo), "systrap");
+    for (let i = 0; i < 16; i++) rememberPlatform(probeKey(bin, `v${i}\0other`), "systrap", memo);
+    assert.equal(rememberedPlatform(measured, ["systrap", "ptrace"], memo), undefined, "the oldest made room");
+  });
+
   it("garbage in the file is ignored", () => {
     const key = probeKey(bin, "v1\0auto");
     writeFileSync(memo, "not json");
     assert.equal(rememberedPlatform(key, ["systrap"], memo), undefined);
-    writeFileSync(memo, JSON.stringify({ key, value: ["systrap"] }));
+    writeFileSync(memo, JSON.stringify({ entries: { [key as string]: ["systrap"] } }));
     assert.equal(rememberedPlatform(key, ["systrap"], memo), undefined);
+    writeFileSync(memo, JSON.stringify({ key, value: "systrap" }));
+    assert.equal(rememberedPlatform(key, ["systrap"], memo), undefined, "the older single-entry form");
   });
 });

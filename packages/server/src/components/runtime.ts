@@ -3,6 +3,7 @@ import type { ServerConfig } from "../config.js";
 import type { NodePaths } from "../node-paths.js";
 import type { RuntimeDriver, RuntimeInfo } from "../runtime/driver.js";
 import { GvisorDriver } from "../runtime/gvisor/driver.js";
+import { pinnedPlatform } from "../runtime/gvisor/platform-choice.js";
 import { SimDriver } from "../runtime/sim/driver.js";
 import type { PathGate } from "../util/path-gate.js";
 import type { Component } from "./component.js";
@@ -23,10 +24,14 @@ export function startRuntime(cfg: ServerConfig, paths: NodePaths, rootfsGate: Pa
     );
     return { driver, probing: driver.probe(), async stop() {} };
   }
+  // Read before the state database is opened: a data dir that has one already is not new.
+  const pin = pinnedPlatform(paths.runtimePlatform, paths.stateDb);
   const driver = new GvisorDriver({
     binary: cfg.runscBinary,
     stateDir: paths.runtimeState,
     platform: cfg.platform,
+    platformRecord: paths.runtimePlatform,
+    ...(pin ? { platformPin: pin } : {}),
     enforceDiskSize: cfg.enforceDiskSize,
     disksDir: paths.formattedDisks,
     debugLogDir: cfg.runscDebugLog,

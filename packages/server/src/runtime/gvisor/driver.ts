@@ -18,14 +18,18 @@ import { ConsoleGuard } from "./console-guard.js";
 import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
 import { formatOverlayDisk, OverlayDisks } from "./overlay-disk.js";
+import { chooseFaster, LOOP, PLATFORMS, type PlatformTrial, recordPlatform } from "./platform-choice.js";
 import { probeKey, rememberedPlatform, rememberPlatform } from "./probe-memo.js";
 import { Runsc } from "./runsc.js";
 
 export interface GvisorOptions {
   binary?: string;
   stateDir: string;
-  /** systrap | ptrace | auto */
+  /** systrap | ptrace | auto (platform-choice.ts) */
   platform?: string;
+  /** With auto: where the data dir records the platform it uses, and what it must keep (pinnedPlatform). */
+  platformRecord?: string;
+  platformPin?: { candidates: string[]; why: string };
   /** Bound each sandbox's writable layer by its diskSizeMB (overlay-disk.ts). */
   enforceDiskSize?: boolean;
   /** Where disks are formatted ahead of starts (on the sandboxes' filesystem); unset: each start formats its own. */
@@ -85,10 +89,10 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
     }
     mkdirSync(this.opts.stateDir, { recursive: true });
     const wanted = this.opts.platform ?? "auto";
-    const candidates = wanted === "auto" ? ["systrap", "ptrace"] : [wanted];
     const selected = (platform: string, remembered: boolean): RuntimeInfo => {
       this.runsc = new Runsc({ ...this.runsc.cfg, platform });
       this.opts.log.info({ platform, version, remembered }, "gVisor platform selected");
+      if (wanted === "auto" && this.opts.platformRecord) recordPlatform(this.opts.platformRecord, platform);
       const v = m?.[1] ?? version;
       return {
         driver: this.name,
@@ -97,23 +101,55 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
         checkpointKey: `${v.replace(/[^a-zA-Z0-9.]/g, "")}-${platform}`,
       };
     };
-    const key = probeKey(bin, `${version}\0${wanted}`);
+    const pin = wanted === "auto" ? this.opts.platformPin : undefined;
+    if (wanted === "auto" && !pin) return this.measured(version, selected);
+    const candidates = pin?.candidates ?? [wanted];
+    if (pin) this.opts.log.info({ candidates, why: pin.why }, "gVisor platform kept for this data dir");
+    const key = probeKey(bin, `${version}\0${candidates.join(",")}`);
     const known = rememberedPlatform(key, candidates);
     if (known) return selected(known, true);
     const errors: string[] = [];
     for (const platform of candidates) {
-      const r = await exec(
-        bin,
-        [`--root=${this.opts.stateDir}/probe`, `--platform=${platform}`, "--network=none", "do", "/bin/true"],
-        { allowFail: true, timeoutMs: 30_000 },
-      );
-      if (r.code === 0) {
+      const t = await this.trial(platform, false);
+      if (t.ok) {
         rememberPlatform(key, platform);
         return selected(platform, false);
       }
-      errors.push(`${platform}: ${r.stderr.trim().split("\n").pop()}`);
+      errors.push(`${platform}: ${t.error}`);
     }
     throw new RuntimeUnavailableError(`runsc cannot start a sandbox on this host (${errors.join("; ")})`);
+  }
+
+  /** `auto` on a data dir with no platform yet: each platform tried and timed, the faster kept. */
+  private async measured(version: string, selected: (p: string, remembered: boolean) => RuntimeInfo) {
+    const key = probeKey(this.runsc.cfg.binary, `${version}\0auto-measured`);
+    const known = rememberedPlatform(key, [...PLATFORMS]);
+    if (known) return selected(known, true);
+    const trials: PlatformTrial[] = [];
+    for (const platform of PLATFORMS) trials.push(await this.trial(platform, true));
+    const chosen = chooseFaster(trials);
+    if (!chosen) {
+      const errors = trials.map((t) => `${t.platform}: ${t.error}`).join("; ");
+      throw new RuntimeUnavailableError(`runsc cannot start a sandbox on this host (${errors})`);
+    }
+    this.opts.log.info({ trials, chosen }, "gVisor platforms measured");
+    rememberPlatform(key, chosen);
+    return selected(chosen, false);
+  }
+
+  /** A throwaway sandbox on `platform` (`runsc do`), and with `timed` a loop of fork+exec in another. */
+  private async trial(platform: string, timed: boolean): Promise<PlatformTrial> {
+    const args = [`--root=${this.opts.stateDir}/probe`, `--platform=${platform}`, "--network=none", "do"];
+    const bin = this.runsc.cfg.binary;
+    const t0 = performance.now();
+    const r = await exec(bin, [...args, "/bin/true"], { allowFail: true, timeoutMs: 30_000 });
+    const startMs = Math.round(performance.now() - t0);
+    if (r.code !== 0) return { platform, ok: false, error: r.stderr.trim().split("\n").pop() ?? `exit ${r.code}` };
+    if (!timed) return { platform, ok: true, startMs };
+    const t1 = performance.now();
+    const l = await exec(bin, [...args, "/bin/sh", "-c", LOOP], { allowFail: true, timeoutMs: 60_000 });
+    const loopMs = Math.max(0, Math.round(performance.now() - t1) - startMs);
+    return { platform, ok: true, startMs, ...(l.code === 0 ? { loopMs } : {}) };
   }
 
   get platform(): string {
