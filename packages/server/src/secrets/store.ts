@@ -119,7 +119,7 @@ export class SecretStore {
     const rec = this.find(name, { owner });
     if (!rec) return { refused: "missing", message: `secret '${name}' named by a network rule does not exist` };
     const allowed = this.hostsOf(rec);
-    if (allowed.length === 0) {
+    if (allowed !== "rule" && allowed.length === 0) {
       return {
         refused: "unbound",
         message: `secret '${rec.name}' is not bound to any host (allowedHosts), which this server requires`,
