@@ -1,6 +1,6 @@
 /** Which gVisor platform `auto` takes (runtime/gvisor/platform-choice.ts): measured, then kept per data dir. */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -50,6 +50,10 @@ test("a data dir keeps its recorded platform; one with state from before the rec
     assert.deepEqual(pinnedPlatform(rec, state)?.candidates, ["systrap", "ptrace"]);
     recordPlatform(rec, "ptrace");
     assert.equal(recordedPlatform(rec), "ptrace");
+    // Each start records again: unchanged, the file is not rewritten (a rewrite is a new inode).
+    const ino = statSync(rec).ino;
+    recordPlatform(rec, "ptrace");
+    assert.equal(statSync(rec).ino, ino);
     assert.deepEqual(pinnedPlatform(rec, state)?.candidates, ["ptrace"]);
     writeFileSync(rec, "kvm-or-garbage\n");
     assert.equal(recordedPlatform(rec), undefined, "only a known platform counts");

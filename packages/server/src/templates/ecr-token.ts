@@ -17,10 +17,11 @@ export class EcrTokenError extends Error {}
  * server's `AWS_ENDPOINT_URL_ECR`: a VPC endpoint, or a stand-in in tests); the caller checked
  * the region's form, so it cannot name another host.
  */
-export async function ecrCredentials(
-  keys: { accessKeyId: string; secretAccessKey: string; region: string },
-  signal?: AbortSignal,
-): Promise<Credentials> {
+export async function ecrCredentials(keys: {
+  accessKeyId: string;
+  secretAccessKey: string;
+  region: string;
+}): Promise<Credentials> {
   const client = new ECRClient({
     region: keys.region,
     credentials: { accessKeyId: keys.accessKeyId, secretAccessKey: keys.secretAccessKey },
@@ -28,11 +29,9 @@ export async function ecrCredentials(
     requestHandler: { requestTimeout: ECR_TIMEOUT_MS, connectionTimeout: ECR_TIMEOUT_MS },
   });
   try {
-    const out = await client
-      .send(new GetAuthorizationTokenCommand({}), signal ? { abortSignal: signal } : {})
-      .catch((err: Error) => {
-        throw new EcrTokenError(`ECR gave no registry token: ${err.name}: ${err.message}`.slice(0, 500));
-      });
+    const out = await client.send(new GetAuthorizationTokenCommand({})).catch((err: Error) => {
+      throw new EcrTokenError(`ECR gave no registry token: ${err.name}: ${err.message}`.slice(0, 500));
+    });
     const token = out.authorizationData?.[0]?.authorizationToken;
     const decoded = token ? Buffer.from(token, "base64").toString("utf8") : "";
     const colon = decoded.indexOf(":");

@@ -18,10 +18,7 @@ export function checkRegistryAccess(r: RegistryAccess | undefined): void {
  * registries take it (username `_json_key`, the key's JSON as the password); AWS keys traded
  * for ECR's registry token (ecr-token.ts).
  */
-export async function registryCredentials(
-  r: RegistryAccess | undefined,
-  signal?: AbortSignal,
-): Promise<Credentials | undefined> {
+export async function registryCredentials(r: RegistryAccess | undefined): Promise<Credentials | undefined> {
   if (!r) return undefined;
   switch (r.type) {
     case "registry":
@@ -30,9 +27,10 @@ export async function registryCredentials(
       return { username: "_json_key", password: r.serviceAccountJson };
     case "aws":
       checkRegistryAccess(r);
-      return ecrCredentials(
-        { accessKeyId: r.awsAccessKeyId, secretAccessKey: r.awsSecretAccessKey, region: r.awsRegion },
-        signal,
-      );
+      return ecrCredentials({
+        accessKeyId: r.awsAccessKeyId,
+        secretAccessKey: r.awsSecretAccessKey,
+        region: r.awsRegion,
+      });
   }
 }

@@ -18,7 +18,14 @@ import { ConsoleGuard } from "./console-guard.js";
 import { imageBytes, isCompleteImage } from "./image.js";
 import { ociSpec } from "./oci-spec.js";
 import { formatOverlayDisk, OverlayDisks } from "./overlay-disk.js";
-import { chooseFaster, LOOP, PLATFORMS, type PlatformTrial, recordPlatform } from "./platform-choice.js";
+import {
+  chooseFaster,
+  LOOP,
+  noPlatformMessage,
+  PLATFORMS,
+  type PlatformTrial,
+  recordPlatform,
+} from "./platform-choice.js";
 import { probeKey, rememberedPlatform, rememberPlatform } from "./probe-memo.js";
 import { Runsc } from "./runsc.js";
 
@@ -108,16 +115,16 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
     const key = probeKey(bin, `${version}\0${candidates.join(",")}`);
     const known = rememberedPlatform(key, candidates);
     if (known) return selected(known, true);
-    const errors: string[] = [];
+    const failed: PlatformTrial[] = [];
     for (const platform of candidates) {
       const t = await this.trial(platform, false);
       if (t.ok) {
         rememberPlatform(key, platform);
         return selected(platform, false);
       }
-      errors.push(`${platform}: ${t.error}`);
+      failed.push(t);
     }
-    throw new RuntimeUnavailableError(`runsc cannot start a sandbox on this host (${errors.join("; ")})`);
+    throw new RuntimeUnavailableError(noPlatformMessage(failed));
   }
 
   /** `auto` on a data dir with no platform yet: each platform tried and timed, the faster kept. */
@@ -128,10 +135,7 @@ export class GvisorDriver implements RuntimeDriver, Freezer, Suspender, CpuMeter
     const trials: PlatformTrial[] = [];
     for (const platform of PLATFORMS) trials.push(await this.trial(platform, true));
     const chosen = chooseFaster(trials);
-    if (!chosen) {
-      const errors = trials.map((t) => `${t.platform}: ${t.error}`).join("; ");
-      throw new RuntimeUnavailableError(`runsc cannot start a sandbox on this host (${errors})`);
-    }
+    if (!chosen) throw new RuntimeUnavailableError(noPlatformMessage(trials));
     this.opts.log.info({ trials, chosen }, "gVisor platforms measured");
     rememberPlatform(key, chosen);
     return selected(chosen, false);

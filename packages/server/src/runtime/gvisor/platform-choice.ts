@@ -19,7 +19,7 @@ export const PLATFORMS = ["systrap", "ptrace"] as const;
 /** ptrace is chosen only when its loop took at most this share of systrap's. */
 export const PTRACE_MARGIN = 0.8;
 
-/** fork+execs in the measured loop: ~0.5 s under systrap here, ~0.25 s under ptrace. */
+/** fork+execs in the measured loop: 0.9–1.0 s under systrap here, 0.3 s under ptrace. */
 export const LOOP_FORKS = 30;
 
 /** The shell line the measurement runs (the host's /bin/sh, in `runsc do`). */
@@ -59,8 +59,14 @@ export function recordedPlatform(file: string): string | undefined {
   }
 }
 
+/** Records `platform` for the data dir; a start that finds it recorded already writes nothing. */
 export function recordPlatform(file: string, platform: string): void {
-  writeFileDurableSync(file, `${platform}\n`);
+  if (recordedPlatform(file) !== platform) writeFileDurableSync(file, `${platform}\n`);
+}
+
+/** Why no platform could be used, from the trials that failed. */
+export function noPlatformMessage(trials: PlatformTrial[]): string {
+  return `runsc cannot start a sandbox on this host (${trials.map((t) => `${t.platform}: ${t.error}`).join("; ")})`;
 }
 
 /**
